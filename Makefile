@@ -1,0 +1,56 @@
+# The README's two commands:
+#   make run    set everything up, then serve the embedded default workspace over HTTP
+#   make test   set everything up, then run the test suite
+# Both are idempotent: the second run only checks stamps and starts.
+
+VENV      ?= .venv
+PY        := $(VENV)/bin/python
+# torch==2.13.0 is the CPU build that lies on this machine's disk (a quick install);
+# on a GPU host, `make TORCH_SPEC=torch run` takes the CUDA build instead.
+TORCH_SPEC ?= torch==2.13.0
+NODE_DIR  := .cache/node
+HOST      ?= 127.0.0.1
+PORT      ?= 8765
+
+.PHONY: setup system node run test bench clean
+
+setup: system $(VENV)/.installed
+
+# Debian packages: bubblewrap (the sandbox) and libseccomp (its syscall filter).
+system:
+	@if ! command -v bwrap >/dev/null 2>&1 || ! ldconfig -p | grep -q libseccomp.so.2; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing bubblewrap and libseccomp2 (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap libseccomp2 >/dev/null; \
+	  else \
+	    echo "warning: bubblewrap/libseccomp2 missing and cannot apt-get them; the sandbox will report isolation=none" >&2; \
+	  fi; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH_SPEC)"
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+# Node 22 and the MCP conformance/inspector CLIs, for the protocol tests (optional:
+# those tests skip with a reason when npm is missing).
+node: $(NODE_DIR)/.installed
+$(NODE_DIR)/.installed:
+	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(NODE_DIR) && npm install --silent --no-audit --no-fund --prefix $(NODE_DIR) \
+	    node@22 @modelcontextprotocol/conformance @modelcontextprotocol/inspector-cli && touch $@; \
+	else echo "npm not found: MCP conformance tests will be skipped" >&2; fi
+
+run: setup
+	$(VENV)/bin/infra-agent serve --http --host $(HOST) --port $(PORT)
+
+test: setup node
+	$(PY) -m pytest -q
+
+bench: setup
+	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) $(NODE_DIR)

@@ -1,0 +1,133 @@
+"""A workspace: a folder of kernel specs plus a TOML config, and where its state lives.
+
+``<root>/infra-agent.toml`` (optional; defaults below)::
+
+    [kernels]
+    paths = ["kernels"]          # folders holding <name>/spec.py, or kernel folders
+
+    [serve.profiles.tiny]        # named serving setups (engine, model, args)
+    engine = "builtin"
+
+    [acceptance.decode_latency]  # criteria a human set; tools compare against them
+    metric = "tpot_p50_ms"
+    max = 30.0
+
+Without a ``--workspace`` the server uses the embedded zoo: this package's folder.
+Loading a spec imports its ``spec.py`` (plain data, no torch); references and
+implementations are only ever imported inside a sandbox worker.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import sys
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .schema import KernelSpec
+
+CONFIG_NAME = "infra-agent.toml"
+EMBEDDED_ROOT = Path(__file__).resolve().parent
+
+
+class WorkspaceError(Exception):
+    """The workspace or one of its specs is unusable; the message says how to fix it."""
+
+
+@dataclass
+class Kernel:
+    spec: KernelSpec
+    folder: Path
+
+    def source_of(self, ref: str) -> Path:
+        """The file behind a "file.py:fn" reference."""
+        return self.folder / ref.split(":", 1)[0]
+
+
+@dataclass
+class Workspace:
+    root: Path
+    config: dict = field(default_factory=dict)
+    kernels: dict[str, Kernel] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)  # folder -> why its spec failed
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.root == EMBEDDED_ROOT
+
+    @property
+    def state_dir(self) -> Path:
+        """Where the ledger, artifacts and caches live. The embedded zoo may sit in a
+        read-only site-packages, so its state goes under the user's state directory."""
+        if self.is_embedded:
+            base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+            return Path(base) / "infra-agent" / "default-workspace"
+        return self.root / ".infra-agent"
+
+    @property
+    def serve_profiles(self) -> dict[str, dict]:
+        return self.config.get("serve", {}).get("profiles", {})
+
+    @property
+    def acceptance(self) -> dict[str, dict]:
+        return self.config.get("acceptance", {})
+
+    def kernel(self, name: str) -> Kernel:
+        if name in self.kernels:
+            return self.kernels[name]
+        known = ", ".join(sorted(self.kernels)) or "none"
+        hint = f" (spec errors: {self.errors})" if self.errors else ""
+        raise WorkspaceError(
+            f"unknown kernel {name!r}; this workspace has: {known}{hint}. "
+            "Call list_kernels to see them, or pass source= with entry= for ad-hoc code."
+        )
+
+
+def load_workspace(root: str | Path | None = None) -> Workspace:
+    root_path = EMBEDDED_ROOT if root is None else Path(root).expanduser().resolve()
+    if not root_path.is_dir():
+        raise WorkspaceError(
+            f"workspace {str(root)!r} does not exist or is not a directory; pass an "
+            "existing folder to --workspace, or omit it to use the built-in kernel zoo"
+        )
+    config_path = root_path / CONFIG_NAME
+    config: dict = {}
+    if config_path.is_file():
+        try:
+            config = tomllib.loads(config_path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise WorkspaceError(f"{config_path}: invalid TOML: {exc}") from exc
+    ws = Workspace(root=root_path, config=config)
+    paths = config.get("kernels", {}).get("paths", ["kernels"] if not ws.is_embedded else ["."])
+    for rel in paths:
+        base = (root_path / rel).resolve()
+        folders = [base] if (base / "spec.py").is_file() else sorted(base.glob("*/spec.py"))
+        for spec_file in folders:
+            folder = spec_file if spec_file.is_dir() else spec_file.parent
+            try:
+                spec = _load_spec(folder / "spec.py")
+            except Exception as exc:  # a broken spec must not hide the others
+                ws.errors[str(folder)] = f"{type(exc).__name__}: {exc}"
+                continue
+            ws.kernels[spec.name] = Kernel(spec=spec, folder=folder)
+    return ws
+
+
+def _load_spec(path: Path) -> KernelSpec:
+    module_name = f"infra_agent_workspace_spec_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    assert loader_spec and loader_spec.loader
+    module = importlib.util.module_from_spec(loader_spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look modules up here
+    loader_spec.loader.exec_module(module)
+    spec = getattr(module, "SPEC", None)
+    if not isinstance(spec, KernelSpec):
+        raise WorkspaceError(f"{path} must define SPEC = KernelSpec(...)")
+    for impl, ref in {"reference": spec.reference, **spec.impls}.items():
+        file_name = ref.split(":", 1)[0]
+        if ":" not in ref or not (path.parent / file_name).is_file():
+            raise WorkspaceError(f"{path}: {impl} = {ref!r} must be 'file.py:function' in {path.parent}")
+    return spec

@@ -1,0 +1,1 @@
+"""Isolated job runner (parent side) and the worker harness (child side, worker/)."""

@@ -1,0 +1,52 @@
+"""What crosses the trust boundary: a job going in, raw results coming out.
+
+A job is JSON plus input files. Its result is whatever the worker wrote — raw
+measurements, tensors, logs — and is never a verdict: the parent (``tools/``) judges.
+Everything in a `JobResult` except `status` came from untrusted code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+# Queue classes: "timing" jobs run one at a time per device so they do not disturb each
+# other; "compile" and "run" jobs may run several at once.
+JobKind = Literal["compile", "run", "timing"]
+
+JobStatus = Literal[
+    "ok",  # the op returned; `result` holds what it returned
+    "error",  # the op raised; `error` holds the exception and the agent's frames
+    "timeout",  # wall-clock limit reached; the job and everything it started were killed
+    "crashed",  # died without a result (signal, segfault, os._exit before writing)
+    "limit",  # a resource limit hit: output size, memory, processes, CPU time, file size
+]
+
+
+@dataclass
+class Job:
+    op: str  # a module under sandbox/worker/ops/, e.g. "noop", "numerics_run"
+    payload: dict = field(default_factory=dict)  # JSON-serialisable arguments of the op
+    kind: JobKind = "run"
+    timeout_s: float = 60.0
+    # host files copied into the job's in/ folder before it starts, by name
+    inputs: dict[str, Path] = field(default_factory=dict)
+    # extra environment for the job, e.g. {"TRITON_INTERPRET": "1"}
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JobResult:
+    status: JobStatus
+    result: dict = field(default_factory=dict)  # the op's return value (untrusted)
+    out_dir: Path | None = None  # host path of the job's out/ folder (untrusted files)
+    error: str | None = None  # what went wrong, in words an agent can act on
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    wall_s: float = 0.0  # from start to exit, excluding time queued
+    queued_s: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"

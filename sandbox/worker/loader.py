@@ -1,0 +1,69 @@
+"""Load agent code (inline source or a file) and find its entry function.
+
+Inline source is written to a file in the job folder before import: Triton's
+``@triton.jit`` reads the function's source with ``inspect``, and tracebacks then
+point at real line numbers of the agent's code.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Callable
+
+from .context import JobContext
+
+CANDIDATE_FILE = "candidate.py"
+
+
+class LoadError(Exception):
+    """The code could not be loaded or has no usable entry; the message says why."""
+
+
+def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: str | None = None,
+               module_name: str = "candidate") -> Callable:
+    if (source is None) == (path is None):
+        raise LoadError("give exactly one of source (inline Python) or path (a file)")
+    if source is not None:
+        file = ctx.job_dir / f"{module_name}.py"
+        file.write_text(source)
+    else:
+        file = Path(path)
+        if not file.is_file():
+            raise LoadError(f"no such file: {path}")
+    module = import_file(file, module_name)
+    fn = getattr(module, entry, None)
+    if fn is None:
+        names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise LoadError(f"{file.name} has no function {entry!r}; it defines: {', '.join(names) or 'nothing callable'}")
+    if not callable(fn):
+        raise LoadError(f"{entry!r} in {file.name} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def import_file(file: Path, module_name: str):
+    """Import a file as a fresh module; its folder goes on sys.path for sibling imports."""
+    folder = str(file.parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    spec = importlib.util.spec_from_file_location(module_name, file)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {file}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)  # agent code runs here: exceptions propagate
+    return module
+
+
+def check_arity(fn: Callable, num_args: int, entry: str) -> None:
+    """Fail early, with the signature, when the entry cannot take the spec's arguments."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return  # builtins and some wrappers have no signature; the call will tell
+    try:
+        sig.bind(*range(num_args))
+    except TypeError as exc:
+        raise LoadError(f"{entry}{sig} cannot be called with {num_args} positional arguments: {exc}") from None

@@ -1,0 +1,1 @@
+"""infra_agent.server."""

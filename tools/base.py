@@ -1,0 +1,92 @@
+"""The contract every tool module follows, independent of MCP.
+
+A tool module (``tools/<name>.py``) defines::
+
+    TOOL = Tool(
+        name="describe_kernel",
+        title="Describe a kernel",
+        description="...first line is the one-line summary...",
+        input_model=Input,            # subclass of ToolInput
+        output_model=Output,          # subclass of ToolOutput
+        run=run,                      # async def run(inp: Input, ctx: ToolContext) -> Output
+        read_only=True, idempotent=True, open_world=False,
+    )
+
+``server/`` turns each ``TOOL`` into an MCP tool (schemas, annotations, progress,
+ledger, artifacts). Tools raise ``AgentError`` for anything the agent caused or can fix
+(bad source, unknown kernel, timeout); the server turns it into an MCP ``ToolError``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class AgentError(Exception):
+    """A problem the caller can fix; the message must say what to do."""
+
+
+class ToolInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    hypothesis: str | None = Field(
+        default=None,
+        description="What this call tests, in one sentence (e.g. 'splitting V tiles "
+        "recomputes the FP32 normalisation'). Recorded in the experiment ledger and "
+        "echoed with the verdict, so the answer can say whether the evidence supports it.",
+    )
+
+
+class ToolOutput(BaseModel):
+    experiment_id: str = Field(
+        default="",
+        description="Ledger id of this call; read it as experiment://{id}, compare it "
+        "with compare_experiments, fetch its files as artifact://{id}/{name}.",
+    )
+    summary: str = Field(
+        default="",
+        description="One line a person can act on: the answer, and whether it supports "
+        "the hypothesis when one was given.",
+    )
+    artifacts: list[str] = Field(
+        default_factory=list, description="URIs (artifact://...) of files this call produced."
+    )
+
+
+class ToolContext(Protocol):
+    """What the server hands a tool for one call."""
+
+    workspace: Any  # infra_agent.kernels.workspace.Workspace
+    experiment_id: str
+
+    @property
+    def sandbox(self) -> Any:  # infra_agent.sandbox.Sandbox, started on first use
+        ...
+
+    async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        """Report progress on a long call (forwarded as MCP progress notifications)."""
+
+    def artifact(self, name: str, data: bytes | str | Path) -> str:
+        """Store a file for this experiment; returns its artifact:// URI."""
+
+    def experiment(self, experiment_id: str) -> dict | None:
+        """A previous experiment from the ledger (for baselines), or None."""
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    title: str
+    description: str
+    input_model: type[ToolInput]
+    output_model: type[ToolOutput]
+    run: Callable[[Any, ToolContext], Awaitable[ToolOutput]]
+    read_only: bool = True
+    idempotent: bool = False
+    open_world: bool = False
+    # Which argument names a kernel (for ledger filters); None if the tool has none.
+    kernel_field: str | None = "kernel"
