@@ -1,0 +1,234 @@
+"""The MCP server: every tools/*.py `TOOL` becomes an MCP tool, every call an experiment.
+
+A call flows: raw arguments -> open a ledger row (so even a rejected call is on record)
+-> validate into the tool's Input model -> run the tool with a CallContext -> close the
+row with the result or the error -> structured output (the Output model) to the client.
+Errors the agent can fix become ToolError with the tool's message; anything else
+becomes a ToolError saying it is an internal error, and the server keeps serving.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import logging
+import pkgutil
+from pathlib import Path
+from typing import Any
+
+import anyio.to_thread
+from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool as MCPToolEntry
+from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp_types import Resource, ToolAnnotations
+from pydantic import ConfigDict, ValidationError
+
+from .. import tools as tools_package
+from ..kernels.workspace import WorkspaceError, load_workspace
+from ..tools.base import AgentError, Tool
+from . import provenance
+from .context import CallContext, ServerState
+from .prompts import register_prompts
+from .resources import mime_type_of, recent_experiment_resources, register_resources
+
+log = logging.getLogger("infra_agent.server")
+
+INSTRUCTIONS = """Tools for an engineer who owns the performance of an inference stack.
+Each call is an experiment: pass `hypothesis` (one sentence), read the verdict, and pick
+the cheapest next check (compile_kernel -> check_numerics -> microbench -> profile ->
+serve_benchmark). list_kernels / describe_kernel show the workspace; device_info the
+hardware; list_experiments / compare_experiments the history."""
+
+
+def _agent_error_types() -> tuple[type[BaseException], ...]:
+    types: list[type[BaseException]] = [AgentError, WorkspaceError]
+    try:  # the sandbox package may not define it yet; map it when it does
+        from ..sandbox import SandboxError
+
+        types.append(SandboxError)
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+class InfraAgentServer(MCPServer):
+    """MCPServer plus the workspace state, the ledger-backed resource list, and MIME
+    types per artifact file."""
+
+    state: ServerState
+    tools: dict[str, Tool]
+
+    async def list_resources(self) -> list[Resource]:
+        static = await super().list_resources()
+        recent = await anyio.to_thread.run_sync(recent_experiment_resources, self.state)
+        return static + recent
+
+    async def read_resource(self, uri, context=None):
+        contents = await super().read_resource(uri, context)
+        if str(uri).startswith("artifact://") and isinstance(contents, list):
+            mime = mime_type_of(str(uri).rsplit("/", 1)[-1])
+            for item in contents:
+                item.mime_type = mime
+        return contents
+
+    async def aclose(self) -> None:
+        await self.state.aclose()
+
+
+def discover_tools() -> dict[str, Tool]:
+    """Every module in infra_agent.tools with a `TOOL` attribute, by tool name.
+
+    A module that fails to import is skipped with a logged error, so one broken tool
+    does not take the others down."""
+    found: dict[str, Tool] = {}
+    for info in sorted(pkgutil.iter_modules(tools_package.__path__), key=lambda m: m.name):
+        if info.name.startswith("_") or info.name == "base":
+            continue
+        try:
+            module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
+        except Exception as exc:
+            log.error("tool module %s failed to import: %s: %s", info.name, type(exc).__name__, exc)
+            continue
+        tool = getattr(module, "TOOL", None)
+        if isinstance(tool, Tool):
+            found[tool.name] = tool
+    return found
+
+
+def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool = False) -> InfraAgentServer:
+    ws = load_workspace(workspace)
+    state = ServerState(ws, allow_unsandboxed=allow_unsandboxed)
+    tools = discover_tools()
+    server = InfraAgentServer(
+        name="infra-agent",
+        title="Infra Agent",
+        instructions=INSTRUCTIONS,
+        version=_package_version(),
+        tools=[_mcp_entry(tool, state) for tool in tools.values()],
+        log_level="WARNING",
+    )
+    server.state = state
+    server.tools = tools
+    register_resources(server, state)
+    register_prompts(server)
+    return server
+
+
+class _RawArguments(ArgModelBase):
+    """Accepts any arguments: validation happens in the handler against the tool's own
+    Input model, after the ledger row is open, so rejected calls are recorded too."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    def model_dump_one_level(self) -> dict[str, Any]:
+        return dict(self.__pydantic_extra__ or {})
+
+
+def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
+    handler = _make_handler(tool, state)
+    return MCPToolEntry(
+        fn=handler,
+        name=tool.name,
+        title=tool.title,
+        description=tool.description,
+        parameters=tool.input_model.model_json_schema(),
+        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_model=tool.output_model),
+        is_async=True,
+        context_kwarg="_mcp_context",
+        annotations=ToolAnnotations(
+            title=tool.title,
+            read_only_hint=tool.read_only,
+            destructive_hint=bool(getattr(tool, "destructive", False)),
+            idempotent_hint=tool.idempotent,
+            open_world_hint=tool.open_world,
+        ),
+    )
+
+
+def _make_handler(tool: Tool, state: ServerState):
+    agent_errors = _agent_error_types()
+
+    async def handler(_mcp_context: Any = None, **arguments: Any) -> dict:
+        experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments)
+        ctx = CallContext(state, experiment_id, _mcp_context)
+        try:
+            inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
+            out = await tool.run(inp, ctx)
+            if not isinstance(out, tool.output_model):
+                out = tool.output_model.model_validate(out)
+            out.experiment_id = experiment_id
+            out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
+            result = out.model_dump(mode="json")
+        except ValidationError as exc:
+            message = f"invalid arguments for {tool.name}: {_explain(exc)}"
+            state.ledger.close_error(experiment_id, message, ctx.artifacts)
+            raise ToolError(message) from None
+        except ToolError as exc:
+            state.ledger.close_error(experiment_id, str(exc), ctx.artifacts)
+            raise
+        except agent_errors as exc:
+            state.ledger.close_error(experiment_id, str(exc), ctx.artifacts)
+            raise ToolError(f"{exc} [experiment {experiment_id}]") from None
+        except Exception as exc:
+            log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
+            message = (f"internal error in {tool.name} (a bug in the server, not in your input): "
+                       f"{type(exc).__name__}: {exc} [experiment {experiment_id}]")
+            state.ledger.close_error(experiment_id, message, ctx.artifacts)
+            raise ToolError(message) from None
+        except BaseException:  # cancelled: keep the ledger honest, then let it unwind
+            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
+            raise
+        state.ledger.close_ok(experiment_id, result, out.artifacts)
+        return result
+
+    return handler
+
+
+def _open_experiment(tool: Tool, state: ServerState, arguments: dict) -> str:
+    kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
+    hypothesis = arguments.get("hypothesis")
+    commit, diff_hash = provenance.git_state(state.workspace.root)
+    facts = provenance.device_facts()
+    return state.ledger.open(
+        tool=tool.name,
+        arguments=arguments,
+        kernel=kernel if isinstance(kernel, str) else None,
+        hypothesis=hypothesis if isinstance(hypothesis, str) else None,
+        git_commit=commit,
+        git_diff_sha256=diff_hash,
+        device=facts,
+        device_fingerprint=provenance.fingerprint(facts),
+    )
+
+
+def _pre_parse(tool: Tool, arguments: dict) -> dict:
+    """Some clients send lists and objects as JSON strings; decode those for fields
+    that are not strings (the same leniency the MCP SDK applies to plain functions)."""
+    parsed = dict(arguments)
+    for name, value in arguments.items():
+        field = tool.input_model.model_fields.get(name)
+        if field is None or field.annotation is str or not isinstance(value, str):
+            continue
+        try:
+            decoded = json.loads(value)
+        except ValueError:
+            continue
+        if isinstance(decoded, (list, dict)):
+            parsed[name] = decoded
+    return parsed
+
+
+def _explain(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "(arguments)"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown argument {where!r}")
+        else:
+            parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts) + ". Call tools/list for this tool's input schema."
+
+
+def _package_version() -> str:
+    return provenance._version("infra-agent") or "0"

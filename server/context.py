@@ -1,0 +1,96 @@
+"""What the server holds for its lifetime (`ServerState`) and hands a tool per call
+(`CallContext`, the implementation of tools/base.py's ToolContext)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..kernels.workspace import Workspace
+from .ledger import Ledger
+
+ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
+
+
+class ServerState:
+    """One workspace, one ledger, and at most one sandbox, shared by every call."""
+
+    def __init__(self, workspace: Workspace, *, allow_unsandboxed: bool = False):
+        self.workspace = workspace
+        self.allow_unsandboxed = allow_unsandboxed
+        self.ledger = Ledger(workspace.state_dir / "ledger.sqlite")
+        self._sandbox: Any = None
+        self.sandbox_error: str | None = None
+
+    @property
+    def artifacts_dir(self) -> Path:
+        return self.workspace.state_dir / "artifacts"
+
+    @property
+    def sandbox(self) -> Any:
+        """The shared Sandbox, constructed on first use (imported lazily: the server
+        starts without it, and tools that never run code never pay for it)."""
+        if self._sandbox is None:
+            try:
+                from ..sandbox import Sandbox
+            except ImportError as exc:
+                self.sandbox_error = f"the sandbox runner is not available in this install ({exc})"
+                raise RuntimeError(self.sandbox_error) from exc
+            self._sandbox = Sandbox(self.workspace.root, self.workspace.state_dir,
+                                    allow_unsandboxed=self.allow_unsandboxed)
+        return self._sandbox
+
+    @property
+    def sandbox_started(self) -> bool:
+        return self._sandbox is not None
+
+    async def aclose(self) -> None:
+        if self._sandbox is not None:
+            await self._sandbox.aclose()
+            self._sandbox = None
+        self.ledger.close()
+
+
+class CallContext:
+    """The ToolContext for one tool call (one experiment)."""
+
+    def __init__(self, state: ServerState, experiment_id: str, mcp_context: Any = None):
+        self._state = state
+        self.workspace = state.workspace
+        self.experiment_id = experiment_id
+        self._mcp = mcp_context
+        self.artifacts: list[str] = []
+
+    @property
+    def sandbox(self) -> Any:
+        return self._state.sandbox
+
+    async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        if self._mcp is None:
+            return
+        try:
+            await self._mcp.report_progress(done, total, message or None)
+        except Exception:  # progress is advisory: a client that went away must not fail the call
+            pass
+
+    def artifact(self, name: str, data: bytes | str | Path) -> str:
+        if not ARTIFACT_NAME.match(name) or ".." in name:
+            raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, . _ -)")
+        folder = self._state.artifacts_dir / self.experiment_id
+        folder.mkdir(parents=True, exist_ok=True)
+        target = folder / name
+        if isinstance(data, Path):
+            shutil.copyfile(data, target)
+        elif isinstance(data, str):
+            target.write_text(data)
+        else:
+            target.write_bytes(data)
+        uri = f"artifact://{self.experiment_id}/{name}"
+        if uri not in self.artifacts:
+            self.artifacts.append(uri)
+        return uri
+
+    def experiment(self, experiment_id: str) -> dict | None:
+        return self._state.ledger.get(experiment_id)

@@ -1,0 +1,183 @@
+"""The experiment ledger: every tool call is one row, so the agent can look back.
+
+SQLite in WAL mode (readers never block the writer; a killed writer leaves the last
+committed state). Each write is one short transaction under a process-wide lock, so
+concurrent tool calls in one server share a connection safely; separate processes on
+the same workspace (a server and `infra-agent call`) wait on ``busy_timeout``.
+
+A row is opened as ``running`` before the tool runs and closed as ``ok`` or ``error``
+after. Rows left ``running`` by a process that no longer exists (a SIGKILLed server)
+are marked ``interrupted`` when the ledger is next opened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS experiments (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE,
+    tool TEXT NOT NULL,
+    kernel TEXT,
+    hypothesis TEXT,
+    arguments TEXT NOT NULL,
+    git_commit TEXT,
+    git_diff_sha256 TEXT,
+    device_fingerprint TEXT,
+    device TEXT,
+    pid INTEGER,
+    started_at REAL NOT NULL,
+    ended_at REAL,
+    duration_s REAL,
+    status TEXT NOT NULL,
+    result TEXT,
+    error TEXT,
+    artifacts TEXT NOT NULL DEFAULT '[]'
+);
+CREATE INDEX IF NOT EXISTS experiments_tool ON experiments(tool);
+CREATE INDEX IF NOT EXISTS experiments_kernel ON experiments(kernel);
+CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
+"""
+
+JSON_COLUMNS = ("arguments", "device", "result", "artifacts")
+
+
+class Ledger:
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        # isolation_level=None: we issue BEGIN/COMMIT ourselves, so each write is
+        # exactly one transaction and nothing is left half-open between calls.
+        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        self._conn.row_factory = sqlite3.Row
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
+            self._conn.execute("PRAGMA busy_timeout=10000")
+            self._conn.executescript(SCHEMA)
+        self._mark_interrupted()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def _write(self, sql: str, params: tuple = ()) -> sqlite3.Cursor:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(sql, params)
+                self._conn.execute("COMMIT")
+                return cur
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+
+    def _mark_interrupted(self) -> None:
+        rows = self._read("SELECT seq, pid FROM experiments WHERE status = 'running'")
+        dead = [r["seq"] for r in rows if r["pid"] is None or not _pid_alive(r["pid"])]
+        for seq in dead:
+            self._write(
+                "UPDATE experiments SET status='interrupted', error='the server stopped before this call finished' "
+                "WHERE seq=? AND status='running'",
+                (seq,),
+            )
+
+    def _read(self, sql: str, params: tuple = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def open(self, *, tool: str, arguments: dict, kernel: str | None, hypothesis: str | None,
+             git_commit: str | None, git_diff_sha256: str | None, device: dict | None,
+             device_fingerprint: str | None) -> str:
+        """Insert a ``running`` row and return its id (short, sortable: e00042-9f3a)."""
+        suffix = secrets.token_hex(2)  # ids stay unique even if a ledger file is replaced
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                cur = self._conn.execute(
+                    "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
+                    "device_fingerprint, device, pid, started_at, status) VALUES (?,?,?,?,?,?,?,?,?,?, 'running')",
+                    (tool, kernel, hypothesis, json.dumps(arguments, sort_keys=True, default=str), git_commit,
+                     git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time()),
+                )
+                experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
+                self._conn.execute("UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid))
+                self._conn.execute("COMMIT")
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+        return experiment_id
+
+    def close_ok(self, experiment_id: str, result: dict, artifacts: list[str]) -> None:
+        self._close(experiment_id, "ok", json.dumps(result, default=str), None, artifacts)
+
+    def close_error(self, experiment_id: str, error: str, artifacts: list[str]) -> None:
+        self._close(experiment_id, "error", None, error, artifacts)
+
+    def _close(self, experiment_id: str, status: str, result: str | None, error: str | None,
+               artifacts: list[str]) -> None:
+        ended = time.time()
+        self._write(
+            "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, ended_at=?, "
+            "duration_s=? - started_at WHERE id=?",
+            (status, result, error, json.dumps(artifacts), ended, ended, experiment_id),
+        )
+
+    def get(self, experiment_id: str) -> dict | None:
+        rows = self._read("SELECT * FROM experiments WHERE id=?", (experiment_id,))
+        return _row(rows[0]) if rows else None
+
+    def query(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
+              exclude_tools: tuple[str, ...] = (), limit: int = 20) -> list[dict]:
+        """Newest first."""
+        where, params = [], []
+        if tool:
+            where.append("tool = ?")
+            params.append(tool)
+        if kernel:
+            where.append("kernel = ?")
+            params.append(kernel)
+        if since is not None:
+            where.append("started_at >= ?")
+            params.append(since)
+        if exclude_tools:
+            where.append(f"tool NOT IN ({','.join('?' * len(exclude_tools))})")
+            params.extend(exclude_tools)
+        sql = "SELECT * FROM experiments"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit)
+        return [_row(r) for r in self._read(sql, tuple(params))]
+
+    def integrity_ok(self) -> bool:
+        return self._read("PRAGMA integrity_check")[0][0] == "ok"
+
+
+def _row(row: sqlite3.Row) -> dict[str, Any]:
+    data = dict(row)
+    for col in JSON_COLUMNS:
+        if data.get(col) is not None:
+            data[col] = json.loads(data[col])
+    return data
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -1,0 +1,89 @@
+"""Experiments and their files as MCP resources.
+
+``experiment://{id}`` is the ledger row as JSON; ``artifact://{experiment_id}/{name}``
+is a file a tool stored (IR dumps, traces, plots, logs), served as text or as a blob
+according to its MIME type. ``resources/list`` shows the most recent experiments, so a
+client browsing resources sees what was tried.
+"""
+
+from __future__ import annotations
+
+import json
+import mimetypes
+from pathlib import Path
+
+from mcp.server.mcpserver.exceptions import ResourceError
+from mcp_types import Resource
+
+from .context import ARTIFACT_NAME, ServerState
+
+RECENT_EXPERIMENTS = 50
+TEXT_TYPES = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
+# IR and assembly dumps have no registered MIME type but are text.
+TEXT_SUFFIXES = {".ttir", ".ttgir", ".llir", ".ll", ".ptx", ".sass", ".amdgcn", ".mlir", ".log", ".txt",
+                 ".md", ".csv", ".jsonl", ".py", ".toml", ".yaml", ".yml"}
+
+
+def mime_type_of(name: str) -> str:
+    suffix = Path(name).suffix.lower()
+    if suffix in TEXT_SUFFIXES:
+        return "text/plain"
+    guessed, _ = mimetypes.guess_type(name)
+    return guessed or "application/octet-stream"
+
+
+def is_text(mime_type: str) -> bool:
+    return mime_type.startswith("text/") or mime_type in TEXT_TYPES
+
+
+def register_resources(server, state: ServerState) -> None:
+    @server.resource(
+        "experiment://{experiment_id}",
+        name="experiment",
+        title="An experiment from the ledger",
+        description="One tool call: tool, arguments, hypothesis, code version (git commit + diff hash), "
+        "device, timing, status, result and artifact URIs, as JSON.",
+        mime_type="application/json",
+    )
+    def read_experiment(experiment_id: str) -> str:
+        row = state.ledger.get(experiment_id)
+        if row is None:
+            raise ResourceError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+        return json.dumps(row, indent=2)
+
+    @server.resource(
+        "artifact://{experiment_id}/{name}",
+        name="artifact",
+        title="A file an experiment produced",
+        description="IR dumps, traces, plots and logs stored by a tool call; text or binary by MIME type.",
+    )
+    def read_artifact(experiment_id: str, name: str) -> str | bytes:
+        path = artifact_path(state, experiment_id, name)
+        data = path.read_bytes()
+        if is_text(mime_type_of(name)):
+            return data.decode("utf-8", errors="replace")
+        return data
+
+
+def artifact_path(state: ServerState, experiment_id: str, name: str) -> Path:
+    if not ARTIFACT_NAME.match(experiment_id) or not ARTIFACT_NAME.match(name):
+        raise ResourceError(f"artifact://{experiment_id}/{name} is not a valid artifact URI")
+    path = state.artifacts_dir / experiment_id / name
+    if not path.is_file():
+        raise ResourceError(f"no artifact {name!r} for experiment {experiment_id!r}; "
+                            f"read experiment://{experiment_id} for its artifact list")
+    return path
+
+
+def recent_experiment_resources(state: ServerState) -> list[Resource]:
+    resources = []
+    for row in state.ledger.query(limit=RECENT_EXPERIMENTS):
+        label = row["tool"] + (f" {row['kernel']}" if row.get("kernel") else "")
+        resources.append(Resource(
+            uri=f"experiment://{row['id']}",
+            name=row["id"],
+            title=f"{row['id']}: {label} ({row['status']})",
+            description=row.get("hypothesis") or None,
+            mime_type="application/json",
+        ))
+    return resources

@@ -1,0 +1,60 @@
+"""Shared fixtures: a throwaway workspace, a server on it, an in-memory MCP client.
+
+    @pytest.mark.anyio
+    async def test_something(client):
+        out = await call(client, "describe_kernel", kernel="rmsnorm")
+
+`call` returns the tool's structured output, or raises ToolCallError with the text the
+agent would see.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from infra_agent.kernels.workspace import EMBEDDED_ROOT
+
+
+class ToolCallError(Exception):
+    """The tool answered with is_error=True; the message is the text the agent saw."""
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    """A copy of the embedded kernel zoo, so ledger and artifacts land in tmp."""
+    root = tmp_path / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return root
+
+
+@pytest.fixture
+async def server(workspace: Path):
+    from infra_agent.server.app import build_server
+
+    srv = build_server(workspace)
+    yield srv
+    await srv.aclose()
+
+
+@pytest.fixture
+async def client(server):
+    from mcp import Client
+
+    async with Client(server) as c:
+        yield c
+
+
+async def call(client, tool: str, **args) -> dict:
+    result = await client.call_tool(tool, args)
+    if result.is_error:
+        raise ToolCallError(" ".join(getattr(c, "text", str(c)) for c in result.content))
+    assert result.structured_content is not None, f"{tool} returned no structured content"
+    return result.structured_content
