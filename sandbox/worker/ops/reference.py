@@ -1,0 +1,100 @@
+"""Generate seeded inputs and run the reference on them, in float64 where it can.
+
+Payload::
+
+    {"reference": {"entry": "fn", "path": "/ws/k/reference.py"} | {"entry": "fn", "source": "..."},
+     "args": [{"name", "shape", "dtype", "distribution", "low", "high"}, ...],   # kernels/schema.py Arg
+     "make_inputs": {"entry", "path"} | None,  # spec's custom generator, (shape, dtype, generator) -> list
+     "items": [{"key": "c0t1", "shape": {"M": 4}, "dtype": "float32", "seed": 123,
+                "distribution": None}],
+     "float64": true}
+
+Writes ``<key>.inputs.pt`` (the inputs in the case dtype, keys "0", "1", ...) and
+``<key>.ref.pt`` (the reference outputs, keys "0", ...) to out_dir. Returns raw facts
+per key: output shapes and dtypes, the dtype the reference computed in, and which
+inputs are all zero (a degenerate test). Runs in its own job, so the candidate never
+shares a process with the reference or sees its outputs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..context import JobContext
+from ..loader import load_entry
+from ..tensors import dtype_of, make_inputs, save_tensors
+
+
+def run(payload: dict, ctx: JobContext) -> dict:
+    ref = payload["reference"]
+    reference = load_entry(ctx, entry=ref["entry"], source=ref.get("source"), path=ref.get("path"),
+                           module_name="reference")
+    custom = payload.get("make_inputs")
+    generator_fn = None
+    if custom:
+        generator_fn = load_entry(ctx, entry=custom["entry"], path=custom.get("path"),
+                                  source=custom.get("source"), module_name="spec_inputs")
+    items = payload["items"]
+    facts = {}
+    for i, item in enumerate(items):
+        inputs = generate(item, payload["args"], generator_fn, ctx.device)
+        outputs, compute_dtype = call_reference(reference, ref["entry"], inputs, item,
+                                                use_float64=payload.get("float64", True))
+        save_tensors(ctx.out_dir / f"{item['key']}.inputs.pt", {str(j): t for j, t in enumerate(inputs)})
+        save_tensors(ctx.out_dir / f"{item['key']}.ref.pt", {str(j): t for j, t in enumerate(outputs)})
+        facts[item["key"]] = {
+            "compute_dtype": compute_dtype,
+            "inputs": [_describe(t) for t in inputs],
+            "outputs": [_describe(t) for t in outputs],
+        }
+        ctx.progress(i + 1, len(items), f"reference {item['key']}")
+    return {"items": facts}
+
+
+def generate(item: dict, args: list[dict], generator_fn, device: str) -> list[torch.Tensor]:
+    """The inputs of one trial; bit-identical for the same (args, shape, dtype, seed)."""
+    if generator_fn is None:
+        return make_inputs(args, item["shape"], item["dtype"], item["seed"], device=device,
+                           distribution=item.get("distribution"))
+    gen = torch.Generator(device="cpu").manual_seed(item["seed"])
+    tensors = generator_fn(item["shape"], dtype_of(item["dtype"]), gen)
+    if not all(isinstance(t, torch.Tensor) for t in tensors):
+        raise TypeError("the spec's make_inputs must return a list of tensors")
+    return [t.to(device).contiguous() for t in tensors]
+
+
+def call_reference(fn, entry: str, inputs: list[torch.Tensor], item: dict,
+                   use_float64: bool) -> tuple[list[torch.Tensor], str]:
+    """Outputs as a list of tensors, and the dtype they were computed in."""
+    upcast = use_float64 and any(t.is_floating_point() and t.dtype != torch.float64 for t in inputs)
+    if upcast:
+        wide = [t.to(torch.float64) if t.is_floating_point() else t for t in inputs]
+        try:
+            return _as_list(fn(*[t.clone() for t in wide]), entry), "float64"
+        except Exception:
+            pass  # e.g. an op without a float64 kernel: retry in the case dtype, which names the error
+    try:
+        out = fn(*[t.clone() for t in inputs])
+    except Exception as exc:
+        raise RuntimeError(
+            f"the reference {entry} raised on case {item['key']} (shape {item['shape']}, dtype "
+            f"{item['dtype']}): {type(exc).__name__}: {exc}"
+        ) from exc
+    return _as_list(out, entry), item["dtype"]
+
+
+def _as_list(out, entry: str) -> list[torch.Tensor]:
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not outs or not all(isinstance(t, torch.Tensor) for t in outs):
+        raise TypeError(f"the reference {entry} must return a tensor or a tuple of tensors, "
+                        f"got {type(out).__name__}")
+    return [t.detach() for t in outs]
+
+
+def _describe(t: torch.Tensor) -> dict:
+    return {
+        "shape": list(t.shape),
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "all_zero": bool(t.numel() > 0 and not bool(t.ne(0).any())),
+        "is_constant": bool(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all())),
+    }
