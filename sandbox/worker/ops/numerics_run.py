@@ -1,0 +1,221 @@
+"""Run a candidate on saved inputs and record raw facts; the parent judges.
+
+Payload::
+
+    {"candidate": {"entry": "fn", "path": "/ws/k/impl.py"} | {"entry": "fn", "source": "..."},
+     "keys": ["c0t0", "c0t1", ...],      # trials of one case, in order; in_dir/<key>.inputs.pt
+     "repeat": true,                      # run each trial twice (determinism, bitwise)
+     "partition": {"args": {"0": 1}, "num_parts": 2} | None}   # input index -> split dim
+
+Per trial, in this order (the call index counts across the whole job):
+
+1. ``first``: the inputs copied INTO THE SAME BUFFERS every trial (same data pointers,
+   same shapes, new values), so a result cached by pointer or shape shows up as a
+   stale output; outputs the candidate allocates are pre-filled with NaN (ints: max).
+2. ``repeat``: fresh copies of the same inputs, for bitwise determinism.
+3. ``rank<r>``: the inputs split as simulated tensor-parallel ranks, one call each.
+
+Written to out_dir: ``<key>.out.pt``, ``<key>.inputs_after.pt`` (inputs after the
+first call: the parent hashes them against its own copy), ``<key>.repeat.pt``,
+``<key>.rank<r>.pt``. Saved outputs are plain tensors over the output's real storage,
+so a tensor subclass cannot show the parent different values than it holds.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..context import JobContext
+from ..loader import check_arity, load_entry
+from ..tensors import load_tensors, save_tensors
+
+# Functions a candidate might replace to fool an in-process comparison.
+WATCHED = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing.assert_close",
+           "torch.Tensor.allclose", "torch.Tensor.__eq__", "torch.Tensor.equal", "torch.save",
+           "torch.load", "numpy.allclose", "numpy.testing.assert_allclose", "numpy.array_equal")
+
+
+def run(payload: dict, ctx: JobContext) -> dict:
+    watched_before = _watched()
+    launches = _count_triton_launches()
+    cand = payload["candidate"]
+    fn = load_entry(ctx, entry=cand["entry"], source=cand.get("source"), path=cand.get("path"))
+    keys = payload["keys"]
+    trials = [_load_inputs(ctx, key) for key in keys]
+    check_arity(fn, len(trials[0]), cand["entry"])
+    # NaN in every tensor the candidate allocates and leaves unwritten (FACTS.md);
+    # warn_only keeps ops without a deterministic kernel usable.
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+
+    calls: list[dict] = []
+    partition = payload.get("partition")
+    buffers = [t.clone() for t in trials[0]]
+    for i, (key, inputs) in enumerate(zip(keys, trials)):
+        for buf, t in zip(buffers, inputs):
+            buf.copy_(t)
+        calls.append(_call(fn, buffers, key, "first", len(calls), launches, ctx, inputs_after=True))
+        if payload.get("repeat", True):
+            calls.append(_call(fn, [t.clone() for t in inputs], key, "repeat", len(calls), launches, ctx))
+        if partition:
+            for rank, shard in enumerate(_shards(inputs, partition)):
+                calls.append(_call(fn, shard, key, f"rank{rank}", len(calls), launches, ctx))
+        ctx.progress(i + 1, len(keys), f"candidate {key}")
+    after = _watched()
+    tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
+    return {"is_triton": _uses_triton(fn), "calls": calls, "tampered": tampered}
+
+
+def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> dict:
+    audit = _OpAudit()
+    launches.update(ok=0, errors=[])
+    fact = {"key": key, "kind": kind, "index": index}
+    try:
+        with audit:
+            out = fn(*inputs)
+        if ctx.device == "cuda":
+            torch.cuda.synchronize()
+    except Exception as exc:
+        fact["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        fact["traceback"] = "".join(traceback.format_exception(exc)[-6:])
+        out = None
+    fact.update(ops=audit.counts, triton_launches=launches["ok"], triton_launch_errors=launches["errors"])
+    if "error" not in fact:
+        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        fact["outputs"] = [_output_facts(o, inputs) for o in outs]
+        plain = {str(j): p for j, o in enumerate(outs) if (p := _plain_view(o)) is not None}
+        save_tensors(ctx.out_dir / f"{key}.{'out' if kind == 'first' else kind}.pt", plain)
+    if inputs_after:
+        save_tensors(ctx.out_dir / f"{key}.inputs_after.pt", {str(j): t for j, t in enumerate(inputs)})
+    return fact
+
+
+def _output_facts(o, inputs: list[torch.Tensor]) -> dict:
+    fact = {"type": f"{type(o).__module__}.{type(o).__qualname__}", "is_tensor": isinstance(o, torch.Tensor),
+            "is_plain": type(o) is torch.Tensor}
+    if not isinstance(o, torch.Tensor):
+        return fact
+    with torch._C.DisableTorchFunctionSubclass():
+        fact.update(shape=list(o.shape), dtype=str(o.dtype).removeprefix("torch."), device=o.device.type)
+        span = _byte_span(o)
+        fact["has_storage"] = span is not None
+        fact["aliases_inputs"] = [j for j, t in enumerate(inputs) if span and _overlaps(span, _byte_span(t))]
+    return fact
+
+
+def _byte_span(t: torch.Tensor) -> tuple[int, int] | None:
+    """[start, end) of the bytes a tensor can reach, or None without real storage."""
+    try:
+        with torch._C.DisableTorchFunctionSubclass():
+            storage = t.untyped_storage()
+            base, nbytes = storage.data_ptr(), storage.nbytes()
+            if t.numel() == 0:
+                return (base, base)
+            reach = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride())) + 1
+            start = base + t.storage_offset() * t.element_size()
+            end = start + reach * t.element_size()
+    except Exception:  # wrapper subclasses and fake tensors have no storage to read
+        return None
+    if base == 0 or end > base + nbytes:
+        return None
+    return (start, end)
+
+
+def _overlaps(a, b) -> bool:
+    return b is not None and a[0] < b[1] and b[0] < a[1]
+
+
+def _plain_view(o) -> torch.Tensor | None:
+    """The values the output's storage really holds, as a plain tensor."""
+    if not isinstance(o, torch.Tensor) or _byte_span(o) is None:
+        return None
+    with torch._C.DisableTorchFunctionSubclass():
+        plain = torch.empty(0, dtype=o.dtype, device=o.device)
+        plain.set_(o.untyped_storage(), o.storage_offset(), o.shape, o.stride())
+        return plain.detach().cpu().clone()
+
+
+def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tensor]]:
+    """Rank r's inputs: split arguments cut into contiguous pieces, the rest replicated."""
+    parts = int(partition["num_parts"])
+    split = {int(k): int(v) for k, v in partition["args"].items()}
+    ranks = []
+    for r in range(parts):
+        ranks.append([t.tensor_split(parts, dim=split[j])[r].contiguous() if j in split else t.clone()
+                      for j, t in enumerate(inputs)])
+    return ranks
+
+
+def _load_inputs(ctx: JobContext, key: str) -> list[torch.Tensor]:
+    data = load_tensors(ctx.in_dir / f"{key}.inputs.pt")
+    return [data[str(j)].to(ctx.device) for j in range(len(data))]
+
+
+class _OpAudit(TorchDispatchMode):
+    """Counts the aten ops dispatched while the candidate runs ("aten::mm": 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
+
+
+def _count_triton_launches() -> dict:
+    """Wrap Triton's launch entry points to count launches and the errors they raised
+    (an error the candidate swallowed and then answered anyway is a library fallback)."""
+    state = {"ok": 0, "errors": []}
+    try:
+        import triton.runtime.interpreter as interp
+        import triton.runtime.jit as jit
+    except Exception:
+        return state
+    for cls in (jit.JITFunction, interp.InterpretedFunction):
+        original = cls.run
+
+        def counted(self, *args, __original=original, **kwargs):
+            try:
+                result = __original(self, *args, **kwargs)
+            except Exception as exc:
+                state["errors"].append(f"{getattr(self, '__name__', '?')}: {type(exc).__name__}: {exc}"[:300])
+                raise
+            state["ok"] += 1
+            return result
+
+        cls.run = counted
+    return state
+
+
+def _uses_triton(fn) -> bool:
+    try:
+        import triton.runtime.interpreter as interp
+        import triton.runtime.jit as jit
+    except Exception:
+        return False
+    kinds = (jit.JITFunction, jit.KernelInterface, interp.InterpretedFunction)
+    return any(isinstance(v, kinds) for v in getattr(fn, "__globals__", {}).values())
+
+
+def _watched() -> dict:
+    return {name: _resolve(name) for name in WATCHED}
+
+
+def _resolve(dotted: str):
+    import importlib
+
+    parts = dotted.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part, None)
+        return obj
+    return None
