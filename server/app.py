@@ -161,7 +161,7 @@ def _make_handler(tool: Tool, state: ServerState):
             out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
             result = out.model_dump(mode="json")
         except ValidationError as exc:
-            message = f"invalid arguments for {tool.name}: {_explain(exc)}"
+            message = f"invalid arguments for {tool.name}: {_explain(exc)} [experiment {experiment_id}]"
             state.ledger.close_error(experiment_id, message, ctx.artifacts)
             raise ToolError(message) from None
         except ToolError as exc:

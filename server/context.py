@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +21,18 @@ class ServerState:
     def __init__(self, workspace: Workspace, *, allow_unsandboxed: bool = False):
         self.workspace = workspace
         self.allow_unsandboxed = allow_unsandboxed
-        self.ledger = Ledger(workspace.state_dir / "ledger.sqlite")
+        self._ledger: Ledger | None = None
+        self._ledger_lock = threading.Lock()
         self._sandbox: Any = None
         self.sandbox_error: str | None = None
+
+    @property
+    def ledger(self) -> Ledger:
+        """Opened on first use, so listing tools never touches the state directory."""
+        with self._ledger_lock:  # first calls may arrive on several threads at once
+            if self._ledger is None:
+                self._ledger = Ledger(self.workspace.state_dir / "ledger.sqlite")
+            return self._ledger
 
     @property
     def artifacts_dir(self) -> Path:
@@ -50,7 +60,9 @@ class ServerState:
         if self._sandbox is not None:
             await self._sandbox.aclose()
             self._sandbox = None
-        self.ledger.close()
+        if self._ledger is not None:
+            self._ledger.close()
+            self._ledger = None
 
 
 class CallContext:
@@ -66,6 +78,11 @@ class CallContext:
     @property
     def sandbox(self) -> Any:
         return self._state.sandbox
+
+    @property
+    def ledger(self):
+        """The experiment ledger (server/ledger.py), for list/compare_experiments."""
+        return self._state.ledger
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         if self._mcp is None:

@@ -1,0 +1,223 @@
+"""The `infra-agent` command line: serve, inspect, call tools, configure clients.
+
+Everything a person can do here goes through the same server object an MCP client
+talks to (`call` uses the in-memory client), so the terminal and the agent see the
+same tools, validation, errors and ledger. Human output goes to stdout; when serving
+stdio, stdout belongs to the protocol and every message goes to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import anyio
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from . import clients, render
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="An MCP tool server for optimising an inference stack: compile, check numerics, "
+                  "microbench, profile, serve.")
+out = Console()
+err = Console(stderr=True)
+
+WorkspaceOpt = Annotated[Optional[Path], typer.Option(
+    "--workspace", "-w", help="Workspace folder (kernel specs + infra-agent.toml); default: the built-in zoo.")]
+
+
+class ClientName(str, Enum):
+    claude_code = "claude-code"
+    cursor = "cursor"
+    vscode = "vscode"
+
+
+class ExportFormat(str, Enum):
+    openai = "openai"
+
+
+def _fail(message: str, code: int = 2) -> typer.Exit:
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    return typer.Exit(code)
+
+
+def _build(workspace: Path | None, allow_unsandboxed: bool = False):
+    from ..kernels.workspace import WorkspaceError
+    from .app import build_server
+
+    try:
+        return build_server(workspace, allow_unsandboxed=allow_unsandboxed)
+    except WorkspaceError as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command()
+def serve(
+    workspace: WorkspaceOpt = None,
+    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
+    host: Annotated[str, typer.Option(help="HTTP bind address (loopback keeps DNS-rebinding protection on).")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="HTTP port.")] = 8765,
+    token: Annotated[Optional[str], typer.Option(
+        envvar="INFRA_AGENT_TOKEN", help="Require 'Authorization: Bearer TOKEN' on HTTP requests.")] = None,
+    allow_unsandboxed: Annotated[bool, typer.Option(
+        "--allow-unsandboxed", help="Run agent code even when no isolation (bwrap) is available.")] = False,
+) -> None:
+    """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
+    server = _build(workspace, allow_unsandboxed)
+    if http:
+        from .http import serve_http
+
+        anyio.run(serve_http, server, host, port, token)
+    else:
+        anyio.run(_serve_stdio, server)
+
+
+async def _serve_stdio(server) -> None:
+    try:
+        await server.run_stdio_async()
+    finally:
+        await server.aclose()
+
+
+@app.command("tools")
+def list_tools(workspace: WorkspaceOpt = None) -> None:
+    """List the tools with their one-line descriptions."""
+    server = _build(workspace)
+    render.tool_table(out, anyio.run(server.list_tools))
+
+
+@app.command()
+def call(
+    tool: Annotated[str, typer.Argument(help="Tool name (see `infra-agent tools`).")],
+    args: Annotated[Optional[list[str]], typer.Argument(
+        help="Arguments: one JSON object, or key=value pairs (values parsed as JSON when they are).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the structured result as JSON.")] = False,
+    workspace: WorkspaceOpt = None,
+    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+) -> None:
+    """Call one tool in-process, through the same MCP server an agent uses."""
+    try:
+        arguments = parse_arguments(args or [])
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    server = _build(workspace, allow_unsandboxed)
+    result = anyio.run(_call, server, tool, arguments)
+    if result.is_error:
+        raise _fail(" ".join(getattr(c, "text", "") for c in result.content), code=1)
+    data = result.structured_content or {}
+    if as_json:
+        out.print_json(json.dumps(data))
+    else:
+        render.result(out, tool, data)
+
+
+async def _call(server, tool: str, arguments: dict):
+    from mcp import Client
+
+    try:
+        async with Client(server) as client:
+            return await client.call_tool(tool, arguments)
+    finally:
+        await server.aclose()
+
+
+def parse_arguments(args: list[str]) -> dict[str, Any]:
+    """`'{"kernel": "rmsnorm"}'` or `kernel=rmsnorm limit=5` -> a dict."""
+    if len(args) == 1 and args[0].lstrip().startswith("{"):
+        try:
+            value = json.loads(args[0])
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"arguments are not valid JSON: {exc}") from None
+        if not isinstance(value, dict):
+            raise ValueError("JSON arguments must be an object")
+        return value
+    parsed: dict[str, Any] = {}
+    for arg in args:
+        key, sep, raw = arg.partition("=")
+        if not sep or not key:
+            raise ValueError(f"argument {arg!r} is not key=value (or pass one JSON object)")
+        try:
+            parsed[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[key] = raw  # a bare word is a string
+    return parsed
+
+
+@app.command()
+def experiments(
+    workspace: WorkspaceOpt = None,
+    tool: Annotated[Optional[str], typer.Option(help="Only this tool.")] = None,
+    kernel: Annotated[Optional[str], typer.Option(help="Only this kernel.")] = None,
+    since: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 2h.")] = None,
+    limit: Annotated[int, typer.Option(help="Most rows.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """List recent experiments from the workspace's ledger (read-only)."""
+    from ..tools.base import AgentError
+    from ..tools.list_experiments import parse_since, summarise
+
+    server = _build(workspace)
+    try:
+        rows = server.state.ledger.query(tool=tool, kernel=kernel, since=parse_since(since), limit=limit)
+    except AgentError as exc:
+        raise _fail(str(exc)) from None
+    summaries = [summarise(r).model_dump() for r in rows]
+    if as_json:
+        out.print_json(json.dumps(summaries))
+    else:
+        render.experiments_table(out, summaries)
+
+
+@app.command()
+def config(
+    client: Annotated[ClientName, typer.Option("--client", help="Which MCP client to configure.")],
+    workspace: WorkspaceOpt = None,
+    url: Annotated[Optional[str], typer.Option(help="Configure an HTTP server at this URL instead of stdio.")] = None,
+    token: Annotated[Optional[str], typer.Option(envvar="INFRA_AGENT_TOKEN", help="Bearer token for --url.")] = None,
+) -> None:
+    """Print the exact client configuration snippet for this install."""
+    if workspace is not None and not workspace.is_dir():
+        raise _fail(f"workspace {str(workspace)!r} does not exist or is not a directory")
+    ws = workspace.resolve() if workspace else None
+    sys.stdout.write(clients.snippet(client.value, workspace=ws, url=url, token=token) + "\n")
+
+
+@app.command("export-tools")
+def export_tools(
+    format: Annotated[ExportFormat, typer.Option("--format", help="Output format.")] = ExportFormat.openai,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Print the tools as OpenAI function-calling definitions (JSON)."""
+    server = _build(workspace)
+    tools = anyio.run(server.list_tools)
+    sys.stdout.write(json.dumps(clients.openai_tools(tools), indent=2) + "\n")
+
+
+@app.command()
+def lock(
+    kernel: Annotated[str, typer.Argument(help="Kernel whose reference and tolerances to pin.")],
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Pin a kernel's reference (hashes) so later numerics checks detect edits to it."""
+    try:
+        from ..tools.pinning import lock_kernel
+    except ImportError as exc:
+        raise _fail(f"kernel locking is not available in this install ({exc})") from None
+    from ..kernels.workspace import WorkspaceError, load_workspace
+    from ..tools.base import AgentError
+
+    try:
+        ws = load_workspace(workspace)
+        result = lock_kernel(ws, kernel)
+    except (WorkspaceError, AgentError) as exc:
+        raise _fail(str(exc)) from None
+    out.print_json(json.dumps(result, default=str))
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv, prog_name="infra-agent")

@@ -1,0 +1,76 @@
+"""Streamable HTTP transport: the Starlette app from the MCP SDK, plus optional bearer
+auth, served by uvicorn. DNS-rebinding protection (Host/Origin checks) is the SDK's,
+switched on automatically when binding a loopback address."""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+import uvicorn
+from rich.console import Console
+
+from . import clients
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+MCP_PATH = "/mcp"
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry `Authorization: Bearer <token>`."""
+
+    def __init__(self, app, token: str):
+        self.app = app
+        self._expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self._expected):
+                body = json.dumps({"error": "unauthorized",
+                                   "error_description": "send Authorization: Bearer <token>"}).encode()
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="infra-agent"'),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def build_app(server, host: str, token: str | None):
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    return BearerAuth(app, token) if token else app
+
+
+async def serve_http(server, host: str, port: int, token: str | None) -> None:
+    app = build_app(server, host, token)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    uv = uvicorn.Server(config)
+    try:
+        await _announce(server, host, port, token)
+        await uv.serve()
+    finally:
+        await server.aclose()
+
+
+async def _announce(server, host: str, port: int, token: str | None) -> None:
+    """Tell the person at the terminal (on stderr) where the server is and how to use it."""
+    console = Console(stderr=True)
+    shown_host = f"[{host}]" if ":" in host else host
+    url = f"http://{shown_host}:{port}{MCP_PATH}"
+    tools = await server.list_tools()
+    ws = server.state.workspace
+    console.print(f"[bold green]infra-agent[/] serving streamable HTTP at [bold]{url}[/]", highlight=False)
+    console.print(f"workspace: {ws.root}{' (built-in zoo)' if ws.is_embedded else ''}; "
+                  f"state: {ws.state_dir}", highlight=False)
+    console.print(f"{len(tools)} tools: " + ", ".join(t.name for t in tools), highlight=False)
+    if host in LOOPBACK:
+        console.print("DNS-rebinding protection: on (Host/Origin must be loopback)")
+    else:
+        console.print("[yellow]warning:[/] bound to a non-loopback address: DNS-rebinding protection is off"
+                      + ("" if token else " and no --token is set; anyone who can reach the port can run code"))
+    console.print("auth: " + ("bearer token required" if token else "none (pass --token or INFRA_AGENT_TOKEN)"))
+    for name in ("claude-code", "cursor", "vscode"):
+        console.print(f"\n[bold]{name}[/]:", highlight=False)
+        console.print(clients.snippet(name, url=url, token=token), highlight=False, markup=False)
+    console.print("\nCtrl-C to stop.")

@@ -1,0 +1,84 @@
+"""Terminal rendering of tool results for people (`infra-agent call`, `tools`, `experiments`).
+
+Generic over any tool's output: scalars become a key/value table, lists of objects a
+table each, so a new tool needs no renderer of its own. `--json` bypasses this.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+MAX_CELL = 80
+MAX_ROWS = 50
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, (dict, list)):
+        text = json.dumps(value, separators=(",", ":"))
+    else:
+        text = "" if value is None else str(value)
+    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 1] + "…"
+
+
+def tool_table(console: Console, tools: list) -> None:
+    table = Table("tool", "title", "what it answers", show_lines=False)
+    for t in tools:
+        first_sentence = (t.description or "").strip().split(". ")[0].splitlines()[0] if t.description else ""
+        table.add_row(t.name, t.title or "", first_sentence)
+    console.print(table)
+
+
+def result(console: Console, tool: str, data: dict) -> None:
+    if data.get("summary"):
+        console.print(f"[bold]{tool}[/]: {data['summary']}", highlight=False)
+    scalars = Table("field", "value", title="result", title_justify="left")
+    nested: list[tuple[str, Any]] = []
+    for key, value in data.items():
+        if key == "summary":
+            continue
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            nested.append((key, value))
+        elif isinstance(value, dict) and value and any(isinstance(v, (dict, list)) for v in value.values()):
+            nested.append((key, value))
+        elif key == "sources" and isinstance(value, dict):
+            nested.append((key, value))
+        else:
+            scalars.add_row(key, _cell(value))
+    console.print(scalars)
+    for key, value in nested:
+        if isinstance(value, list):
+            console.print(_rows_table(key, value))
+        else:
+            table = Table("key", "value", title=key, title_justify="left")
+            for k, v in value.items():
+                table.add_row(str(k), _cell(v))
+            console.print(table)
+
+
+def _rows_table(title: str, rows: list[dict]) -> Table:
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    table = Table(*columns, title=title, title_justify="left")
+    for row in rows[:MAX_ROWS]:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    if len(rows) > MAX_ROWS:
+        table.caption = f"{len(rows) - MAX_ROWS} more rows (use --json)"
+    return table
+
+
+def experiments_table(console: Console, rows: list[dict]) -> None:
+    if not rows:
+        console.print("no experiments yet")
+        return
+    table = Table("id", "started (UTC)", "tool", "kernel", "status", "ms", "summary / hypothesis")
+    for r in rows:
+        ms = f"{r['duration_ms']:.0f}" if r.get("duration_ms") is not None else ""
+        text = escape(r["summary"]) + (f"\n[dim]hypothesis: {escape(r['hypothesis'])}[/]" if r.get("hypothesis") else "")
+        table.add_row(r["id"], r["started_at"], r["tool"], r.get("kernel") or "", r["status"], ms, text)
+    console.print(table)

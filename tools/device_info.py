@@ -1,0 +1,107 @@
+"""device_info: the hardware and software that will run agent code, and how isolated it is.
+
+The facts come from a device_probe job inside the sandbox (what the code will actually
+see). When the sandbox cannot run, the answer says so plainly and falls back to what
+the server process sees without importing torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from ..sandbox.job import Job
+from ..server import provenance
+from .base import Tool, ToolContext, ToolInput, ToolOutput
+
+
+class Input(ToolInput):
+    pass
+
+
+class Device(BaseModel):
+    index: int = Field(description="CUDA device index.")
+    name: str = Field(description="Device name, e.g. 'NVIDIA H100 80GB HBM3'.")
+    capability: str = Field(description="Compute capability 'major.minor' (e.g. '9.0' = sm_90).")
+    total_memory_bytes: int = Field(description="Device memory in bytes.")
+    multi_processor_count: int = Field(description="Number of SMs.")
+
+
+class Output(ToolOutput):
+    sandbox_available: bool = Field(description="True when the probe ran inside the sandbox.")
+    isolation_level: str = Field(
+        description="Isolation actually in force for agent code (from the sandbox), or 'unavailable'.")
+    isolation: dict[str, Any] = Field(
+        default_factory=dict, description="The sandbox's own account of its isolation: what is on, what is missing.")
+    sandbox_error: str | None = Field(default=None, description="Why the sandbox could not run the probe, if so.")
+    device: str = Field(description="'cuda' when a GPU is visible to workers, else 'cpu' (Triton runs interpreted).")
+    devices: list[Device] = Field(default_factory=list, description="CUDA devices visible to workers.")
+    cpu_model: str = Field(description="CPU model name.")
+    num_cpus: int | None = Field(description="Logical CPUs on the host.")
+    num_cpus_usable: int | None = Field(default=None, description="CPUs the worker may run on (affinity).")
+    versions: dict[str, str | None] = Field(
+        description="python, torch, triton, numpy (and CUDA/HIP runtime) versions the workers use.")
+    worker_facts: dict[str, Any] = Field(
+        default_factory=dict, description="Every raw fact the probe returned, for anything not summarised above.")
+    server_view: dict[str, Any] = Field(
+        description="What the server process itself sees (package metadata, /proc), without importing torch.")
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    server_view = provenance.device_facts()
+    facts: dict[str, Any] = {}
+    isolation: dict[str, Any] = {}
+    level, error = "unavailable", None
+    try:
+        sandbox = ctx.sandbox
+        level = str(sandbox.isolation.level)
+        isolation = dict(sandbox.isolation.as_dict())
+        await ctx.progress(0, 1, "probing the worker environment")
+        result = await sandbox.run(Job(op="device_probe", kind="run", timeout_s=120.0))
+        if result.ok:
+            facts = dict(result.result)
+        else:
+            error = f"device_probe job {result.status}: {result.error or result.stderr_tail[-500:]}"
+    except Exception as exc:  # the sandbox missing or failing is an answer here, not an error
+        error = f"{type(exc).__name__}: {exc}"
+    await ctx.progress(1, 1, "done")
+
+    if facts:
+        devices = [Device(**d) for d in facts.get("devices", [])]
+        versions = {k: facts.get(k) for k in ("python", "torch", "triton", "numpy", "torch_cuda", "torch_hip")}
+        out = Output(sandbox_available=True, isolation_level=level, isolation=isolation, sandbox_error=None,
+                     device="cuda" if devices else "cpu", devices=devices, cpu_model=facts.get("cpu_model", "?"),
+                     num_cpus=facts.get("num_cpus"), num_cpus_usable=facts.get("num_cpus_usable"),
+                     versions=versions, worker_facts=facts, server_view=server_view)
+        where = ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices) or \
+            f"CPU only ({out.cpu_model}, {out.num_cpus_usable} usable cores; Triton runs interpreted)"
+        out.summary = f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}"
+        return out
+
+    versions = {"python": server_view["python"], **server_view["packages"]}
+    gpus = server_view["gpus"]
+    return Output(
+        sandbox_available=False, isolation_level=level, isolation=isolation, sandbox_error=error,
+        device="cuda" if gpus else "cpu", cpu_model=server_view["cpu_model"], num_cpus=server_view["num_cpus"],
+        versions=versions, server_view=server_view,
+        summary=f"sandbox unavailable ({error}); agent code cannot run. The server sees "
+        f"{', '.join(gpus) or 'no NVIDIA GPU'}, {server_view['cpu_model']} x{server_view['num_cpus']}, "
+        f"torch {versions.get('torch')} (from package metadata)",
+    )
+
+
+TOOL = Tool(
+    name="device_info",
+    title="Device and isolation info",
+    description="What hardware and software will run agent code: GPUs (name, compute capability, memory) or "
+    "CPU, torch/triton/numpy/python versions as the sandboxed worker sees them, and the isolation level "
+    "actually in force (and what is missing). Says plainly when the sandbox is unavailable.",
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    read_only=True,
+    idempotent=True,
+    open_world=False,
+    kernel_field=None,
+)
