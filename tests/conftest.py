@@ -52,7 +52,7 @@ async def client(server):
         yield c
 
 
-async def call(client, tool: str, **args) -> dict:
+async def call(client, tool: str, /, **args) -> dict:
     result = await client.call_tool(tool, args)
     if result.is_error:
         raise ToolCallError(" ".join(getattr(c, "text", str(c)) for c in result.content))

@@ -1,0 +1,219 @@
+"""The server through the in-memory MCP client: schemas, structured results, the ledger,
+resources, prompts, progress, and errors that leave the server serving."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import ToolCallError, call
+from pydantic import Field
+
+from infra_agent.server import app as server_app
+from infra_agent.tools.base import AgentError, Tool, ToolInput, ToolOutput
+
+pytestmark = pytest.mark.anyio
+
+OWN_TOOLS = {"list_kernels", "describe_kernel", "device_info", "list_experiments", "compare_experiments"}
+
+
+async def test_tools_have_schemas_titles_and_annotations(client):
+    tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert OWN_TOOLS <= set(tools)
+    for tool in tools.values():
+        assert tool.input_schema["type"] == "object"
+        assert "hypothesis" in tool.input_schema["properties"]
+        assert tool.output_schema and tool.output_schema["type"] == "object"
+        assert "experiment_id" in tool.output_schema["properties"]
+        assert tool.title and tool.description
+        assert tool.annotations is not None and tool.annotations.read_only_hint is not None
+    describe = tools["describe_kernel"]
+    assert describe.input_schema["required"] == ["kernel"]
+    assert describe.input_schema["additionalProperties"] is False
+    assert describe.annotations.read_only_hint is True and describe.annotations.idempotent_hint is True
+    assert describe.annotations.open_world_hint is False and describe.annotations.destructive_hint is False
+
+
+async def test_list_kernels_structured(client):
+    out = await call(client, "list_kernels")
+    names = [k["name"] for k in out["kernels"]]
+    assert names == ["rmsnorm", "vector_add"]
+    rms = out["kernels"][0]
+    assert rms["impls"] == ["triton"] and rms["shape_sets"] == {"cpu": 3, "gpu": 3} and rms["has_partition"]
+    assert out["experiment_id"].startswith("e")
+
+
+async def test_describe_rmsnorm_cost_model_and_sources(client):
+    out = await call(client, "describe_kernel", kernel="rmsnorm")
+    assert out["name"] == "rmsnorm" and [a["name"] for a in out["args"]] == ["x", "weight"]
+    first = out["shapes"][0]
+    assert first["shape"] == {"M": 4, "N": 64} and first["flops"] == 4 * 4 * 64 + 4
+    fp32 = next(d for d in first["per_dtype"] if d["dtype"] == "float32")
+    assert fp32["bytes"] == (2 * 4 * 64 + 64) * 4
+    assert fp32["arithmetic_intensity"] == pytest.approx(first["flops"] / fp32["bytes"])
+    fp16 = next(d for d in first["per_dtype"] if d["dtype"] == "float16")
+    assert fp16["bytes"] == fp32["bytes"] / 2
+    assert {t["dtype"] for t in out["tolerances"]} == {"float32", "float16", "bfloat16"}
+    assert all(t["why"] for t in out["tolerances"])
+    assert out["partition"] == {"args": {"x": 0}, "num_parts": 2, "combine": "concat", "out_dim": 0}
+    assert "aten::rsqrt" in out["forbidden_ops"]
+    assert "def rmsnorm" in out["sources"]["reference"] and "@triton.jit" in out["sources"]["triton"]
+
+
+async def test_ledger_records_every_call_and_list_filters(client, server):
+    a = await call(client, "describe_kernel", kernel="rmsnorm", hypothesis="rmsnorm is memory-bound")
+    b = await call(client, "describe_kernel", kernel="vector_add", include_source=False)
+    with pytest.raises(ToolCallError):
+        await call(client, "describe_kernel", kernel="nope")
+    row = server.state.ledger.get(a["experiment_id"])
+    assert row["tool"] == "describe_kernel" and row["kernel"] == "rmsnorm" and row["status"] == "ok"
+    assert row["hypothesis"] == "rmsnorm is memory-bound"
+    assert row["arguments"] == {"kernel": "rmsnorm", "hypothesis": "rmsnorm is memory-bound"}
+    assert row["result"]["name"] == "rmsnorm" and row["device_fingerprint"] and row["duration_s"] >= 0
+    assert row["git_commit"] is None  # the tmp workspace is not a git repository
+
+    listed = await call(client, "list_experiments", tool="describe_kernel")
+    assert [e["status"] for e in listed["experiments"]] == ["error", "ok", "ok"]
+    assert listed["experiments"][1]["id"] == b["experiment_id"]
+    assert "unknown kernel" in listed["experiments"][0]["summary"]
+    only_rms = await call(client, "list_experiments", kernel="rmsnorm")
+    assert [e["id"] for e in only_rms["experiments"]] == [a["experiment_id"]]
+    assert only_rms["experiments"][0]["hypothesis"] == "rmsnorm is memory-bound"
+    future = await call(client, "list_experiments", since="2999-01-01T00:00:00Z")
+    assert future["experiments"] == []
+    recent = await call(client, "list_experiments", since="1h")
+    assert len(recent["experiments"]) == 3  # ledger queries themselves are hidden by default
+    with pytest.raises(ToolCallError, match="since="):
+        await call(client, "list_experiments", since="yesterday-ish")
+
+
+async def test_compare_experiments_reports_inputs_and_result_moves(client):
+    a = await call(client, "describe_kernel", kernel="rmsnorm", include_source=False)
+    b = await call(client, "describe_kernel", kernel="vector_add", include_source=False)
+    cmp = await call(client, "compare_experiments", a=a["experiment_id"], b=b["experiment_id"])
+    assert {"path": "kernel", "a": "rmsnorm", "b": "vector_add"} in cmp["input_changes"]
+    assert cmp["device"]["same_device"] is True and cmp["code"]["same_code"] is None
+    assert {"path": "name", "a": "rmsnorm", "b": "vector_add"} in cmp["changed_strings"]
+    # rmsnorm cpu shape 0 is 4x64 (1028 FLOPs), vector_add's is N=1000 (1000 FLOPs)
+    flops = next(c for c in cmp["numeric_changes"] if c["path"] == "shapes.0.flops")
+    assert flops["a"] == 1028 and flops["b"] == 1000 and flops["delta"] == -28
+    assert flops["ratio"] == pytest.approx(1000 / 1028)
+    assert cmp["num_unchanged"] > 0
+    with pytest.raises(ToolCallError, match="no experiment"):
+        await call(client, "compare_experiments", a=a["experiment_id"], b="e99999-0000")
+
+
+async def test_bad_input_is_a_clear_tool_error_and_server_keeps_serving(client, server):
+    with pytest.raises(ToolCallError, match="unknown kernel 'nope'.*rmsnorm, vector_add"):
+        await call(client, "describe_kernel", kernel="nope")
+    with pytest.raises(ToolCallError, match="unknown argument 'kernal'"):
+        await call(client, "describe_kernel", kernal="rmsnorm")
+    with pytest.raises(ToolCallError, match="include_source"):
+        await call(client, "describe_kernel", kernel="rmsnorm", include_source="maybe")
+    with pytest.raises(ToolCallError, match="limit"):
+        await call(client, "list_experiments", limit=0)
+    unknown = await client.call_tool("no_such_tool", {})
+    assert unknown.is_error
+    rejected = server.state.ledger.query(tool="describe_kernel", limit=3)
+    assert [r["status"] for r in rejected] == ["error"] * 3  # rejected calls are on record too
+    assert (await call(client, "list_kernels"))["kernels"]  # still serving
+
+
+async def test_resources_experiments_and_artifacts(client, server):
+    out = await call(client, "describe_kernel", kernel="rmsnorm", include_source=False)
+    eid = out["experiment_id"]
+    listed = (await client.list_resources()).resources
+    assert f"experiment://{eid}" in [str(r.uri) for r in listed]
+    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
+    assert templates == {"experiment://{experiment_id}", "artifact://{experiment_id}/{name}"}
+
+    read = await client.read_resource(f"experiment://{eid}")
+    row = json.loads(read.contents[0].text)
+    assert row["id"] == eid and row["result"]["name"] == "rmsnorm"
+
+    from infra_agent.server.context import CallContext
+
+    ctx = CallContext(server.state, eid)
+    text_uri = ctx.artifact("kernel.ptx", "// ptx text")
+    blob_uri = ctx.artifact("plot.png", b"\x89PNG\r\n\x1a\n\x00\x01")
+    assert text_uri == f"artifact://{eid}/kernel.ptx"
+    text = (await client.read_resource(text_uri)).contents[0]
+    assert text.text == "// ptx text" and text.mime_type == "text/plain"
+    blob = (await client.read_resource(blob_uri)).contents[0]
+    assert blob.mime_type == "image/png" and blob.blob
+    with pytest.raises(ValueError):
+        ctx.artifact("../escape.txt", "x")
+    with pytest.raises(Exception):
+        await client.read_resource(f"artifact://{eid}/missing.txt")
+
+
+async def test_prompts_teach_the_loop(client):
+    names = {p.name for p in (await client.list_prompts()).prompts}
+    assert names == {"optimize_kernel", "hunt_regression", "verify_numerics"}
+    got = await client.get_prompt("optimize_kernel", {"kernel": "rmsnorm"})
+    text = got.messages[0].content.text
+    assert "rmsnorm" in text and "hypothesis" in text.lower()
+    ladder = [text.index(f"{i}. {tool}") for i, tool in enumerate(
+        ["compile_kernel", "check_numerics", "microbench", "profile", "serve_benchmark"], start=1)]
+    assert ladder == sorted(ladder)
+    hunt = await client.get_prompt("hunt_regression", {"good_experiment": "e1", "bad_experiment": "e2"})
+    assert 'compare_experiments(a="e1", b="e2")' in hunt.messages[0].content.text
+
+
+# --- the adapter itself, with tools made up for the test ---------------------------------
+
+class EchoInput(ToolInput):
+    n: int = Field(description="How many progress steps.")
+    fail: str = Field(default="", description="'agent' or 'crash' to fail that way.")
+
+
+class EchoOutput(ToolOutput):
+    n: int = Field(description="Echo of n.")
+
+
+async def _echo(inp: EchoInput, ctx) -> EchoOutput:
+    for i in range(inp.n):
+        await ctx.progress(i + 1, inp.n, f"step {i + 1}")
+    ctx.artifact("log.txt", "hello")
+    if inp.fail == "agent":
+        raise AgentError("n is too large; pass a smaller n")
+    if inp.fail == "crash":
+        raise KeyError("oops")
+    return EchoOutput(n=inp.n, summary="echoed")
+
+
+ECHO = Tool(name="echo", title="Echo", description="Test tool.", input_model=EchoInput,
+            output_model=EchoOutput, run=_echo, kernel_field=None)
+
+
+@pytest.fixture
+async def echo_client(workspace, monkeypatch):
+    from mcp import Client
+
+    monkeypatch.setattr(server_app, "discover_tools", lambda: {"echo": ECHO})
+    srv = server_app.build_server(workspace)
+    async with Client(srv) as c:
+        yield c, srv
+    await srv.aclose()
+
+
+async def test_progress_artifacts_and_error_mapping(echo_client):
+    client, srv = echo_client
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    result = await client.call_tool("echo", {"n": 3}, progress_callback=on_progress)
+    out = result.structured_content
+    assert out["n"] == 3 and out["artifacts"] == [f"artifact://{out['experiment_id']}/log.txt"]
+    assert seen == [(1, 3, "step 1"), (2, 3, "step 2"), (3, 3, "step 3")]
+    assert srv.state.ledger.get(out["experiment_id"])["artifacts"] == out["artifacts"]
+
+    agent = await client.call_tool("echo", {"n": 0, "fail": "agent"})
+    assert agent.is_error and "n is too large; pass a smaller n" in agent.content[0].text
+    crash = await client.call_tool("echo", {"n": 0, "fail": "crash"})
+    assert crash.is_error and "internal error in echo" in crash.content[0].text and "KeyError" in crash.content[0].text
+    statuses = [r["status"] for r in srv.state.ledger.query(tool="echo")]
+    assert statuses == ["error", "error", "ok"]
+    assert (await client.call_tool("echo", {"n": 1})).structured_content["n"] == 1
