@@ -1,0 +1,211 @@
+"""Per-job cgroups: a memory ceiling, a process ceiling, and a kill that reaches everything.
+
+Every process a job starts (threads, compilers, a double-forked daemon) stays in the
+job's cgroup, so killing the cgroup's members ends the job completely, and the kernel's
+counters say whether the job hit the memory (OOM kill) or process limit.
+
+cgroup v1 (memory, pids, and freezer for an atomic kill) and v2 (memory, pids,
+cgroup.kill) are both handled; cgroups live under the server's own cgroup in a folder
+named after the server's pid, so a later server can remove what a killed one left.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from pathlib import Path
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+_PREFIX = "infra-agent-"
+
+
+class CgroupError(Exception):
+    pass
+
+
+class JobCgroup:
+    def __init__(self, dirs: dict[str, Path], v2: bool):
+        self.dirs = dirs  # controller -> folder ("unified" on v2)
+        self.v2 = v2
+
+    def add(self, pid: int) -> None:
+        for d in self.dirs.values():
+            (d / "cgroup.procs").write_text(str(pid))
+
+    def procs(self) -> set[int]:
+        pids: set[int] = set()
+        for d in self.dirs.values():
+            try:
+                pids |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return pids
+
+    def kill_all(self, timeout_s: float = 5.0) -> bool:
+        """SIGKILL every member until none is left; True when the cgroup is empty."""
+        deadline = time.monotonic() + timeout_s
+        if self.v2:
+            _try_write(self.dirs["unified"] / "cgroup.kill", "1")
+        freezer = self.dirs.get("freezer")
+        if freezer is not None:  # frozen processes cannot fork while we collect them
+            _try_write(freezer / "freezer.state", "FROZEN")
+        while True:
+            pids = self.procs()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            if freezer is not None:
+                _try_write(freezer / "freezer.state", "THAWED")  # killed tasks die once thawed
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.005)
+        return True
+
+    def _counter(self, file: str, key: str) -> int:
+        for d in self.dirs.values():
+            try:
+                for line in (d / file).read_text().splitlines():
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+            except OSError:
+                continue
+        return 0
+
+    def oom_kills(self) -> int:
+        return self._counter("memory.events" if self.v2 else "memory.oom_control", "oom_kill")
+
+    def pids_limit_hits(self) -> int:
+        return self._counter("pids.events", "max")
+
+    def peak_memory_bytes(self) -> int | None:
+        for name in ("memory.peak", "memory.max_usage_in_bytes"):
+            for d in self.dirs.values():
+                try:
+                    return int((d / name).read_text())
+                except (OSError, ValueError):
+                    continue
+        return None
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            for _ in range(50):  # a just-killed task can keep the folder busy for a moment
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.01)
+
+
+class CgroupManager:
+    """Finds where this server may create cgroups; `reason` says why not when it cannot."""
+
+    def __init__(self, root: Path = CGROUP_ROOT):
+        self.root = root
+        self.v2 = (root / "cgroup.controllers").exists()
+        self.reason: str | None = None
+        self.bases: dict[str, Path] = {}
+        self._enabled = False
+        try:
+            self.bases = self._find_bases()
+        except CgroupError as exc:
+            self.reason = str(exc)
+
+    @property
+    def available(self) -> bool:
+        return self.reason is None
+
+    def _find_bases(self) -> dict[str, Path]:
+        own = {}
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, controllers, path = line.split(":", 2)
+            for c in controllers.split(",") if controllers else ["unified"]:
+                own[c] = path.lstrip("/")
+        wanted = ["unified"] if self.v2 else ["memory", "pids", "freezer"]
+        bases = {}
+        for c in wanted:
+            mount = self.root if self.v2 else self.root / c
+            if c in own and mount.is_dir():
+                bases[c] = mount / own[c] / f"{_PREFIX}{os.getpid()}"
+        if self.v2:
+            controllers = (self.root / own.get("unified", "") / "cgroup.controllers").read_text().split()
+            if "unified" not in bases or not {"memory", "pids"} <= set(controllers):
+                raise CgroupError(f"cgroup v2 without memory+pids controllers here (have: {' '.join(controllers)})")
+        elif not {"memory", "pids"} <= set(bases):
+            raise CgroupError("cgroup v1 memory and pids hierarchies not mounted under /sys/fs/cgroup")
+        return bases
+
+    def _ensure_server_dirs(self) -> None:
+        if self._enabled:
+            return
+        for base in self.bases.values():
+            base.mkdir(exist_ok=True)
+        if self.v2:
+            _write(self.bases["unified"].parent / "cgroup.subtree_control", "+memory +pids")
+            _write(self.bases["unified"] / "cgroup.subtree_control", "+memory +pids")
+        self._enabled = True
+
+    def create(self, job_id: str, memory_bytes: int, num_processes: int) -> JobCgroup:
+        """Make the job's cgroups with their limits; raises CgroupError (with the OS reason)."""
+        try:
+            self._ensure_server_dirs()
+            dirs = {c: base / job_id for c, base in self.bases.items()}
+            for d in dirs.values():
+                d.mkdir()
+            if self.v2:
+                d = dirs["unified"]
+                _write(d / "memory.max", str(memory_bytes))
+                _try_write(d / "memory.swap.max", "0")
+                _write(d / "pids.max", str(num_processes))
+            else:
+                _write(dirs["memory"] / "memory.limit_in_bytes", str(memory_bytes))
+                _try_write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory_bytes))
+                _write(dirs["pids"] / "pids.max", str(num_processes))
+        except OSError as exc:
+            raise CgroupError(f"cannot create cgroup for job {job_id}: {exc}") from exc
+        return JobCgroup(dirs, self.v2)
+
+    def remove_stale(self) -> list[Path]:
+        """Kill and remove what servers that died without cleaning up left behind."""
+        removed = []
+        for base in self.bases.values():
+            for folder in base.parent.glob(f"{_PREFIX}*"):
+                m = re.fullmatch(rf"{_PREFIX}(\d+)", folder.name)
+                if not m or Path(f"/proc/{m.group(1)}").exists():
+                    continue  # not ours, or its server (maybe this one) is alive
+                for job in [p for p in folder.iterdir() if p.is_dir()]:
+                    JobCgroup({"x": job}, self.v2).kill_all(timeout_s=2.0)
+                    JobCgroup({"x": job}, self.v2).remove()
+                JobCgroup({"x": folder}, self.v2).remove()
+                removed.append(folder)
+        return removed
+
+    def close(self) -> None:
+        """Remove this server's folders (jobs must be gone)."""
+        for base in self.bases.values():
+            if base.is_dir():
+                for job in [p for p in base.iterdir() if p.is_dir()]:
+                    JobCgroup({"x": job}, self.v2).kill_all(timeout_s=2.0)
+                    JobCgroup({"x": job}, self.v2).remove()
+                JobCgroup({"x": base}, self.v2).remove()
+        self._enabled = False
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def _try_write(path: Path, value: str) -> bool:
+    try:
+        path.write_text(value)
+        return True
+    except OSError:
+        return False

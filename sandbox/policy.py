@@ -1,0 +1,183 @@
+"""What a job may see and use: pure data, no side effects.
+
+`Limits` are the numbers; `Layout` says where things live on the host; `SandboxView`
+turns both into the bwrap command line of the zygote and the per-job confinement spec
+(environment, Landlock paths, rlimits) the job child applies to itself. Everything here
+is computed from arguments only, so it can be read and tested without running anything.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+# Mount points inside the sandbox.
+WORKER_ROOT = "/opt/ia"  # the worker package is mounted at /opt/ia/ia_worker
+WORKER_PACKAGE = "ia_worker"
+WORKSPACE_MOUNT = "/workspace"
+JOBS_MOUNT = "/jobs"
+
+# /etc entries a job needs (dynamic linker, user names, alternatives for cc/gcc);
+# never /etc whole: it holds shadow, ssh host keys, machine secrets.
+ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime")
+# Device files every job may open; /dev/shm is left out so jobs share no memory files.
+BASIC_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
+
+
+def _default_memory_bytes() -> int:
+    """A quarter of the machine's RAM, between 2 and 32 GiB: several jobs fit at once."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        total = 16 * GiB
+    return int(min(max(total // 4, 2 * GiB), 32 * GiB))
+
+
+@dataclass(frozen=True)
+class Limits:
+    memory_bytes: int = field(default_factory=_default_memory_bytes)  # cgroup, per job
+    num_processes: int = 512  # cgroup pids.max per job; threads count (torch, triton, nvcc)
+    file_bytes: int = 2 * GiB  # RLIMIT_FSIZE: largest file a job may write
+    num_files: int = 4096  # RLIMIT_NOFILE
+    output_bytes: int = 8 * MiB  # stdout and stderr, each; more kills the job
+    tail_bytes: int = 16 * 1024  # how much of stdout/stderr comes back in a JobResult
+
+    def cpu_seconds(self, timeout_s: float) -> int:
+        """RLIMIT_CPU: all cores busy for the whole wall-clock budget, plus slack."""
+        return int(math.ceil(timeout_s * (os.cpu_count() or 1))) + 10
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Host paths the sandbox is built from."""
+
+    worker_dir: Path  # sandbox/worker on the host
+    workspace: Path
+    jobs_dir: Path  # one writable folder holding every job's folder
+    etc_dir: Path  # synthesised passwd/group for the sandbox user
+    pkg_dir: Path  # without bwrap: holds an `ia_worker` symlink to worker_dir, for PYTHONPATH
+    python_prefixes: tuple[Path, ...]  # sys.prefix, sys.base_prefix, ...
+    hidden_dirs: tuple[Path, ...] = ()  # inside the bound trees, masked (our own installed code)
+    gpu_devices: tuple[str, ...] = ()  # /dev/nvidia* present on the host
+    python: str = "python3"  # the interpreter, as a path valid inside the sandbox too
+
+
+@dataclass(frozen=True)
+class SandboxView:
+    """Where the job sees things; `sandboxed` False means host paths (no bwrap)."""
+
+    layout: Layout
+    sandboxed: bool
+
+    @property
+    def jobs_root(self) -> str:
+        return JOBS_MOUNT if self.sandboxed else str(self.layout.jobs_dir)
+
+    @property
+    def workspace_root(self) -> str:
+        return WORKSPACE_MOUNT if self.sandboxed else str(self.layout.workspace)
+
+    @property
+    def worker_parent(self) -> str:
+        """The folder on PYTHONPATH that holds the `ia_worker` package."""
+        return WORKER_ROOT if self.sandboxed else str(self.layout.pkg_dir)
+
+    def job_dir(self, job_id: str) -> str:
+        return f"{self.jobs_root}/{job_id}"
+
+    def workspace_path(self, host_path: Path) -> str:
+        rel = Path(host_path).resolve().relative_to(self.layout.workspace.resolve())
+        return str(Path(self.workspace_root) / rel)
+
+    # --- the zygote ---------------------------------------------------------------------
+
+    def zygote_env(self) -> dict[str, str]:
+        return {"PATH": _PATH, "PYTHONPATH": self.worker_parent, "PYTHONNOUSERSITE": "1",
+                "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "HOME": "/nonexistent"}
+
+    def zygote_argv(self, ctl_fd: int) -> list[str]:
+        cmd = [self.layout.python, "-m", f"{WORKER_PACKAGE}.zygote", str(ctl_fd)]
+        return self.bwrap_argv() + ["--", *cmd] if self.sandboxed else cmd
+
+    def bwrap_argv(self) -> list[str]:
+        lay = self.layout
+        argv = ["bwrap", "--unshare-all", "--hostname", "sandbox", "--cap-drop", "ALL",
+                "--uid", "65534", "--gid", "65534", "--die-with-parent", "--new-session", "--clearenv"]
+        for key, value in self.zygote_env().items():
+            argv += ["--setenv", key, value]
+        argv += ["--ro-bind", "/usr", "/usr"]
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / name
+            if host.is_symlink():
+                argv += ["--symlink", os.readlink(host), f"/{name}"]
+            elif host.is_dir():
+                argv += ["--ro-bind", str(host), f"/{name}"]
+        for name in ETC_FILES:
+            argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+        for name in ("passwd", "group"):
+            argv += ["--ro-bind", str(lay.etc_dir / name), f"/etc/{name}"]
+        for prefix in lay.python_prefixes:
+            argv += ["--ro-bind", str(prefix), str(prefix)]
+        for hidden in lay.hidden_dirs:
+            argv += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
+        argv += ["--ro-bind", str(lay.worker_dir), f"{WORKER_ROOT}/{WORKER_PACKAGE}",
+                 "--ro-bind", str(lay.workspace), WORKSPACE_MOUNT,
+                 "--bind", str(lay.jobs_dir), JOBS_MOUNT,
+                 "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        if lay.gpu_devices:
+            for dev in lay.gpu_devices:
+                argv += ["--dev-bind", dev, dev]
+            argv += ["--ro-bind", "/sys", "/sys"]
+        return argv
+
+    # --- one job --------------------------------------------------------------------------
+
+    def job_env(self, job_dir: str, device: str, extra: dict[str, str]) -> dict[str, str]:
+        """Per-job HOME and caches inside the job folder: no job plants code for the next."""
+        env = {"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
+               "HOME": f"{job_dir}/home", "TMPDIR": f"{job_dir}/tmp", "XDG_CACHE_HOME": f"{job_dir}/cache",
+               "TRITON_HOME": f"{job_dir}/home", "TRITON_CACHE_DIR": f"{job_dir}/cache/triton",
+               "TORCH_EXTENSIONS_DIR": f"{job_dir}/cache/torch_extensions",
+               "CUDA_CACHE_PATH": f"{job_dir}/cache/cuda", "MPLCONFIGDIR": f"{job_dir}/cache/matplotlib"}
+        if device == "cpu":
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        env.update(extra)
+        return env
+
+    def landlock_rules(self, job_dir: str) -> dict[str, list[str]]:
+        lay = self.layout
+        read_only = ["/usr", *(f"/etc/{n}" for n in (*ETC_FILES, "passwd", "group")),
+                     *(str(p) for p in lay.python_prefixes), self.worker_parent, self.workspace_root, "/proc"]
+        if not self.sandboxed:
+            read_only.append(str(lay.worker_dir))  # the pkg/ia_worker symlink's target
+        for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            if Path(f"/{name}").is_dir() and not Path(f"/{name}").is_symlink():
+                read_only.append(f"/{name}")
+        if lay.gpu_devices:
+            read_only.append("/sys")
+        return {"read_only": read_only, "read_write": [job_dir],
+                "devices": [*BASIC_DEVICES, *lay.gpu_devices]}
+
+    def job_spec(self, *, job_id: str, op: str, payload: dict, env: dict[str, str], device: str,
+                 limits: Limits, timeout_s: float, landlock: bool, seccomp: bool) -> dict:
+        """job.json: what the harness reads before it runs anything of the agent's."""
+        job_dir = self.job_dir(job_id)
+        return {
+            "id": job_id, "op": op, "payload": payload, "device": device,
+            "job_dir": job_dir, "workspace": self.workspace_root,
+            "env": self.job_env(job_dir, device, env),
+            "confine": {
+                "rlimits": {"cpu_s": limits.cpu_seconds(timeout_s), "file_bytes": limits.file_bytes,
+                            "num_files": limits.num_files},
+                "landlock": self.landlock_rules(job_dir) if landlock else None,
+                "seccomp": seccomp,
+            },
+        }
+
+
+_PATH = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin"

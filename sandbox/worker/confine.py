@@ -1,0 +1,220 @@
+"""Per-job confinement a forked job child applies to itself before running agent code.
+
+Three layers, each through the kernel's own interface and ctypes (stdlib only, so the
+harness keeps its light import set):
+
+- resource limits (``setrlimit``): CPU seconds, file size, open files, no core dumps;
+- Landlock (raw syscalls 444-446): write only the job's own folder, read only the
+  folders the policy lists, no TCP, and (ABI >= 6) no signals or abstract UNIX sockets
+  across the job's boundary, so one job cannot kill the zygote or read a sibling job;
+- seccomp through libseccomp (a maintained BPF compiler, loaded with ctypes): deny
+  non-UNIX sockets, ptrace, process_vm_*, bpf, perf_event_open, mount, namespaces,
+  keyrings, userfaultfd, io_uring.
+
+Each function raises ``ConfineError`` when a layer the policy asked for cannot be
+applied: a job never runs with less isolation than the parent reported.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import os
+import resource
+
+# --- Landlock -------------------------------------------------------------------------
+
+_SYS_CREATE_RULESET, _SYS_ADD_RULE, _SYS_RESTRICT_SELF = 444, 445, 446  # same on x86-64 and arm64
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+EXECUTE, WRITE_FILE, READ_FILE, READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR = 1 << 4, 1 << 5, 1 << 6, 1 << 7
+MAKE_REG, MAKE_SOCK, MAKE_FIFO, MAKE_BLOCK, MAKE_SYM = 1 << 8, 1 << 9, 1 << 10, 1 << 11, 1 << 12
+REFER, TRUNCATE, IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_FILE_RIGHTS = EXECUTE | WRITE_FILE | READ_FILE | TRUNCATE | IOCTL_DEV
+# Rights each ABI version knows; handling a right the kernel lacks is an error.
+_FS_BY_ABI = {1: (1 << 13) - 1, 2: (1 << 14) - 1, 3: (1 << 15) - 1, 4: (1 << 15) - 1}
+_NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
+_SCOPE_ABSTRACT_UNIX, _SCOPE_SIGNAL = 1 << 0, 1 << 1
+
+READ_ONLY = EXECUTE | READ_FILE | READ_DIR
+READ_WRITE = (1 << 16) - 1  # everything, masked down to what the ABI handles
+
+
+class ConfineError(Exception):
+    """A confinement layer could not be applied; the job must not run."""
+
+
+class _RulesetAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+class _PathBeneathAttr(ctypes.Structure):
+    _pack_ = 1  # the kernel's struct is __attribute__((packed)): 12 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version, or 0 when Landlock is absent or disabled."""
+    abi = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    return max(int(abi), 0)
+
+
+def _fs_rights(abi: int) -> int:
+    return _FS_BY_ABI.get(abi, (1 << 16) - 1)
+
+
+def apply_landlock(read_only: list[str], read_write: list[str], devices: list[str]) -> int:
+    """Restrict this process (and all it starts) to the listed paths; returns the ABI used.
+
+    `devices` are character devices opened read-write (with ioctl: GPUs need it).
+    Paths that do not exist are skipped: the policy lists optional folders.
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        raise ConfineError("Landlock is not available in this kernel")
+    handled = _fs_rights(abi)
+    attr = _RulesetAttr(handled, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+                        (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
+    ruleset = _libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise ConfineError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
+    try:
+        for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV)):
+            for path in paths:
+                _add_path_rule(ruleset, path, rights & handled)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            raise ConfineError(f"PR_SET_NO_NEW_PRIVS failed: {os.strerror(ctypes.get_errno())}")
+        if _libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
+            raise ConfineError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(ruleset)
+    return abi
+
+
+def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        if not os.path.isdir(path):
+            rights &= _FILE_RIGHTS  # the kernel rejects directory rights on a file
+        rule = _PathBeneathAttr(rights, fd)
+        if _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
+                         ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            raise ConfineError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
+    finally:
+        os.close(fd)
+
+
+# --- seccomp (libseccomp) ---------------------------------------------------------------
+
+_ACT_ALLOW = 0x7FFF0000
+_CMP_NE, _CMP_MASKED_EQ = 1, 7
+_AF_UNIX = 1
+
+DENIED_SYSCALLS = (
+    "ptrace", "process_vm_readv", "process_vm_writev", "bpf", "perf_event_open",
+    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
+    "fspick", "mount_setattr", "unshare", "setns", "keyctl", "add_key", "request_key",
+    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "open_by_handle_at", "name_to_handle_at", "swapon", "swapoff", "reboot", "acct",
+)
+# clone() flags that would create namespaces; clone3 passes flags in memory that a
+# filter cannot read, so it answers ENOSYS and libc falls back to clone().
+# (CLONE_NEWTIME is absent: in clone() its bit is part of the exit-signal byte.)
+_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
+                    0x20000000, 0x40000000)
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
+                ("datum_b", ctypes.c_uint64)]
+
+
+def _load_libseccomp():
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    try:
+        lib = ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
+                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    return lib
+
+
+_seccomp = _load_libseccomp()  # loaded once in the zygote; children inherit the mapping
+
+
+def seccomp_available() -> str | None:
+    """None when the filter can be built, else the reason it cannot."""
+    return None if _seccomp is not None else "libseccomp.so.2 not found (apt-get install libseccomp2)"
+
+
+def _errno_action(err: int) -> int:
+    return 0x00050000 | (err & 0xFFFF)
+
+
+def apply_seccomp() -> int:
+    """Load the deny-list filter into this process; returns the number of rules."""
+    if _seccomp is None:
+        raise ConfineError(seccomp_available())
+    lib = _seccomp
+    ctx = lib.seccomp_init(_ACT_ALLOW)
+    if not ctx:
+        raise ConfineError("seccomp_init failed")
+    num_rules = 0
+
+    def add(name: str, action: int, *cmps: tuple[int, int, int, int]) -> None:
+        nonlocal num_rules
+        nr = lib.seccomp_syscall_resolve_name(name.encode())
+        if nr < 0:
+            return  # not a syscall on this architecture
+        array = (_ArgCmp * max(len(cmps), 1))(*[_ArgCmp(*c) for c in cmps])
+        rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), array)
+        if rc != 0:
+            raise ConfineError(f"seccomp rule for {name} failed: {os.strerror(-rc)}")
+        num_rules += 1
+
+    try:
+        for name in DENIED_SYSCALLS:
+            add(name, _errno_action(errno.EPERM))
+        for name in ("socket", "socketpair"):  # arg0 is the address family
+            add(name, _errno_action(errno.EACCES), (0, _CMP_NE, _AF_UNIX, 0))
+        for flag in _NAMESPACE_FLAGS:
+            add("clone", _errno_action(errno.EPERM), (0, _CMP_MASKED_EQ, flag, flag))
+        add("clone3", _errno_action(errno.ENOSYS))
+        rc = lib.seccomp_load(ctx)
+        if rc != 0:
+            raise ConfineError(f"seccomp_load failed: {os.strerror(-rc)}")
+    finally:
+        lib.seccomp_release(ctx)
+    return num_rules
+
+
+# --- resource limits --------------------------------------------------------------------
+
+def apply_rlimits(cpu_s: int, file_bytes: int, num_files: int) -> None:
+    """Hard limits too, so the job cannot raise them back (never above the inherited hard limit)."""
+    for which, value in ((resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_FSIZE, file_bytes),
+                         (resource.RLIMIT_NOFILE, num_files), (resource.RLIMIT_CORE, 0)):
+        hard = resource.getrlimit(which)[1]
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(which, (value, value))

@@ -1,0 +1,138 @@
+"""The job child: handshake, confine itself, run one op, write raw results, exit.
+
+Runs in a process the zygote forked for exactly one job (``run_child``). The order is
+the security argument:
+
+1. new session, die with the zygote;
+2. say hello to the parent over the job's own socket (the kernel stamps our pid as the
+   parent sees it) and block until the parent has moved us into the job's cgroups;
+3. take the job's stdout/stderr pipes, environment and working folder;
+4. confine: rlimits, Landlock, seccomp; report which layers are in force;
+5. only then import the op and run agent code.
+
+Results go to ``result.json`` (the op's return value) or ``error.json`` (exception
+type, message, and the traceback trimmed to the agent's own frames). The parent
+judges; nothing written here is trusted.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import signal
+import socket
+import struct
+import sys
+import traceback
+from pathlib import Path
+
+from . import confine
+from .context import JobContext
+
+JOB_FILE = "job.json"
+RESULT_FILE = "result.json"
+ERROR_FILE = "error.json"
+_PR_SET_PDEATHSIG = 1
+
+
+def run_child(job_dir: str, zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.socket) -> None:
+    """Never returns: the process ends with os._exit."""
+    code = 0
+    try:
+        os.setsid()  # own process group: the zygote can kill the job's whole group
+        confine._libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != zygote_pid:  # the zygote died before prctl took effect
+            os._exit(70)
+        _hello(job_sock)
+        spec = json.loads((Path(job_dir) / JOB_FILE).read_text())
+        _take_stdio(stdout_fd, stderr_fd)
+        os.chdir(job_dir)
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        try:
+            layers = _confine(spec["confine"])
+        except Exception as exc:  # noqa: BLE001 - reported to the parent as an infrastructure failure
+            job_sock.send(json.dumps({"confine_error": f"{type(exc).__name__}: {exc}"}).encode())
+            os._exit(71)
+        job_sock.send(json.dumps({"confined": layers}).encode())
+        job_sock.close()
+        _run_op(spec)
+    except BaseException:  # noqa: BLE001 - a harness bug must still end the process
+        traceback.print_exc()
+        code = 72
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:  # noqa: BLE001 - a closed or full pipe must not keep us alive
+                pass
+        os._exit(code)
+
+
+def _hello(job_sock: socket.socket) -> None:
+    """Send our credentials and wait for the parent's go (it places us in cgroups first)."""
+    creds = struct.pack("iII", os.getpid(), os.getuid(), os.getgid())
+    job_sock.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+    if job_sock.recv(16) != b"go":
+        os._exit(70)  # the parent gave up on this job
+
+
+def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(stdout_fd, 1)
+    os.dup2(stderr_fd, 2)
+    for fd in (devnull, stdout_fd, stderr_fd):
+        os.close(fd)
+
+
+def _confine(policy: dict) -> dict:
+    layers = {}
+    limits = policy["rlimits"]
+    confine.apply_rlimits(limits["cpu_s"], limits["file_bytes"], limits["num_files"])
+    layers["rlimits"] = limits
+    if policy.get("landlock"):
+        rules = policy["landlock"]
+        layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"])
+    if policy.get("seccomp"):
+        layers["seccomp_rules"] = confine.apply_seccomp()
+    return layers
+
+
+def _run_op(spec: dict) -> None:
+    job_dir = Path(spec["job_dir"])
+    workspace = Path(spec["workspace"]) if spec.get("workspace") else None
+    ctx = JobContext(job_dir=job_dir, in_dir=job_dir / "in", out_dir=job_dir / "out",
+                     workspace=workspace, device=spec["device"])
+    try:
+        op = spec["op"]
+        if not op.isidentifier():
+            raise ValueError(f"op name {op!r} is not a module name")
+        module = importlib.import_module(f"{__package__}.ops.{op}")
+        result = module.run(spec["payload"], ctx)
+        if not isinstance(result, dict):
+            raise TypeError(f"op {op} returned {type(result).__name__}, not a dict")
+        _write_json(job_dir / RESULT_FILE, result)
+    except BaseException as exc:  # noqa: BLE001 - agent code may raise anything, SystemExit included
+        _write_json(job_dir / ERROR_FILE, describe_exception(exc, [str(job_dir), str(workspace or job_dir)]))
+
+
+def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
+    """Type, message and the frames from the agent's files (not torch's or triton's)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = [f for f in frames if any(f.filename.startswith(root + os.sep) for root in agent_roots)]
+    if frames and (not mine or mine[-1] is not frames[-1]):
+        mine.append(frames[-1])  # where it was finally raised, even inside a library
+    message = str(exc)
+    if isinstance(exc, SystemExit):
+        message = f"the code called sys.exit({exc.code!r})"
+    errno_value = getattr(exc, "errno", None)
+    return {"type": type(exc).__name__, "message": message, "errno": errno_value if isinstance(errno_value, int) else None,
+            "traceback": "".join(traceback.format_list(mine))}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data))  # raises on non-JSON data: the op must return raw JSON
+    os.replace(tmp, path)

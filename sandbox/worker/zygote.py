@@ -1,0 +1,134 @@
+"""The zygote: imports torch/triton/numpy once, then forks one fresh child per job.
+
+Started by the parent (inside bwrap when isolation is available) as
+``python -m ia_worker.zygote <control-fd>``. It talks to the parent over one
+SOCK_SEQPACKET socket, one JSON message per packet:
+
+    parent -> zygote  {"spawn": id, "job_dir": path}   + fds [stdout, stderr, job socket]
+                      {"kill": id}                      (fallback when no cgroups)
+    zygote -> parent  {"ready": true, "pid": ..., "landlock_abi": ..., "seccomp": ...}
+                      {"exited": id, "status": wait status, "maxrss_kb": ..., "cpu_s": ...}
+
+It never initialises CUDA (forking a CUDA context is undefined), never runs agent code
+itself, and exits when the parent's end of the socket closes. It is a child subreaper
+so a job's orphans come back to it to be reaped instead of lingering.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+
+from . import confine
+
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+_MAX_MESSAGE = 65536
+
+
+def main() -> None:
+    ctl = socket.socket(fileno=int(sys.argv[1]))
+    confine._libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    confine._libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    _warm_imports()
+    from . import harness
+
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd fires
+    _send(ctl, {"ready": True, "pid": os.getpid(), "landlock_abi": confine.landlock_abi(),
+                "seccomp_error": confine.seccomp_available(), "python": sys.version.split()[0]})
+
+    jobs: dict[int, str] = {}  # pid -> job id
+    selector = selectors.DefaultSelector()
+    selector.register(ctl, selectors.EVENT_READ, "ctl")
+    selector.register(wake_r, selectors.EVENT_READ, "child")
+    while True:
+        for key, _ in selector.select():
+            if key.data == "child":
+                _drain(wake_r)
+                _reap(ctl, jobs)
+                continue
+            try:
+                data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3)
+            except ConnectionResetError:
+                data, fds = b"", []
+            if not data:  # the parent is gone: take every job with us
+                for pid in jobs:
+                    _kill_group(pid)
+                os._exit(0)
+            msg = json.loads(data)
+            if "spawn" in msg:
+                pid = _spawn(msg, fds, ctl, (wake_r, wake_w), harness)
+                jobs[pid] = msg["spawn"]
+            elif "kill" in msg:
+                for pid, job_id in jobs.items():
+                    if job_id == msg["kill"]:
+                        _kill_group(pid)
+
+
+def _warm_imports() -> None:
+    """What every job needs, imported once; CUDA stays uninitialised."""
+    import numpy  # noqa: F401
+    import torch  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
+
+    from . import context, loader, tensors  # noqa: F401
+
+
+def _spawn(msg: dict, fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness) -> int:
+    stdout_fd, stderr_fd, sock_fd = fds
+    pid = os.fork()
+    if pid == 0:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        for fd in (*wake, ctl.fileno()):
+            os.close(fd)
+        harness.run_child(msg["job_dir"], os.getppid(), stdout_fd, stderr_fd, socket.socket(fileno=sock_fd))
+    for fd in fds:
+        os.close(fd)
+    return pid
+
+
+def _reap(ctl: socket.socket, jobs: dict[int, str]) -> None:
+    while True:
+        try:
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        job_id = jobs.pop(pid, None)
+        if job_id is None:
+            continue  # an orphan of some job, reparented to us: reaped, nothing to report
+        _kill_group(pid)  # whatever the job left in its process group
+        _send(ctl, {"exited": job_id, "status": status, "maxrss_kb": usage.ru_maxrss,
+                    "cpu_s": usage.ru_utime + usage.ru_stime})
+
+
+def _kill_group(pid: int) -> None:
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _drain(fd: int) -> None:
+    try:
+        while os.read(fd, 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def _send(ctl: socket.socket, msg: dict) -> None:
+    ctl.sendall(json.dumps(msg).encode())
+
+
+if __name__ == "__main__":
+    main()
