@@ -1,0 +1,86 @@
+"""Point a compile or import failure at the agent's own file, line and column.
+
+Triton's CompilationError numbers lines from the start of the failing function's source
+(its `def` line is 1); Python's errors number them in the file. Both are turned into
+one shape: {"file", "line", "column" (1-based), "message", "excerpt"} — the compiler's
+message and a caret under the column, without Triton's internal frames.
+"""
+
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+
+EXCERPT_LINES = 3  # lines of source shown up to and including the failing one
+
+
+def excerpt(text: str, line: int, column: int | None) -> str:
+    lines = text.splitlines()
+    first = max(1, line - EXCERPT_LINES + 1)
+    width = len(str(line))
+    shown = [f"{n:>{width}} | {lines[n - 1]}" for n in range(first, min(line, len(lines)) + 1)]
+    if column and shown:
+        shown.append(" " * width + " | " + " " * (column - 1) + "^")
+    return "\n".join(shown)
+
+
+def located(file_name: str, text: str, line: int | None, column: int | None, message: str) -> dict:
+    diag = {"file": file_name, "line": line, "column": column, "message": message}
+    if line:
+        diag["excerpt"] = excerpt(text, line, column)
+    return diag
+
+
+def import_error_diagnostic(exc: BaseException, file: Path, file_name: str, text: str) -> dict:
+    """Syntax errors carry their own position; anything else: the deepest frame in the file."""
+    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == file.resolve():
+        return located(file_name, text, exc.lineno, exc.offset, f"SyntaxError: {exc.msg}")
+    message = f"{type(exc).__name__}: {exc}"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == file.resolve()]
+    if not frames:
+        return {"file": file_name, "line": None, "column": None, "message": message}
+    frame = frames[-1]
+    column = frame.colno + 1 if getattr(frame, "colno", None) is not None else None
+    return located(file_name, text, frame.lineno, column, message)
+
+
+def compile_error_diagnostic(exc: BaseException, file: Path, file_name: str, text: str) -> dict:
+    """The innermost Triton CompilationError whose function lives in the agent's file
+    (an error inside a called @triton.jit helper points into the helper)."""
+    from triton.compiler.errors import CompilationError
+
+    chain, seen = [], set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, CompilationError):
+            chain.append(current)
+        current = current.__cause__ or current.__context__
+    for err in reversed(chain):
+        start = _function_start_line(text, err.src)
+        node_line = getattr(err.node, "lineno", None)
+        if start is None or node_line is None:
+            continue
+        return located(file_name, text, start + node_line - 1, getattr(err.node, "col_offset", 0) + 1,
+                       _message(err))
+    return {"file": file_name, "line": None, "column": None, "message": _message(exc)}
+
+
+def _message(err: BaseException) -> str:
+    """The compiler's own words: Triton's error_message, else the underlying exception."""
+    text = getattr(err, "error_message", None)
+    if not text:
+        cause = err.__cause__ or err.__context__
+        text = f"{type(cause).__name__}: {cause}" if cause is not None else str(err)
+    return text.strip()
+
+
+def _function_start_line(text: str, src: str | None) -> int | None:
+    """1-based line in `text` where the function source `src` (from its def) begins."""
+    if not src:
+        return None
+    at = text.find(src)
+    if at < 0:  # Triton may dedent nested definitions; match on the def line alone
+        first = src.splitlines()[0].strip()
+        at = next((text.find(line) for line in text.splitlines() if line.strip() == first), -1)
+    return None if at < 0 else text.count("\n", 0, at) + 1
