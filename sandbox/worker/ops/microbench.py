@@ -1,0 +1,335 @@
+"""Time one or two implementations (candidate, baseline) on one shape: raw samples only.
+
+Worker side of the microbench tool. The parent judges; this returns nanoseconds per
+call, how the loop stopped, and the outputs of a few randomly chosen timed calls (in
+out/) for the parent to check against the reference.
+
+Integrity, in the order it matters:
+- the clock is captured when this module is imported, before any candidate code;
+- each call gets the next of several input sets (seeded by the parent, sized to
+  overflow the last-level cache), so no call finds its inputs hot from the one before;
+- with a baseline, calls are interleaved in pairs whose order is a coin flip, so drift
+  and outside load hit both arms and neither always runs second;
+- CUDA: the L2 is flushed before every call, and the whole device is synchronised
+  before the end event, so work the candidate left on a side stream is counted;
+- the spot-checked calls are drawn by reservoir sampling over the timed calls, so the
+  candidate cannot know, when it returns, whether this output will be checked.
+
+Payload::
+
+    arms: [{"name", "entry", "source" | "path"}]      # 1 or 2; the first is the candidate
+    args, shape, dtype                                 # the kernel spec's inputs (see tensors.make_inputs)
+    make_inputs: {"path", "entry"} | None              # the spec's custom generator, if any
+    input_seeds: [int]                                 # one per input set (at most this many sets)
+    budget_ms, target_rel_se, max_samples, num_spot_checks, order_seed, cuda_graph, cpu_threads
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import random
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ..context import JobContext
+
+# Captured before any candidate code is imported (the op module is imported first).
+_now_ns = time.perf_counter_ns
+
+MIN_SAMPLES = 10
+WARMUP_WINDOW = 5  # calls per arm compared window against window
+WARMUP_STABLE = 0.10  # a window's median within 10% of the previous one: warmed up
+WARMUP_MAX_FRACTION = 0.25  # of the budget
+Z95 = 1.959963984540054
+
+
+def median_rel_se(samples) -> float:
+    """Standard error of the median / median, from order statistics (distribution-free).
+
+    The 95% confidence interval of a median runs between the order statistics of rank
+    n/2 -+ 1.96*sqrt(n)/2 (the binomial argument); its half-width / 1.96 is the
+    standard error. Skew and outliers do not inflate it the way they inflate the SD.
+    """
+    x = np.sort(np.asarray(samples, dtype=np.float64))
+    n = x.size
+    if n < 3:
+        return math.inf
+    half = Z95 * math.sqrt(n) / 2
+    lo = max(0, int(math.floor(n / 2 - half)) - 1)
+    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
+    median = float(np.median(x))
+    if median <= 0:
+        return math.inf
+    return float((x[hi] - x[lo]) / (2 * Z95) / median)
+
+
+def run(payload: dict, ctx: JobContext) -> dict:
+    import torch
+
+    from ..loader import check_arity, load_entry
+    from .peaks import cache_bytes, clocks, fingerprint
+
+    device = ctx.device
+    if device == "cpu":
+        # One intra-op thread: on a shared CPU a parallel region waits for its slowest
+        # thread, and one descheduled thread turns a 100 us call into a 30 ms one.
+        torch.set_num_threads(int(payload.get("cpu_threads", 1)))
+    info = fingerprint(device)  # before candidate code: it cannot rewrite what we report
+    timer = _CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else _CpuTimer()
+
+    sets, set_bytes = _input_sets(payload, ctx, device, cache_bytes(device))
+    arms = []
+    for arm in payload["arms"]:
+        fn = load_entry(ctx, entry=arm["entry"], source=arm.get("source"), path=arm.get("path"),
+                        module_name=f"bench_{arm['name']}")
+        check_arity(fn, len(sets[0]), arm["entry"])
+        arms.append(_Arm(arm["name"], fn, int(payload.get("num_spot_checks", 3))))
+    if payload.get("cuda_graph"):
+        if device != "cuda":
+            raise ValueError("cuda_graph needs a CUDA device; this job runs on CPU")
+        for arm in arms:
+            arm.capture_graphs(torch, sets)
+
+    budget_ns = float(payload["budget_ms"]) * 1e6
+    rng = random.Random(int(payload.get("order_seed", 0)))
+    gc.collect()  # a full collection can take long in a big heap: before the budget starts
+    t_start = _now_ns()
+    warmup = _warm_up(arms, sets, timer, t_start + WARMUP_MAX_FRACTION * budget_ns)
+    ctx.progress(0.0, 1.0, f"warmed up after {warmup['calls_per_arm']} calls per arm; timing")
+
+    stop_reason = _measure(arms, sets, timer, rng, payload, t_start + budget_ns, ctx)
+    spot_checks = [check for arm in arms for check in arm.save_spot_checks(ctx)]
+    return {
+        "device": info,
+        "clocks": clocks(device),
+        "num_input_sets": len(sets),
+        "input_set_bytes": set_bytes,
+        "warmup": warmup,
+        "stop_reason": stop_reason,
+        "elapsed_ms": (_now_ns() - t_start) / 1e6,
+        "arms": {arm.name: {"samples_ns": arm.samples, "calls": arm.calls} for arm in arms},
+        "spot_checks": spot_checks,
+        "timer": timer.description,
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _input_sets(payload: dict, ctx: JobContext, device: str, cache: int):
+    """As many seeded input sets as it takes to overflow the cache twice (at least 2).
+
+    Generated exactly as the reference op generates them (same function), so the
+    parent can recompute the reference for any set from its seed alone.
+    """
+    from ..loader import load_entry
+    from .reference import generate
+
+    custom = payload.get("make_inputs")
+    gen_fn = load_entry(ctx, entry=custom["entry"], path=custom.get("path"), source=custom.get("source"),
+                        module_name="spec_inputs") if custom else None
+    seeds = payload["input_seeds"]
+
+    def make(seed: int):
+        item = {"shape": payload["shape"], "dtype": payload["dtype"], "seed": seed}
+        return generate(item, payload["args"], gen_fn, device)
+
+    if gen_fn is None:  # refuse before the first allocation when the sizes are declared
+        _check_memory(device, 3 * _declared_bytes(payload))
+    first = make(seeds[0])
+    set_bytes = sum(t.numel() * t.element_size() for t in first)
+    wanted = max(2, math.ceil(2 * cache / max(set_bytes, 1)))
+    count = min(wanted, len(seeds))
+    _check_memory(device, set_bytes * (count + 1))  # + 1: outputs and temporaries
+    sets = [first] + [make(s) for s in seeds[1:count]]
+    return sets, set_bytes
+
+
+def _declared_bytes(payload: dict) -> int:
+    from ..tensors import dtype_of
+
+    total = 0
+    for arg in payload["args"]:
+        dims = [d if isinstance(d, int) else payload["shape"][d] for d in arg["shape"]]
+        total += math.prod(dims) * dtype_of(arg.get("dtype") or payload["dtype"]).itemsize
+    return total
+
+
+def _check_memory(device: str, need: int) -> None:
+    """Refuse before allocating what the device does not have, with both numbers."""
+    if device == "cuda":
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+    else:
+        free = next((int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
+                     if line.startswith("MemAvailable:")), None)
+    if free is not None and need > 0.9 * free:
+        raise MemoryError(f"the input sets need {need / 2**30:.2f} GiB and the {device} has "
+                          f"{free / 2**30:.2f} GiB free: use smaller shapes")
+
+
+class _Arm:
+    def __init__(self, name: str, fn, num_spot_checks: int):
+        self.name = name
+        self.fn = fn
+        self.samples: list[int] = []
+        self.calls = 0
+        self.graphs = None  # per input set: (CUDAGraph, static outputs) when replaying
+        self._k = num_spot_checks
+        self._seen = 0  # timed calls offered to the reservoir
+        self._reservoir: list[dict] = []
+
+    def call(self, timer, sets, index: int):
+        self.calls += 1
+        try:
+            if self.graphs is not None:
+                graph, outputs = self.graphs[index]
+                elapsed, _ = timer.time(graph.replay, ())
+                return elapsed, outputs
+            elapsed, out = timer.time(self.fn, sets[index])
+        except Exception as exc:
+            raise RuntimeError(f"{self.name} raised on call {self.calls} (input set {index}): "
+                               f"{type(exc).__name__}: {exc}") from exc
+        return elapsed, _as_tensors(out, self.name)
+
+    def offer(self, rng: random.Random, iteration: int, index: int, outputs) -> None:
+        """Reservoir sampling: every timed call is equally likely to end up checked."""
+        self._seen += 1
+        slot = len(self._reservoir) if len(self._reservoir) < self._k else rng.randrange(self._seen)
+        if slot < self._k:
+            entry = {"iteration": iteration, "input_set": index, "outputs": [t.detach().clone() for t in outputs]}
+            if slot == len(self._reservoir):
+                self._reservoir.append(entry)
+            else:
+                self._reservoir[slot] = entry
+
+    def save_spot_checks(self, ctx: JobContext) -> list[dict]:
+        from ..tensors import save_tensors
+
+        saved = []
+        for k, entry in enumerate(self._reservoir):
+            name = f"spot_{self.name}_{k}.pt"
+            save_tensors(ctx.out_dir / name, {str(i): t for i, t in enumerate(entry["outputs"])})
+            saved.append({"arm": self.name, "iteration": entry["iteration"], "input_set": entry["input_set"],
+                          "file": name})
+        return saved
+
+    def capture_graphs(self, torch, sets) -> None:
+        self.graphs = []
+        side = torch.cuda.Stream()
+        for inputs in sets:
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):  # warm-up off the capture stream, as torch advises
+                self.fn(*inputs)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            try:
+                with torch.cuda.graph(graph):
+                    out = self.fn(*inputs)
+            except Exception as exc:
+                raise RuntimeError(f"{self.name} cannot be captured in a CUDA graph (host syncs, "
+                                   f"allocations that vary, CPU work?): {type(exc).__name__}: {exc}") from exc
+            self.graphs.append((graph, _as_tensors(out, self.name)))
+
+
+def _as_tensors(out, name: str) -> list:
+    import torch
+
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    if not items or not all(isinstance(t, torch.Tensor) for t in items):
+        raise TypeError(f"{name} returned {type(out).__name__}; return a tensor or a tuple of tensors")
+    return items
+
+
+def _warm_up(arms, sets, timer, deadline_ns: float) -> dict:
+    """Call every arm until the median of its last window matches the one before."""
+    times: dict[str, list[int]] = {arm.name: [] for arm in arms}
+    index = 0
+    while True:
+        for arm in arms:
+            elapsed, _ = arm.call(timer, sets, index % len(sets))
+            times[arm.name].append(elapsed)
+            index += 1
+        calls = len(times[arms[0].name])
+        if calls >= 2 * WARMUP_WINDOW and all(_stable(t) for t in times.values()):
+            return {"calls_per_arm": calls, "stable": True}
+        if _now_ns() >= deadline_ns:
+            return {"calls_per_arm": calls, "stable": False}
+
+
+def _stable(t: list[int]) -> bool:
+    last = float(np.median(t[-WARMUP_WINDOW:]))
+    prev = float(np.median(t[-2 * WARMUP_WINDOW:-WARMUP_WINDOW]))
+    return prev > 0 and abs(last / prev - 1) < WARMUP_STABLE
+
+
+def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadline_ns: float, ctx: JobContext) -> str:
+    target = float(payload.get("target_rel_se", 0.005))
+    max_samples = int(payload.get("max_samples", 50_000))
+    pick = random.Random(rng.random())  # spot-check draws independent of the order flips
+    index, iteration, next_check, next_progress = 0, 0, MIN_SAMPLES, 0
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside a timed call is noise that belongs to nobody
+    try:
+        while True:
+            order = arms if len(arms) == 1 or rng.random() < 0.5 else arms[::-1]
+            for arm in order:
+                set_index = index % len(sets)
+                elapsed, outputs = arm.call(timer, sets, set_index)
+                arm.samples.append(elapsed)
+                arm.offer(pick, iteration, set_index, outputs)
+                del outputs
+                index += 1
+            iteration += 1
+            now = _now_ns()
+            if now >= deadline_ns:
+                return "budget"
+            if iteration >= max_samples:
+                return "max_samples"
+            if iteration >= next_check:
+                next_check = iteration + max(MIN_SAMPLES, iteration // 10)
+                if all(median_rel_se(arm.samples) < target for arm in arms):
+                    return "target_se"
+            if now >= next_progress:
+                next_progress = now + 250_000_000
+                ctx.progress(iteration, None, f"{iteration} timed calls per arm")
+                gc.collect(0)  # the young generation only: cheap, and outside any timed call
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+class _CpuTimer:
+    description = "time.perf_counter_ns around each call (CPU)"
+
+    def time(self, fn, args):
+        t0 = _now_ns()
+        out = fn(*args)
+        t1 = _now_ns()
+        return t1 - t0, out
+
+
+class _CudaTimer:
+    """Device events; the L2 flushed before, the whole device synchronised inside."""
+
+    def __init__(self, torch, flush_bytes: int | None):
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+        size = int(flush_bytes or max(2 * l2, 256 << 20))
+        self._flush = torch.empty(size, dtype=torch.int8, device="cuda")
+        self._event = torch.cuda.Event
+        self._sync = torch.cuda.synchronize
+        self.description = (f"CUDA events, {size >> 20} MiB L2 flush before each call, "
+                            "torch.cuda.synchronize() before the end event")
+
+    def time(self, fn, args):
+        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
+        self._flush.zero_()
+        start.record()
+        out = fn(*args)
+        self._sync()  # the whole device: work on side streams is counted
+        end.record()
+        end.synchronize()
+        return int(start.elapsed_time(end) * 1e6), out

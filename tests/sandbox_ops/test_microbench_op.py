@@ -1,0 +1,78 @@
+"""The microbench worker op in-process (no sandbox): raw samples, interleaving,
+spot-check files, clear failures. Small budgets: each test times for a fraction of a second."""
+
+from pathlib import Path
+
+import pytest
+
+from infra_agent.sandbox.worker.context import JobContext
+from infra_agent.sandbox.worker.ops import microbench
+from infra_agent.sandbox.worker.tensors import load_tensors
+
+ADD = "import torch\ndef add(x, y):\n    return x + y\n"
+ARGS = [{"name": "x", "shape": ["N"]}, {"name": "y", "shape": ["N"]}]
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> JobContext:
+    for d in ("in", "out"):
+        (tmp_path / d).mkdir()
+    return JobContext(job_dir=tmp_path, in_dir=tmp_path / "in", out_dir=tmp_path / "out", workspace=None, device="cpu")
+
+
+def _payload(arms, n=4096, budget_ms=300.0, **extra):
+    return {"arms": arms, "args": ARGS, "shape": {"N": n}, "dtype": "float32", "input_seeds": list(range(100, 116)),
+            "budget_ms": budget_ms, "target_rel_se": 0.005, "num_spot_checks": 3, "order_seed": 7, **extra}
+
+
+def test_interleaved_arms_get_equal_samples_and_spot_checks(ctx):
+    arms = [{"name": "candidate", "entry": "add", "source": ADD}, {"name": "baseline", "entry": "add", "source": ADD}]
+    out = microbench.run(_payload(arms), ctx)
+    cand, base = out["arms"]["candidate"]["samples_ns"], out["arms"]["baseline"]["samples_ns"]
+    assert len(cand) == len(base) >= 10
+    assert all(t > 0 for t in cand + base)
+    assert out["stop_reason"] in ("target_se", "budget", "max_samples")
+    assert out["warmup"]["calls_per_arm"] >= 1
+    assert 2 <= out["num_input_sets"] <= 16
+    assert out["device"]["device"] == "cpu" and out["threads"] == 1
+    checks = out["spot_checks"]
+    assert {c["arm"] for c in checks} == {"candidate", "baseline"} and len(checks) == 6
+    for c in checks:
+        assert 0 <= c["input_set"] < out["num_input_sets"]
+        saved = load_tensors(ctx.out_dir / c["file"])
+        assert saved["0"].shape == (4096,)
+
+
+def test_stops_on_target_standard_error_when_loose(ctx):
+    arms = [{"name": "candidate", "entry": "add", "source": ADD}]
+    out = microbench.run(_payload(arms, budget_ms=5000.0, target_rel_se=0.2), ctx)
+    assert out["stop_reason"] == "target_se"
+    assert out["elapsed_ms"] < 5000
+
+
+def test_a_candidate_raising_mid_run_names_the_call(ctx):
+    flaky = ADD + "N = [0]\ndef bad(x, y):\n    N[0] += 1\n    if N[0] > 12:\n        raise ValueError('boom')\n    return x + y\n"
+    arms = [{"name": "candidate", "entry": "bad", "source": flaky}]
+    with pytest.raises(RuntimeError, match=r"candidate raised on call 13 .*ValueError: boom"):
+        microbench.run(_payload(arms, budget_ms=2000.0, target_rel_se=1e-6), ctx)
+
+
+def test_a_non_tensor_result_is_refused(ctx):
+    arms = [{"name": "candidate", "entry": "f", "source": "def f(x, y):\n    return 3\n"}]
+    with pytest.raises(TypeError, match="return a tensor"):
+        microbench.run(_payload(arms), ctx)
+
+
+def test_inputs_too_large_for_memory_are_refused_before_allocation(ctx):
+    arms = [{"name": "candidate", "entry": "add", "source": ADD}]
+    with pytest.raises(MemoryError, match="GiB"):
+        microbench.run(_payload(arms, n=1 << 42), ctx)
+
+
+def test_median_rel_se_shrinks_with_more_samples():
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    small, large = microbench.median_rel_se(rng.normal(100, 10, 100)), microbench.median_rel_se(rng.normal(100, 10, 10000))
+    assert large < small / 5
+    assert microbench.median_rel_se([1, 2]) == float("inf")
