@@ -1,0 +1,75 @@
+"""check_numerics, last step: the summary line and the artifacts (histogram, worst cases)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+
+def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: str | None) -> str:
+    failed = [c for c in cases if c.verdict != "pass"]
+    errors = [f for f in findings if f.severity == "error"]
+    worst = max((c for c in cases if c.errors), key=lambda c: c.errors.rel_l2_error / c.tolerance_rel_l2, default=None)
+    parts = [f"{verdict.upper()}: {name} on {len(cases)} case(s), {len(failed)} failed"]
+    if worst is not None:
+        parts.append(f"worst rel L2 {worst.errors.rel_l2_error:.3g} vs tolerance {worst.tolerance_rel_l2:.3g} "
+                     f"({worst.tolerance_source}) at {worst.case} index {worst.errors.worst_index}")
+    if errors:
+        parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
+    line = "; ".join(parts)
+    if hypothesis:
+        if verdict == "pass":
+            line += (f". Hypothesis {hypothesis!r}: supported if it predicts the candidate computes the reference's "
+                     "function within tolerance on these cases; contradicted if it predicts a numerical difference")
+        elif verdict == "fail":
+            line += (f". Hypothesis {hypothesis!r}: the evidence shows the candidate does NOT match the reference "
+                     "(see cases and findings); supported only if it predicted this difference")
+        else:
+            line += f". Hypothesis {hypothesis!r}: untested, the test itself is degenerate (see findings)"
+    return line
+
+
+def histogram_png(series: dict[str, list[float]]) -> bytes:
+    """Per-element error, log10(|cand - ref| / (|ref| + rms(ref))), one line per case."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    for label, values in series.items():
+        v = np.asarray(values, dtype=np.float64)
+        v = np.log10(np.clip(v[np.isfinite(v)], 1e-20, None))
+        if v.size:
+            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=label)
+    ax.set_xlabel("log10 per-element error, |cand - ref| / (|ref| + rms(ref))")
+    ax.set_ylabel("elements")
+    ax.set_yscale("log")
+    ax.set_title("check_numerics: per-element error (worst trial per case)")
+    ax.legend(fontsize=7, loc="upper left")
+    buf = io.BytesIO()
+    fig.tight_layout()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def element_errors(candidate, reference) -> list[float]:
+    """The histogram's values for one output (NaN where the candidate is not finite)."""
+    import torch
+
+    c, r = candidate.double().reshape(-1), reference.double().reshape(-1)
+    finite = torch.isfinite(r)
+    rms = float(r[finite].pow(2).mean().sqrt()) if bool(finite.any()) else 0.0
+    err = (c - r).abs() / (r.abs() + rms + 1e-300)
+    return err.tolist()
+
+
+def worst_json(cases: list, partition_rows: dict) -> str:
+    data = [{
+        "case": c.case, "verdict": c.verdict, "seeds": c.seeds,
+        "worst": c.errors.model_dump() if c.errors else None,
+        "partition": partition_rows.get(c.case),
+    } for c in cases]
+    return json.dumps(data, indent=2)
