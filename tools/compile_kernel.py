@@ -139,7 +139,7 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
                 "key": cache_key("cuda", code, payload, target.name, inp.entry)}
 
     payload = {**where, "file_name": file_name, "entry": inp.entry,
-               "target": {"name": target.name, **{k: getattr(target, k) for k in ("backend", "arch", "warp_size")}},
+               "target": plan_target_payload(target),
                "options": {"num_warps": inp.num_warps, "num_stages": inp.num_stages}}
     if inp.signature is not None:
         payload.update(signature=inp.signature, constexprs=inp.constexprs or {})
@@ -154,6 +154,11 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
                          "spec, so the launcher can run on its example shapes and infer them")
     return {"op": "compile", "language": language, "payload": payload,
             "key": cache_key("triton", code, payload, target.name, inp.entry)}
+
+
+def plan_target_payload(target) -> dict:
+    """The target as the compile op takes it (Triton's GPUTarget fields plus the name)."""
+    return {"name": target.name, "backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
 
 
 def judge(raw: dict, out_dir: Path, target, inp: Input) -> list[KernelResources]:

@@ -24,6 +24,8 @@ class Occupancy(BaseModel):
     occupancy_pct: float = Field(description="warps_per_sm / max_warps_per_sm, in percent.")
     limiting_factor: str = Field(description="What caps occupancy: registers, shared_memory, warps (warps per "
                                  "block), blocks (resident block limit) or threads_per_block (too large).")
+    blocks_by: dict[str, int] = Field(default_factory=dict, description="Resident blocks per SM each limit "
+                                      "alone would allow; the smallest is the limiting factor.")
 
 
 class InstructionMix(BaseModel):

@@ -102,8 +102,9 @@ def occupancy(family: str, *, registers_per_thread: int, shared_bytes_per_block:
     if warps_per_block * warp_size > lim.max_threads_per_block:
         blocks_by["threads_per_block"] = 0
     blocks = min(blocks_by.values())
-    # Ties: name the resource the agent can act on before the structural ones.
-    order = ["shared_memory", "registers", "threads_per_block", "warps", "blocks"]
+    # Ties: name the structural ceiling first (fewer registers cannot lift it), then
+    # registers before shared memory (the cheaper one to change).
+    order = ["threads_per_block", "warps", "blocks", "registers", "shared_memory"]
     limiter = min(blocks_by, key=lambda k: (blocks_by[k], order.index(k)))
     warps = blocks * warps_per_block
     return {
