@@ -21,7 +21,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool as MCPToolEntry
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
-from mcp_types import Resource, ToolAnnotations
+from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
 from pydantic import ConfigDict, ValidationError
 
 from .. import tools as tools_package
@@ -149,7 +149,7 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
 def _make_handler(tool: Tool, state: ServerState):
     agent_errors = _agent_error_types()
 
-    async def handler(_mcp_context: Any = None, **arguments: Any) -> dict:
+    async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
         experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments)
         ctx = CallContext(state, experiment_id, _mcp_context)
         try:
@@ -180,7 +180,10 @@ def _make_handler(tool: Tool, state: ServerState):
             state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
             raise
         state.ledger.close_ok(experiment_id, result, out.artifacts)
-        return result
+        # The text block mirrors the structured result for clients that ignore
+        # structuredContent; compact JSON keeps it cheap in the model's context.
+        text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result)
 
     return handler
 

@@ -42,7 +42,7 @@ class ExportFormat(str, Enum):
 
 
 def _fail(message: str, code: int = 2) -> typer.Exit:
-    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False)
+    err.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -1,0 +1,118 @@
+"""The `infra-agent` CLI, in-process (typer's runner): call, tools, experiments, config,
+export-tools, and clear failures with non-zero exit codes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import jsonschema
+import pytest
+from typer.testing import CliRunner
+
+from infra_agent.server.cli import app, parse_arguments
+
+runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that table cells do not wrap
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def test_parse_arguments_json_and_key_value():
+    assert parse_arguments(['{"kernel": "rmsnorm", "limit": 3}']) == {"kernel": "rmsnorm", "limit": 3}
+    assert parse_arguments(["kernel=rmsnorm", "limit=3", "include_source=false", 'shape={"M": 4}']) == {
+        "kernel": "rmsnorm", "limit": 3, "include_source": False, "shape": {"M": 4}}
+    with pytest.raises(ValueError, match="key=value"):
+        parse_arguments(["rmsnorm"])
+    with pytest.raises(ValueError, match="not valid JSON"):
+        parse_arguments(["{kernel: rmsnorm}"])
+
+
+def test_call_prints_a_table_or_json_and_records_the_experiment(workspace):
+    human = invoke("call", "describe_kernel", "kernel=rmsnorm", "include_source=false", "-w", str(workspace))
+    assert human.exit_code == 0, human.output
+    assert "describe_kernel" in human.stdout and "tolerances" in human.stdout and "fp32" in human.stdout
+
+    as_json = invoke("call", "list_kernels", "--json", "-w", str(workspace))
+    assert as_json.exit_code == 0
+    data = json.loads(as_json.stdout)
+    assert [k["name"] for k in data["kernels"]] == ["rmsnorm", "vector_add"]
+
+    listed = invoke("experiments", "--json", "-w", str(workspace))
+    rows = json.loads(listed.stdout)
+    assert [r["tool"] for r in rows] == ["list_kernels", "describe_kernel"]
+    assert rows[0]["id"] == data["experiment_id"]
+    table = invoke("experiments", "--tool", "describe_kernel", "-w", str(workspace))
+    assert table.exit_code == 0 and "describe_kernel" in table.stdout and "list_kernels" not in table.stdout
+
+
+def test_bad_input_exits_non_zero_with_a_clear_message(workspace, tmp_path):
+    unknown = invoke("call", "describe_kernel", "kernel=nope", "-w", str(workspace))
+    assert unknown.exit_code == 1 and "unknown kernel 'nope'" in unknown.stderr
+    assert "[experiment e" in unknown.stderr  # the failed call is on record, and says where
+
+    malformed = invoke("call", "describe_kernel", "{not json", "-w", str(workspace))
+    assert malformed.exit_code == 2 and "not valid JSON" in malformed.stderr
+    extra = invoke("call", "describe_kernel", "kernel=rmsnorm", "colour=blue", "-w", str(workspace))
+    assert extra.exit_code == 1 and "unknown argument 'colour'" in extra.stderr
+    no_tool = invoke("call", "no_such_tool", "-w", str(workspace))
+    assert no_tool.exit_code == 1 and "no_such_tool" in no_tool.stderr
+
+    missing = tmp_path / "does-not-exist"
+    for command in (["tools"], ["call", "list_kernels"], ["serve"], ["experiments"], ["config", "--client", "cursor"]):
+        result = invoke(*command, "-w", str(missing))
+        assert result.exit_code == 2, command
+        assert "does not exist" in result.stderr and result.stdout == ""
+
+
+def test_tools_lists_one_line_each(workspace):
+    result = invoke("tools", "-w", str(workspace))
+    assert result.exit_code == 0
+    for name in ("list_kernels", "describe_kernel", "device_info", "list_experiments", "compare_experiments"):
+        assert name in result.stdout
+
+
+def test_export_tools_openai_validates(workspace):
+    result = invoke("export-tools", "--format", "openai", "-w", str(workspace))
+    assert result.exit_code == 0
+    defs = json.loads(result.stdout)
+    names = {d["function"]["name"] for d in defs}
+    assert {"list_kernels", "describe_kernel", "device_info"} <= names
+    for d in defs:
+        assert d["type"] == "function" and set(d["function"]) == {"name", "description", "parameters"}
+        params = d["function"]["parameters"]
+        assert params["type"] == "object" and isinstance(params["properties"], dict)
+        jsonschema.Draft202012Validator.check_schema(params)
+    describe = next(d for d in defs if d["function"]["name"] == "describe_kernel")["function"]["parameters"]
+    validator = jsonschema.Draft202012Validator(describe)
+    assert validator.is_valid({"kernel": "rmsnorm"})
+    assert not validator.is_valid({})  # kernel is required
+    assert not validator.is_valid({"kernel": "rmsnorm", "bogus": 1})  # extra arguments are rejected
+
+
+@pytest.mark.parametrize("client", ["claude-code", "cursor", "vscode"])
+def test_config_snippets_use_this_install(client, workspace):
+    result = invoke("config", "--client", client, "-w", str(workspace))
+    assert result.exit_code == 0
+    body = result.stdout[result.stdout.index("{"):]
+    config = json.loads(body)
+    servers = config["servers"] if client == "vscode" else config["mcpServers"]
+    entry = servers["infra-agent"]
+    assert Path(entry["command"]).is_absolute()
+    assert Path(entry["command"]).parent == Path(sys.executable).parent
+    assert entry["args"][-2:] == ["--workspace", str(workspace.resolve())]
+
+
+def test_config_http_with_token():
+    result = invoke("config", "--client", "vscode", "--url", "http://127.0.0.1:8765/mcp", "--token", "s3cret")
+    config = json.loads(result.stdout[result.stdout.index("{"):])
+    assert config["servers"]["infra-agent"] == {
+        "type": "http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer s3cret"}}
+
+
+def test_lock_reports_clearly(workspace):
+    result = invoke("lock", "nope", "-w", str(workspace))
+    assert result.exit_code == 2
+    assert "not available in this install" in result.stderr or "nope" in result.stderr

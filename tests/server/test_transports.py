@@ -1,0 +1,180 @@
+"""Real transports, real clients: the official Python client over stdio, and over
+streamable HTTP the MCP conformance suite and the MCP Inspector CLI (Node 22, installed
+by `make node`; those tests skip with the reason when it is missing). One HTTP server
+per module serves every HTTP test."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from infra_agent.kernels.workspace import EMBEDDED_ROOT
+
+REPO = Path(__file__).resolve().parents[2]
+NODE_MODULES = REPO / ".cache" / "node" / "node_modules"
+NODE = NODE_MODULES / "node" / "bin" / "node"
+CONFORMANCE = NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
+INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector-cli" / "build" / "index.js"
+TOKEN = "test-token-0123456789"
+
+# The scenarios that apply to a server with our feature set (see README, "Conformance").
+SCENARIOS = ["server-initialize", "ping", "tools-list", "resources-list", "prompts-list",
+             "dns-rebinding-protection"]
+
+
+def _node_reason() -> str | None:
+    if not NODE.is_file():
+        return f"Node 22 not installed at {NODE} (run `make node`)"
+    version = subprocess.run([str(NODE), "--version"], capture_output=True, text=True).stdout.strip()
+    if not version.startswith("v") or int(version[1:].split(".")[0]) < 22:
+        return f"{NODE} is {version}; the conformance suite needs Node >= 22"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def module_workspace(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("transports") / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    return root
+
+
+def _start_http(workspace: Path, token: str | None):
+    port = _free_port()
+    env = {**os.environ, "INFRA_AGENT_TOKEN": token} if token else {
+        k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port), "--workspace", str(workspace)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    return proc, f"http://127.0.0.1:{port}/mcp"
+
+
+def _wait_up(proc, url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited: {proc.stderr.read().decode()[-2000:]}")
+        try:
+            httpx.get(url, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.2)
+    raise RuntimeError("server did not come up in 60 s")
+
+
+def _stop(proc) -> str:
+    proc.terminate()
+    try:
+        _, err = proc.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate()
+    return err.decode()
+
+
+@pytest.fixture(scope="module")
+def http_servers(module_workspace):
+    """(open server URL, token-protected server URL), started together."""
+    open_proc, open_url = _start_http(module_workspace, None)
+    auth_proc, auth_url = _start_http(module_workspace, TOKEN)
+    try:
+        _wait_up(open_proc, open_url)
+        _wait_up(auth_proc, auth_url)
+        yield open_url, auth_url
+    finally:
+        _stop(auth_proc)
+        stderr = _stop(open_proc)
+    assert "serving streamable HTTP at" in stderr and "list_kernels" in stderr
+
+
+@pytest.mark.anyio
+async def test_stdio_client_lists_and_calls_tools(module_workspace):
+    from mcp import Client, StdioServerParameters
+
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "infra_agent.server", "--workspace", str(module_workspace)])
+    async with Client(params, read_timeout_seconds=120) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        for name in ("list_kernels", "describe_kernel"):
+            assert tools[name].input_schema["type"] == "object"
+            assert tools[name].output_schema["type"] == "object"
+        kernels = await client.call_tool("list_kernels", {})
+        assert [k["name"] for k in kernels.structured_content["kernels"]] == ["rmsnorm", "vector_add"]
+        rms = await client.call_tool("describe_kernel", {"kernel": "rmsnorm"})
+        assert not rms.is_error and rms.structured_content["name"] == "rmsnorm"
+        assert json.loads(rms.content[0].text) == rms.structured_content
+        bad = await client.call_tool("describe_kernel", {"kernel": "nope"})
+        assert bad.is_error and "unknown kernel 'nope'" in bad.content[0].text
+        again = await client.call_tool("list_kernels", {})  # the server survived the bad call
+        assert not again.is_error
+
+
+def test_bearer_token_is_required_when_set(http_servers):
+    _, auth_url = http_servers
+    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    denied = httpx.post(auth_url, json=init, headers=headers, timeout=30)
+    assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
+    wrong = httpx.post(auth_url, json=init, headers={**headers, "authorization": "Bearer nope"}, timeout=30)
+    assert wrong.status_code == 401
+    ok = httpx.post(auth_url, json=init, headers={**headers, "authorization": f"Bearer {TOKEN}"}, timeout=30)
+    assert ok.status_code == 200 and "infra-agent" in ok.text
+
+
+def test_dns_rebinding_protection_rejects_foreign_host(http_servers):
+    open_url, _ = http_servers
+    response = httpx.post(open_url, json={}, headers={"host": "evil.example:80"}, timeout=30)
+    assert response.status_code in (403, 421)
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_conformance_scenario(http_servers, scenario):
+    if reason := _node_reason():
+        pytest.skip(reason)
+    if not CONFORMANCE.is_file():
+        pytest.skip(f"@modelcontextprotocol/conformance not installed at {CONFORMANCE} (run `make node`)")
+    open_url, _ = http_servers
+    run = subprocess.run([str(NODE), str(CONFORMANCE), "server", "--url", open_url, "--scenario", scenario],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
+    assert "0 failed" in run.stdout
+
+
+def _inspector(url: str, *args: str) -> dict:
+    # The inspector finds its own package.json relative to the working directory.
+    run = subprocess.run([str(NODE), str(INSPECTOR), url, "--transport", "http", *args],
+                         capture_output=True, text=True, timeout=120, cwd=INSPECTOR.parent)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout)
+
+
+def test_inspector_cli_lists_and_calls_tools(http_servers):
+    if reason := _node_reason():
+        pytest.skip(reason)
+    if not INSPECTOR.is_file():
+        pytest.skip(f"@modelcontextprotocol/inspector-cli not installed at {INSPECTOR} (run `make node`)")
+    open_url, _ = http_servers
+    listed = _inspector(open_url, "--method", "tools/list")
+    names = {t["name"] for t in listed["tools"]}
+    assert {"list_kernels", "describe_kernel", "device_info"} <= names
+    assert all("outputSchema" in t and "annotations" in t for t in listed["tools"])
+    called = _inspector(open_url, "--method", "tools/call", "--tool-name", "describe_kernel",
+                        "--tool-arg", "kernel=rmsnorm")
+    assert called["structuredContent"]["name"] == "rmsnorm" and not called.get("isError")
+    bad = _inspector(open_url, "--method", "tools/call", "--tool-name", "describe_kernel", "--tool-arg", "kernel=nope")
+    assert bad["isError"] is True and "unknown kernel" in bad["content"][0]["text"]
