@@ -1,0 +1,40 @@
+"""device_info: facts from a probe job inside the sandbox, or a plain account of why not."""
+
+from __future__ import annotations
+
+import platform
+
+import pytest
+from conftest import call
+
+from infra_agent.server.context import ServerState
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_device_info_from_the_sandboxed_worker(client, server):
+    out = await call(client, "device_info")
+    isolation = server.state.sandbox.isolation
+    if not isolation.sandboxed:  # no bwrap here and the server was not started --allow-unsandboxed
+        assert out["sandbox_available"] is False and "isolation" in out["sandbox_error"]
+        return
+    assert out["sandbox_available"] is True and out["sandbox_error"] is None
+    assert out["isolation_level"] == isolation.level and out["isolation"]["layers"] == isolation.layers
+    assert out["versions"]["python"] == platform.python_version()
+    assert out["versions"]["torch"] == out["server_view"]["packages"]["torch"]
+    assert out["worker_facts"]["cuda_available"] == bool(out["devices"])
+    assert out["device"] == ("cuda" if out["devices"] else "cpu")
+    assert out["num_cpus_usable"] >= 1 and out["cpu_model"]
+    assert out["isolation_level"] in out["summary"]
+
+
+async def test_device_info_says_plainly_when_the_sandbox_is_unavailable(client, monkeypatch):
+    def broken(self):
+        raise RuntimeError("the sandbox runner is not available in this install (test)")
+
+    monkeypatch.setattr(ServerState, "sandbox", property(broken))
+    out = await call(client, "device_info")
+    assert out["sandbox_available"] is False and out["isolation_level"] == "unavailable"
+    assert "not available in this install" in out["sandbox_error"]
+    assert out["summary"].startswith("sandbox unavailable") and "agent code cannot run" in out["summary"]
+    assert out["versions"]["python"] == platform.python_version() and out["server_view"]["num_cpus"]
