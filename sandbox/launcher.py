@@ -93,15 +93,16 @@ class Zygote:
         for future in self._exits.values():
             if not future.done():
                 future.set_exception(ZygoteDied("the sandbox zygote died while the job ran"))
+                future.exception()  # marks it retrieved: a spare nobody awaits must not warn
         self._exits.clear()
 
-    async def spawn(self, job_id: str, job_dir: str, fds: list[int]) -> asyncio.Future:
+    async def spawn(self, job_id: str, fds: list[int]) -> asyncio.Future:
         """Ask for a child; returns the future of its exit report."""
         if not self.alive:
             raise ZygoteDied("the sandbox zygote is not running")
         future = asyncio.get_running_loop().create_future()
         self._exits[job_id] = future
-        await self._send({"spawn": job_id, "job_dir": job_dir}, fds)
+        await self._send({"spawn": job_id}, fds)
         return future
 
     async def kill(self, job_id: str) -> None:

@@ -24,7 +24,8 @@ MAX_RESULT_BYTES = 16 << 20
 class Ending:
     """What the parent observed, independent of the job's own files."""
 
-    wait_status: int | None  # None: the zygote died, no status
+    wait_status: int | None  # None: no status (the zygote died, or the harness said done)
+    done: bool = False  # the harness reported the op finished and its result written
     timed_out: bool = False
     timeout_s: float = 0.0
     output_exceeded: str | None = None  # "stdout" / "stderr"
@@ -77,12 +78,12 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     if ending.oom_kills:
         return "limit", {}, (f"exceeded the memory limit of {_size(ending.memory_limit_bytes)} "
                              "(killed by the kernel's OOM killer)")
-    if ending.wait_status is None:
+    if ending.wait_status is None and not ending.done:
         return "crashed", {}, "the sandbox worker process died while the job ran (it restarts for the next job)"
 
     result_bytes = read_untrusted(job_dir / RESULT_FILE)
     error_bytes = read_untrusted(job_dir / ERROR_FILE)
-    status = ending.wait_status
+    status = 0 if ending.done else ending.wait_status  # "done" comes just before a clean exit
     signum = -os.waitstatus_to_exitcode(status) if os.WIFSIGNALED(status) else None
     code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None
 

@@ -60,6 +60,7 @@ class Sandbox:
         self.view = SandboxView(layout, sandboxed=self.isolation.sandboxed)
         self._zygote: Zygote | None = None
         self._zygote_lock: asyncio.Lock | None = None
+        self._spare: asyncio.Future | None = None  # a child forked ahead of the next job
         self._closed = False
 
     def _prepare_state(self, gpus: list[str]) -> Layout:
@@ -115,8 +116,76 @@ class Sandbox:
                     raise SandboxError(f"{exc}\n(if bwrap is the problem: {INSTALL_HINT})") from None
             return self._zygote
 
-    def _make_job_dir(self, job: Job) -> tuple[str, Path]:
+    async def _prepare_child(self) -> "_Child":
+        """A fresh child of the zygote, in its own new cgroups, waiting for a job."""
+        zygote = await self._ensure_zygote()
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        cgroup = None
+        if self.cgroups.available:
+            try:
+                cgroup = self.cgroups.create(job_id, self.limits.memory_bytes, self.limits.num_processes)
+            except CgroupError as exc:
+                raise SandboxError(str(exc)) from None
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        mine.setblocking(False)
+        child = _Child(job_id, zygote, cgroup, mine, out_r, err_r)
+        try:
+            child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
+        except ZygoteDied as exc:
+            child.discard()
+            raise SandboxError(f"{exc}; zygote log:\n{zygote.log_tail()}") from None
+        finally:
+            for fd in (out_w, err_w):
+                os.close(fd)
+            theirs.close()
+        hello = await _recv(mine)
+        if hello is None:
+            child.discard()
+            raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
+        if cgroup is not None:
+            try:
+                cgroup.add(hello[1])
+            except OSError as exc:
+                child.discard()
+                raise SandboxError(f"cannot move the job child into its cgroup: {exc}") from None
+        return child
+
+    async def _take_child(self) -> "_Child":
+        """The spare child if it is still good, else a new one; then start the next spare."""
+        spare, self._spare = self._spare, None
+        child = None
+        if spare is not None:
+            try:
+                child = await spare
+            except (SandboxError, asyncio.CancelledError):
+                child = None
+            if child is not None and not child.usable:
+                child.discard()
+                child = None
+        if child is None:
+            child = await self._prepare_child()
+        if not self._closed:
+            self._spare = asyncio.ensure_future(self._prepare_child())
+            self._spare.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved later
+        return child
+
+    async def _run_now(self, job: Job, env: dict[str, str], progress: Progress | None) -> JobResult:
+        child = await self._take_child()
+        try:
+            host_dir = self._make_job_dir(child.job_id, job)
+            spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
+                                      device=self.device, limits=self.limits, timeout_s=job.timeout_s,
+                                      landlock="landlock" in self.isolation.layers,
+                                      seccomp="seccomp" in self.isolation.layers)
+            (host_dir / "job.json").write_text(json.dumps(spec))
+            return await self._supervise(child, job, host_dir, progress)
+        finally:
+            child.discard()
+
+    def _make_job_dir(self, job_id: str, job: Job) -> Path:
         host_dir = self.view.layout.jobs_dir / job_id
         for sub in ("in", "out", "home", "tmp", "cache/triton", "cache/torch_extensions", "cache/cuda"):
             (host_dir / sub).mkdir(parents=True)
@@ -126,74 +195,48 @@ class Sandbox:
             copy = shutil.copytree if Path(src).is_dir() else shutil.copyfile
             copy(src, host_dir / "in" / name)
         self._prune_job_dirs()
-        return job_id, host_dir
+        return host_dir
 
     def _prune_job_dirs(self) -> None:
         dirs = sorted(self.view.layout.jobs_dir.iterdir())
         for old in dirs[:-KEEP_JOB_DIRS]:
             shutil.rmtree(old, ignore_errors=True)
 
-    async def _run_now(self, job: Job, env: dict[str, str], progress: Progress | None) -> JobResult:
-        zygote = await self._ensure_zygote()
-        job_id, host_dir = self._make_job_dir(job)
-        spec = self.view.job_spec(job_id=job_id, op=job.op, payload=job.payload, env=env, device=self.device,
-                                  limits=self.limits, timeout_s=job.timeout_s,
-                                  landlock="landlock" in self.isolation.layers,
-                                  seccomp="seccomp" in self.isolation.layers)
-        (host_dir / "job.json").write_text(json.dumps(spec))
-        cgroup = None
-        if self.cgroups.available:
-            try:
-                cgroup = self.cgroups.create(job_id, self.limits.memory_bytes, self.limits.num_processes)
-            except CgroupError as exc:
-                raise SandboxError(str(exc)) from None
-        try:
-            return await self._supervise(zygote, job, job_id, host_dir, cgroup, progress)
-        finally:
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.kill_all)
-                cgroup.remove()
-
-    async def _supervise(self, zygote: Zygote, job: Job, job_id: str, host_dir: Path,
-                         cgroup: JobCgroup | None, progress: Progress | None) -> JobResult:
-        loop = asyncio.get_running_loop()
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        mine.setblocking(False)
-        stdout = Capture(out_r, self.limits.output_bytes, self.limits.tail_bytes)
-        stderr = Capture(err_r, self.limits.output_bytes, self.limits.tail_bytes)
-        try:
-            exited = await zygote.spawn(job_id, self.view.job_dir(job_id), [out_w, err_w, theirs.fileno()])
-        finally:
-            for fd in (out_w, err_w):
-                os.close(fd)
-            theirs.close()
-        started = time.monotonic()
+    async def _supervise(self, child: "_Child", job: Job, host_dir: Path, progress: Progress | None) -> JobResult:
+        stdout = Capture(child.out_r, self.limits.output_bytes, self.limits.tail_bytes)
+        stderr = Capture(child.err_r, self.limits.output_bytes, self.limits.tail_bytes)
+        child.out_r = child.err_r = -1  # the captures own and close them now
         ending = outcome.Ending(wait_status=None, timeout_s=job.timeout_s, output_cap_bytes=self.limits.output_bytes,
                                 memory_limit_bytes=self.limits.memory_bytes, num_processes=self.limits.num_processes)
         tail = ProgressTail(host_dir / "progress.jsonl", progress)
+        started = time.monotonic()
         try:
-            await self._handshake(mine, cgroup, exited)
-            started = time.monotonic()
-            watchers = [exited, stdout.exceeded, stderr.exceeded]
-            done, _ = await _wait_first(watchers, job.timeout_s, tail)
-            if exited not in done:
-                ending.timed_out = not done
-                ending.output_exceeded = "stdout" if stdout.exceeded in done else "stderr" if done else None
-                await self._kill(zygote, job_id, cgroup)
-            try:
-                report = await asyncio.wait_for(exited, 10.0)
-                ending.wait_status = report["status"]
-            except (ZygoteDied, asyncio.TimeoutError):
-                pass
+            child.sock.send(json.dumps({"job_dir": self.view.job_dir(child.job_id)}).encode())
+            reply = await _recv(child.sock)
+            message = _json_or_empty(reply[0]) if reply else {}
+            if "confined" not in message:
+                reason = message.get("confine_error", "the job child died while confining itself")
+                raise SandboxError(f"could not confine the job ({reason}); no agent code ran")
+            done = asyncio.ensure_future(_wait_done(child.sock))
+            watchers = [done, child.exited, stdout.exceeded, stderr.exceeded]
+            finished, _ = await _wait_first(watchers, job.timeout_s, tail)
+            ending.done = done in finished and done.result()
+            ending.timed_out = not finished
+            if stdout.exceeded in finished or stderr.exceeded in finished:
+                ending.output_exceeded = "stdout" if stdout.exceeded in finished else "stderr"
+            if ending.timed_out or ending.output_exceeded:
+                await child.kill()
+            elif not ending.done or child.cgroup is None:
+                try:  # the wait status says how it ended (without cgroups it is also how we know it ended)
+                    ending.wait_status = (await asyncio.wait_for(child.exited, 10.0))["status"]
+                except (ZygoteDied, asyncio.TimeoutError):
+                    pass
+            done.cancel()
         finally:
-            mine.close()
             wall_s = time.monotonic() - started
-            if cgroup is not None:
-                await asyncio.to_thread(cgroup.kill_all)  # double-forked daemons, stray threads
-                ending.oom_kills, ending.pids_limit_hits = cgroup.oom_kills(), cgroup.pids_limit_hits()
+            if child.cgroup is not None:
+                await child.kill()  # whatever is left: double-forked daemons, stray threads
+                ending.oom_kills, ending.pids_limit_hits = child.cgroup.oom_kills(), child.cgroup.pids_limit_hits()
             await stdout.finish()
             await stderr.finish()
             await tail.poll()
@@ -204,44 +247,28 @@ class Sandbox:
         return JobResult(status=status, result=result, out_dir=host_dir / "out", error=error,
                          stdout_tail=stdout.tail(), stderr_tail=stderr.tail(), wall_s=wall_s)
 
-    async def _handshake(self, mine: socket.socket, cgroup: JobCgroup | None, exited: asyncio.Future) -> None:
-        """Place the child in its cgroups before it runs anything, then learn its layers."""
-        loop = asyncio.get_running_loop()
-        hello = await _recv(loop, mine, with_creds=True)
-        if hello is None:
-            raise SandboxError(f"the job child died before its handshake; zygote log:\n{self._zygote.log_tail()}")
-        _, pid = hello
-        if cgroup is not None:
-            cgroup.add(pid)
-        mine.send(b"go")
-        reply = await _recv(loop, mine, with_creds=False)
-        message = json.loads(reply[0]) if reply else {}
-        if "confined" not in message:
-            reason = message.get("confine_error", "the job child died while confining itself")
-            raise SandboxError(f"could not confine the job ({reason}); no agent code ran")
-
-    async def _kill(self, zygote: Zygote, job_id: str, cgroup: JobCgroup | None) -> None:
-        if cgroup is not None:
-            await asyncio.to_thread(cgroup.kill_all)
-        try:
-            await zygote.kill(job_id)  # its process group too (the only kill without cgroups)
-        except ZygoteDied:
-            pass
-
     def zygote_pids(self) -> list[int]:
         """Host pids of the zygote's process tree (empty when none runs): for tests and ops."""
         return self._zygote.host_pids() if self._zygote is not None and self._zygote.alive else []
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._spare is not None:
+            spare, self._spare = self._spare, None
+            spare.cancel()
+            try:
+                (await spare).discard()
+            except BaseException:  # noqa: BLE001 - cancelled or failed: nothing to discard
+                pass
         if self._zygote is not None:
             self._zygote.terminate()
             self._zygote = None
         self.cgroups.close()
 
 
-async def _recv(loop: asyncio.AbstractEventLoop, sock: socket.socket, with_creds: bool) -> tuple[bytes, int] | None:
-    """One packet (and the sender's pid as this process sees it), or None at EOF/timeout."""
+async def _recv(sock: socket.socket, timeout_s: float = _HANDSHAKE_TIMEOUT_S) -> tuple[bytes, int] | None:
+    """One packet and the sender's pid as this process sees it (SCM_CREDENTIALS), or None at EOF/timeout."""
+    loop = asyncio.get_running_loop()
     future = loop.create_future()
     space = socket.CMSG_SPACE(struct.calcsize("iII"))
 
@@ -261,11 +288,29 @@ async def _recv(loop: asyncio.AbstractEventLoop, sock: socket.socket, with_creds
 
     loop.add_reader(sock.fileno(), on_readable)
     try:
-        return await asyncio.wait_for(future, _HANDSHAKE_TIMEOUT_S)
+        return await asyncio.wait_for(future, timeout_s)
     except asyncio.TimeoutError:
         return None
     finally:
         loop.remove_reader(sock.fileno())
+
+
+async def _wait_done(sock: socket.socket) -> bool:
+    """True when the harness says the op finished; False at EOF (the child ended without saying so)."""
+    while True:
+        packet = await _recv(sock, timeout_s=float("inf"))
+        if packet is None:
+            return False
+        if _json_or_empty(packet[0]).get("done") is True:
+            return True
+
+
+def _json_or_empty(data: bytes) -> dict:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 async def _wait_first(futures: list, timeout_s: float, tail: ProgressTail) -> tuple[set, set]:
@@ -280,3 +325,39 @@ async def _wait_first(futures: list, timeout_s: float, tail: ProgressTail) -> tu
         if done:
             return done, pending
         await tail.poll()
+
+
+class _Child:
+    """One forked job child and everything the parent holds for it."""
+
+    def __init__(self, job_id: str, zygote: Zygote, cgroup: JobCgroup | None, sock: socket.socket,
+                 out_r: int, err_r: int):
+        self.job_id, self.zygote, self.cgroup, self.sock = job_id, zygote, cgroup, sock
+        self.out_r, self.err_r = out_r, err_r
+        self.exited: asyncio.Future | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.zygote.alive and self.exited is not None and not self.exited.done()
+
+    async def kill(self) -> None:
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.kill_all)
+        try:
+            await self.zygote.kill(self.job_id)  # its process group too (the only kill without cgroups)
+        except ZygoteDied:
+            pass
+
+    def discard(self) -> None:
+        """Close our ends and remove the cgroup (killing what is in it). Idempotent."""
+        for fd in (self.out_r, self.err_r):
+            if fd >= 0:
+                os.close(fd)
+        self.out_r = self.err_r = -1
+        self.sock.close()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.exited is not None and self.exited.done() and not self.exited.cancelled():
+            self.exited.exception()  # retrieved: no "never retrieved" warning

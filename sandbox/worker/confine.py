@@ -60,6 +60,13 @@ class _PathBeneathAttr(ctypes.Structure):
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
+# prctl's arguments are unsigned longs: declare them, or ctypes passes ints whose upper
+# register halves the kernel may read as garbage (PR_SET_NO_NEW_PRIVS demands zeros).
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def prctl(option: int, arg2: int = 0) -> int:
+    return _libc.prctl(option, arg2, 0, 0, 0)
 
 
 def landlock_abi() -> int:
@@ -92,7 +99,7 @@ def apply_landlock(read_only: list[str], read_write: list[str], devices: list[st
         for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV)):
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
-        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
             raise ConfineError(f"PR_SET_NO_NEW_PRIVS failed: {os.strerror(ctypes.get_errno())}")
         if _libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
             raise ConfineError(f"landlock_restrict_self failed: {os.strerror(ctypes.get_errno())}")
@@ -155,6 +162,7 @@ def _load_libseccomp():
                                            ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     return lib
 
@@ -171,18 +179,16 @@ def _errno_action(err: int) -> int:
     return 0x00050000 | (err & 0xFFFF)
 
 
-def apply_seccomp() -> int:
-    """Load the deny-list filter into this process; returns the number of rules."""
+def build_seccomp_filter() -> bytes:
+    """The deny-list as a BPF program (compiled once in the zygote, loaded by each child)."""
     if _seccomp is None:
         raise ConfineError(seccomp_available())
     lib = _seccomp
     ctx = lib.seccomp_init(_ACT_ALLOW)
     if not ctx:
         raise ConfineError("seccomp_init failed")
-    num_rules = 0
 
     def add(name: str, action: int, *cmps: tuple[int, int, int, int]) -> None:
-        nonlocal num_rules
         nr = lib.seccomp_syscall_resolve_name(name.encode())
         if nr < 0:
             return  # not a syscall on this architecture
@@ -190,7 +196,6 @@ def apply_seccomp() -> int:
         rc = lib.seccomp_rule_add_array(ctx, action, nr, len(cmps), array)
         if rc != 0:
             raise ConfineError(f"seccomp rule for {name} failed: {os.strerror(-rc)}")
-        num_rules += 1
 
     try:
         for name in DENIED_SYSCALLS:
@@ -200,12 +205,40 @@ def apply_seccomp() -> int:
         for flag in _NAMESPACE_FLAGS:
             add("clone", _errno_action(errno.EPERM), (0, _CMP_MASKED_EQ, flag, flag))
         add("clone3", _errno_action(errno.ENOSYS))
-        rc = lib.seccomp_load(ctx)
-        if rc != 0:
-            raise ConfineError(f"seccomp_load failed: {os.strerror(-rc)}")
+        fd = os.memfd_create("seccomp-bpf")
+        try:
+            rc = lib.seccomp_export_bpf(ctx, fd)
+            if rc != 0:
+                raise ConfineError(f"seccomp_export_bpf failed: {os.strerror(-rc)}")
+            os.lseek(fd, 0, os.SEEK_SET)
+            program = b""
+            while chunk := os.read(fd, 1 << 16):
+                program += chunk
+        finally:
+            os.close(fd)
     finally:
         lib.seccomp_release(ctx)
-    return num_rules
+    return program
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+
+
+def apply_seccomp(program: bytes) -> int:
+    """Load a filter from build_seccomp_filter() into this process; returns its length."""
+    if not program or len(program) % 8:
+        raise ConfineError("empty or malformed seccomp program")
+    buffer = ctypes.create_string_buffer(program, len(program))
+    prog = _SockFprog(len(program) // 8, ctypes.addressof(buffer))
+    if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
+        raise ConfineError(f"PR_SET_NO_NEW_PRIVS failed: {os.strerror(ctypes.get_errno())}")
+    if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
+        raise ConfineError(f"loading the seccomp filter failed: {os.strerror(ctypes.get_errno())}")
+    return len(program) // 8
 
 
 # --- resource limits --------------------------------------------------------------------

@@ -5,10 +5,13 @@ the security argument:
 
 1. new session, die with the zygote;
 2. say hello to the parent over the job's own socket (the kernel stamps our pid as the
-   parent sees it) and block until the parent has moved us into the job's cgroups;
+   parent sees it) and block until the parent has moved us into the job's cgroups and
+   sent the job (a spare child waits here until a job comes);
 3. take the job's stdout/stderr pipes, environment and working folder;
 4. confine: rlimits, Landlock, seccomp; report which layers are in force;
-5. only then import the op and run agent code.
+5. only then run the op, which runs agent code;
+6. write the result, close stdout/stderr, tell the parent "done", and exit (the parent
+   need not wait for a big address space to be torn down).
 
 Results go to ``result.json`` (the op's return value) or ``error.json`` (exception
 type, message, and the traceback trimmed to the agent's own frames). The parent
@@ -36,46 +39,59 @@ ERROR_FILE = "error.json"
 _PR_SET_PDEATHSIG = 1
 
 
-def run_child(job_dir: str, zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.socket) -> None:
+def run_child(zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.socket,
+              seccomp_filter: bytes) -> None:
     """Never returns: the process ends with os._exit."""
     code = 0
     try:
         os.setsid()  # own process group: the zygote can kill the job's whole group
-        confine._libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        confine.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != zygote_pid:  # the zygote died before prctl took effect
             os._exit(70)
-        _hello(job_sock)
+        job_dir = _hello(job_sock)
         spec = json.loads((Path(job_dir) / JOB_FILE).read_text())
         _take_stdio(stdout_fd, stderr_fd)
         os.chdir(job_dir)
         os.environ.clear()
         os.environ.update(spec["env"])
         try:
-            layers = _confine(spec["confine"])
+            layers = _confine(spec["confine"], seccomp_filter)
         except Exception as exc:  # noqa: BLE001 - reported to the parent as an infrastructure failure
             job_sock.send(json.dumps({"confine_error": f"{type(exc).__name__}: {exc}"}).encode())
             os._exit(71)
         job_sock.send(json.dumps({"confined": layers}).encode())
-        job_sock.close()
         _run_op(spec)
+        _flush_and_close_stdio()
+        job_sock.send(b'{"done": true}')
     except BaseException:  # noqa: BLE001 - a harness bug must still end the process
         traceback.print_exc()
         code = 72
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except Exception:  # noqa: BLE001 - a closed or full pipe must not keep us alive
-                pass
+        _flush_and_close_stdio()
         os._exit(code)
 
 
-def _hello(job_sock: socket.socket) -> None:
-    """Send our credentials and wait for the parent's go (it places us in cgroups first)."""
+def _hello(job_sock: socket.socket) -> str:
+    """Send our credentials; wait for the parent's go: {"job_dir": ...} (after cgroup placement)."""
     creds = struct.pack("iII", os.getpid(), os.getuid(), os.getgid())
     job_sock.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
-    if job_sock.recv(16) != b"go":
-        os._exit(70)  # the parent gave up on this job
+    data = job_sock.recv(65536)
+    if not data:
+        os._exit(70)  # the parent gave up on this child
+    return json.loads(data)["job_dir"]
+
+
+def _flush_and_close_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or full pipe must not keep us alive
+            pass
+    for fd in (1, 2):
+        try:
+            os.close(fd)  # the parent sees EOF now, not after the exit teardown
+        except OSError:
+            pass
 
 
 def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
@@ -87,7 +103,7 @@ def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
         os.close(fd)
 
 
-def _confine(policy: dict) -> dict:
+def _confine(policy: dict, seccomp_filter: bytes) -> dict:
     layers = {}
     limits = policy["rlimits"]
     confine.apply_rlimits(limits["cpu_s"], limits["file_bytes"], limits["num_files"])
@@ -96,7 +112,7 @@ def _confine(policy: dict) -> dict:
         rules = policy["landlock"]
         layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"])
     if policy.get("seccomp"):
-        layers["seccomp_rules"] = confine.apply_seccomp()
+        layers["seccomp_instructions"] = confine.apply_seccomp(seccomp_filter)
     return layers
 
 

@@ -4,7 +4,7 @@ Started by the parent (inside bwrap when isolation is available) as
 ``python -m ia_worker.zygote <control-fd>``. It talks to the parent over one
 SOCK_SEQPACKET socket, one JSON message per packet:
 
-    parent -> zygote  {"spawn": id, "job_dir": path}   + fds [stdout, stderr, job socket]
+    parent -> zygote  {"spawn": id}                     + fds [stdout, stderr, job socket]
                       {"kill": id}                      (fallback when no cgroups)
     zygote -> parent  {"ready": true, "pid": ..., "landlock_abi": ..., "seccomp": ...}
                       {"exited": id, "status": wait status, "maxrss_kb": ..., "cpu_s": ...}
@@ -12,16 +12,25 @@ SOCK_SEQPACKET socket, one JSON message per packet:
 It never initialises CUDA (forking a CUDA context is undefined), never runs agent code
 itself, and exits when the parent's end of the socket closes. It is a child subreaper
 so a job's orphans come back to it to be reaped instead of lingering.
+
+The parent asks for a child before it has a job for it (a spare): the child says hello
+on its job socket and waits; forking the big pre-imported process is off the job's
+critical path. ``gc.freeze()`` keeps the children's garbage collector from touching
+(and so copying) every page the zygote owns.
 """
 
 from __future__ import annotations
 
+import gc
+import importlib
 import json
 import os
+import pkgutil
 import selectors
 import signal
 import socket
 import sys
+import traceback
 
 from . import confine
 
@@ -31,16 +40,23 @@ _MAX_MESSAGE = 65536
 
 def main() -> None:
     ctl = socket.socket(fileno=int(sys.argv[1]))
-    confine._libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    confine._libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    confine.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    confine.prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _warm_imports()
     from . import harness
+
+    try:
+        seccomp_filter, seccomp_error = confine.build_seccomp_filter(), None
+    except confine.ConfineError as exc:
+        seccomp_filter, seccomp_error = b"", str(exc)
+    gc.collect()
+    gc.freeze()
 
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd fires
     _send(ctl, {"ready": True, "pid": os.getpid(), "landlock_abi": confine.landlock_abi(),
-                "seccomp_error": confine.seccomp_available(), "python": sys.version.split()[0]})
+                "seccomp_error": seccomp_error, "python": sys.version.split()[0]})
 
     jobs: dict[int, str] = {}  # pid -> job id
     selector = selectors.DefaultSelector()
@@ -53,7 +69,7 @@ def main() -> None:
                 _reap(ctl, jobs)
                 continue
             try:
-                data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3)
+                data, fds, _, _ = socket.recv_fds(ctl, _MAX_MESSAGE, 3, socket.MSG_CMSG_CLOEXEC)
             except ConnectionResetError:
                 data, fds = b"", []
             if not data:  # the parent is gone: take every job with us
@@ -62,7 +78,7 @@ def main() -> None:
                 os._exit(0)
             msg = json.loads(data)
             if "spawn" in msg:
-                pid = _spawn(msg, fds, ctl, (wake_r, wake_w), harness)
+                pid = _spawn(fds, ctl, (wake_r, wake_w), harness, seccomp_filter)
                 jobs[pid] = msg["spawn"]
             elif "kill" in msg:
                 for pid, job_id in jobs.items():
@@ -78,17 +94,25 @@ def _warm_imports() -> None:
     import triton.language  # noqa: F401
 
     from . import context, loader, tensors  # noqa: F401
+    from . import ops
+
+    for module in pkgutil.iter_modules(ops.__path__):
+        try:
+            importlib.import_module(f"{ops.__name__}.{module.name}")
+        except Exception:  # noqa: BLE001 - a broken op fails its own jobs, not the zygote
+            traceback.print_exc()
 
 
-def _spawn(msg: dict, fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness) -> int:
+def _spawn(fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness, seccomp_filter: bytes) -> int:
     stdout_fd, stderr_fd, sock_fd = fds
+    zygote_pid = os.getpid()
     pid = os.fork()
     if pid == 0:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        for fd in (*wake, ctl.fileno()):
+        for fd in (*wake, ctl.detach()):
             os.close(fd)
-        harness.run_child(msg["job_dir"], os.getppid(), stdout_fd, stderr_fd, socket.socket(fileno=sock_fd))
+        harness.run_child(zygote_pid, stdout_fd, stderr_fd, socket.socket(fileno=sock_fd), seccomp_filter)
     for fd in fds:
         os.close(fd)
     return pid
