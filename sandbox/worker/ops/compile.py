@@ -74,9 +74,8 @@ def _run(payload: dict, ctx: JobContext) -> dict:
         return {"status": "setup_error", "diagnostic": {"message": str(exc), "file": file_name}}
     except Exception as exc:  # the launcher itself failed before it launched
         diag = import_error_diagnostic(exc, file, file_name, text)
-        launcher = (payload.get("launch") or {}).get("launcher")
-        diag["message"] = (f"running launcher {launcher!r} on meta tensors to infer the signature failed "
-                           f"(give signature= and constexprs= instead): {diag['message']}")
+        diag["message"] = f"running launcher {payload['launch']['launcher']!r} to infer the signature failed: " \
+            + diag["message"]
         return {"status": "setup_error", "diagnostic": diag}
     return _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
 
