@@ -1,0 +1,123 @@
+"""The parts of a microbench answer that are not statistics: what could disturb the
+numbers, the sweep plot, and the one line that answers the hypothesis."""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from pathlib import Path
+
+
+def cpu_counters() -> dict | None:
+    """Aggregate CPU jiffies from /proc/stat (None where there is no /proc)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields]
+    names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
+    return dict(zip(names, values + [0] * (len(names) - len(values))))
+
+
+def disturbances(device: str, before: dict | None, after: dict | None, threads: int | None) -> list[str]:
+    """What besides the kernel could have moved the numbers, in words."""
+    notes = []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        load1 = float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        load1 = None
+    if before and after:
+        total = sum(after.values()) - sum(before.values())
+        busy = total - (after["idle"] - before["idle"]) - (after["iowait"] - before["iowait"])
+        steal = after["steal"] - before["steal"]
+        if total > 0:
+            # The timing job keeps about one core busy; the rest is someone else.
+            others = max(0.0, busy / total * (cores or 1) - 1.0)
+            notes.append(f"{device.upper() if device == 'cpu' else 'host CPU'}: {cores} cores, "
+                         f"{busy / total:.0%} busy while timing (~{others:.1f} cores used by other processes), "
+                         f"{steal / total:.1%} steal (hypervisor)")
+            if steal / total > 0.02:
+                notes.append("steal above 2%: the virtual machine shares its physical cores; "
+                             "expect wider intervals")
+    if load1 is not None:
+        notes.append(f"load average (1 min) {load1:.2f} on {cores} cores"
+                     + (": other load present" if cores and load1 > 1.0 + 0.25 * cores else ""))
+    if device == "cpu":
+        notes.append(f"CPU timing with {threads or '?'} torch thread(s); Triton kernels run in the "
+                     "interpreter, so times measure Python and numpy, not GPU hardware")
+    return notes
+
+
+def sweep_plot(rows: list[dict]) -> bytes:
+    """PNG: median time (p10-p90 bars) and % of roofline vs bytes moved, per arm.
+
+    rows: one per (shape, arm): {"arm", "bytes", "median_ms", "p10_ms", "p90_ms", "pct_roofline"}.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    for arm in sorted({r["arm"] for r in rows}):
+        pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
+        x = [p["bytes"] for p in pts]
+        med = [p["median_ms"] for p in pts]
+        err = [[m - p["p10_ms"] for m, p in zip(med, pts)], [p["p90_ms"] - m for m, p in zip(med, pts)]]
+        ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
+        if all(p["pct_roofline"] is not None for p in pts):
+            ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)
+    ax_t.set(xscale="log", yscale="log", xlabel="bytes moved per call", ylabel="median time (ms), p10-p90",
+             title="time vs size")
+    ax_r.set(xscale="log", xlabel="bytes moved per call", ylabel="% of roofline (best possible time / time)",
+             title="% of roofline vs size")
+    for ax in (ax_t, ax_r):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+_EXPECT_FASTER = re.compile(r"\b(faster|speed\s*up|speedup|quicker|reduc\w*|improv\w*|less time|lower latency)\b", re.I)
+_EXPECT_SLOWER = re.compile(r"\b(slower|regress\w*|more time|costs? time)\b", re.I)
+_EXPECT_SAME = re.compile(r"\b(no (?:change|difference|slower|regression)|same speed|neutral|unchanged)\b", re.I)
+_BOUNDS = {"memory": re.compile(r"memory[- ]bound|bandwidth", re.I),
+           "compute": re.compile(r"compute[- ]bound|flop", re.I),
+           "latency": re.compile(r"latency[- ]bound|launch|overhead", re.I)}
+
+
+def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[str], mde_pct: float | None) -> str:
+    """Whether the evidence supports the hypothesis, judged on what it names (speed, bound)."""
+    if not hypothesis:
+        return ""
+    if verdict == "invalid":
+        return "cannot be judged: the timing is void (see spot_check / is_impossible)"
+    parts = []
+    if verdict is not None:
+        if _EXPECT_SAME.search(hypothesis):
+            expect = "inconclusive"
+        elif _EXPECT_SLOWER.search(hypothesis):
+            expect = "slower"
+        elif _EXPECT_FASTER.search(hypothesis):
+            expect = "faster"
+        else:
+            expect = None
+        if expect is not None:
+            if verdict == "inconclusive" and expect != "inconclusive":
+                parts.append(f"not resolved: no difference beyond the noise (minimal detectable effect "
+                             f"~{mde_pct:.1f}%)" if mde_pct is not None else "not resolved")
+            elif verdict == expect or (expect == "inconclusive" and verdict == "inconclusive"):
+                parts.append(f"supported ({verdict})")
+            else:
+                parts.append(f"contradicted (measured {verdict})")
+    for bound, pattern in _BOUNDS.items():
+        if pattern.search(hypothesis):
+            word = "supported" if bounds and all(b == bound for b in bounds) else "contradicted"
+            parts.append(f"{bound}-bound claim {word} (bound class: {', '.join(sorted(set(bounds))) or 'unknown'})")
+            break
+    return "; ".join(parts) or "the hypothesis names neither a speed change nor a bound class; see the numbers"
