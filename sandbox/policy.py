@@ -63,6 +63,9 @@ class Layout:
     pkg_dir: Path  # without bwrap: holds an `ia_worker` symlink to worker_dir, for PYTHONPATH
     python_prefixes: tuple[Path, ...]  # sys.prefix, sys.base_prefix, ...
     hidden_dirs: tuple[Path, ...] = ()  # inside the bound trees, masked (our own installed code)
+    # Relative folders of the workspace the job must not see: the server's state (ledger,
+    # artifacts, references, other jobs) lives in <workspace>/.infra-agent for user workspaces.
+    workspace_hidden: tuple[str, ...] = ()
     gpu_devices: tuple[str, ...] = ()  # /dev/nvidia* present on the host
     python: str = "python3"  # the interpreter, as a path valid inside the sandbox too
 
@@ -126,9 +129,10 @@ class SandboxView:
         for hidden in lay.hidden_dirs:
             argv += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
         argv += ["--ro-bind", str(lay.worker_dir), f"{WORKER_ROOT}/{WORKER_PACKAGE}",
-                 "--ro-bind", str(lay.workspace), WORKSPACE_MOUNT,
-                 "--bind", str(lay.jobs_dir), JOBS_MOUNT,
-                 "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+                 "--ro-bind", str(lay.workspace), WORKSPACE_MOUNT]
+        for rel in lay.workspace_hidden:
+            argv += ["--tmpfs", f"{WORKSPACE_MOUNT}/{rel}", "--remount-ro", f"{WORKSPACE_MOUNT}/{rel}"]
+        argv += ["--bind", str(lay.jobs_dir), JOBS_MOUNT, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         if lay.gpu_devices:
             for dev in lay.gpu_devices:
                 argv += ["--dev-bind", dev, dev]
@@ -152,9 +156,12 @@ class SandboxView:
     def landlock_rules(self, job_dir: str) -> dict[str, list[str]]:
         lay = self.layout
         read_only = ["/usr", *(f"/etc/{n}" for n in (*ETC_FILES, "passwd", "group")),
-                     *(str(p) for p in lay.python_prefixes), self.worker_parent, self.workspace_root, "/proc"]
-        if not self.sandboxed:
+                     *(str(p) for p in lay.python_prefixes), self.worker_parent, "/proc"]
+        if self.sandboxed:
+            read_only.append(WORKSPACE_MOUNT)  # hidden folders are empty mounts there
+        else:
             read_only.append(str(lay.worker_dir))  # the pkg/ia_worker symlink's target
+            read_only += self._visible_workspace_entries()
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             if Path(f"/{name}").is_dir() and not Path(f"/{name}").is_symlink():
                 read_only.append(f"/{name}")
@@ -162,6 +169,17 @@ class SandboxView:
             read_only.append("/sys")
         return {"read_only": read_only, "read_write": [job_dir],
                 "devices": [*BASIC_DEVICES, *lay.gpu_devices]}
+
+    def _visible_workspace_entries(self) -> list[str]:
+        """Without bwrap nothing can be masked: allow the workspace entry by entry, minus hidden ones."""
+        lay = self.layout
+        if not lay.workspace_hidden:
+            return [str(lay.workspace)]
+        hidden_tops = {Path(rel).parts[0] for rel in lay.workspace_hidden}
+        try:
+            return [str(p) for p in sorted(lay.workspace.iterdir()) if p.name not in hidden_tops]
+        except OSError:
+            return []
 
     def job_spec(self, *, job_id: str, op: str, payload: dict, env: dict[str, str], device: str,
                  limits: Limits, timeout_s: float, landlock: bool, seccomp: bool) -> dict:

@@ -78,8 +78,10 @@ class Sandbox:
         prefixes = [p for p in prefixes if not any(q != p and q in p.parents for q in prefixes)]
         package_dir = worker.parent.parent  # site-packages/infra_agent when installed (not editable)
         hidden = [package_dir] if any(package_dir.is_relative_to(p) for p in [*prefixes, Path("/usr")]) else []
+        workspace_hidden = (str(self.state_dir.relative_to(self.workspace)),) \
+            if self.state_dir.is_relative_to(self.workspace) and self.state_dir != self.workspace else ()
         return Layout(worker_dir=worker, workspace=self.workspace, jobs_dir=jobs, etc_dir=etc, pkg_dir=pkg,
-                      python_prefixes=tuple(prefixes), hidden_dirs=tuple(hidden),
+                      python_prefixes=tuple(prefixes), hidden_dirs=tuple(hidden), workspace_hidden=workspace_hidden,
                       gpu_devices=tuple(gpus) if self.num_gpus else (), python=sys.executable)
 
     def workspace_path(self, host_path: Path) -> str:

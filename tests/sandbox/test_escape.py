@@ -1,0 +1,373 @@
+"""The escape suite: each probe is a job that tries to get out, and fails.
+
+After every probe the sandbox must keep serving: `assert_healthy` runs a normal job.
+Probes that need a containment layer first check it with a small version (50
+processes before a fork bomb, 1.5 GB before 100 GB, 10 MB before 10 GB) so a probe
+that escaped could not take the machine down. A probe the host cannot test is
+skipped with the exact reason.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import importlib.util
+
+import infra_agent.sandbox.runner as runner_module
+
+TRY_READ = """
+def main(paths):
+    out = {}
+    for p in paths:
+        try:
+            if __import__("os").path.isdir(p):
+                out[p] = "LISTED:" + ",".join(sorted(__import__("os").listdir(p)))
+            else:
+                with open(p, "rb") as f:
+                    out[p] = "READ:" + f.read(64).decode(errors="replace")
+        except OSError as e:
+            out[p] = f"{type(e).__name__}: {e.strerror}"
+    return out
+"""
+
+TRY_WRITE = """
+import os
+def main(paths):
+    out = {}
+    for p in paths:
+        p = p.replace("{cwd}", os.getcwd()).replace("{jobs}", os.path.dirname(os.getcwd()))
+        try:
+            with open(p, "w") as f:
+                f.write("planted")
+            out[p] = "WROTE"
+        except OSError as e:
+            out[p] = f"{type(e).__name__}: {e.strerror}"
+    return out
+"""
+
+
+def _denied(outcomes: dict) -> bool:
+    return all(not v.startswith(("READ:", "WROTE")) and not (v.startswith("LISTED:") and v != "LISTED:")
+               for v in outcomes.values())
+
+
+def test_cannot_read_shadow_ssh_or_home(sandbox):
+    home = Path.home()
+    res = sandbox.probe(TRY_READ, ["/etc/shadow", "/etc/gshadow", str(home / ".ssh"), str(home), "/root/.ssh/id_rsa"])
+    assert res.ok, res.error
+    assert _denied(res.result["value"]), res.result["value"]
+    sandbox.assert_healthy()
+
+
+def test_cannot_read_server_source(sandbox, tmp_path):
+    server_file = Path(importlib.util.find_spec("infra_agent.server.app").origin).resolve()
+    runner_file = Path(runner_module.__file__).resolve()
+    res = sandbox.probe(TRY_READ, [str(server_file), str(runner_file), str(runner_file.parent),
+                                   "/opt/ia/ia_worker/../runner.py", "/opt/ia/runner.py"])
+    assert res.ok, res.error
+    assert _denied(res.result["value"]), res.result["value"]
+    res = sandbox.probe("""
+        def main():
+            import importlib
+            try:
+                importlib.import_module("infra_agent.sandbox.runner")
+                return "imported"
+            except Exception as e:
+                return type(e).__name__
+        """)
+    assert res.ok and res.result["value"] != "imported", res.result
+    sandbox.assert_healthy()
+
+
+def test_cannot_read_reference_outputs_or_ledger(sandbox):
+    """User workspaces keep the server's state in <workspace>/.infra-agent: invisible to jobs."""
+    state = sandbox.sb.state_dir
+    secret = state / "refs" / "secret.pt"
+    secret.parent.mkdir(parents=True, exist_ok=True)
+    secret.write_text("reference outputs")
+    res = sandbox.probe(TRY_READ, [sandbox.sb.workspace_path(secret), sandbox.sb.workspace_path(state), str(secret)])
+    assert res.ok, res.error
+    assert _denied(res.result["value"]), res.result["value"]
+    # while the rest of the workspace is readable
+    res = sandbox.probe(TRY_READ, [sandbox.sb.workspace_path(sandbox.sb.workspace / "kernels" / "hello.py")])
+    assert list(res.result["value"].values())[0].startswith("READ:def hello"), res.result
+
+
+def test_cannot_read_or_write_another_jobs_folder(sandbox):
+    first = sandbox.probe("""
+        import os
+        def main():
+            with open("secret.txt", "w") as f:
+                f.write("job one's secret")
+            return os.getcwd()
+        """)
+    assert first.ok, first.error
+    other = first.result["value"]
+    res = sandbox.probe(TRY_READ, [f"{other}/secret.txt", other, os.path.dirname(other)])
+    assert res.ok and _denied(res.result["value"]), res.result
+    res = sandbox.probe(TRY_WRITE, [f"{other}/planted.txt", f"{other}/out/result.pt"])
+    assert res.ok and _denied(res.result["value"]), res.result
+    sandbox.assert_healthy()
+
+
+def test_cannot_write_outside_its_folder(sandbox):
+    targets = ["{jobs}/planted", "/tmp/planted", "/dev/shm/planted", "/workspace/planted",
+               "/workspace/kernels/hello.py", "/opt/ia/ia_worker/ops/planted.py", "/usr/planted",
+               str(sandbox.sb.state_dir / "planted"), str(sandbox.sb.workspace / "planted")]
+    res = sandbox.probe(TRY_WRITE, targets + ["{cwd}/allowed.txt"])
+    assert res.ok, res.error
+    outcomes = res.result["value"]
+    allowed = [k for k in outcomes if k.endswith("/allowed.txt")]
+    assert outcomes.pop(allowed[0]) == "WROTE"  # the job's own folder is writable
+    assert _denied(outcomes), outcomes
+    assert not (sandbox.sb.workspace / "planted").exists()
+    sandbox.assert_healthy()
+
+
+def test_no_dns_and_no_connect(sandbox):
+    res = sandbox.probe("""
+        import socket
+        def main():
+            out = {}
+            for name, attempt in {
+                "dns": lambda: socket.getaddrinfo("example.com", 443),
+                "tcp": lambda: socket.create_connection(("1.1.1.1", 443), timeout=3),
+                "udp": lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", ("1.1.1.1", 53)),
+                "ipv6": lambda: socket.socket(socket.AF_INET6, socket.SOCK_STREAM),
+                "raw": lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW),
+            }.items():
+                try:
+                    attempt()
+                    out[name] = "CONNECTED"
+                except OSError as e:
+                    out[name] = f"{type(e).__name__}: {e}"
+            return out
+        """, timeout_s=30)
+    assert res.ok, res.error
+    assert all("CONNECTED" not in v for v in res.result["value"].values()), res.result
+    sandbox.assert_healthy()
+
+
+def test_fork_bomb_is_contained(sandbox):
+    sandbox.require_layer("cgroup")
+    limit = sandbox.sb.limits.num_processes
+    # small version first: 100 sleepers against a limit of 64 must hit the limit
+    res = sandbox.probe("""
+        import os, time
+        def main(n):
+            started = 0
+            try:
+                for _ in range(n):
+                    if os.fork() == 0:
+                        time.sleep(30)
+                        os._exit(0)
+                    started += 1
+            except OSError as e:
+                return {"started": started, "error": e.errno}
+            return {"started": started, "error": None}
+        """, 100)
+    assert res.ok, res.error
+    assert res.result["value"]["error"] == 11 and res.result["value"]["started"] < limit, res.result
+    sandbox.assert_healthy()
+    # the real thing: every process forks forever
+    res = sandbox.probe("""
+        import os
+        def main():
+            while True:
+                try:
+                    os.fork()
+                except OSError:
+                    pass
+        """, timeout_s=3)
+    assert res.status == "timeout", (res.status, res.error)
+    sandbox.assert_healthy()
+
+
+def test_memory_hog_is_contained(sandbox):
+    sandbox.require_layer("cgroup")
+    hog = """
+        def main(num_gib):
+            chunks = []
+            for _ in range(int(num_gib * 4)):
+                chunks.append(bytearray(b"\\x01") * (256 << 20))  # touched, not just reserved
+            return len(chunks)
+        """
+    res = sandbox.probe(hog, 1.5)  # small version: just over the 1 GiB limit
+    assert res.status == "limit" and "memory limit" in res.error, (res.status, res.error)
+    sandbox.assert_healthy()
+    res = sandbox.probe(hog, 100)
+    assert res.status == "limit" and "memory limit of 1 GiB" in res.error, (res.status, res.error)
+    res = sandbox.probe("def main():\n    return len(bytearray(100 << 30))\n")  # one 100 GB request
+    assert res.status in ("error", "limit"), (res.status, res.error)
+    sandbox.assert_healthy()
+
+
+def test_spin_forever_times_out(sandbox):
+    res = sandbox.probe("def main():\n    while True:\n        pass\n", timeout_s=1.5)
+    assert res.status == "timeout" and "1.5 s wall-clock" in res.error, (res.status, res.error)
+    sandbox.assert_healthy()
+
+
+def test_flooding_stdout_is_cut(sandbox):
+    flood = """
+        import sys
+        def main(num_mib):
+            chunk = "x" * (1 << 20)
+            for _ in range(int(num_mib)):
+                sys.stdout.write(chunk)
+            return "finished"
+        """
+    res = sandbox.probe(flood.replace("1 << 20", "1 << 10"), 100)  # 100 KiB: under the cap
+    assert res.ok and len(res.stdout_tail) > 0, (res.status, res.error)
+    res = sandbox.probe(flood, 10 * 1024)  # 10 GiB
+    assert res.status == "limit" and "stdout exceeded 1 MiB" in res.error, (res.status, res.error)
+    assert len(res.stdout_tail) <= sandbox.sb.limits.tail_bytes
+    sandbox.assert_healthy()
+
+
+def test_huge_file_is_cut(sandbox):
+    write = """
+        import os
+        def main(num_mib):
+            with open("big.bin", "wb") as f:
+                for _ in range(int(num_mib)):
+                    f.write(b"\\0" * (1 << 20))
+            return os.path.getsize("big.bin")
+        """
+    res = sandbox.probe(write, 10)  # small version: under the 32 MiB limit
+    assert res.ok and res.result["value"] == 10 << 20, (res.status, res.error)
+    res = sandbox.probe(write, 10 * 1024)
+    assert res.status == "limit" and "size limit" in res.error, (res.status, res.error)
+    assert (res.out_dir.parent / "big.bin").stat().st_size <= sandbox.sb.limits.file_bytes
+    sandbox.assert_healthy()
+
+
+def _processes_named(name: str) -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                pids.append(int(comm.parent.name))
+        except OSError:
+            pass
+    return pids
+
+
+def test_double_forked_daemon_does_not_survive(sandbox):
+    res = sandbox.probe("""
+        import ctypes, os, time
+        def main():
+            if os.fork() == 0:
+                os.setsid()
+                if os.fork() == 0:
+                    ctypes.CDLL(None).prctl(15, b"ia-probe-daemon", 0, 0, 0)
+                    while True:
+                        with open("heartbeat", "a") as f:
+                            f.write("x")
+                        time.sleep(0.02)
+                os._exit(0)
+            time.sleep(0.5)
+            return os.path.getsize("heartbeat")
+        """)
+    assert res.ok and res.result["value"] > 0, (res.status, res.error)
+    heartbeat = res.out_dir.parent / "heartbeat"
+    size = heartbeat.stat().st_size
+    time.sleep(0.3)
+    assert heartbeat.stat().st_size == size, "the daemon is still writing"
+    assert _processes_named("ia-probe-daemon") == []
+    sandbox.assert_healthy()
+
+
+def test_cannot_remount_or_unshare(sandbox):
+    res = sandbox.probe("""
+        import ctypes, os
+        def main():
+            libc = ctypes.CDLL(None, use_errno=True)
+            out = {}
+            out["remount_rw"] = libc.mount(None, b"/", None, 32, None), ctypes.get_errno()  # MS_REMOUNT
+            out["unshare_user"] = libc.unshare(0x10000000), ctypes.get_errno()
+            out["unshare_mount"] = libc.unshare(0x00020000), ctypes.get_errno()
+            try:
+                open("/usr/planted", "w")
+                out["write_usr"] = "WROTE"
+            except OSError as e:
+                out["write_usr"] = e.strerror
+            return out
+        """)
+    assert res.ok, res.error
+    out = res.result["value"]
+    for key in ("remount_rw", "unshare_user", "unshare_mount"):
+        assert out[key][0] == -1 and out[key][1] == 1, out  # EPERM
+    assert out["write_usr"] != "WROTE"
+    sandbox.assert_healthy()
+
+
+def test_cannot_ptrace_or_signal_the_zygote(sandbox):
+    sandbox.require_layer("landlock")
+    zygote_pids = sandbox.sb.zygote_pids()
+    res = sandbox.probe("""
+        import ctypes, os, signal
+        def main():
+            libc = ctypes.CDLL(None, use_errno=True)
+            parent = os.getppid()
+            out = {"attach": (libc.ptrace(16, parent, 0, 0), ctypes.get_errno())}  # PTRACE_ATTACH
+            for name in ("mem", "environ", "cwd/job.json"):
+                try:
+                    with open(f"/proc/{parent}/{name}", "rb") as f:
+                        f.read(16)
+                    out[name] = "READ"
+                except OSError as e:
+                    out[name] = e.strerror
+            try:
+                os.kill(parent, signal.SIGKILL)
+                out["kill"] = "KILLED"
+            except OSError as e:
+                out["kill"] = e.strerror
+            return out
+        """)
+    assert res.ok, res.error
+    out = res.result["value"]
+    assert out["attach"] == [-1, 1], out
+    assert all(out[k] != "READ" for k in ("mem", "environ", "cwd/job.json")), out
+    assert out["kill"] != "KILLED", out
+    sandbox.assert_healthy()
+    assert sandbox.sb.zygote_pids()[:3] == zygote_pids[:3]  # the same zygote still serves
+
+
+def test_cannot_poison_the_triton_cache_of_the_next_job(sandbox):
+    poison = sandbox.probe("""
+        import os
+        def main():
+            planted = []
+            for folder in (os.environ["TRITON_CACHE_DIR"], os.path.expanduser("~/.triton/cache"),
+                           "/tmp/triton", "/nonexistent/.triton/cache"):
+                try:
+                    os.makedirs(folder, exist_ok=True)
+                    with open(os.path.join(folder, "poisoned.json"), "w") as f:
+                        f.write("{}")
+                    planted.append(folder)
+                except OSError:
+                    pass
+            return {"cache": os.environ["TRITON_CACHE_DIR"], "planted": planted}
+        """)
+    assert poison.ok, poison.error
+    res = sandbox.probe("""
+        import os
+        import triton
+        def main():
+            cache = os.environ["TRITON_CACHE_DIR"]
+            knob = getattr(getattr(getattr(triton, "knobs", None), "cache", None), "dir", cache)
+            seen = []
+            for folder in (cache, knob, os.path.expanduser("~/.triton/cache"), "/tmp/triton"):
+                if os.path.isdir(folder):
+                    seen += [os.path.join(folder, n) for n in os.listdir(folder)]
+            return {"cache": cache, "knob": knob, "cwd": os.getcwd(), "seen": seen}
+        """)
+    assert res.ok, res.error
+    out = res.result["value"]
+    assert out["cache"] != poison.result["value"]["cache"]
+    assert out["cache"].startswith(out["cwd"] + "/") and out["knob"] == out["cache"]
+    assert out["seen"] == [], out
+    sandbox.assert_healthy()
