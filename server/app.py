@@ -76,11 +76,15 @@ class InfraAgentServer(MCPServer):
         await self.state.aclose()
 
 
+# Tool modules that failed to import in this process: module name -> the error.
+TOOL_IMPORT_ERRORS: dict[str, str] = {}
+
+
 def discover_tools() -> dict[str, Tool]:
     """Every module in infra_agent.tools with a `TOOL` attribute, by tool name.
 
-    A module that fails to import is skipped with a logged error, so one broken tool
-    does not take the others down."""
+    A module that fails to import is skipped (logged, and kept in TOOL_IMPORT_ERRORS),
+    so one broken tool does not take the others down."""
     found: dict[str, Tool] = {}
     for info in sorted(pkgutil.iter_modules(tools_package.__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name == "base":
@@ -88,8 +92,10 @@ def discover_tools() -> dict[str, Tool]:
         try:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
         except Exception as exc:
-            log.error("tool module %s failed to import: %s: %s", info.name, type(exc).__name__, exc)
+            TOOL_IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
+            log.error("tool module %s failed to import: %s", info.name, TOOL_IMPORT_ERRORS[info.name])
             continue
+        TOOL_IMPORT_ERRORS.pop(info.name, None)
         tool = getattr(module, "TOOL", None)
         if isinstance(tool, Tool):
             found[tool.name] = tool

@@ -87,8 +87,12 @@ async def _serve_stdio(server) -> None:
 @app.command("tools")
 def list_tools(workspace: WorkspaceOpt = None) -> None:
     """List the tools with their one-line descriptions."""
+    from .app import TOOL_IMPORT_ERRORS
+
     server = _build(workspace)
     render.tool_table(out, anyio.run(server.list_tools))
+    for module, why in TOOL_IMPORT_ERRORS.items():
+        err.print(f"[yellow]warning:[/] tools/{module}.py did not load: {escape(why)}", soft_wrap=True)
 
 
 @app.command()
