@@ -222,8 +222,11 @@ async def _baseline(inp: Input, ctx: ToolContext, target) -> tuple[list[KernelRe
     if "\n" not in inp.baseline and "def " not in inp.baseline and "__global__" not in inp.baseline:
         raise AgentError(f"baseline {inp.baseline!r} is neither an experiment id in the ledger nor source code")
     base_inp = inp.model_copy(update={"source": inp.baseline, "path": None, "baseline": None})
-    request = plan(base_inp, ctx, target)
-    raw, out_dir, _ = await compile_request(ctx, request, inp.timeout_s)
+    try:
+        request = plan(base_inp, ctx, target)
+        raw, out_dir, _ = await compile_request(ctx, request, inp.timeout_s)
+    except AgentError as exc:
+        raise AgentError(f"the baseline source failed (the candidate compiled): {exc}") from None
     for name in raw.get("files", []):
         if name.endswith((".sass", ".amdgcn", ".ptx")):
             ctx.artifact(f"baseline-{name}", out_dir / name)

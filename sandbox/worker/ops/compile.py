@@ -35,7 +35,7 @@ from pathlib import Path
 
 from ..context import JobContext
 from ..loader import import_file
-from .compile_diag import compile_error_diagnostic, import_error_diagnostic
+from .compile_diag import captured_stderr_fd, compile_error_diagnostic, import_error_diagnostic, mlir_diagnostic
 
 TOOL_TIMEOUT_S = 60
 
@@ -74,15 +74,16 @@ def _run(payload: dict, ctx: JobContext) -> dict:
         return {"status": "setup_error", "diagnostic": {"message": str(exc), "file": file_name}}
     except Exception as exc:  # the launcher itself failed before it launched
         diag = import_error_diagnostic(exc, file, file_name, text)
-        diag["message"] = f"running launcher {payload['launch']['launcher']!r} to infer the signature failed: " \
-            + diag["message"]
+        launcher = (payload.get("launch") or {}).get("launcher")
+        diag["message"] = (f"running launcher {launcher!r} on meta tensors to infer the signature failed "
+                           f"(give signature= and constexprs= instead): {diag['message']}")
         return {"status": "setup_error", "diagnostic": diag}
     return _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
 
 
 def _source_file(payload: dict, ctx: JobContext) -> Path:
     if payload.get("source") is not None:
-        file = ctx.job_dir / "candidate_kernel.py"
+        file = ctx.job_dir / "candidate.py"
         file.write_text(payload["source"])
         return file
     return Path(payload["path"])
@@ -207,15 +208,17 @@ def _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file
     with knobs.nvidia.scope(), knobs.compilation.scope():
         knobs.nvidia.dump_ptxas_log = True
         knobs.compilation.always_compile = True
-        try:
-            with contextlib.redirect_stdout(log):
-                kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target, options=options)
-        except CompilationError as exc:
-            return {"status": "compile_error", "diagnostic": compile_error_diagnostic(exc, file, file_name, text)}
-        except Exception as exc:  # MLIR/LLVM/ptxas failures: the message is all there is
-            return {"status": "compile_error",
-                    "diagnostic": {"file": file_name, "message": f"{type(exc).__name__}: {exc}"[:4000],
-                                   "compiler_output": log.getvalue()[-4000:]}}
+        with captured_stderr_fd() as native_stderr:
+            try:
+                with contextlib.redirect_stdout(log):
+                    kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
+                                            options=options)
+            except CompilationError as exc:
+                return {"status": "compile_error", "diagnostic": compile_error_diagnostic(exc, file, file_name, text)}
+            except Exception as exc:  # MLIR/LLVM/ptxas failures: their words are on stderr / in the log
+                diag = mlir_diagnostic(native_stderr(), exc, file, file_name, text)
+                diag["compiler_output"] = log.getvalue()[-4000:]
+                return {"status": "compile_error", "diagnostic": diag}
     compile_s = time.perf_counter() - started
 
     files = []

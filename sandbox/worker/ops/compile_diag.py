@@ -8,6 +8,10 @@ message and a caret under the column, without Triton's internal frames.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -84,3 +88,47 @@ def _function_start_line(text: str, src: str | None) -> int | None:
         first = src.splitlines()[0].strip()
         at = next((text.find(line) for line in text.splitlines() if line.strip() == first), -1)
     return None if at < 0 else text.count("\n", 0, at) + 1
+
+
+# "/jobs/j1/candidate.py:6:1: error: Failures have been detected ..." as MLIR prints it
+_MLIR_ERROR = re.compile(r"^(?P<path>[^\s:][^:]*):(?P<line>\d+):(?P<col>\d+): error: (?P<msg>.*)$")
+_GENERIC = "Failures have been detected while processing an MLIR pass pipeline"
+
+
+def mlir_diagnostic(stderr: str, exc: BaseException, file: Path, file_name: str, text: str) -> dict:
+    """MLIR/LLVM report errors on stderr with file:line:col; Python only sees
+    'PassManager::run failed'. Name the errors, and the agent's line when one is given."""
+    errors = [m for m in map(_MLIR_ERROR.match, stderr.splitlines()) if m]
+    specific = [m for m in errors if _GENERIC not in m["msg"]]
+    words = "; ".join(dict.fromkeys(
+        f"{m['msg']} (at {_short(m['path'], file, file_name)}:{m['line']})" for m in specific or errors))
+    message = f"{type(exc).__name__}: {exc}" + (f": {words}" if words else "")
+    mine = [m for m in errors if Path(m["path"]).name == file.name]
+    if not mine:
+        return {"file": file_name, "line": None, "column": None, "message": message[:4000]}
+    return located(file_name, text, int(mine[0]["line"]), int(mine[0]["col"]), message[:4000])
+
+
+def _short(path: str, file: Path, file_name: str) -> str:
+    if Path(path).name == file.name:
+        return file_name
+    parts = Path(path).parts
+    return "/".join(parts[parts.index("triton"):]) if "triton" in parts else Path(path).name
+
+
+@contextlib.contextmanager
+def captured_stderr_fd():
+    """Capture what native code (MLIR, LLVM) writes to file descriptor 2; yields a
+    callable returning it so far."""
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+
+        def read() -> str:
+            sink.seek(0)
+            return sink.read()[-200_000:].decode(errors="replace")
+        try:
+            yield read
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
