@@ -38,16 +38,21 @@ def histogram_png(series: dict[str, list[float]]) -> bytes:
     import numpy as np
 
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    plotted = 0
     for label, values in series.items():
         v = np.asarray(values, dtype=np.float64)
         v = np.log10(np.clip(v[np.isfinite(v)], 1e-20, None))
         if v.size:
-            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=label)
+            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=f"{label} ({np.sum(~np.isfinite(values))} NaN/Inf)")
+            plotted += 1
     ax.set_xlabel("log10 per-element error, |cand - ref| / (|ref| + rms(ref))")
     ax.set_ylabel("elements")
     ax.set_yscale("log")
     ax.set_title("check_numerics: per-element error (worst trial per case)")
-    ax.legend(fontsize=7, loc="upper left")
+    if plotted:
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no finite errors to plot (all NaN/Inf)", ha="center", transform=ax.transAxes)
     buf = io.BytesIO()
     fig.tight_layout()
     fig.savefig(buf, format="png")

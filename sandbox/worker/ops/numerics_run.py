@@ -26,11 +26,11 @@ from __future__ import annotations
 import traceback
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..context import JobContext
 from ..loader import check_arity, load_entry
 from ..tensors import load_tensors, save_tensors
+from .reference import OpAudit
 
 # Functions a candidate might replace to fool an in-process comparison.
 WATCHED = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing.assert_close",
@@ -70,7 +70,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
 
 
 def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> dict:
-    audit = _OpAudit()
+    audit = OpAudit()
     launches.update(ok=0, errors=[])
     fact = {"key": key, "kind": kind, "index": index}
     try:
@@ -152,19 +152,6 @@ def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tens
 def _load_inputs(ctx: JobContext, key: str) -> list[torch.Tensor]:
     data = load_tensors(ctx.in_dir / f"{key}.inputs.pt")
     return [data[str(j)].to(ctx.device) for j in range(len(data))]
-
-
-class _OpAudit(TorchDispatchMode):
-    """Counts the aten ops dispatched while the candidate runs ("aten::mm": 2)."""
-
-    def __init__(self):
-        super().__init__()
-        self.counts: dict[str, int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func._schema.name
-        self.counts[name] = self.counts.get(name, 0) + 1
-        return func(*args, **(kwargs or {}))
 
 
 def _count_triton_launches() -> dict:

@@ -19,6 +19,7 @@ shares a process with the reference or sees its outputs.
 from __future__ import annotations
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..context import JobContext
 from ..loader import load_entry
@@ -38,14 +39,18 @@ def run(payload: dict, ctx: JobContext) -> dict:
     facts = {}
     for i, item in enumerate(items):
         inputs = generate(item, payload["args"], generator_fn, ctx.device)
-        outputs, compute_dtype = call_reference(reference, ref["entry"], inputs, item,
-                                                use_float64=payload.get("float64", True))
+        with OpAudit() as audit:
+            outputs, compute_dtype = call_reference(reference, ref["entry"], inputs, item,
+                                                    use_float64=payload.get("float64", True))
         save_tensors(ctx.out_dir / f"{item['key']}.inputs.pt", {str(j): t for j, t in enumerate(inputs)})
         save_tensors(ctx.out_dir / f"{item['key']}.ref.pt", {str(j): t for j, t in enumerate(outputs)})
         facts[item["key"]] = {
             "compute_dtype": compute_dtype,
             "inputs": [_describe(t) for t in inputs],
             "outputs": [_describe(t) for t in outputs],
+            # aten ops the reference dispatched: a "custom kernel" that dispatches the
+            # same compute ops is likely calling the reference's library path
+            "ops": sorted(audit.counts),
         }
         ctx.progress(i + 1, len(items), f"reference {item['key']}")
     return {"items": facts}
@@ -98,3 +103,16 @@ def _describe(t: torch.Tensor) -> dict:
         "all_zero": bool(t.numel() > 0 and not bool(t.ne(0).any())),
         "is_constant": bool(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all())),
     }
+
+
+class OpAudit(TorchDispatchMode):
+    """Counts the aten ops dispatched inside the block ("aten::mm": 2)."""
+
+    def __init__(self):
+        super().__init__()
+        self.counts: dict[str, int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func._schema.name
+        self.counts[name] = self.counts.get(name, 0) + 1
+        return func(*args, **(kwargs or {}))
