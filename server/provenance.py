@@ -17,9 +17,23 @@ from importlib import metadata
 from pathlib import Path
 
 
+@lru_cache(maxsize=64)
+def in_git_repo(root: Path) -> bool:
+    """Asked once per workspace: a folder rarely becomes a repository while served, and
+    asking git on every call costs a process spawn."""
+    try:
+        probe = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+                               capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0 and probe.stdout.strip() == "true"
+
+
 def git_state(root: Path) -> tuple[str | None, str | None]:
     """(HEAD commit, sha256 of `git diff HEAD`) for the repository holding `root`;
     (None, None) when it is not in a git repository or git is missing."""
+    if not in_git_repo(root):
+        return None, None
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
                                 text=True, timeout=10)
