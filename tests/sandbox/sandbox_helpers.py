@@ -1,0 +1,63 @@
+"""Helpers for the sandbox tests: a loop thread, a synchronous handle, a tiny workspace."""
+
+from __future__ import annotations
+
+import asyncio
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from infra_agent.sandbox import Job, JobResult, Limits, Sandbox
+
+MiB = 1 << 20
+TEST_LIMITS = Limits(memory_bytes=1024 * MiB, num_processes=64, file_bytes=32 * MiB, output_bytes=1 * MiB)
+
+
+class LoopThread:
+    """Runs coroutines on one long-lived loop: the zygote dies with the thread that started it."""
+
+    def __init__(self):
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="sandbox-loop", daemon=True)
+        self.thread.start()
+
+    def call(self, coro, timeout_s: float = 120.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout_s)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+class SandboxHandle:
+    def __init__(self, sandbox: Sandbox, runner: LoopThread):
+        self.sb = sandbox
+        self.runner = runner
+
+    def run(self, job: Job, progress=None) -> JobResult:
+        return self.runner.call(self.sb.run(job, progress), timeout_s=job.timeout_s + 120)
+
+    def probe(self, source: str, *args, entry: str = "main", timeout_s: float = 30.0, env=None) -> JobResult:
+        payload = {"source": textwrap.dedent(source), "entry": entry, "args": list(args)}
+        return self.run(Job(op="probe", payload=payload, timeout_s=timeout_s, env=env or {}))
+
+    def require_layer(self, layer: str) -> None:
+        """Skip, saying exactly why, when this host cannot provide the layer a probe relies on."""
+        if layer not in self.sb.isolation.layers:
+            pytest.skip(f"isolation layer {layer!r} is not available on this host: "
+                        f"{self.sb.isolation.missing.get(layer, 'unknown reason')}")
+
+    def assert_healthy(self) -> None:
+        """The next job runs normally."""
+        res = self.run(Job(op="noop", payload={"echo": "still here"}))
+        assert res.ok, (res.status, res.error, res.stderr_tail)
+        assert res.result["echo"] == "still here"
+
+
+def make_workspace(root: Path) -> Path:
+    ws = root / "ws"
+    (ws / "kernels").mkdir(parents=True)
+    (ws / "kernels" / "hello.py").write_text("def hello():\n    return 'hi'\n")
+    return ws

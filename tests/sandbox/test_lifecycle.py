@@ -1,0 +1,206 @@
+"""The sandbox's own life: refusing without isolation, queueing, zygote restarts, dying with its server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+import infra_agent.sandbox.isolation as isolation_module
+from infra_agent.sandbox import Job, Sandbox, SandboxError
+from infra_agent.sandbox.cgroups import CgroupManager
+
+from sandbox_helpers import TEST_LIMITS, make_workspace
+
+SLEEP = "import time\ndef main(seconds):\n    time.sleep(seconds)\n    return seconds\n"
+
+
+def _sleep_job(seconds: float, **kwargs) -> Job:
+    return Job(op="probe", payload={"source": SLEEP, "entry": "main", "args": [seconds]}, **kwargs)
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie waiting for its reaper counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if _alive(p)]
+
+
+def test_refuses_without_isolation_unless_allowed(tmp_path, monkeypatch):
+    monkeypatch.setattr(isolation_module, "_probe_bwrap", lambda view, timeout_s: "bwrap not found on PATH")
+    ws = make_workspace(tmp_path)
+    sb = Sandbox(ws, tmp_path / "state", limits=TEST_LIMITS)
+    report = sb.isolation.as_dict()
+    assert not report["sandboxed"] and "bwrap" not in report["level"]
+    assert "apt-get install bubblewrap" in report["missing"]["bwrap"]
+    with pytest.raises(SandboxError, match="--allow-unsandboxed"):
+        asyncio.run(sb.run(Job(op="noop")))
+
+    async def allowed() -> None:
+        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS)
+        try:
+            res = await sb.run(Job(op="probe", payload={"source": "import os\ndef main():\n    return os.getcwd()\n"}))
+            assert res.ok, res.error
+            assert res.result["value"] == str(res.out_dir.parent)  # host paths: no mount namespace
+            # Landlock still holds where the kernel has it
+            res = await sb.run(Job(op="probe", payload={
+                "source": "def main(p):\n    open(p, 'w').write('x')\n", "args": [str(tmp_path / "planted")]}))
+            if "landlock" in sb.isolation.layers:
+                assert res.status == "error" and "Permission denied" in res.error
+                assert not (tmp_path / "planted").exists()
+        finally:
+            await sb.aclose()
+
+    asyncio.run(allowed())
+
+
+def test_queue_reports_progress_while_waiting(tmp_path):
+    ws = make_workspace(tmp_path)
+
+    async def scenario() -> None:
+        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, concurrency={"run": 1}, limits=TEST_LIMITS)
+        messages: dict[int, list[str]] = {0: [], 1: [], 2: []}
+
+        def recorder(i):
+            async def progress(done, total, message):
+                messages[i].append(message)
+            return progress
+
+        try:
+            await sb.run(Job(op="noop"))  # start the zygote first
+            jobs = [asyncio.create_task(sb.run(_sleep_job(0.6), recorder(i))) for i in range(3)]
+            results = await asyncio.gather(*jobs)
+            assert all(r.ok for r in results), [r.error for r in results]
+            assert messages[0] == []  # it ran at once
+            assert messages[1][0].startswith("queued: 0 ahead")
+            assert messages[2][0].startswith("queued: 1 ahead") and messages[2][-1].startswith("queued: 0 ahead")
+            assert results[2].queued_s > results[1].queued_s > 0.3
+            pids = sb.zygote_pids()
+            assert pids
+        finally:
+            await sb.aclose()
+        assert _wait_gone(pids) == []  # aclose takes the zygote and its jobs down
+
+    asyncio.run(scenario())
+
+
+def _zygote_python_pid(sb: Sandbox) -> int:
+    for pid in sb.zygote_pids():
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap" and b"ia_worker.zygote" in cmdline:
+            return pid
+    raise AssertionError("no zygote process found")
+
+
+def test_zygote_restarts_and_queued_jobs_still_run(tmp_path):
+    ws = make_workspace(tmp_path)
+
+    async def scenario() -> None:
+        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, concurrency={"run": 1}, limits=TEST_LIMITS)
+        try:
+            await sb.run(Job(op="noop"))
+            victim = _zygote_python_pid(sb)
+            running = asyncio.create_task(sb.run(_sleep_job(30)))
+            queued = [asyncio.create_task(sb.run(Job(op="noop", payload={"echo": i}))) for i in range(2)]
+            await asyncio.sleep(1.0)
+            os.kill(victim, signal.SIGKILL)
+            first = await asyncio.wait_for(running, 30)
+            assert first.status == "crashed" and "sandbox worker process died" in first.error, first.error
+            later = await asyncio.wait_for(asyncio.gather(*queued), 120)
+            assert [r.status for r in later] == ["ok", "ok"], [r.error for r in later]
+            assert [r.result["echo"] for r in later] == [0, 1]
+            assert _zygote_python_pid(sb) != victim
+        finally:
+            await sb.aclose()
+
+    asyncio.run(scenario())
+
+
+SERVER_SCRIPT = textwrap.dedent("""
+    import asyncio, json, sys
+    from pathlib import Path
+    from infra_agent.sandbox import Job, Sandbox
+
+    async def main():
+        sb = Sandbox(Path(sys.argv[1]), Path(sys.argv[2]), allow_unsandboxed=True)
+        await sb.run(Job(op="noop"))
+        job = asyncio.create_task(sb.run(Job(op="probe", timeout_s=300, payload={"entry": "main", "source":
+            "import ctypes, time\\n"
+            "def main():\\n"
+            "    ctypes.CDLL(None).prctl(15, b'ia-probe-sleep', 0, 0, 0)\\n"
+            "    time.sleep(300)\\n"})))
+        await asyncio.sleep(1.5)
+        print(json.dumps({"pids": sb.zygote_pids(), "cgroups": [str(b) for b in sb.cgroups.bases.values()]}), flush=True)
+        await job
+
+    asyncio.run(main())
+""")
+
+
+def test_sigkilled_server_leaves_nothing_and_next_start_is_clean(tmp_path):
+    ws = make_workspace(tmp_path)
+    state = tmp_path / "state"
+    server = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(ws), str(state)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = server.stdout.readline()
+        assert line, server.stderr.read()
+        report = json.loads(line)
+        pids = report["pids"]
+        assert len(pids) >= 3  # bwrap (or the zygote), ..., the sleeping job
+        sleepers = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "ia-probe-sleep"]
+        assert sleepers, "the job did not start"
+    finally:
+        server.send_signal(signal.SIGKILL)
+        server.wait()
+    assert _wait_gone(pids) == [], "zygote or job outlived the SIGKILLed server"
+
+    async def restart() -> None:
+        sb = Sandbox(ws, state, allow_unsandboxed=True, limits=TEST_LIMITS)
+        try:
+            for folder in report["cgroups"]:
+                assert not Path(folder).exists(), f"stale cgroup {folder} was not removed"
+            res = await sb.run(Job(op="noop", payload={"echo": "clean"}))
+            assert res.ok and res.result["echo"] == "clean", res.error
+        finally:
+            await sb.aclose()
+
+    asyncio.run(restart())
+
+
+def test_cgroup_folders_are_removed_on_close(tmp_path):
+    manager = CgroupManager()
+    if not manager.available:
+        pytest.skip(f"cgroups not available on this host: {manager.reason}")
+    ws = make_workspace(tmp_path)
+
+    async def scenario() -> list[Path]:
+        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS)
+        try:
+            assert (await sb.run(Job(op="noop"))).ok
+            return list(sb.cgroups.bases.values())
+        finally:
+            await sb.aclose()
+
+    for folder in asyncio.run(scenario()):
+        assert not folder.exists()
