@@ -158,30 +158,32 @@ def _make_handler(tool: Tool, state: ServerState):
     async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
         experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments)
         ctx = CallContext(state, experiment_id, _mcp_context)
+
+        def fail(message: str) -> ToolError:
+            state.ledger.close_error(experiment_id, message, ctx.artifacts)
+            return ToolError(f"{message} [experiment {experiment_id}]")
+
         try:
             inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
+        except ValidationError as exc:
+            raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
+        except agent_errors as exc:  # raised by an Input validator
+            raise fail(str(exc)) from None
+        try:
             out = await tool.run(inp, ctx)
             if not isinstance(out, tool.output_model):
                 out = tool.output_model.model_validate(out)
             out.experiment_id = experiment_id
             out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
             result = out.model_dump(mode="json")
-        except ValidationError as exc:
-            message = f"invalid arguments for {tool.name}: {_explain(exc)} [experiment {experiment_id}]"
-            state.ledger.close_error(experiment_id, message, ctx.artifacts)
-            raise ToolError(message) from None
         except ToolError as exc:
-            state.ledger.close_error(experiment_id, str(exc), ctx.artifacts)
-            raise
+            raise fail(str(exc)) from None
         except agent_errors as exc:
-            state.ledger.close_error(experiment_id, str(exc), ctx.artifacts)
-            raise ToolError(f"{exc} [experiment {experiment_id}]") from None
-        except Exception as exc:
+            raise fail(str(exc)) from None
+        except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
             log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
-            message = (f"internal error in {tool.name} (a bug in the server, not in your input): "
-                       f"{type(exc).__name__}: {exc} [experiment {experiment_id}]")
-            state.ledger.close_error(experiment_id, message, ctx.artifacts)
-            raise ToolError(message) from None
+            raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
+                       f"{type(exc).__name__}: {exc}") from None
         except BaseException:  # cancelled: keep the ledger honest, then let it unwind
             state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
             raise

@@ -11,6 +11,7 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
+from infra_agent.kernels.workspace import load_workspace
 from infra_agent.server.cli import app, parse_arguments
 
 runner = CliRunner(env={"COLUMNS": "200"})  # wide enough that table cells do not wrap
@@ -38,7 +39,7 @@ def test_call_prints_a_table_or_json_and_records_the_experiment(workspace):
     as_json = invoke("call", "list_kernels", "--json", "-w", str(workspace))
     assert as_json.exit_code == 0
     data = json.loads(as_json.stdout)
-    assert [k["name"] for k in data["kernels"]] == ["rmsnorm", "vector_add"]
+    assert [k["name"] for k in data["kernels"]] == sorted(load_workspace(workspace).kernels)
 
     listed = invoke("experiments", "--json", "-w", str(workspace))
     rows = json.loads(listed.stdout)
