@@ -26,6 +26,7 @@ def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: 
                module_name: str = "candidate") -> Callable:
     if (source is None) == (path is None):
         raise LoadError("give exactly one of source (inline Python) or path (a file)")
+    ensure_triton_interpreter()
     if source is not None:
         file = ctx.job_dir / f"{module_name}.py"
         file.write_text(source)
@@ -41,6 +42,30 @@ def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: 
     if not callable(fn):
         raise LoadError(f"{entry!r} in {file.name} is a {type(fn).__name__}, not a function")
     return fn
+
+
+def ensure_triton_interpreter() -> None:
+    """Make Triton's own @jit helpers interpretable when TRITON_INTERPRET=1 arrived after
+    `triton.language` was imported (a warm zygote imports it before a job's env is set).
+
+    `@triton.jit` picks JITFunction or InterpretedFunction at decoration time, so the
+    library's helpers (tl.sum, tl.max, tl.rand, ...) stay JITFunctions and the
+    interpreter refuses to call them ("Cannot call @triton.jit'd outside of the scope of
+    a kernel"). Rewrapping their Python functions is what a fresh import would do.
+    """
+    import os
+
+    if os.environ.get("TRITON_INTERPRET") != "1" or "triton.language" not in sys.modules:
+        return
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("triton.language"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if type(value) is jit.JITFunction:
+                setattr(module, attr, interp.InterpretedFunction(value.fn))
 
 
 def import_file(file: Path, module_name: str):
