@@ -152,7 +152,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out = Output(
         verdict=_overall([r.verdict for r in results]), shapes=results, device=raw_device,
         clocks=dict(raw.get("clocks") or {}),
-        ceilings={**(ceilings or {}), "note": peaks_note} if ceilings else {"note": peaks_note},
+        ceilings={**{k: v for k, v in (ceilings or {}).items() if k not in ("device", "clocks")}, "note": peaks_note},
         timer=timer, disturbances=disturbances(device, before, after, threads),
     )
     if len(results) > 1:

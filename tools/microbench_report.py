@@ -83,9 +83,14 @@ def sweep_plot(rows: list[dict]) -> bytes:
     return buf.getvalue()
 
 
-_EXPECT_FASTER = re.compile(r"\b(faster|speed\s*up|speedup|quicker|reduc\w*|improv\w*|less time|lower latency)\b", re.I)
-_EXPECT_SLOWER = re.compile(r"\b(slower|regress\w*|more time|costs? time)\b", re.I)
-_EXPECT_SAME = re.compile(r"\b(no (?:change|difference|slower|regression)|same speed|neutral|unchanged)\b", re.I)
+# What a hypothesis predicts about speed, as the verdicts that would support it.
+_EXPECTATIONS = [
+    (re.compile(r"\b(no (?:change|difference)|same speed|neutral|unchanged|as fast as)\b", re.I), {"inconclusive"}),
+    (re.compile(r"\b(no slower|not slower|no regression|does not regress)\b", re.I), {"inconclusive", "faster"}),
+    (re.compile(r"\b(slower|regress\w*|more time|costs? time)\b", re.I), {"slower"}),
+    (re.compile(r"\b(faster|speed\s*up|speedup|quicker|reduc\w*|improv\w*|less time|lower latency)\b", re.I),
+     {"faster"}),
+]
 _BOUNDS = {"memory": re.compile(r"memory[- ]bound|bandwidth", re.I),
            "compute": re.compile(r"compute[- ]bound|flop", re.I),
            "latency": re.compile(r"latency[- ]bound|launch|overhead", re.I)}
@@ -98,26 +103,21 @@ def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[
     if verdict == "invalid":
         return "cannot be judged: the timing is void (see spot_check / is_impossible)"
     parts = []
-    if verdict is not None:
-        if _EXPECT_SAME.search(hypothesis):
-            expect = "inconclusive"
-        elif _EXPECT_SLOWER.search(hypothesis):
-            expect = "slower"
-        elif _EXPECT_FASTER.search(hypothesis):
-            expect = "faster"
+    expected = next((ok for pattern, ok in _EXPECTATIONS if pattern.search(hypothesis)), None)
+    if verdict is not None and expected is not None:
+        if verdict in expected:
+            parts.append(f"supported (measured {verdict})")
+        elif verdict in ("inconclusive", "mixed"):
+            noise = f" (minimal detectable effect ~{mde_pct:.1f}%)" if mde_pct is not None else ""
+            parts.append(f"not resolved: measured {verdict}{noise}")
         else:
-            expect = None
-        if expect is not None:
-            if verdict == "inconclusive" and expect != "inconclusive":
-                parts.append(f"not resolved: no difference beyond the noise (minimal detectable effect "
-                             f"~{mde_pct:.1f}%)" if mde_pct is not None else "not resolved")
-            elif verdict == expect or (expect == "inconclusive" and verdict == "inconclusive"):
-                parts.append(f"supported ({verdict})")
-            else:
-                parts.append(f"contradicted (measured {verdict})")
+            parts.append(f"contradicted (measured {verdict})")
     for bound, pattern in _BOUNDS.items():
         if pattern.search(hypothesis):
             word = "supported" if bounds and all(b == bound for b in bounds) else "contradicted"
             parts.append(f"{bound}-bound claim {word} (bound class: {', '.join(sorted(set(bounds))) or 'unknown'})")
             break
-    return "; ".join(parts) or "the hypothesis names neither a speed change nor a bound class; see the numbers"
+    if not parts:
+        return ("no baseline to judge a speed claim against; pass baseline=" if expected is not None and verdict is None
+                else "the hypothesis names neither a speed change nor a bound class; see the numbers")
+    return "; ".join(parts)

@@ -77,7 +77,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
         # One intra-op thread: on a shared CPU a parallel region waits for its slowest
         # thread, and one descheduled thread turns a 100 us call into a 30 ms one.
         torch.set_num_threads(int(payload.get("cpu_threads", 1)))
-    info = fingerprint(device)  # before candidate code: it cannot rewrite what we report
+    info, clock = fingerprint(device), clocks(device)  # before candidate code: it cannot rewrite them
     timer = _CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else _CpuTimer()
 
     sets, set_bytes = _input_sets(payload, ctx, device, cache_bytes(device))
@@ -104,7 +104,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
     spot_checks = [check for arm in arms for check in arm.save_spot_checks(ctx)]
     return {
         "device": info,
-        "clocks": clocks(device),
+        "clocks": clock,
         "num_input_sets": len(sets),
         "input_set_bytes": set_bytes,
         "warmup": warmup,
