@@ -46,6 +46,11 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _print_json(data: Any) -> None:
+    """Plain JSON on stdout, for pipes and other programs (no colour, no wrapping)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
 def _build(workspace: Path | None, allow_unsandboxed: bool = False):
     from ..kernels.workspace import WorkspaceError
     from .app import build_server
@@ -115,7 +120,7 @@ def call(
         raise _fail(" ".join(getattr(c, "text", "") for c in result.content), code=1)
     data = result.structured_content or {}
     if as_json:
-        out.print_json(json.dumps(data))
+        _print_json(data)
     else:
         render.result(out, tool, data)
 
@@ -172,7 +177,7 @@ def experiments(
         raise _fail(str(exc)) from None
     summaries = [summarise(r).model_dump() for r in rows]
     if as_json:
-        out.print_json(json.dumps(summaries))
+        _print_json(summaries)
     else:
         render.experiments_table(out, summaries)
 
@@ -220,7 +225,7 @@ def lock(
         result = lock_kernel(ws, kernel)
     except (WorkspaceError, AgentError) as exc:
         raise _fail(str(exc)) from None
-    out.print_json(json.dumps(result, default=str))
+    _print_json(result)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -113,7 +113,10 @@ def test_config_http_with_token():
         "type": "http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer s3cret"}}
 
 
-def test_lock_reports_clearly(workspace):
-    result = invoke("lock", "nope", "-w", str(workspace))
-    assert result.exit_code == 2
-    assert "not available in this install" in result.stderr or "nope" in result.stderr
+def test_lock_pins_a_kernel_and_rejects_an_unknown_one(workspace):
+    locked = invoke("lock", "rmsnorm", "-w", str(workspace))
+    assert locked.exit_code == 0, locked.stderr
+    entry = json.loads(locked.stdout)
+    assert entry["reference"] == "reference.py:rmsnorm" and len(entry["reference_sha256"]) == 64
+    unknown = invoke("lock", "nope", "-w", str(workspace))
+    assert unknown.exit_code == 2 and "unknown kernel 'nope'" in unknown.stderr
