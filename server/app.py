@@ -110,7 +110,7 @@ def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool
         name="infra-agent",
         title="Infra Agent",
         instructions=INSTRUCTIONS,
-        version=_package_version(),
+        version=provenance.package_version("infra-agent") or "0",
         tools=[_mcp_entry(tool, state) for tool in tools.values()],
         log_level="WARNING",
     )
@@ -240,6 +240,3 @@ def _explain(exc: ValidationError) -> str:
             parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts) + ". Call tools/list for this tool's input schema."
 
-
-def _package_version() -> str:
-    return provenance._version("infra-agent") or "0"

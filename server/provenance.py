@@ -58,7 +58,7 @@ def device_facts() -> dict:
         "cpu_model": _cpu_model(),
         "num_cpus": os.cpu_count(),
         "gpus": _nvidia_gpus(),
-        "packages": {name: _version(name) for name in ("torch", "triton", "numpy", "mcp")},
+        "packages": {name: package_version(name) for name in ("torch", "triton", "numpy", "mcp")},
     }
     return facts
 
@@ -69,7 +69,7 @@ def fingerprint(facts: dict) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _version(dist: str) -> str | None:
+def package_version(dist: str) -> str | None:
     try:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:

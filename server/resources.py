@@ -12,7 +12,7 @@ import json
 import mimetypes
 from pathlib import Path
 
-from mcp.server.mcpserver.exceptions import ResourceError
+from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import Resource
 
 from .context import ARTIFACT_NAME, ServerState
@@ -48,7 +48,7 @@ def register_resources(server, state: ServerState) -> None:
     def read_experiment(experiment_id: str) -> str:
         row = state.ledger.get(experiment_id)
         if row is None:
-            raise ResourceError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+            raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
         return json.dumps(row, indent=2)
 
     @server.resource(
@@ -70,7 +70,7 @@ def artifact_path(state: ServerState, experiment_id: str, name: str) -> Path:
         raise ResourceError(f"artifact://{experiment_id}/{name} is not a valid artifact URI")
     path = state.artifacts_dir / experiment_id / name
     if not path.is_file():
-        raise ResourceError(f"no artifact {name!r} for experiment {experiment_id!r}; "
+        raise ResourceNotFoundError(f"no artifact {name!r} for experiment {experiment_id!r}; "
                             f"read experiment://{experiment_id} for its artifact list")
     return path
 
