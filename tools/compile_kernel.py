@@ -29,7 +29,8 @@ class Input(ToolInput):
     kernel: str | None = Field(None, description="Kernel spec name (list_kernels). Alone: compile its impl. With "
                                "source=/path=: your variant, launched like the spec (its example shapes infer "
                                "the signature).")
-    impl: str = Field("triton", description="Which implementation of the spec to compile (describe_kernel).")
+    impl: str | None = Field(None, description="Which implementation of the spec to compile (describe_kernel; "
+                             "default: 'triton' if the spec has it, else its first).")
     source: str | None = Field(None, description="Inline kernel source: Python with @triton.jit, or CUDA C++.")
     path: str | None = Field(None, description="A workspace file instead of source= (.py Triton, .cu CUDA C++).")
     language: Literal["triton", "cuda"] | None = Field(None, description="'triton' or 'cuda' (CUDA C++ via "
@@ -37,8 +38,8 @@ class Input(ToolInput):
     entry: str | None = Field(None, description="The @triton.jit function to compile (default: the one the "
                               "launcher launches, else the first in the file). CUDA C++: report only this "
                               "__global__ function. A Python wrapper's name here is used as the launcher.")
-    launcher: str | None = Field(None, description="Python wrapper that launches the kernel; it is run on meta "
-                                 "tensors of the spec's example shape to infer signature, constexprs and "
+    launcher: str | None = Field(None, description="Python wrapper that launches the kernel; it is run on "
+                                 "uninitialised tensors of the spec's example shape to infer signature, constexprs and "
                                  "num_warps as a real launch would (default: the spec impl's function).")
     signature: dict[str, str] | None = Field(None, description="Explicit argument types instead of inference, "
                                              "e.g. {'x_ptr': '*fp16', 'N': 'i32', 'eps': 'fp32'}; pointers "
@@ -46,7 +47,7 @@ class Input(ToolInput):
     constexprs: dict[str, int | float | bool | str] | None = Field(None, description="tl.constexpr values, "
                                                                    "e.g. {'BLOCK_N': 1024}.")
     shape: dict[str, int] | None = Field(None, description="Example sizes for inference, e.g. {'M': 1, 'N': 4096} "
-                                         "(default: the spec's first GPU shape). Only metadata is allocated.")
+                                         "(default: the spec's first GPU shape). Memory is reserved, never touched.")
     dtype: str | None = Field(None, description="Example dtype for inference (default: the spec's first).")
     target: str | None = Field(None, description=f"One of {', '.join(TARGETS)}. Default: this host's GPU, "
                                f"else {DEFAULT_TARGET}.")
@@ -112,6 +113,9 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
     if inp.source is not None and inp.path is not None:
         raise AgentError("give source= or path=, not both")
     spec_kernel = ws.kernel(inp.kernel) if inp.kernel else None
+    if spec_kernel is not None and inp.impl is None:
+        impls = spec_kernel.spec.impls
+        inp = inp.model_copy(update={"impl": "triton" if "triton" in impls else next(iter(impls), None)})
     launcher = inp.launcher
     if inp.source is not None:
         code, host_file, file_name = inp.source, None, "candidate.cu" if _looks_cuda(inp, inp.source) else "candidate.py"

@@ -17,10 +17,13 @@ Returns raw compiler facts, never a judgement: {"status": "ok", "kernel": {...},
 "source_error" | "compile_error" | "setup_error", "diagnostic": {...}}. IR files go to
 out_dir as kernel.{ttir,ttgir,llir,ptx,cubin,sass,amdgcn,hsaco}.
 
-Signature inference runs the launcher (the impl's Python wrapper) on meta tensors with
-the entry's launch intercepted, then lets Triton's own binder specialise the captured
-arguments for the target. The result is the signature, constexprs and divisibility
-attributes a real launch on that GPU would compile with, without touching memory.
+Signature inference runs the launcher (the impl's Python wrapper) on example tensors
+with the entry's launch intercepted, then lets Triton's own binder specialise the
+captured arguments for the target. The result is the signature, constexprs and
+divisibility attributes a real launch on that GPU would compile with. The tensors are
+uninitialised CPU tensors: their pages are never touched, so even large shapes cost
+no memory, and they are 64-byte aligned like GPU allocations (meta tensors would do
+too, but their first use imports sympy: seconds per job).
 """
 
 from __future__ import annotations
@@ -75,7 +78,7 @@ def _run(payload: dict, ctx: JobContext) -> dict:
     except Exception as exc:  # the launcher itself failed before it launched
         diag = import_error_diagnostic(exc, file, file_name, text)
         launcher = (payload.get("launch") or {}).get("launcher")
-        diag["message"] = (f"running launcher {launcher!r} on meta tensors to infer the signature failed "
+        diag["message"] = (f"running launcher {launcher!r} on example tensors to infer the signature failed "
                            f"(give signature= and constexprs= instead): {diag['message']}")
         return {"status": "setup_error", "diagnostic": diag}
     return _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
@@ -157,7 +160,7 @@ def _plan(module, payload: dict):
 
 
 def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
-    """Run the launcher on meta tensors; intercept the entry's launch, skip the others."""
+    """Run the launcher on untouched CPU tensors; intercept the entry's launch, skip the others."""
     import torch
 
     from ..tensors import dtype_of
@@ -179,7 +182,7 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     for fn in kernels:
         fn.run = interceptor(fn)
     tensors = [torch.empty(tuple(d if isinstance(d, int) else launch["shape"][d] for d in a["shape"]),
-                           dtype=dtype_of(a.get("dtype") or launch["dtype"]), device="meta")
+                           dtype=dtype_of(a.get("dtype") or launch["dtype"]), device="cpu")
                for a in launch["args"]]
     try:
         launcher(*tensors)
