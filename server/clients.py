@@ -60,11 +60,31 @@ def snippet(client: str, *, workspace: Path | None = None, url: str | None = Non
     raise ValueError(f"unknown client {client!r}; use claude-code, cursor or vscode")
 
 
+def inline_refs(schema: dict) -> dict:
+    """Replace local `{"$ref": "#/$defs/X"}` with the definition itself and drop `$defs`:
+    some OpenAI-compatible servers do not resolve references. (Our input models are not
+    recursive, so inlining terminates.)"""
+    defs = schema.get("$defs", {})
+
+    def walk(node):
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                target = walk(defs[ref.removeprefix("#/$defs/")])
+                return {**target, **{k: walk(v) for k, v in node.items() if k != "$ref"}}
+            return {k: walk(v) for k, v in node.items() if k != "$defs"}
+        if isinstance(node, list):
+            return [walk(v) for v in node]
+        return node
+
+    return walk(schema)
+
+
 def openai_tools(tools: list) -> list[dict]:
     """MCP tools (mcp_types.Tool) -> [{"type": "function", "function": {...}}]."""
     defs = []
     for tool in tools:
-        parameters = dict(tool.input_schema)
+        parameters = inline_refs(dict(tool.input_schema))
         parameters.setdefault("type", "object")
         parameters.setdefault("properties", {})
         parameters.pop("title", None)

@@ -85,6 +85,7 @@ def test_export_tools_openai_validates(workspace):
         assert d["type"] == "function" and set(d["function"]) == {"name", "description", "parameters"}
         params = d["function"]["parameters"]
         assert params["type"] == "object" and isinstance(params["properties"], dict)
+        assert "$ref" not in json.dumps(params)  # references inlined for servers that do not resolve them
         jsonschema.Draft202012Validator.check_schema(params)
     describe = next(d for d in defs if d["function"]["name"] == "describe_kernel")["function"]["parameters"]
     validator = jsonschema.Draft202012Validator(describe)
@@ -120,3 +121,25 @@ def test_lock_pins_a_kernel_and_rejects_an_unknown_one(workspace):
     assert entry["reference"] == "reference.py:rmsnorm" and len(entry["reference_sha256"]) == 64
     unknown = invoke("lock", "nope", "-w", str(workspace))
     assert unknown.exit_code == 2 and "unknown kernel 'nope'" in unknown.stderr
+
+
+def test_inline_refs_keeps_the_meaning_of_nested_schemas():
+    from pydantic import BaseModel
+
+    from infra_agent.server.clients import inline_refs
+
+    class Shape(BaseModel):
+        M: int
+        N: int
+
+    class Args(BaseModel):
+        shapes: list[Shape]
+        first: Shape | None = None
+
+    original = Args.model_json_schema()
+    inlined = inline_refs(original)
+    assert "$defs" in original and "$ref" not in json.dumps(inlined)
+    for instance, ok in (({"shapes": [{"M": 1, "N": 2}]}, True), ({"shapes": [{"M": "x"}]}, False),
+                         ({"shapes": [], "first": {"M": 1, "N": 1}}, True), ({"shapes": [], "first": {}}, False)):
+        assert jsonschema.Draft202012Validator(original).is_valid(instance) is ok
+        assert jsonschema.Draft202012Validator(inlined).is_valid(instance) is ok
