@@ -108,16 +108,28 @@ class JobCgroup:
 class CgroupManager:
     """Finds where this server may create cgroups; `reason` says why not when it cannot."""
 
+    _instances = 0  # several sandboxes in one process each get their own folder
+
     def __init__(self, root: Path = CGROUP_ROOT):
         self.root = root
         self.v2 = (root / "cgroup.controllers").exists()
         self.reason: str | None = None
         self.bases: dict[str, Path] = {}
         self._enabled = False
+        CgroupManager._instances += 1
+        self._name = f"{_PREFIX}{os.getpid()}-{CgroupManager._instances}"
         try:
             self.bases = self._find_bases()
+            self._probe()
         except CgroupError as exc:
             self.reason = str(exc)
+            self.close()
+            self.bases = {}
+
+    def _probe(self) -> None:
+        """Create (and remove) a cgroup with limits now, so a host that forbids it is known up front."""
+        probe = self.create("probe", 1 << 30, 16)
+        probe.remove()
 
     @property
     def available(self) -> bool:
@@ -134,7 +146,7 @@ class CgroupManager:
         for c in wanted:
             mount = self.root if self.v2 else self.root / c
             if c in own and mount.is_dir():
-                bases[c] = mount / own[c] / f"{_PREFIX}{os.getpid()}"
+                bases[c] = mount / own[c] / self._name
         if self.v2:
             controllers = (self.root / own.get("unified", "") / "cgroup.controllers").read_text().split()
             if "unified" not in bases or not {"memory", "pids"} <= set(controllers):
@@ -155,9 +167,9 @@ class CgroupManager:
 
     def create(self, job_id: str, memory_bytes: int, num_processes: int) -> JobCgroup:
         """Make the job's cgroups with their limits; raises CgroupError (with the OS reason)."""
+        dirs = {c: base / job_id for c, base in self.bases.items()}
         try:
             self._ensure_server_dirs()
-            dirs = {c: base / job_id for c, base in self.bases.items()}
             for d in dirs.values():
                 d.mkdir()
             if self.v2:
@@ -170,7 +182,8 @@ class CgroupManager:
                 _try_write(dirs["memory"] / "memory.memsw.limit_in_bytes", str(memory_bytes))
                 _write(dirs["pids"] / "pids.max", str(num_processes))
         except OSError as exc:
-            raise CgroupError(f"cannot create cgroup for job {job_id}: {exc}") from exc
+            JobCgroup({c: d for c, d in dirs.items() if d.is_dir()}, self.v2).remove()
+            raise CgroupError(f"cannot create a cgroup for job {job_id}: {exc}") from exc
         return JobCgroup(dirs, self.v2)
 
     def remove_stale(self) -> list[Path]:
@@ -178,7 +191,7 @@ class CgroupManager:
         removed = []
         for base in self.bases.values():
             for folder in base.parent.glob(f"{_PREFIX}*"):
-                m = re.fullmatch(rf"{_PREFIX}(\d+)", folder.name)
+                m = re.fullmatch(rf"{_PREFIX}(\d+)(?:-\d+)?", folder.name)
                 if not m or Path(f"/proc/{m.group(1)}").exists():
                     continue  # not ours, or its server (maybe this one) is alive
                 for job in [p for p in folder.iterdir() if p.is_dir()]:
@@ -189,7 +202,7 @@ class CgroupManager:
         return removed
 
     def close(self) -> None:
-        """Remove this server's folders (jobs must be gone)."""
+        """Kill whatever is left in this sandbox's cgroups and remove them."""
         for base in self.bases.values():
             if base.is_dir():
                 for job in [p for p in base.iterdir() if p.is_dir()]:

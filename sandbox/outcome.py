@@ -29,6 +29,8 @@ class Ending:
     timed_out: bool = False
     timeout_s: float = 0.0
     output_exceeded: str | None = None  # "stdout" / "stderr"
+    disk_exceeded: tuple[int, int] | None = None  # (bytes, files) found in the job's folder
+    disk_cap: tuple[int, int] = (0, 0)  # (bytes, files) allowed
     output_cap_bytes: int = 0
     oom_kills: int = 0
     memory_limit_bytes: int = 0
@@ -75,6 +77,10 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     if ending.output_exceeded:
         return "limit", {}, (f"{ending.output_exceeded} exceeded {_size(ending.output_cap_bytes)}; the job was killed "
                              "(print less, or write large data to files in out/)")
+    if ending.disk_exceeded:
+        (num_bytes, num_files), (cap_bytes, cap_files) = ending.disk_exceeded, ending.disk_cap
+        return "limit", {}, (f"wrote {_size(num_bytes)} in {num_files} files to its folder; the limit is "
+                             f"{_size(cap_bytes)} and {cap_files} files; the job was killed")
     if ending.oom_kills:
         return "limit", {}, (f"exceeded the memory limit of {_size(ending.memory_limit_bytes)} "
                              "(killed by the kernel's OOM killer)")

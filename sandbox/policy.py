@@ -43,6 +43,8 @@ class Limits:
     memory_bytes: int = field(default_factory=_default_memory_bytes)  # cgroup, per job
     num_processes: int = 512  # cgroup pids.max per job; threads count (torch, triton, nvcc)
     file_bytes: int = 2 * GiB  # RLIMIT_FSIZE: largest file a job may write
+    disk_bytes: int = 8 * GiB  # all files in the job's folder together (checked every second)
+    max_files: int = 100_000  # files and folders in the job's folder
     num_files: int = 4096  # RLIMIT_NOFILE
     output_bytes: int = 8 * MiB  # stdout and stderr, each; more kills the job
     tail_bytes: int = 16 * 1024  # how much of stdout/stderr comes back in a JobResult

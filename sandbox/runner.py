@@ -29,7 +29,7 @@ from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
 from .policy import Layout, Limits, SandboxView
 from .slots import Slots
-from .streams import Capture, ProgressTail
+from .streams import Capture, DiskWatch, ProgressTail
 
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
@@ -135,24 +135,24 @@ class Sandbox:
         mine.setblocking(False)
         child = _Child(job_id, zygote, cgroup, mine, out_r, err_r)
         try:
-            child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
-        except ZygoteDied as exc:
-            child.discard()
-            raise SandboxError(f"{exc}; zygote log:\n{zygote.log_tail()}") from None
-        finally:
-            for fd in (out_w, err_w):
-                os.close(fd)
-            theirs.close()
-        hello = await _recv(mine)
-        if hello is None:
-            child.discard()
-            raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
-        if cgroup is not None:
             try:
+                child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
+            finally:
+                for fd in (out_w, err_w):
+                    os.close(fd)
+                theirs.close()
+            hello = await _recv(mine)
+            if hello is None:
+                raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
+            if cgroup is not None:
                 cgroup.add(hello[1])
-            except OSError as exc:
-                child.discard()
+        except BaseException as exc:  # cancelled (aclose) or failed: leave nothing behind
+            child.discard()
+            if isinstance(exc, ZygoteDied):
+                raise SandboxError(f"{exc}; zygote log:\n{zygote.log_tail()}") from None
+            if isinstance(exc, OSError):
                 raise SandboxError(f"cannot move the job child into its cgroup: {exc}") from None
+            raise
         return child
 
     async def _take_child(self) -> "_Child":
@@ -211,6 +211,8 @@ class Sandbox:
         ending = outcome.Ending(wait_status=None, timeout_s=job.timeout_s, output_cap_bytes=self.limits.output_bytes,
                                 memory_limit_bytes=self.limits.memory_bytes, num_processes=self.limits.num_processes)
         tail = ProgressTail(host_dir / "progress.jsonl", progress)
+        disk = DiskWatch(host_dir, self.limits.disk_bytes, self.limits.max_files)
+        ending.disk_cap = (self.limits.disk_bytes, self.limits.max_files)
         started = time.monotonic()
         try:
             child.sock.send(json.dumps({"job_dir": self.view.job_dir(child.job_id)}).encode())
@@ -220,13 +222,15 @@ class Sandbox:
                 reason = message.get("confine_error", "the job child died while confining itself")
                 raise SandboxError(f"could not confine the job ({reason}); no agent code ran")
             done = asyncio.ensure_future(_wait_done(child.sock))
-            watchers = [done, child.exited, stdout.exceeded, stderr.exceeded]
-            finished, _ = await _wait_first(watchers, job.timeout_s, tail)
+            watchers = [done, child.exited, stdout.exceeded, stderr.exceeded, disk.exceeded]
+            finished, _ = await _wait_first(watchers, job.timeout_s, [tail.poll, disk.poll])
             ending.done = done in finished and done.result()
             ending.timed_out = not finished
             if stdout.exceeded in finished or stderr.exceeded in finished:
                 ending.output_exceeded = "stdout" if stdout.exceeded in finished else "stderr"
-            if ending.timed_out or ending.output_exceeded:
+            if disk.exceeded in finished:
+                ending.disk_exceeded = (disk.num_bytes, disk.num_files)
+            if ending.timed_out or ending.output_exceeded or ending.disk_exceeded:
                 await child.kill()
             elif not ending.done or child.cgroup is None:
                 try:  # the wait status says how it ended (without cgroups it is also how we know it ended)
@@ -315,8 +319,8 @@ def _json_or_empty(data: bytes) -> dict:
     return value if isinstance(value, dict) else {}
 
 
-async def _wait_first(futures: list, timeout_s: float, tail: ProgressTail) -> tuple[set, set]:
-    """Wait for the first future to finish (or the timeout), forwarding progress meanwhile."""
+async def _wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[set, set]:
+    """Wait for the first future to finish (or the timeout), running the pollers meanwhile."""
     deadline = time.monotonic() + timeout_s
     pending = set(futures)
     while True:
@@ -326,7 +330,8 @@ async def _wait_first(futures: list, timeout_s: float, tail: ProgressTail) -> tu
         done, pending = await asyncio.wait(pending, timeout=min(left, 0.25), return_when=asyncio.FIRST_COMPLETED)
         if done:
             return done, pending
-        await tail.poll()
+        for poll in pollers:
+            await poll()
 
 
 class _Child:

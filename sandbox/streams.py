@@ -108,3 +108,43 @@ class ProgressTail:
         if newest is not None and newest != self.last:
             self.last = newest
             await self.progress(*newest)
+
+
+class DiskWatch:
+    """Every few seconds, how much the job has written to its folder; trips `exceeded` past the cap.
+
+    RLIMIT_FSIZE caps one file; this caps them all (and their number), so a job cannot
+    fill the disk with many files under the per-file limit.
+    """
+
+    def __init__(self, folder: Path, cap_bytes: int, max_files: int, every_s: float = 1.0):
+        self.folder = folder
+        self.cap_bytes = cap_bytes
+        self.max_files = max_files
+        self.every_s = every_s
+        self._next = 0.0
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self.exceeded: asyncio.Future = loop.create_future()
+        self.num_bytes = self.num_files = 0
+
+    async def poll(self) -> None:
+        if self.exceeded.done() or self._loop.time() < self._next:
+            return
+        self.num_bytes, self.num_files = await asyncio.to_thread(self._measure)
+        self._next = self._loop.time() + self.every_s
+        if (self.num_bytes > self.cap_bytes or self.num_files > self.max_files) and not self.exceeded.done():
+            self.exceeded.set_result(self.num_bytes)
+
+    def _measure(self) -> tuple[int, int]:
+        num_bytes = num_files = 0
+        for folder, dirs, files in os.walk(self.folder, followlinks=False):
+            for name in dirs + files:
+                try:
+                    num_bytes += os.lstat(os.path.join(folder, name)).st_blocks * 512
+                except OSError:
+                    pass
+                num_files += 1
+                if num_files > self.max_files:
+                    return num_bytes, num_files
+        return num_bytes, num_files

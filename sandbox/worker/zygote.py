@@ -129,13 +129,15 @@ def _reap(ctl: socket.socket, jobs: dict[int, str]) -> None:
         job_id = jobs.pop(pid, None)
         if job_id is None:
             continue  # an orphan of some job, reparented to us: reaped, nothing to report
-        _kill_group(pid)  # whatever the job left in its process group
+        _kill_group(pid, leader_alive=False)  # whatever the job left in its process group
         _send(ctl, {"exited": job_id, "status": status, "maxrss_kb": usage.ru_maxrss,
                     "cpu_s": usage.ru_utime + usage.ru_stime})
 
 
-def _kill_group(pid: int) -> None:
-    for kill in (os.killpg, os.kill):
+def _kill_group(pid: int, leader_alive: bool = True) -> None:
+    """SIGKILL the job's process group (and the job itself while it is not yet reaped:
+    after reaping, its pid may name someone else)."""
+    for kill in (os.killpg, os.kill) if leader_alive else (os.killpg,):
         try:
             kill(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):

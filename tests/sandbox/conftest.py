@@ -2,7 +2,7 @@
 
 Starting a zygote imports torch (seconds on 2 cores), so the escape and crash suites
 share one. Its limits are small so each probe hits them fast: 1 GiB of memory, 64
-processes, 32 MiB files, 1 MiB of output.
+processes, 32 MiB files, 96 MiB per job folder, 1 MiB of output.
 
     def test_x(sandbox):
         res = sandbox.probe("def main():\n    return 1\n")

@@ -12,7 +12,8 @@ import pytest
 from infra_agent.sandbox import Job, JobResult, Limits, Sandbox
 
 MiB = 1 << 20
-TEST_LIMITS = Limits(memory_bytes=1024 * MiB, num_processes=64, file_bytes=32 * MiB, output_bytes=1 * MiB)
+TEST_LIMITS = Limits(memory_bytes=1024 * MiB, num_processes=64, file_bytes=32 * MiB, disk_bytes=96 * MiB,
+                     output_bytes=1 * MiB)
 
 
 class LoopThread:

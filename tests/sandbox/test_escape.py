@@ -244,6 +244,21 @@ def test_huge_file_is_cut(sandbox):
     sandbox.assert_healthy()
 
 
+def test_many_files_cannot_fill_the_disk(sandbox):
+    res = sandbox.probe("""
+        import itertools
+        def main():
+            for i in itertools.count():  # each file under the per-file limit, 10 GB in all
+                with open(f"part{i}.bin", "wb") as f:
+                    for _ in range(16):
+                        f.write(b"\\1" * (1 << 20))
+                if i > 640:
+                    return "wrote 10 GB"
+        """, timeout_s=60)
+    assert res.status == "limit" and "to its folder" in res.error, (res.status, res.error)
+    sandbox.assert_healthy()
+
+
 def _processes_named(name: str) -> list[int]:
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
@@ -301,6 +316,30 @@ def test_cannot_remount_or_unshare(sandbox):
     for key in ("remount_rw", "unshare_user", "unshare_mount"):
         assert out[key][0] == -1 and out[key][1] == 1, out  # EPERM
     assert out["write_usr"] != "WROTE"
+    sandbox.assert_healthy()
+
+
+def test_seccomp_denies_dangerous_syscalls(sandbox):
+    sandbox.require_layer("seccomp")
+    res = sandbox.probe("""
+        import ctypes, os
+        def main():
+            libc = ctypes.CDLL(None, use_errno=True)
+            resolve = ctypes.CDLL("libseccomp.so.2").seccomp_syscall_resolve_name
+            resolve.argtypes = [ctypes.c_char_p]
+            out = {}
+            # arguments that would succeed (or fail differently) without the filter
+            for name, args in {"unshare": (0,), "ptrace": (0, 0, 0, 0), "keyctl": (0, -3, 0),
+                               "process_vm_readv": (os.getpid(), 0, 0, 0, 0, 0), "bpf": (0, 0, 0),
+                               "perf_event_open": (0, 0, -1, -1, 0), "userfaultfd": (0,),
+                               "io_uring_setup": (1, 0), "setns": (0, 0)}.items():
+                nr = resolve(name.encode())
+                rc = libc.syscall(nr, *args)
+                out[name] = [rc, ctypes.get_errno()]
+            return out
+        """)
+    assert res.ok, res.error
+    assert all(v == [-1, 1] for v in res.result["value"].values()), res.result["value"]  # EPERM
     sandbox.assert_healthy()
 
 
