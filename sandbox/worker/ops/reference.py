@@ -112,6 +112,12 @@ class OpAudit(TorchDispatchMode):
         super().__init__()
         self.counts: dict[str, int] = {}
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in dynamo.disable, whose first call
+        # imports torch._dynamo (~800 modules, 3-6 s per job on 2 cores); we never compile.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         name = func._schema.name
         self.counts[name] = self.counts.get(name, 0) + 1
