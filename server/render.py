@@ -76,9 +76,23 @@ def experiments_table(console: Console, rows: list[dict]) -> None:
     if not rows:
         console.print("no experiments yet")
         return
-    table = Table("id", "started (UTC)", "tool", "kernel", "status", "ms", "summary / hypothesis")
+    if console.width < 120:  # a narrow terminal: one header line and one summary line each
+        for r in rows:
+            ms = f" {r['duration_ms']:.0f} ms" if r.get("duration_ms") is not None else ""
+            console.print(f"[bold]{r['id']}[/] {r['started_at'][5:16].replace('T', ' ')} {r['tool']} "
+                          f"{r.get('kernel') or ''} [{'green' if r['status'] == 'ok' else 'red'}]{r['status']}[/]{ms}",
+                          highlight=False)
+            console.print(f"    {escape(r['summary'])}", highlight=False)
+            if r.get("hypothesis"):
+                console.print(f"    [dim]hypothesis: {escape(r['hypothesis'])}[/]", highlight=False)
+        return
+    table = Table(title="experiments, newest first", title_justify="left")
+    for name in ("id", "started (UTC)", "tool", "kernel", "status", "ms"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("summary / hypothesis", ratio=1)
     for r in rows:
         ms = f"{r['duration_ms']:.0f}" if r.get("duration_ms") is not None else ""
+        started = r["started_at"][5:19].replace("T", " ")  # MM-DD HH:MM:SS
         text = escape(r["summary"]) + (f"\n[dim]hypothesis: {escape(r['hypothesis'])}[/]" if r.get("hypothesis") else "")
-        table.add_row(r["id"], r["started_at"], r["tool"], r.get("kernel") or "", r["status"], ms, text)
+        table.add_row(r["id"], started, r["tool"], r.get("kernel") or "", r["status"], ms, text)
     console.print(table)
