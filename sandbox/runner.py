@@ -1,11 +1,12 @@
 """The Sandbox: queue a job, run it in a fresh child of the warm zygote, return raw results.
 
-One job, in order: wait for a slot of its kind; make its folder (in/, out/, home, caches)
-and its cgroups; ask the zygote for a child, passing it the job's stdout/stderr pipes and
-its own socket; when the child says hello (the kernel stamps its pid), move it into the
-cgroups and let it go; it confines itself and says which layers hold; then watch it with
-a wall-clock timeout, output caps and progress; kill everything left in its cgroup;
-judge what it left (outcome.py).
+A child is prepared before its job arrives (the spare): the zygote forks it with the
+job's stdout/stderr pipes and its own socket; it says hello (the kernel stamps its pid)
+and we move it into new cgroups. One job, in order: wait for a slot of its kind; take
+the spare (and start the next); make the job's folder (in/, out/, home, caches) and
+job.json; send the child its folder; it confines itself and says which layers hold;
+watch it with a wall-clock timeout, output and disk caps, and progress; kill everything
+left in its cgroup; judge what it left (outcome.py).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import json
 import os
 import shutil
 import socket
-import struct
 import sys
 import time
 import uuid
@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Awaitable, Callable
 
 from . import outcome
-from .cgroups import CgroupError, CgroupManager, JobCgroup
+from .cgroups import CgroupError, CgroupManager
+from .child import Child, json_or_empty, recv, wait_done
 from .isolation import INSTALL_HINT, Isolation, probe
 from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
@@ -33,7 +34,6 @@ from .streams import Capture, DiskWatch, ProgressTail
 
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
-_HANDSHAKE_TIMEOUT_S = 30.0
 
 
 class SandboxError(Exception):
@@ -118,7 +118,7 @@ class Sandbox:
                     raise SandboxError(f"{exc}\n(if bwrap is the problem: {INSTALL_HINT})") from None
             return self._zygote
 
-    async def _prepare_child(self) -> "_Child":
+    async def _prepare_child(self) -> Child:
         """A fresh child of the zygote, in its own new cgroups, waiting for a job."""
         zygote = await self._ensure_zygote()
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
@@ -133,7 +133,7 @@ class Sandbox:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         mine.setblocking(False)
-        child = _Child(job_id, zygote, cgroup, mine, out_r, err_r)
+        child = Child(job_id, zygote, cgroup, mine, out_r, err_r)
         try:
             try:
                 child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
@@ -141,7 +141,7 @@ class Sandbox:
                 for fd in (out_w, err_w):
                     os.close(fd)
                 theirs.close()
-            hello = await _recv(mine)
+            hello = await recv(mine)
             if hello is None:
                 raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
             if cgroup is not None:
@@ -155,7 +155,7 @@ class Sandbox:
             raise
         return child
 
-    async def _take_child(self) -> "_Child":
+    async def _take_child(self) -> Child:
         """The spare child if it is still good, else a new one; then start the next spare."""
         spare, self._spare = self._spare, None
         child = None
@@ -204,7 +204,7 @@ class Sandbox:
         for old in dirs[:-KEEP_JOB_DIRS]:
             shutil.rmtree(old, ignore_errors=True)
 
-    async def _supervise(self, child: "_Child", job: Job, host_dir: Path, progress: Progress | None) -> JobResult:
+    async def _supervise(self, child: Child, job: Job, host_dir: Path, progress: Progress | None) -> JobResult:
         stdout = Capture(child.out_r, self.limits.output_bytes, self.limits.tail_bytes)
         stderr = Capture(child.err_r, self.limits.output_bytes, self.limits.tail_bytes)
         child.out_r = child.err_r = -1  # the captures own and close them now
@@ -216,12 +216,12 @@ class Sandbox:
         started = time.monotonic()
         try:
             child.sock.send(json.dumps({"job_dir": self.view.job_dir(child.job_id)}).encode())
-            reply = await _recv(child.sock)
-            message = _json_or_empty(reply[0]) if reply else {}
+            reply = await recv(child.sock)
+            message = json_or_empty(reply[0]) if reply else {}
             if "confined" not in message:
                 reason = message.get("confine_error", "the job child died while confining itself")
                 raise SandboxError(f"could not confine the job ({reason}); no agent code ran")
-            done = asyncio.ensure_future(_wait_done(child.sock))
+            done = asyncio.ensure_future(wait_done(child.sock))
             watchers = [done, child.exited, stdout.exceeded, stderr.exceeded, disk.exceeded]
             finished, _ = await _wait_first(watchers, job.timeout_s, [tail.poll, disk.poll])
             ending.done = done in finished and done.result()
@@ -272,53 +272,6 @@ class Sandbox:
         self.cgroups.close()
 
 
-async def _recv(sock: socket.socket, timeout_s: float = _HANDSHAKE_TIMEOUT_S) -> tuple[bytes, int] | None:
-    """One packet and the sender's pid as this process sees it (SCM_CREDENTIALS), or None at EOF/timeout."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-    space = socket.CMSG_SPACE(struct.calcsize("iII"))
-
-    def on_readable() -> None:
-        try:
-            data, ancillary, _, _ = sock.recvmsg(65536, space)
-        except BlockingIOError:
-            return
-        except OSError:
-            data, ancillary = b"", []
-        pid = 0
-        for level, kind, value in ancillary:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
-                pid = struct.unpack("iII", value[: struct.calcsize("iII")])[0]
-        if not future.done():
-            future.set_result((data, pid) if data else None)
-
-    loop.add_reader(sock.fileno(), on_readable)
-    try:
-        return await asyncio.wait_for(future, timeout_s)
-    except asyncio.TimeoutError:
-        return None
-    finally:
-        loop.remove_reader(sock.fileno())
-
-
-async def _wait_done(sock: socket.socket) -> bool:
-    """True when the harness says the op finished; False at EOF (the child ended without saying so)."""
-    while True:
-        packet = await _recv(sock, timeout_s=float("inf"))
-        if packet is None:
-            return False
-        if _json_or_empty(packet[0]).get("done") is True:
-            return True
-
-
-def _json_or_empty(data: bytes) -> dict:
-    try:
-        value = json.loads(data)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
 async def _wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[set, set]:
     """Wait for the first future to finish (or the timeout), running the pollers meanwhile."""
     deadline = time.monotonic() + timeout_s
@@ -332,39 +285,3 @@ async def _wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[s
             return done, pending
         for poll in pollers:
             await poll()
-
-
-class _Child:
-    """One forked job child and everything the parent holds for it."""
-
-    def __init__(self, job_id: str, zygote: Zygote, cgroup: JobCgroup | None, sock: socket.socket,
-                 out_r: int, err_r: int):
-        self.job_id, self.zygote, self.cgroup, self.sock = job_id, zygote, cgroup, sock
-        self.out_r, self.err_r = out_r, err_r
-        self.exited: asyncio.Future | None = None
-
-    @property
-    def usable(self) -> bool:
-        return self.zygote.alive and self.exited is not None and not self.exited.done()
-
-    async def kill(self) -> None:
-        if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.kill_all)
-        try:
-            await self.zygote.kill(self.job_id)  # its process group too (the only kill without cgroups)
-        except ZygoteDied:
-            pass
-
-    def discard(self) -> None:
-        """Close our ends and remove the cgroup (killing what is in it). Idempotent."""
-        for fd in (self.out_r, self.err_r):
-            if fd >= 0:
-                os.close(fd)
-        self.out_r = self.err_r = -1
-        self.sock.close()
-        if self.cgroup is not None:
-            self.cgroup.kill_all()
-            self.cgroup.remove()
-            self.cgroup = None
-        if self.exited is not None and self.exited.done() and not self.exited.cancelled():
-            self.exited.exception()  # retrieved: no "never retrieved" warning

@@ -1,0 +1,104 @@
+"""The parent's handle on one job child, and the job socket's small protocol.
+
+Over the job's own SOCK_SEQPACKET socket the child sends "hello" (with SCM_CREDENTIALS,
+so the kernel tells us its pid as we see it), then {"confined": layers} or
+{"confine_error": ...}, and finally {"done": true}; we send {"job_dir": ...} once the
+child sits in its cgroups. Anything else on the socket is ignored: after "confined" the
+child runs agent code, which can write there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import struct
+
+from .cgroups import JobCgroup
+from .launcher import Zygote, ZygoteDied
+
+HANDSHAKE_TIMEOUT_S = 30.0
+
+
+async def recv(sock: socket.socket, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> tuple[bytes, int] | None:
+    """One packet and the sender's pid as this process sees it (SCM_CREDENTIALS), or None at EOF/timeout."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    space = socket.CMSG_SPACE(struct.calcsize("iII"))
+
+    def on_readable() -> None:
+        try:
+            data, ancillary, _, _ = sock.recvmsg(65536, space)
+        except BlockingIOError:
+            return
+        except OSError:
+            data, ancillary = b"", []
+        pid = 0
+        for level, kind, value in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                pid = struct.unpack("iII", value[: struct.calcsize("iII")])[0]
+        if not future.done():
+            future.set_result((data, pid) if data else None)
+
+    loop.add_reader(sock.fileno(), on_readable)
+    try:
+        return await asyncio.wait_for(future, timeout_s)
+    except asyncio.TimeoutError:
+        return None
+    finally:
+        loop.remove_reader(sock.fileno())
+
+
+async def wait_done(sock: socket.socket) -> bool:
+    """True when the harness says the op finished; False at EOF (the child ended without saying so)."""
+    while True:
+        packet = await recv(sock, timeout_s=float("inf"))
+        if packet is None:
+            return False
+        if json_or_empty(packet[0]).get("done") is True:
+            return True
+
+
+def json_or_empty(data: bytes) -> dict:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class Child:
+    """One forked job child and everything the parent holds for it."""
+
+    def __init__(self, job_id: str, zygote: Zygote, cgroup: JobCgroup | None, sock: socket.socket,
+                 out_r: int, err_r: int):
+        self.job_id, self.zygote, self.cgroup, self.sock = job_id, zygote, cgroup, sock
+        self.out_r, self.err_r = out_r, err_r
+        self.exited: asyncio.Future | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.zygote.alive and self.exited is not None and not self.exited.done()
+
+    async def kill(self) -> None:
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.kill_all)
+        try:
+            await self.zygote.kill(self.job_id)  # its process group too (the only kill without cgroups)
+        except ZygoteDied:
+            pass
+
+    def discard(self) -> None:
+        """Close our ends and remove the cgroup (killing what is in it). Idempotent."""
+        for fd in (self.out_r, self.err_r):
+            if fd >= 0:
+                os.close(fd)
+        self.out_r = self.err_r = -1
+        self.sock.close()
+        if self.cgroup is not None:
+            self.cgroup.kill_all()
+            self.cgroup.remove()
+            self.cgroup = None
+        if self.exited is not None and self.exited.done() and not self.exited.cancelled():
+            self.exited.exception()  # retrieved: no "never retrieved" warning
