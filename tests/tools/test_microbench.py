@@ -63,9 +63,12 @@ async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(
     assert png, first["artifacts"]
     path = workspace / ".infra-agent" / "artifacts" / first["experiment_id"] / png[0].rsplit("/", 1)[1]
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    again = await call(client, "microbench", kernel="vector_add", impl="reference",
-                       baseline=first["experiment_id"], shapes=[{"N": 1000}], budget_ms=200)
-    assert again["shapes"][0]["baseline"]["code"].startswith(f"experiment {first['experiment_id']}")
+    # the Triton implementation (interpreted on CPU) against the code of the first experiment
+    again = await call(client, "microbench", kernel="vector_add", impl="triton",
+                       baseline=first["experiment_id"], shapes=[{"N": 1000}], budget_ms=300)
+    shape = again["shapes"][0]
+    assert shape["baseline"]["code"].startswith(f"experiment {first['experiment_id']}")
+    assert shape["candidate"]["spot_check"] == "passed" and shape["baseline"]["spot_check"] == "passed"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -75,8 +78,15 @@ async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(
     ({"shapes": [{"M": 3}]}, "positive integer sizes"),
     ({"baseline": "nonexistent"}, "neither an implementation"),
     ({"dtype": "int8"}, "not one of vector_add's dtypes"),
+    ({"cuda_graph": True}, "needs a CUDA device"),
 ])
 async def test_bad_input_is_refused_with_what_to_do(client, args, message):
+    if "cuda_graph" in args:
+        pytest.importorskip("torch")
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("CUDA present: cuda_graph is valid here")
     with pytest.raises(ToolCallError, match=message):
         await call(client, "microbench", **{"kernel": "vector_add", "source": TORCH_ADD, "entry": "add", **args})
 
@@ -86,3 +96,17 @@ async def test_a_candidate_raising_mid_run_is_a_clear_error(client):
     with pytest.raises(ToolCallError, match=r"raised during timing.*call 21.*boom"):
         await call(client, "microbench", kernel="vector_add", source=flaky, entry="add",
                    shapes=[{"N": 4096}], budget_ms=2000, target_rel_se_pct=0.001)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("cuda_graph", [False, True])
+async def test_gpu_timing_with_events_and_graph_replay(client, cuda_graph):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    out = await call(client, "microbench", kernel="vector_add", impl="triton", baseline="reference",
+                     shapes=[{"N": 1 << 24}], budget_ms=300, cuda_graph=cuda_graph)
+    shape = out["shapes"][0]
+    assert "CUDA events" in out["timer"]
+    assert shape["candidate"]["spot_check"] == "passed" and not shape["candidate"]["is_impossible"]
+    assert shape["candidate"]["bound"] == "memory"
