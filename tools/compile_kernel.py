@@ -151,13 +151,22 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
         spec = spec_kernel.spec
         impl_fn = spec.impls[inp.impl].split(":", 1)[1] if inp.impl in spec.impls else None
         payload["launch"] = {"launcher": launcher or impl_fn, "args": [asdict(a) for a in spec.args],
-                             "shape": inp.shape or spec.shapes.get("gpu", spec.shapes.get("cpu"))[0],
-                             "dtype": inp.dtype or spec.dtypes[0]}
+                             "shape": _example_shape(spec, inp.shape), "dtype": inp.dtype or spec.dtypes[0]}
     else:
         raise AgentError("give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
                          "spec, so the launcher can run on its example shapes and infer them")
     return {"op": "compile", "language": language, "payload": payload,
             "key": cache_key("triton", code, payload, target.name, inp.entry)}
+
+
+def _example_shape(spec, given: dict[str, int] | None) -> dict[str, int]:
+    """The spec's first GPU shape, with the sizes the agent gave replacing its own."""
+    default = dict(spec.shapes.get("gpu", spec.shapes.get("cpu"))[0])
+    unknown = sorted(set(given or {}) - set(default))
+    if unknown:
+        raise AgentError(f"shape names {unknown} are not dimensions of {spec.name}; its dimensions: "
+                         f"{', '.join(default)}")
+    return {**default, **(given or {})}
 
 
 def plan_target_payload(target) -> dict:
@@ -210,6 +219,8 @@ def format_diagnostic(status: str, diag: dict) -> str:
     if diag.get("line"):
         where += f":{diag['line']}" + (f":{diag['column']}" if diag.get("column") else "")
     text = f"{where}: {what}: {diag.get('message', '')}"
+    if status == "source_error" and "Permission denied" in text:
+        text += " (the sandbox denied it: compile jobs have no network and see the workspace read-only)"
     if diag.get("excerpt"):
         text += "\n" + diag["excerpt"]
     return text
