@@ -46,10 +46,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
     keys = payload["keys"]
     trials = [_load_inputs(ctx, key) for key in keys]
     check_arity(fn, len(trials[0]), cand["entry"])
-    # NaN in every tensor the candidate allocates and leaves unwritten (FACTS.md);
-    # warn_only keeps ops without a deterministic kernel usable.
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    _prefill_with_nan()
 
     calls: list[dict] = []
     partition = payload.get("partition")
@@ -67,6 +64,18 @@ def run(payload: dict, ctx: JobContext) -> dict:
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
     return {"is_triton": _uses_triton(fn), "calls": calls, "tampered": tampered}
+
+
+def _prefill_with_nan() -> None:
+    """NaN in every tensor the candidate allocates and leaves unwritten (FACTS.md);
+    warn_only keeps ops without a deterministic kernel usable. The C setter directly:
+    the public one also imports torch._inductor's config (~9 s per job on 2 cores) to
+    set a flag only compiled code reads."""
+    try:
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
+    except AttributeError:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> dict:
