@@ -89,7 +89,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     summary = describe(arch, kernels[0])
     if inp.baseline is not None:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
-        out.diff = diff(base_kernels[0], kernels[0])
+        base = next((b for b in base_kernels if b.name == kernels[0].name), base_kernels[0])
+        out.diff = diff(base, kernels[0])
         summary += f"; vs {out.baseline}: {describe_changes(out.diff)}"
     if cached:
         summary += " (cached)"

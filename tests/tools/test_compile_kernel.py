@@ -224,6 +224,15 @@ async def test_tool_compiles_caches_and_diffs(client):
     assert moved["num_warps"]["baseline"] == 16 and moved["num_warps"]["candidate"] == 4
     assert first["experiment_id"] in fewer["baseline"] and "vs " in fewer["summary"]
 
+    # the agent's variant of a spec kernel: launched like the spec, diffed against the original
+    variant = (EMBEDDED_ROOT / "vector_add" / "vector_add_triton.py").read_text().replace(
+        "BLOCK_SIZE = 1024", "BLOCK_SIZE = 256")
+    original = await call(client, "compile_kernel", kernel="vector_add", target="sm_80")
+    changed = await call(client, "compile_kernel", kernel="vector_add", source=variant, target="sm_80",
+                         baseline=original["experiment_id"])
+    moved = {c["field"]: c for c in changed["diff"]}
+    assert (moved["constexprs.BLOCK_SIZE"]["baseline"], moved["constexprs.BLOCK_SIZE"]["candidate"]) == (1024, 256)
+
 
 @pytest.mark.anyio
 async def test_tool_baseline_source_and_amd(client):
