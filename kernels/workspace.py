@@ -75,6 +75,15 @@ class Workspace:
     def acceptance(self) -> dict[str, dict]:
         return self.config.get("acceptance", {})
 
+    def spec_files(self) -> list[Path]:
+        """Every ``<folder>/spec.py`` the config's kernel paths name, in load order."""
+        paths = self.config.get("kernels", {}).get("paths", ["kernels"] if not self.is_embedded else ["."])
+        files: list[Path] = []
+        for rel in paths:
+            base = (self.root / rel).resolve()
+            files += [base / "spec.py"] if (base / "spec.py").is_file() else sorted(base.glob("*/spec.py"))
+        return files
+
     def kernel(self, name: str) -> Kernel:
         if name in self.kernels:
             return self.kernels[name]
@@ -101,18 +110,14 @@ def load_workspace(root: str | Path | None = None) -> Workspace:
         except tomllib.TOMLDecodeError as exc:
             raise WorkspaceError(f"{config_path}: invalid TOML: {exc}") from exc
     ws = Workspace(root=root_path, config=config)
-    paths = config.get("kernels", {}).get("paths", ["kernels"] if not ws.is_embedded else ["."])
-    for rel in paths:
-        base = (root_path / rel).resolve()
-        folders = [base] if (base / "spec.py").is_file() else sorted(base.glob("*/spec.py"))
-        for spec_file in folders:
-            folder = spec_file if spec_file.is_dir() else spec_file.parent
-            try:
-                spec = _load_spec(folder / "spec.py")
-            except Exception as exc:  # a broken spec must not hide the others
-                ws.errors[str(folder)] = f"{type(exc).__name__}: {exc}"
-                continue
-            ws.kernels[spec.name] = Kernel(spec=spec, folder=folder)
+    for spec_file in ws.spec_files():
+        folder = spec_file.parent
+        try:
+            spec = _load_spec(spec_file)
+        except Exception as exc:  # a broken spec must not hide the others
+            ws.errors[str(folder)] = f"{type(exc).__name__}: {exc}"
+            continue
+        ws.kernels[spec.name] = Kernel(spec=spec, folder=folder)
     return ws
 
 

@@ -164,10 +164,11 @@ def _make_handler(tool: Tool, state: ServerState):
             return ToolError(f"{message} [experiment {experiment_id}]")
 
         try:
+            ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
             inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
         except ValidationError as exc:
             raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
-        except agent_errors as exc:  # raised by an Input validator
+        except agent_errors as exc:  # a workspace that no longer loads, or an Input validator
             raise fail(str(exc)) from None
         try:
             out = await tool.run(inp, ctx)

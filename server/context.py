@@ -9,7 +9,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..kernels.workspace import Workspace
+from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
 from .ledger import Ledger
 
 ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
@@ -24,7 +24,18 @@ class ServerState:
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
         self._sandbox: Any = None
-        self.sandbox_error: str | None = None
+        self._signature = _signature(workspace)
+        self._reload_lock = threading.Lock()
+
+    def refresh_workspace(self) -> Workspace:
+        """The workspace as it is now: reloaded when its config or a spec.py changed,
+        since the agent may add or edit kernels while the server runs (a stat per spec;
+        a reload only on change)."""
+        with self._reload_lock:
+            if _signature(self.workspace) != self._signature:
+                self.workspace = load_workspace(self.workspace.root)
+                self._signature = _signature(self.workspace)
+            return self.workspace
 
     @property
     def ledger(self) -> Ledger:
@@ -46,15 +57,10 @@ class ServerState:
             try:
                 from ..sandbox import Sandbox
             except ImportError as exc:
-                self.sandbox_error = f"the sandbox runner is not available in this install ({exc})"
-                raise RuntimeError(self.sandbox_error) from exc
+                raise RuntimeError(f"the sandbox runner is not available in this install ({exc})") from exc
             self._sandbox = Sandbox(self.workspace.root, self.workspace.state_dir,
                                     allow_unsandboxed=self.allow_unsandboxed)
         return self._sandbox
-
-    @property
-    def sandbox_started(self) -> bool:
-        return self._sandbox is not None
 
     async def aclose(self) -> None:
         if self._sandbox is not None:
@@ -63,6 +69,12 @@ class ServerState:
         if self._ledger is not None:
             self._ledger.close()
             self._ledger = None
+
+
+def _signature(ws: Workspace) -> tuple:
+    """What a reload would see differently: the config file and every spec.py, by mtime."""
+    files = [ws.root / CONFIG_NAME, *ws.spec_files()]
+    return tuple((str(f), f.stat().st_mtime_ns if f.exists() else None) for f in files)
 
 
 class CallContext:

@@ -218,3 +218,21 @@ async def test_progress_artifacts_and_error_mapping(echo_client):
     statuses = [r["status"] for r in srv.state.ledger.query(tool="echo")]
     assert statuses == ["error", "error", "ok"]
     assert (await client.call_tool("echo", {"n": 1})).structured_content["n"] == 1
+
+
+async def test_workspace_edits_are_seen_without_a_restart(client, workspace):
+    import shutil
+
+    before = {k["name"] for k in (await call(client, "list_kernels"))["kernels"]}
+    copy = workspace / "vector_add_copy"
+    shutil.copytree(workspace / "vector_add", copy)
+    spec = copy / "spec.py"
+    spec.write_text(spec.read_text().replace('name="vector_add"', 'name="vector_add_copy"'))
+    after = {k["name"] for k in (await call(client, "list_kernels"))["kernels"]}
+    assert after == before | {"vector_add_copy"}
+
+    (workspace / "infra-agent.toml").write_text("[kernels\n")  # a half-written config
+    with pytest.raises(ToolCallError, match="invalid TOML"):
+        await call(client, "list_kernels")
+    (workspace / "infra-agent.toml").write_text('[kernels]\npaths = ["rmsnorm"]\n')
+    assert [k["name"] for k in (await call(client, "list_kernels"))["kernels"]] == ["rmsnorm"]
