@@ -1,0 +1,35 @@
+"""The adversarial suite: every trick is caught by a finding that names it, and honest
+kernels produce no findings at all."""
+
+import pytest
+from conftest import call
+from numerics_cheats import CHEATS
+from numerics_server import anyio_backend, shared_client, shared_workspace  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+SHAPES = {"vector_add": [{"N": 300}], "rmsnorm": [{"M": 4, "N": 32}], "tp_linear": [{"M": 16, "N": 16, "K": 96}]}
+
+
+@pytest.mark.parametrize("name", sorted(CHEATS))
+async def test_each_trick_is_named(shared_client, name):
+    kernel, source, code = CHEATS[name]
+    out = await call(shared_client, "check_numerics", kernel=kernel, source=source, entry=kernel,
+                     shapes=SHAPES[kernel], dtypes=["float32"], trials=3)
+    codes = {f["code"] for f in out["findings"]}
+    assert code in codes, (name, out["summary"], out["findings"])
+    finding = next(f for f in out["findings"] if f["code"] == code)
+    assert finding["case"] == {"vector_add": "N=300 float32", "rmsnorm": "M=4 N=32 float32"}[kernel]
+    if finding["severity"] == "error":
+        assert out["verdict"] == "fail"
+
+
+@pytest.mark.parametrize("kernel, impl, dtypes", [
+    ("vector_add", "triton", ["float32", "float16"]),
+    ("rmsnorm", "triton", ["float32", "bfloat16"]),
+    ("tp_linear", "tf32x3", ["float32"]),
+])
+async def test_honest_kernels_have_no_findings(shared_client, kernel, impl, dtypes):
+    out = await call(shared_client, "check_numerics", kernel=kernel, impl=impl, shapes=SHAPES[kernel], dtypes=dtypes, trials=2)
+    assert out["findings"] == [], out["findings"]
+    assert out["verdict"] == "pass" and all(c["verdict"] == "pass" for c in out["cases"])
