@@ -45,7 +45,9 @@ class Input(ToolInput):
                                              "e.g. {'x_ptr': '*fp16', 'N': 'i32', 'eps': 'fp32'}; pointers "
                                              "are assumed 16-byte aligned, as torch allocations are.")
     constexprs: dict[str, int | float | bool | str] | None = Field(None, description="tl.constexpr values, "
-                                                                   "e.g. {'BLOCK_N': 1024}.")
+                                                                   "e.g. {'BLOCK_N': 1024}; with a launcher they "
+                                                                   "override what it passes (and @autotune's "
+                                                                   "first config, which is used otherwise).")
     shape: dict[str, int] | None = Field(None, description="Example sizes for inference, e.g. {'M': 1, 'N': 4096} "
                                          "(default: the spec's first GPU shape). Memory is reserved, never touched.")
     dtype: str | None = Field(None, description="Example dtype for inference (default: the spec's first).")
@@ -146,8 +148,10 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
     payload = {**where, "file_name": file_name, "entry": inp.entry,
                "target": plan_target_payload(target),
                "options": {"num_warps": inp.num_warps, "num_stages": inp.num_stages}}
+    if inp.constexprs is not None:
+        payload["constexprs"] = inp.constexprs
     if inp.signature is not None:
-        payload.update(signature=inp.signature, constexprs=inp.constexprs or {})
+        payload["signature"] = inp.signature
     elif spec_kernel is not None:
         spec = spec_kernel.spec
         impl_fn = spec.impls[inp.impl].split(":", 1)[1] if inp.impl in spec.impls else None

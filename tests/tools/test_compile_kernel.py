@@ -155,6 +155,19 @@ def test_errors_point_at_the_agents_line(compiler, name, line, column, words):
     assert "triton/" not in text  # no frames from inside Triton
 
 
+def test_autotuned_launcher_compiles_first_config_or_overrides(compiler):
+    launch = {"launcher": "vector_add", "args": [{"name": "x", "shape": ["N"]}, {"name": "y", "shape": ["N"]}],
+              "shape": {"N": 4096}, "dtype": "float32"}
+    base = {"source": (KERNELS / "autotuned.py").read_text(), "launch": launch,
+            "target": plan_target_payload(TARGETS["sm_80"])}
+    raw, out = compiler(base)
+    (k,) = judge(raw, out, "sm_80")
+    assert (k.name, k.constexprs, k.num_warps) == ("add_kernel", {"BLOCK": 128}, 4)
+    raw, out = compiler({**base, "constexprs": {"BLOCK": 256}, "options": {"num_warps": 8}})
+    (k,) = judge(raw, out, "sm_80")
+    assert (k.constexprs, k.num_warps) == ({"BLOCK": 256}, 8)
+
+
 def test_missing_entry_and_missing_module(compiler):
     target = plan_target_payload(TARGETS["sm_90a"])
     raw, _ = compiler({**SPILL, "entry": "nope", "target": target})

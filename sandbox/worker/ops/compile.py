@@ -128,7 +128,8 @@ def _plan(module, payload: dict):
 
     if payload.get("launch"):
         fn, args, kwargs = _capture_launch(module, kernels, entry, payload["launch"])
-        kwargs = {**kwargs, **opts}
+        overrides = {k: v for k, v in (payload.get("constexprs") or {}).items() if k in fn.arg_names}
+        kwargs = {**kwargs, **overrides, **opts}
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         bound, specialization, launch_opts = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, launch_opts)
@@ -179,8 +180,21 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
             return None  # another kernel of the same launcher: not the one asked for
         return run
 
+    def autotuned(tuner):
+        # @triton.autotune benchmarks every config on a GPU before launching; compile
+        # its first config instead (constexprs= / num_warps= override it).
+        def run(*args, **kwargs):
+            inner = tuner.fn
+            while not hasattr(inner, "arg_names") or hasattr(inner, "configs"):
+                inner = inner.fn
+            return inner.run(*args, **{**kwargs, **tuner.configs[0].all_kwargs()})
+        return run
+
     for fn in kernels:
         fn.run = interceptor(fn)
+    tuners = [v for v in vars(module).values() if hasattr(v, "configs") and hasattr(v, "fn")]
+    for tuner in tuners:
+        tuner.run = autotuned(tuner)
     tensors = [torch.empty(tuple(d if isinstance(d, int) else launch["shape"][d] for d in a["shape"]),
                            dtype=dtype_of(a.get("dtype") or launch["dtype"]), device="cpu")
                for a in launch["args"]]
@@ -189,8 +203,8 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     except _Captured:
         return captured["fn"], captured["args"], captured["kwargs"]
     finally:
-        for fn in kernels:
-            fn.__dict__.pop("run", None)
+        for obj in (*kernels, *tuners):
+            obj.__dict__.pop("run", None)
     raise SetupError(f"{launch['launcher']} returned without launching "
                      f"{entry or 'any @triton.jit kernel of this file'}; give signature= explicitly")
 
