@@ -89,7 +89,8 @@ def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> di
             torch.cuda.synchronize()
     except Exception as exc:
         fact["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        fact["traceback"] = "".join(traceback.format_exception(exc)[-6:])
+        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)  # from the agent's frame on
+        fact["traceback"] = "".join(lines[:1] + lines[1:][-6:])
         out = None
     fact.update(ops=audit.counts, triton_launches=launches["ok"], triton_launch_errors=launches["errors"])
     if "error" not in fact:
