@@ -1,0 +1,38 @@
+"""Partition equivalence: the TF32 tensor-parallel case study, reproduced on CPU."""
+
+import pytest
+from conftest import call
+from numerics_server import anyio_backend, shared_client, shared_workspace  # noqa: F401
+
+pytestmark = pytest.mark.anyio
+
+SHAPE = [{"M": 16, "N": 16, "K": 128}]
+
+
+async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_client):
+    tf32 = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=SHAPE, trials=2,
+                      hypothesis="row-parallel TF32 shards match the FP32 linear")
+    part = tf32["cases"][0]["partition"]
+    assert tf32["verdict"] == "fail" and part["num_parts"] == 4 and part["combine"] == "sum"
+    assert part["args"] == {"x": 1, "w": 1} and not part["is_within_tolerance"]
+    assert part["partitioned_vs_reference_rel_l2"] > 10 * 1e-5  # TF32 operands: ~2^-10, far above fp32's 1e-5
+    assert part["partitioned_vs_unpartitioned_rel_l2"] < 1e-6  # the split itself only reorders fp32 sums
+    assert len(part["most_divergent_index"]) == 2
+    codes = [f["code"] for f in tf32["findings"]]
+    assert codes == ["partition_mismatch"], tf32["findings"]
+    assert "NOT match" in tf32["summary"]
+
+    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2)
+    part3 = fixed["cases"][0]["partition"]
+    assert fixed["verdict"] == "pass" and part3["is_within_tolerance"] and fixed["findings"] == []
+    assert part3["partitioned_vs_reference_rel_l2"] < 1e-5 < part["partitioned_vs_reference_rel_l2"]
+
+
+async def test_a_wrong_partition_strategy_is_a_mismatch(shared_client):
+    # rmsnorm normalises each row over N: splitting N across ranks changes the function.
+    out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 4, "N": 64}], dtypes=["float32"],
+                     trials=1, partition={"args": {"x": 1, "weight": 0}, "num_parts": 2, "combine": "concat", "out_dim": 1})
+    part = out["cases"][0]["partition"]
+    assert out["verdict"] == "fail" and not part["is_within_tolerance"]
+    assert part["unpartitioned_vs_reference_rel_l2"] < 1e-6 < 1e-2 < part["partitioned_vs_unpartitioned_rel_l2"]
+    assert [f["code"] for f in out["findings"]] == ["partition_mismatch"]
