@@ -142,3 +142,21 @@ def test_diff_lists_only_what_moved():
     text = describe_changes(diff(a, b))
     assert "-16 regs" in text and "tensor-core MMA 0→8" in text
     assert diff(a, a) == [] and describe_changes([]) == "no change"
+
+
+def test_default_target_follows_the_local_gpu(monkeypatch):
+    import subprocess
+
+    from infra_agent.tools import occupancy as occ
+
+    def fake_run(cmd, **kwargs):
+        out = {"nvidia-smi": "9.0\n9.0\n", "rocm_agent_enumerator": "gfx000\ngfx942\n"}[cmd[0]]
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(occ.subprocess, "run", fake_run)
+    monkeypatch.setattr(occ.shutil, "which", lambda name: "/usr/bin/" + name if name == "nvidia-smi" else None)
+    assert occ.local_target() == "sm_90a"  # Hopper: the arch-specific variant Triton uses
+    monkeypatch.setattr(occ.shutil, "which", lambda name: "/opt/rocm/bin/" + name if name != "nvidia-smi" else None)
+    assert occ.local_target() == "gfx942"  # gfx000 is the CPU agent
+    monkeypatch.setattr(occ.shutil, "which", lambda name: None)
+    assert occ.local_target() is None
