@@ -119,8 +119,9 @@ def ulp_size(magnitude, dtype: str):
     import torch
 
     mant, emin = _FORMATS.get(dtype, _FORMATS["float64"])
-    _, exp = torch.frexp(magnitude)  # |v| = m * 2^exp, m in [0.5, 1)
-    return torch.pow(2.0, (exp.to(torch.float64) - 1).clamp_min(emin) - mant)
+    _, exp = torch.frexp(magnitude)  # |v| = m * 2^exp, m in [0.5, 1); frexp(0) gives exp 0
+    floor_log2 = torch.where(magnitude > 0, exp.to(torch.float64) - 1, torch.full_like(magnitude, emin))
+    return torch.pow(2.0, floor_log2.clamp_min(emin) - mant)  # below 2^emin: the subnormal step
 
 
 def round_to(x, dtype: str):
