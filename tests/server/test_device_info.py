@@ -18,7 +18,7 @@ async def test_device_info_from_the_sandboxed_worker(client, server):
     if not isolation.sandboxed:  # no bwrap here and the server was not started --allow-unsandboxed
         assert out["sandbox_available"] is False and "isolation" in out["sandbox_error"]
         return
-    assert out["sandbox_available"] is True and out["sandbox_error"] is None
+    assert out["sandbox_available"] is True and out["sandbox_error"] is None, out["sandbox_error"]
     assert out["isolation_level"] == isolation.level and out["isolation"]["layers"] == isolation.layers
     assert out["versions"]["python"] == platform.python_version()
     assert out["versions"]["torch"] == out["server_view"]["packages"]["torch"]
