@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ToolCallError, call
+from conftest import ToolCallError, call
 
 pytestmark = pytest.mark.anyio
 
