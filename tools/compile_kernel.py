@@ -73,6 +73,8 @@ class Output(ToolOutput):
     cached: bool = Field(description="True when this answer came from the workspace's compile cache "
                          "(same source, target and options as an earlier compile).")
     compile_s: float = Field(description="Compiler wall time of the (original) compile, in seconds.")
+    notes: list[str] = Field(default_factory=list, description="What could not be measured and why (e.g. "
+                             "no SASS because nvdisasm failed); empty when every number above is the compiler's.")
     baseline: str | None = Field(None, description="What the diff compares against.")
     diff: list[Change] = Field(default_factory=list, description="Fields that differ from the baseline "
                                "(first kernel of each): registers, spills, smem, occupancy, instruction counts.")
@@ -88,6 +90,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     arch = _emitted_arch(raw, target.name)
     out = Output(target=target.name, arch=arch, backend=target.backend, language=request["language"],
                  kernels=kernels, cached=cached, compile_s=round(raw.get("compile_s", 0.0), 3))
+    out.notes = _notes(raw, out_dir, kernels)
     summary = describe(arch, kernels[0])
     if inp.baseline is not None:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
@@ -251,6 +254,16 @@ async def _baseline(inp: Input, ctx: ToolContext, target) -> tuple[list[KernelRe
         if name.endswith((".sass", ".amdgcn", ".ptx")):
             ctx.artifact(f"baseline-{name}", out_dir / name)
     return judge(raw, out_dir, target, base_inp), "baseline source"
+
+
+def _notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str]:
+    notes = []
+    sass = out_dir / "kernel.sass"
+    if sass.is_file() and sass.read_text(errors="replace").startswith("nvdisasm failed"):
+        notes.append("no instruction mix: " + sass.read_text(errors="replace")[:300])
+    if any(k.spill_stores_bytes is None and k.spilled_registers is None for k in kernels):
+        notes.append("no spill numbers: ptxas -v printed no report for this kernel")
+    return notes
 
 
 def _emitted_arch(raw: dict, default: str) -> str:

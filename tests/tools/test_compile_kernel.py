@@ -224,6 +224,7 @@ async def test_tool_compiles_caches_and_diffs(client):
     first = await call(client, "compile_kernel", kernel="rmsnorm", target="sm_90a", hypothesis="fits in 32 regs")
     (k,) = first["kernels"]
     assert first["cached"] is False and first["arch"] == "sm_90a" and k["registers_per_thread"] > 0
+    assert first["notes"] == []  # every number came from the compiler's own reports
     assert any(uri.endswith("/kernel.sass") for uri in first["artifacts"])
     assert first["summary"].startswith("sm_90a: rmsnorm_kernel") and "fits in 32 regs" in first["summary"]
 
