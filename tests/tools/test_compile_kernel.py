@@ -140,10 +140,12 @@ def test_tl_dot_uses_tensor_cores_on_sm_90a(compiler):
 @pytest.mark.parametrize("name, line, column, words", [
     ("syntax_error.py", 9, None, "SyntaxError"),
     ("type_error.py", 11, 9, "ranks"),  # tl.dot of two 1-D tensors
+    ("nested_error.py", 7, 12, ">= 2 (called from line 14)"),  # inside a @triton.jit helper
 ])
 def test_errors_point_at_the_agents_line(compiler, name, line, column, words):
     source = (KERNELS / name).read_text()
     raw, _ = compiler({"source": source, "signature": {"x_ptr": "*fp32", "N": "i32"}, "constexprs": {"BLOCK": 16},
+                       "entry": None if name != "nested_error.py" else "nested_kernel",
                        "target": plan_target_payload(TARGETS["sm_90a"])})
     diag = raw["diagnostic"]
     assert raw["status"] in ("source_error", "compile_error")

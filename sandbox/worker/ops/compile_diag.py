@@ -60,14 +60,18 @@ def compile_error_diagnostic(exc: BaseException, file: Path, file_name: str, tex
         if isinstance(current, CompilationError):
             chain.append(current)
         current = current.__cause__ or current.__context__
-    for err in reversed(chain):
+    places = []  # (line, column, error), outermost call first
+    for err in chain:
         start = _function_start_line(text, err.src)
         node_line = getattr(err.node, "lineno", None)
-        if start is None or node_line is None:
-            continue
-        return located(file_name, text, start + node_line - 1, getattr(err.node, "col_offset", 0) + 1,
-                       _message(err))
-    return {"file": file_name, "line": None, "column": None, "message": _message(exc)}
+        if start is not None and node_line is not None:
+            places.append((start + node_line - 1, getattr(err.node, "col_offset", 0) + 1, err))
+    if not places:
+        return {"file": file_name, "line": None, "column": None, "message": _message(exc)}
+    line, column, err = places[-1]
+    callers = list(dict.fromkeys(p[0] for p in places[:-1] if p[0] != line))
+    message = _message(err) + (f" (called from line {', '.join(map(str, reversed(callers)))})" if callers else "")
+    return located(file_name, text, line, column, message)
 
 
 def _message(err: BaseException) -> str:
