@@ -159,7 +159,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     )
     if len(results) > 1:
         out.artifacts.append(ctx.artifact("microbench_sweep.png", sweep_plot(_plot_rows(results))))
-    bounds = [r.candidate.bound for r in results if r.candidate.bound]
+    bounds = [(",".join(f"{k}={v}" for k, v in r.shape.items()), r.candidate.bound)
+              for r in results if r.candidate.bound]
     mdes = [r.min_detectable_effect_pct for r in results if r.min_detectable_effect_pct is not None]
     out.hypothesis_answer = answer_hypothesis(inp.hypothesis, out.verdict if baseline else None, bounds,
                                               max(mdes) if mdes else None)

@@ -218,10 +218,13 @@ async def time_shape(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: 
                          "did the code print to or tamper with the harness? Rerun; report if it persists") from None
     fewest = min(len(raw["arms"][a.name]["samples_ns"]) for a in arms)
     if fewest < MIN_TIMED_CALLS:
-        per_call = max(float(raw.get("elapsed_ms", inp.budget_ms)) / max(fewest + raw["warmup"]["calls_per_arm"], 1), 1.0)
+        calls = (fewest + raw["warmup"]["calls_per_arm"]) * len(arms)
+        per_call = float(raw.get("elapsed_ms") or inp.budget_ms) / max(calls, 1)
+        # room for a warm-up of 2 windows and 4x the minimum timed calls, per arm
+        suggest = per_call * len(arms) * (10 + 4 * MIN_TIMED_CALLS) / 0.75
         raise AgentError(f"only {fewest} timed calls fit in budget_ms={inp.budget_ms:g} at {shape} (about "
-                         f"{per_call:.0f} ms per call per arm); raise budget_ms to at least "
-                         f"{per_call * len(arms) * 4 * MIN_TIMED_CALLS:.0f} or use a smaller shape")
+                         f"{per_call:.0f} ms per call); raise budget_ms to about {suggest:.0f} "
+                         "or use a smaller shape")
     raw["_seeds"] = seeds  # ours, not the worker's
     return raw, res.out_dir
 

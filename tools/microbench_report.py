@@ -96,8 +96,12 @@ _BOUNDS = {"memory": re.compile(r"memory[- ]bound|bandwidth", re.I),
            "latency": re.compile(r"latency[- ]bound|launch|overhead", re.I)}
 
 
-def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[str], mde_pct: float | None) -> str:
-    """Whether the evidence supports the hypothesis, judged on what it names (speed, bound)."""
+def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[tuple[str, str]],
+                      mde_pct: float | None) -> str:
+    """Whether the evidence supports the hypothesis, judged on what it names (speed, bound).
+
+    `bounds` holds (shape label, bound class) per shape, smallest first.
+    """
     if not hypothesis:
         return ""
     if verdict == "invalid":
@@ -114,8 +118,16 @@ def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[
             parts.append(f"contradicted (measured {verdict})")
     for bound, pattern in _BOUNDS.items():
         if pattern.search(hypothesis):
-            word = "supported" if bounds and all(b == bound for b in bounds) else "contradicted"
-            parts.append(f"{bound}-bound claim {word} (bound class: {', '.join(sorted(set(bounds))) or 'unknown'})")
+            holds = [label for label, b in bounds if b == bound]
+            other = [f"{label}: {b}" for label, b in bounds if b != bound]
+            if not bounds:
+                parts.append(f"{bound}-bound claim not judged (no roofline: ceilings unavailable)")
+            elif not other:
+                parts.append(f"{bound}-bound claim supported at every shape")
+            elif not holds:
+                parts.append(f"{bound}-bound claim contradicted ({'; '.join(other)})")
+            else:
+                parts.append(f"{bound}-bound claim holds at {', '.join(holds)} only ({'; '.join(other)})")
             break
     if not parts:
         return ("no baseline to judge a speed claim against; pass baseline=" if expected is not None and verdict is None

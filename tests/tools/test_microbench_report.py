@@ -14,8 +14,11 @@ def test_speed_claims_are_judged_against_the_verdict():
 
 
 def test_bound_claims_are_judged_against_the_bound_class():
-    assert "memory-bound claim supported" in answer_hypothesis("it is memory-bound", None, ["memory", "memory"], None)
-    assert "compute-bound claim contradicted" in answer_hypothesis("still compute-bound", None, ["memory"], None)
+    both = [("N=10", "memory"), ("N=20", "memory")]
+    assert "memory-bound claim supported" in answer_hypothesis("it is memory-bound", None, both, None)
+    assert "compute-bound claim contradicted" in answer_hypothesis("still compute-bound", None, both, None)
+    mixed = [("N=10", "latency"), ("N=1000000", "memory")]
+    assert "holds at N=1000000 only" in answer_hypothesis("memory-bound when large", None, mixed, None)
 
 
 def test_disturbances_name_the_load_and_the_cpu_caveat():
