@@ -261,6 +261,11 @@ def _notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str
     sass = out_dir / "kernel.sass"
     if sass.is_file() and sass.read_text(errors="replace").startswith("nvdisasm failed"):
         notes.append("no instruction mix: " + sass.read_text(errors="replace")[:300])
+    for k in kernels:
+        if k.occupancy.blocks_per_sm == 0:
+            notes.append(f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
+                         f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
+                         f"{k.threads_per_block} threads); a launch would fail with OutOfResources")
     if any(k.spill_stores_bytes is None and k.spilled_registers is None for k in kernels):
         notes.append("no spill numbers: ptxas -v printed no report for this kernel")
     return notes

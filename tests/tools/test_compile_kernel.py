@@ -170,6 +170,18 @@ def test_autotuned_launcher_compiles_first_config_or_overrides(compiler):
     assert (k.constexprs, k.num_warps) == ({"BLOCK": 256}, 8)
 
 
+def test_a_block_that_cannot_launch_is_called_out(compiler, tmp_path):
+    from infra_agent.tools.compile_kernel import _notes
+
+    raw, out = compiler(spec_payload("rmsnorm", "sm_80"))
+    (k,) = judge(raw, out, "sm_80")
+    assert _notes(raw, out, [k]) == []
+    huge = k.model_copy(update={"occupancy": k.occupancy.model_copy(update={
+        "blocks_per_sm": 0, "warps_per_sm": 0, "occupancy_pct": 0.0, "limiting_factor": "shared_memory"})})
+    (note,) = _notes(raw, out, [huge])
+    assert "cannot launch" in note and "OutOfResources" in note
+
+
 def test_missing_entry_and_missing_module(compiler):
     target = plan_target_payload(TARGETS["sm_90a"])
     raw, _ = compiler({**SPILL, "entry": "nope", "target": target})
