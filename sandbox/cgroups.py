@@ -43,6 +43,30 @@ class JobCgroup:
                 pass
         return pids
 
+    def kill_listed(self) -> bool:
+        """SIGKILL the members listed now; True when none is left that could still run code.
+
+        A task stays listed until its address space is torn down (tens of ms for a
+        process forked from the zygote on a busy machine); one whose every thread is
+        already in the kernel's exit path (PF_EXITING) can never run user code again.
+        """
+        pids = self.procs()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return not pids or all(_exiting(tid) for tid in self._threads())
+
+    def _threads(self) -> set[int]:
+        tids: set[int] = set()
+        for d in self.dirs.values():
+            try:
+                tids |= {int(t) for t in (d / ("cgroup.threads" if self.v2 else "tasks")).read_text().split()}
+            except OSError:
+                pass
+        return tids
+
     def kill_all(self, timeout_s: float = 5.0) -> bool:
         """SIGKILL every member until none is left; True when the cgroup is empty."""
         deadline = time.monotonic() + timeout_s
@@ -93,16 +117,34 @@ class JobCgroup:
                     continue
         return None
 
-    def remove(self) -> None:
+    def remove(self, wait_s: float = 0.5) -> bool:
+        """rmdir the folders; a task still exiting keeps them busy for a moment. True when gone."""
+        deadline = time.monotonic() + wait_s
         for d in self.dirs.values():
-            for _ in range(50):  # a just-killed task can keep the folder busy for a moment
+            while True:
                 try:
                     d.rmdir()
                     break
                 except FileNotFoundError:
                     break
                 except OSError:
+                    if time.monotonic() >= deadline:
+                        return False
                     time.sleep(0.01)
+        return True
+
+
+_PF_EXITING = 0x4
+
+
+def _exiting(tid: int) -> bool:
+    """True when the task is gone or already inside do_exit()."""
+    try:
+        stat = Path(f"/proc/{tid}/stat").read_text()
+    except OSError:
+        return True
+    flags = int(stat.rsplit(")", 1)[1].split()[6])  # field 9 of proc(5), counted after the comm
+    return bool(flags & _PF_EXITING)
 
 
 class CgroupManager:
@@ -116,6 +158,7 @@ class CgroupManager:
         self.reason: str | None = None
         self.bases: dict[str, Path] = {}
         self._enabled = False
+        self._busy: list[JobCgroup] = []  # removed later: a task was still exiting
         CgroupManager._instances += 1
         self._name = f"{_PREFIX}{os.getpid()}-{CgroupManager._instances}"
         try:
@@ -164,6 +207,10 @@ class CgroupManager:
             _write(self.bases["unified"].parent / "cgroup.subtree_control", "+memory +pids")
             _write(self.bases["unified"] / "cgroup.subtree_control", "+memory +pids")
         self._enabled = True
+
+    def release(self, cgroup: JobCgroup) -> None:
+        """Remove a finished job's cgroup now if it is empty, else on a later call (never blocks)."""
+        self._busy = [c for c in [*self._busy, cgroup] if not c.remove(wait_s=0)]
 
     def create(self, job_id: str, memory_bytes: int, num_processes: int) -> JobCgroup:
         """Make the job's cgroups with their limits; raises CgroupError (with the OS reason)."""

@@ -1,10 +1,11 @@
 """The parent's handle on one job child, and the job socket's small protocol.
 
 Over the job's own SOCK_SEQPACKET socket the child sends "hello" (with SCM_CREDENTIALS,
-so the kernel tells us its pid as we see it), then {"confined": layers} or
-{"confine_error": ...}, and finally {"done": true}; we send {"job_dir": ...} once the
-child sits in its cgroups. Anything else on the socket is ignored: after "confined" the
-child runs agent code, which can write there too.
+so the kernel tells us its pid as we see it); once it sits in its cgroups we send
+{"job_dir", "confine"}; it answers {"confined": layers} or {"confine_error": ...}. Then
+it waits, a spare, until a job comes: we write job.json and send {"run": true}; it ends
+with {"done": true}. Anything else on the socket is ignored: after "run" the child runs
+agent code, which can write there too.
 """
 
 from __future__ import annotations
@@ -12,10 +13,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import socket
 import struct
+from pathlib import Path
 
-from .cgroups import JobCgroup
+from .cgroups import CgroupManager, JobCgroup
 from .launcher import Zygote, ZygoteDied
 
 HANDSHAKE_TIMEOUT_S = 30.0
@@ -71,9 +74,11 @@ def json_or_empty(data: bytes) -> dict:
 class Child:
     """One forked job child and everything the parent holds for it."""
 
-    def __init__(self, job_id: str, zygote: Zygote, cgroup: JobCgroup | None, sock: socket.socket,
-                 out_r: int, err_r: int):
-        self.job_id, self.zygote, self.cgroup, self.sock = job_id, zygote, cgroup, sock
+    def __init__(self, job_id: str, host_dir: Path, zygote: Zygote, cgroups: CgroupManager, cgroup: JobCgroup | None,
+                 sock: socket.socket, out_r: int, err_r: int):
+        self.job_id, self.host_dir, self.zygote, self.cgroup, self.sock = job_id, host_dir, zygote, cgroup, sock
+        self.cgroups = cgroups
+        self.used = False  # a job ran in it: its folder holds results, keep it
         self.out_r, self.err_r = out_r, err_r
         self.exited: asyncio.Future | None = None
 
@@ -82,23 +87,31 @@ class Child:
         return self.zygote.alive and self.exited is not None and not self.exited.done()
 
     async def kill(self) -> None:
-        if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.kill_all)
-        try:
-            await self.zygote.kill(self.job_id)  # its process group too (the only kill without cgroups)
-        except ZygoteDied:
-            pass
+        """Kill the child and everything it started; returns when none of it can run any more."""
+        if self.cgroup is None:
+            try:
+                await self.zygote.kill(self.job_id)  # its process group: the best we have without cgroups
+            except ZygoteDied:
+                pass
+            return
+        for _ in range(20):  # usually the child is already exiting: a pass or two
+            if self.cgroup.kill_listed():
+                return
+            await asyncio.sleep(0.002)
+        await asyncio.to_thread(self.cgroup.kill_all)  # stubborn (a fork bomb): freeze, kill, repeat
 
     def discard(self) -> None:
-        """Close our ends and remove the cgroup (killing what is in it). Idempotent."""
+        """Close our ends, kill what is in the cgroup and remove it. Idempotent."""
         for fd in (self.out_r, self.err_r):
             if fd >= 0:
                 os.close(fd)
         self.out_r = self.err_r = -1
         self.sock.close()
         if self.cgroup is not None:
-            self.cgroup.kill_all()
-            self.cgroup.remove()
+            self.cgroup.kill_listed()
+            self.cgroups.release(self.cgroup)
             self.cgroup = None
+        if not self.used:
+            shutil.rmtree(self.host_dir, ignore_errors=True)
         if self.exited is not None and self.exited.done() and not self.exited.cancelled():
             self.exited.exception()  # retrieved: no "never retrieved" warning

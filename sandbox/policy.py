@@ -183,20 +183,20 @@ class SandboxView:
         except OSError:
             return []
 
+    def confinement(self, job_id: str, *, landlock: bool, seccomp: bool) -> dict:
+        """What the job child applies to itself before it is given a job."""
+        return {"landlock": self.landlock_rules(self.job_dir(job_id)) if landlock else None, "seccomp": seccomp}
+
     def job_spec(self, *, job_id: str, op: str, payload: dict, env: dict[str, str], device: str,
-                 limits: Limits, timeout_s: float, landlock: bool, seccomp: bool) -> dict:
+                 limits: Limits, timeout_s: float) -> dict:
         """job.json: what the harness reads before it runs anything of the agent's."""
         job_dir = self.job_dir(job_id)
         return {
             "id": job_id, "op": op, "payload": payload, "device": device,
             "job_dir": job_dir, "workspace": self.workspace_root,
             "env": self.job_env(job_dir, device, env),
-            "confine": {
-                "rlimits": {"cpu_s": limits.cpu_seconds(timeout_s), "file_bytes": limits.file_bytes,
-                            "num_files": limits.num_files},
-                "landlock": self.landlock_rules(job_dir) if landlock else None,
-                "seccomp": seccomp,
-            },
+            "rlimits": {"cpu_s": limits.cpu_seconds(timeout_s), "file_bytes": limits.file_bytes,
+                        "num_files": limits.num_files},
         }
 
 

@@ -119,9 +119,13 @@ class Sandbox:
             return self._zygote
 
     async def _prepare_child(self) -> Child:
-        """A fresh child of the zygote, in its own new cgroups, waiting for a job."""
+        """A fresh child of the zygote, in its own new cgroups and job folder, confined, waiting for a job."""
         zygote = await self._ensure_zygote()
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        self._prune_job_dirs()
+        host_dir = self.view.layout.jobs_dir / job_id
+        for sub in ("in", "out", "home", "tmp", "cache/triton", "cache/torch_extensions", "cache/cuda"):
+            (host_dir / sub).mkdir(parents=True)
         cgroup = None
         if self.cgroups.available:
             try:
@@ -133,7 +137,7 @@ class Sandbox:
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         mine.setblocking(False)
-        child = Child(job_id, zygote, cgroup, mine, out_r, err_r)
+        child = Child(job_id, host_dir, zygote, self.cgroups, cgroup, mine, out_r, err_r)
         try:
             try:
                 child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
@@ -146,6 +150,14 @@ class Sandbox:
                 raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
             if cgroup is not None:
                 cgroup.add(hello[1])
+            policy = self.view.confinement(job_id, landlock="landlock" in self.isolation.layers,
+                                           seccomp="seccomp" in self.isolation.layers)
+            mine.send(json.dumps({"job_dir": self.view.job_dir(job_id), "confine": policy}).encode())
+            reply = await recv(mine)
+            message = json_or_empty(reply[0]) if reply else {}
+            if "confined" not in message:
+                reason = message.get("confine_error", "the job child died while confining itself")
+                raise SandboxError(f"could not confine a job child ({reason}); no agent code ran")
         except BaseException as exc:  # cancelled (aclose) or failed: leave nothing behind
             child.discard()
             if isinstance(exc, ZygoteDied):
@@ -175,29 +187,22 @@ class Sandbox:
         return child
 
     async def _run_now(self, job: Job, env: dict[str, str], progress: Progress | None) -> JobResult:
+        for name in job.inputs:
+            if "/" in name or name in ("", ".", ".."):
+                raise SandboxError(f"input name {name!r} must be a plain file name")
         child = await self._take_child()
+        child.used = True
         try:
-            host_dir = self._make_job_dir(child.job_id, job)
+            host_dir = child.host_dir
+            for name, src in job.inputs.items():
+                copy = shutil.copytree if Path(src).is_dir() else shutil.copyfile
+                copy(src, host_dir / "in" / name)
             spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
-                                      device=self.device, limits=self.limits, timeout_s=job.timeout_s,
-                                      landlock="landlock" in self.isolation.layers,
-                                      seccomp="seccomp" in self.isolation.layers)
+                                      device=self.device, limits=self.limits, timeout_s=job.timeout_s)
             (host_dir / "job.json").write_text(json.dumps(spec))
             return await self._supervise(child, job, host_dir, progress)
         finally:
             child.discard()
-
-    def _make_job_dir(self, job_id: str, job: Job) -> Path:
-        host_dir = self.view.layout.jobs_dir / job_id
-        for sub in ("in", "out", "home", "tmp", "cache/triton", "cache/torch_extensions", "cache/cuda"):
-            (host_dir / sub).mkdir(parents=True)
-        for name, src in job.inputs.items():
-            if "/" in name or name in ("", ".", ".."):
-                raise SandboxError(f"input name {name!r} must be a plain file name")
-            copy = shutil.copytree if Path(src).is_dir() else shutil.copyfile
-            copy(src, host_dir / "in" / name)
-        self._prune_job_dirs()
-        return host_dir
 
     def _prune_job_dirs(self) -> None:
         dirs = sorted(self.view.layout.jobs_dir.iterdir())
@@ -215,12 +220,7 @@ class Sandbox:
         ending.disk_cap = (self.limits.disk_bytes, self.limits.max_files)
         started = time.monotonic()
         try:
-            child.sock.send(json.dumps({"job_dir": self.view.job_dir(child.job_id)}).encode())
-            reply = await recv(child.sock)
-            message = json_or_empty(reply[0]) if reply else {}
-            if "confined" not in message:
-                reason = message.get("confine_error", "the job child died while confining itself")
-                raise SandboxError(f"could not confine the job ({reason}); no agent code ran")
+            child.sock.send(b'{"run": true}')
             done = asyncio.ensure_future(wait_done(child.sock))
             watchers = [done, child.exited, stdout.exceeded, stderr.exceeded, disk.exceeded]
             finished, _ = await _wait_first(watchers, job.timeout_s, [tail.poll, disk.poll])

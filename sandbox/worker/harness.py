@@ -1,14 +1,15 @@
 """The job child: handshake, confine itself, run one op, write raw results, exit.
 
-Runs in a process the zygote forked for exactly one job (``run_child``). The order is
-the security argument:
+Runs in a process the zygote forked for exactly one job (``run_child``), usually before
+the job exists (a spare). The order is the security argument:
 
 1. new session, die with the zygote;
 2. say hello to the parent over the job's own socket (the kernel stamps our pid as the
    parent sees it) and block until the parent has moved us into the job's cgroups and
-   sent the job (a spare child waits here until a job comes);
-3. take the job's stdout/stderr pipes, environment and working folder;
-4. confine: rlimits, Landlock, seccomp; report which layers are in force;
+   sent {"job_dir", "confine"};
+3. take the stdout/stderr pipes, enter the job folder, confine: Landlock and seccomp;
+   report the layers in force ({"confined": ...}) and wait for {"run": true};
+4. read job.json (written by the parent meanwhile), take its environment and rlimits;
 5. only then run the op, which runs agent code;
 6. write the result, close stdout/stderr, tell the parent "done", and exit (the parent
    need not wait for a big address space to be torn down).
@@ -48,18 +49,22 @@ def run_child(zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.
         confine.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         if os.getppid() != zygote_pid:  # the zygote died before prctl took effect
             os._exit(70)
-        job_dir = _hello(job_sock)
-        spec = json.loads((Path(job_dir) / JOB_FILE).read_text())
+        go = _hello(job_sock)
         _take_stdio(stdout_fd, stderr_fd)
-        os.chdir(job_dir)
-        os.environ.clear()
-        os.environ.update(spec["env"])
+        os.chdir(go["job_dir"])
         try:
-            layers = _confine(spec["confine"], seccomp_filter)
+            layers = _confine(go["confine"], seccomp_filter)
         except Exception as exc:  # noqa: BLE001 - reported to the parent as an infrastructure failure
             job_sock.send(json.dumps({"confine_error": f"{type(exc).__name__}: {exc}"}).encode())
             os._exit(71)
         job_sock.send(json.dumps({"confined": layers}).encode())
+        if _receive(job_sock).get("run") is not True:
+            os._exit(70)
+        spec = json.loads(Path(JOB_FILE).read_text())
+        os.environ.clear()
+        os.environ.update(spec["env"])
+        limits = spec["rlimits"]
+        confine.apply_rlimits(limits["cpu_s"], limits["file_bytes"], limits["num_files"])
         _run_op(spec)
         _flush_and_close_stdio()
         job_sock.send(b'{"done": true}')
@@ -71,14 +76,18 @@ def run_child(zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.
         os._exit(code)
 
 
-def _hello(job_sock: socket.socket) -> str:
-    """Send our credentials; wait for the parent's go: {"job_dir": ...} (after cgroup placement)."""
+def _hello(job_sock: socket.socket) -> dict:
+    """Send our credentials; the parent answers (after cgroup placement) {"job_dir", "confine"}."""
     creds = struct.pack("iII", os.getpid(), os.getuid(), os.getgid())
     job_sock.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, creds)])
+    return _receive(job_sock)
+
+
+def _receive(job_sock: socket.socket) -> dict:
     data = job_sock.recv(65536)
     if not data:
         os._exit(70)  # the parent gave up on this child
-    return json.loads(data)["job_dir"]
+    return json.loads(data)
 
 
 def _flush_and_close_stdio() -> None:
@@ -105,9 +114,6 @@ def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
 
 def _confine(policy: dict, seccomp_filter: bytes) -> dict:
     layers = {}
-    limits = policy["rlimits"]
-    confine.apply_rlimits(limits["cpu_s"], limits["file_bytes"], limits["num_files"])
-    layers["rlimits"] = limits
     if policy.get("landlock"):
         rules = policy["landlock"]
         layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"])

@@ -50,15 +50,16 @@ def test_gpu_devices_are_bound(tmp_path):
 def test_job_gets_its_own_home_and_caches(tmp_path):
     view = SandboxView(layout(tmp_path), sandboxed=True)
     spec = view.job_spec(job_id="j1", op="noop", payload={}, env={"TRITON_INTERPRET": "1"}, device="cpu",
-                         limits=Limits(memory_bytes=1 << 30), timeout_s=10, landlock=True, seccomp=True)
+                         limits=Limits(memory_bytes=1 << 30), timeout_s=10)
     env = spec["env"]
     for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"):
         assert env[key].startswith("/jobs/j1/"), key
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
-    rules = spec["confine"]["landlock"]
-    assert rules["read_write"] == ["/jobs/j1"]
+    assert spec["rlimits"]["cpu_s"] >= 10
+    policy = view.confinement("j1", landlock=True, seccomp=True)
+    rules = policy["landlock"]
+    assert rules["read_write"] == ["/jobs/j1"] and policy["seccomp"]
     assert not any(p == "/jobs" or p.startswith("/jobs/") for p in rules["read_only"])
-    assert spec["confine"]["rlimits"]["cpu_s"] >= 10 and spec["confine"]["seccomp"]
 
 
 def test_without_bwrap_landlock_leaves_out_the_state_folder(tmp_path):
