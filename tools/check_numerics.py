@@ -72,7 +72,8 @@ class Input(ToolInput):
 class ErrorStats(BaseModel):
     max_abs_error: float = Field(description="Largest |cand - ref| over finite elements.")
     max_rel_error: float = Field(description="Largest |cand - ref| / |ref| over finite nonzero-reference elements.")
-    rel_l2_error: float = Field(description="||cand - ref|| / ||ref|| (the verdict's metric), unitless.")
+    rel_l2_error: float | None = Field(description="||cand - ref|| / ||ref|| (the verdict's metric), unitless; "
+                                       "null when undefined (an all-zero reference and a nonzero candidate).")
     ulp_p50: float = Field(description="Median error in ULPs of the output dtype at the reference value.")
     ulp_p99: float = Field(description="99th-percentile error in ULPs of the output dtype.")
     ulp_max: float = Field(description="Largest error in ULPs of the output dtype.")
@@ -219,6 +220,7 @@ def _call_findings(ev: CaseEvidence) -> list[Finding]:
 
 def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
     worst, per_trial, ok = case_errors(ev)
+    worst, per_trial = _finite(worst), [_finite(v) for v in per_trial]
     part = None
     row = partition_result(ev, plan.partition) if plan.partition else None
     if plan.partition:
@@ -230,7 +232,7 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
                                    partitioned_vs_unpartitioned_rel_l2=None, partitioned_vs_unpartitioned_max_abs=None,
                                    is_within_tolerance=False)
         else:
-            part = PartitionReport(**meta, **{k: v for k, v in row.items() if k in PartitionReport.model_fields})
+            part = PartitionReport(**meta, **{k: _finite(v) for k, v in row.items() if k in PartitionReport.model_fields})
             if not row["is_within_tolerance"]:
                 found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
                     f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "
@@ -246,6 +248,16 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
                         tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
                         trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part)
     return report, row
+
+
+def _finite(value):
+    """JSON has no Infinity/NaN: undefined numbers (e.g. rel L2 against an all-zero
+    reference) travel as null; the NaN/Inf counts say what happened."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
 
 
 def _overall(reports: list[CaseReport], findings: list[Finding]) -> str:

@@ -238,8 +238,6 @@ def _precision(ev, _):
 
 
 def _degenerate(ev, _):
-    import torch
-
     found = []
     for key in ev.keys:
         facts = ev.ref_facts.get(key, {})

@@ -59,7 +59,6 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     candidate, name = _candidate(inp, kernel, workspace, sandbox)
     reference = _reference(inp, kernel, workspace, sandbox)
     args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
-    names = [a["name"] for a in args]
     shapes = [dict(s) for s in inp.shapes] if inp.shapes else list(spec.shapes.get(device) or spec.shapes.get("cpu") or ())
     if not shapes:
         raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
@@ -82,7 +81,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     if spec and spec.make_inputs and not inp.args:
         file, entry = spec.make_inputs.split(":", 1)
         make_inputs = {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}
-    return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, names),
+    return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
                 tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
                 inp.distribution, notes)
 
@@ -154,7 +153,8 @@ def _check_shape(shape: dict, args: list[dict]) -> None:
                              "numerics need coverage, not size: use smaller shapes")
 
 
-def _partition(inp, spec, names: list[str]) -> dict | None:
+def _partition(inp, spec, args: list[dict]) -> dict | None:
+    names = [a["name"] for a in args]
     p = inp.partition
     if p is False or (p is None and (spec is None or spec.partition is None)):
         return None
@@ -168,6 +168,10 @@ def _partition(inp, spec, names: list[str]) -> dict | None:
     bad = sorted(set(split) - set(names))
     if bad:
         raise AgentError(f"partition splits {bad}, which are not arguments; arguments are {names}")
+    for name, dim in split.items():
+        ndim = len(args[names.index(name)]["shape"])
+        if not -ndim <= dim < ndim:
+            raise AgentError(f"partition splits {name!r} along dim {dim}, but it has {ndim} dimensions")
     return {"args": {str(names.index(n)): d for n, d in split.items()}, "num_parts": parts,
             "combine": combine, "out_dim": out_dim, "names": split}
 

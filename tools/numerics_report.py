@@ -9,10 +9,12 @@ import json
 def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: str | None) -> str:
     failed = [c for c in cases if c.verdict != "pass"]
     errors = [f for f in findings if f.severity == "error"]
-    worst = max((c for c in cases if c.errors), key=lambda c: c.errors.rel_l2_error / c.tolerance_rel_l2, default=None)
+    worst = max((c for c in cases if c.errors), default=None,
+                key=lambda c: float("inf") if c.errors.rel_l2_error is None else c.errors.rel_l2_error / c.tolerance_rel_l2)
     parts = [f"{verdict.upper()}: {name} on {len(cases)} case(s), {len(failed)} failed"]
     if worst is not None:
-        parts.append(f"worst rel L2 {worst.errors.rel_l2_error:.3g} vs tolerance {worst.tolerance_rel_l2:.3g} "
+        rel = "undefined" if worst.errors.rel_l2_error is None else f"{worst.errors.rel_l2_error:.3g}"
+        parts.append(f"worst rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
                      f"({worst.tolerance_source}) at {worst.case} index {worst.errors.worst_index}")
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
@@ -41,7 +43,7 @@ def histogram_png(series: dict[str, list[float]]) -> bytes:
     plotted = 0
     for label, values in series.items():
         v = np.asarray(values, dtype=np.float64)
-        v = np.log10(np.clip(v[np.isfinite(v)], 1e-20, None))
+        v = np.clip(np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1)  # >= 10x off piles up at 1
         if v.size:
             ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=f"{label} ({np.sum(~np.isfinite(values))} NaN/Inf)")
             plotted += 1

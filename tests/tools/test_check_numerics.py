@@ -105,3 +105,23 @@ async def test_a_locked_kernel_with_a_modified_reference_cannot_pass(client, wor
     assert out["verdict"] == "fail" and out["cases"][0]["verdict"] == "pass"
     assert [f["code"] for f in out["findings"]] == ["reference_modified_since_lock"]
     assert "LOCKED ACCEPTANCE VIOLATED" in out["findings"][0]["message"]
+
+
+async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(shared_client):
+    out = await call(shared_client, "check_numerics", kernel="vector_add", reference="def zero(x, y):\n    return x * 0\n",
+                     reference_entry="zero", shapes=[{"N": 64}], dtypes=["float32"], trials=1)
+    assert out["verdict"] == "inconclusive" and out["cases"][0]["errors"]["rel_l2_error"] is None
+    assert [f["code"] for f in out["findings"]] == ["degenerate_reference"]
+    mutating = "def vector_add(x, y):\n    out = x + y\n    y.mul_(0.5)\n    return out\n"
+    out = await call(shared_client, "check_numerics", kernel="vector_add", source=mutating, entry="vector_add",
+                     shapes=[{"N": 64}], dtypes=["float32"], trials=1, checks=["unwritten", "aliasing"])
+    assert out["findings"] == [] and out["checks"] == ["aliasing", "unwritten"] and out["verdict"] == "pass"
+
+
+async def test_large_magnitudes_and_bad_partitions(shared_client):
+    out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], dtypes=["float32"],
+                     trials=1, distribution="large")
+    assert out["verdict"] == "pass" and abs(out["cases"][0]["errors"]["worst_reference"]) > 0
+    with pytest.raises(ToolCallError, match="along dim 2, but it has 2 dimensions"):
+        await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], trials=1,
+                   partition={"args": {"x": 2}})
