@@ -47,7 +47,7 @@ def passes(err: dict, tol: ResolvedTolerance) -> bool:
 def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict) -> CaseEvidence:
     from infra_agent.sandbox.worker.tensors import load_tensors
 
-    ev.calls = [c for c in worker.get("calls", []) if isinstance(c, dict)]
+    ev.calls = [c for c in map(_clean_call, worker.get("calls") or []) if c is not None]
     ev.is_triton = bool(worker.get("is_triton"))
     ev.tampered = [str(t) for t in worker.get("tampered", [])][:20]
     for key in ev.keys:
@@ -70,8 +70,6 @@ def compare_output(ev: CaseEvidence, saved: list, j: int, ref) -> dict | None:
     """compare() for output j, or None when it is missing or has the wrong shape."""
     if j >= len(saved) or saved[j] is None or tuple(saved[j].shape) != tuple(ref.shape):
         return None
-    if not saved[j].is_floating_point():
-        return compare(saved[j].double(), ref, ev.out_dtype, ev.tol.rel_l2)
     return compare(saved[j], ref, ev.out_dtype, ev.tol.rel_l2)
 
 
@@ -132,6 +130,26 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
             if worst is None or _worse_partition(row, worst):
                 worst = row
     return worst
+
+
+def _clean_call(call) -> dict | None:
+    """A worker's call record with the types the judges rely on, or None: the candidate
+    shared the worker's process and could have bent what it reports."""
+    if not isinstance(call, dict):
+        return None
+    try:
+        clean = {"key": str(call["key"]), "kind": str(call["kind"]), "index": int(call["index"]),
+                 "ops": {str(k): int(v) for k, v in dict(call.get("ops") or {}).items()},
+                 "triton_launches": int(call.get("triton_launches") or 0),
+                 "triton_launch_errors": [str(e)[:300] for e in list(call.get("triton_launch_errors") or [])[:5]]}
+        if "error" in call:
+            clean["error"] = str(call["error"])[:2000]
+            clean["traceback"] = str(call.get("traceback") or "")[-4000:]
+        else:
+            clean["outputs"] = [dict(o) for o in list(call.get("outputs") or [])[:64] if isinstance(o, dict)]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return clean
 
 
 def _worse_partition(a: dict, b: dict) -> bool:
