@@ -11,6 +11,7 @@ named after the server's pid, so a later server can remove what a killed one lef
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import signal
@@ -173,6 +174,7 @@ class CgroupManager:
         """Create (and remove) a cgroup with limits now, so a host that forbids it is known up front."""
         probe = self.create("probe", 1 << 30, 16)
         probe.remove()
+        self.close()  # the folders come back with the first job
 
     @property
     def available(self) -> bool:
@@ -204,13 +206,27 @@ class CgroupManager:
         for base in self.bases.values():
             base.mkdir(exist_ok=True)
         if self.v2:
-            _write(self.bases["unified"].parent / "cgroup.subtree_control", "+memory +pids")
+            self._enable_v2_controllers(self.bases["unified"].parent)
             _write(self.bases["unified"] / "cgroup.subtree_control", "+memory +pids")
         self._enabled = True
 
     def release(self, cgroup: JobCgroup) -> None:
         """Remove a finished job's cgroup now if it is empty, else on a later call (never blocks)."""
         self._busy = [c for c in [*self._busy, cgroup] if not c.remove(wait_s=0)]
+
+    @staticmethod
+    def _enable_v2_controllers(own: Path) -> None:
+        """Delegate memory+pids below our own cgroup. v2 forbids that while the cgroup holds
+        processes (ours), so on EBUSY this process first moves into a leaf of its own."""
+        try:
+            _write(own / "cgroup.subtree_control", "+memory +pids")
+        except OSError as exc:
+            if exc.errno != errno.EBUSY:
+                raise
+            leaf = own / f"{_PREFIX}server-{os.getpid()}"
+            leaf.mkdir(exist_ok=True)
+            _write(leaf / "cgroup.procs", str(os.getpid()))
+            _write(own / "cgroup.subtree_control", "+memory +pids")
 
     def create(self, job_id: str, memory_bytes: int, num_processes: int) -> JobCgroup:
         """Make the job's cgroups with their limits; raises CgroupError (with the OS reason)."""
@@ -238,7 +254,7 @@ class CgroupManager:
         removed = []
         for base in self.bases.values():
             for folder in base.parent.glob(f"{_PREFIX}*"):
-                m = re.fullmatch(rf"{_PREFIX}(\d+)(?:-\d+)?", folder.name)
+                m = re.fullmatch(rf"{_PREFIX}(?:server-)?(\d+)(?:-\d+)?", folder.name)
                 if not m or Path(f"/proc/{m.group(1)}").exists():
                     continue  # not ours, or its server (maybe this one) is alive
                 for job in [p for p in folder.iterdir() if p.is_dir()]:

@@ -45,6 +45,12 @@ def main() -> None:
     _warm_imports()
     from . import harness
 
+    import torch
+
+    if torch.cuda.is_initialized():  # a forked CUDA context is undefined behaviour: refuse to serve
+        print("zygote: CUDA was initialised while importing; refusing to fork jobs", file=sys.stderr)
+        sys.exit(3)
+
     try:
         seccomp_filter, seccomp_error = confine.build_seccomp_filter(), None
     except confine.ConfineError as exc:

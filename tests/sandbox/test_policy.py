@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from infra_agent.sandbox import Job
+from infra_agent.sandbox.cgroups import CgroupManager
 from infra_agent.sandbox.isolation import Isolation
 from infra_agent.sandbox.outcome import Ending, judge
 from infra_agent.sandbox.policy import Layout, Limits, SandboxView
 from infra_agent.sandbox.slots import Slots
+from infra_agent.sandbox.worker import confine
 
 
 def layout(tmp_path: Path, **kwargs) -> Layout:
@@ -108,3 +112,16 @@ def test_slots_are_first_come_first_served():
         return order
 
     assert asyncio.run(scenario()) == [0, 1, 2, 3, 4]
+
+
+def test_no_silent_downgrade_on_this_host(sandbox):
+    """Every layer this host offers is in force; every missing one says why."""
+    isolation = sandbox.sb.isolation
+    offered = {"bwrap": shutil.which("bwrap") is not None, "landlock": confine.landlock_abi() > 0,
+               "seccomp": confine.seccomp_available() is None, "cgroup": CgroupManager().available}
+    for layer, available in offered.items():
+        if available and layer not in isolation.layers:
+            raise AssertionError(f"{layer} is available but not in force: {isolation.missing.get(layer)}")
+        if layer not in isolation.layers:
+            assert isolation.missing[layer], layer
+    assert sandbox.run(Job(op="noop")).ok
