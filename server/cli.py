@@ -75,9 +75,13 @@ def serve(
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = _build(workspace, allow_unsandboxed)
     if http:
-        from .http import serve_http
+        from .http import bind, serve_http
 
-        anyio.run(serve_http, server, host, port, token)
+        try:
+            sock = bind(host, port)
+        except OSError as exc:
+            raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
+        anyio.run(serve_http, server, sock, token)
     else:
         anyio.run(_serve_stdio, server)
 

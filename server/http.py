@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import socket
 
 import uvicorn
 from rich.console import Console
@@ -42,13 +43,28 @@ def build_app(server, host: str, token: str | None):
     return BearerAuth(app, token) if token else app
 
 
-async def serve_http(server, host: str, port: int, token: str | None) -> None:
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before announcing anything, so a busy port is a clear error, not a URL
+    printed for a server that never came up. Raises OSError with the reason."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve_http(server, sock: socket.socket, token: str | None) -> None:
+    host, port = sock.getsockname()[:2]
     app = build_app(server, host, token)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
     uv = uvicorn.Server(config)
     try:
         await _announce(server, host, port, token)
-        await uv.serve()
+        await uv.serve(sockets=[sock])
     finally:
         await server.aclose()
 

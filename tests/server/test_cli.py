@@ -143,3 +143,15 @@ def test_inline_refs_keeps_the_meaning_of_nested_schemas():
                          ({"shapes": [], "first": {"M": 1, "N": 1}}, True), ({"shapes": [], "first": {}}, False)):
         assert jsonschema.Draft202012Validator(original).is_valid(instance) is ok
         assert jsonschema.Draft202012Validator(inlined).is_valid(instance) is ok
+
+
+def test_serve_http_on_a_busy_port_is_a_clear_error(workspace):
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = invoke("serve", "--http", "--port", str(port), "-w", str(workspace))
+    assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
+    assert "serving" not in result.stderr  # nothing announced for a server that never came up

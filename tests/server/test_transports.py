@@ -104,10 +104,13 @@ def http_servers(module_workspace):
 @pytest.mark.anyio
 async def test_stdio_client_lists_and_calls_tools(module_workspace):
     from mcp import Client, StdioServerParameters
+    from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "infra_agent.server", "--workspace", str(module_workspace)])
-    async with Client(params, read_timeout_seconds=120) as client:
+    # errlog explicitly: the SDK's default is whatever sys.stderr was when mcp.client.stdio
+    # was first imported, which may have been a CliRunner's stand-in without a fileno.
+    async with Client(stdio_client(params, errlog=sys.stderr), read_timeout_seconds=120) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
         for name in ("list_kernels", "describe_kernel"):
             assert tools[name].input_schema["type"] == "object"
