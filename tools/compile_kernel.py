@@ -18,7 +18,7 @@ from pydantic import Field
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 from .compile_cache import CompileCache, cache_key
 from .compile_report import (Change, KernelResources, amd_kernels, describe, describe_changes, diff,
-                             nvidia_kernels)
+                             emitted_arch, format_diagnostic, notes, nvidia_kernels)
 from .occupancy import DEFAULT_TARGET, TARGETS, local_target
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -87,10 +87,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     kernels = judge(raw, out_dir, target, inp)
     for name in raw.get("files", []):
         ctx.artifact(name, out_dir / name)
-    arch = _emitted_arch(raw, target.name)
+    arch = emitted_arch(raw, target.name)
     out = Output(target=target.name, arch=arch, backend=target.backend, language=request["language"],
                  kernels=kernels, cached=cached, compile_s=round(raw.get("compile_s", 0.0), 3))
-    out.notes = _notes(raw, out_dir, kernels)
+    out.notes = notes(raw, out_dir, kernels)
     summary = describe(arch, kernels[0])
     if inp.baseline is not None:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
@@ -219,21 +219,6 @@ async def compile_request(ctx: ToolContext, request: dict, timeout_s: float) -> 
     return raw, stored, False
 
 
-def format_diagnostic(status: str, diag: dict) -> str:
-    """'file:line:col: error: message' plus the source excerpt, like a compiler prints it."""
-    what = {"source_error": "the source failed to load", "compile_error": "compile error",
-            "setup_error": "cannot compile as asked"}.get(status, status)
-    where = diag.get("file") or "source"
-    if diag.get("line"):
-        where += f":{diag['line']}" + (f":{diag['column']}" if diag.get("column") else "")
-    text = f"{where}: {what}: {diag.get('message', '')}"
-    if status == "source_error" and "Permission denied" in text:
-        text += " (the sandbox denied it: compile jobs have no network and see the workspace read-only)"
-    if diag.get("excerpt"):
-        text += "\n" + diag["excerpt"]
-    return text
-
-
 async def _baseline(inp: Input, ctx: ToolContext, target) -> tuple[list[KernelResources], str]:
     row = ctx.experiment(inp.baseline)
     if row is not None:
@@ -254,28 +239,6 @@ async def _baseline(inp: Input, ctx: ToolContext, target) -> tuple[list[KernelRe
         if name.endswith((".sass", ".amdgcn", ".ptx")):
             ctx.artifact(f"baseline-{name}", out_dir / name)
     return judge(raw, out_dir, target, base_inp), "baseline source"
-
-
-def _notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str]:
-    notes = []
-    sass = out_dir / "kernel.sass"
-    if sass.is_file() and sass.read_text(errors="replace").startswith("nvdisasm failed"):
-        notes.append("no instruction mix: " + sass.read_text(errors="replace")[:300])
-    for k in kernels:
-        if k.occupancy.blocks_per_sm == 0:
-            notes.append(f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
-                         f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
-                         f"{k.threads_per_block} threads); a launch would fail with OutOfResources")
-    if any(k.spill_stores_bytes is None and k.spilled_registers is None for k in kernels):
-        notes.append("no spill numbers: ptxas -v printed no report for this kernel")
-    return notes
-
-
-def _emitted_arch(raw: dict, default: str) -> str:
-    import re
-
-    m = re.search(r"for '(sm_\w+)'", raw.get("ptxas_log", ""))
-    return m.group(1) if m else default
 
 
 def _looks_cuda(inp: Input, code: str) -> bool:

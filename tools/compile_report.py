@@ -7,6 +7,7 @@ depends on the candidate's word beyond the numbers its compiler printed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -202,3 +203,42 @@ def describe_changes(changes: list[Change]) -> str:
     if not changes:
         return "no change"
     return ", ".join(parts) if parts else f"{len(changes)} minor fields moved (see diff)"
+
+
+# ---- errors and notes ------------------------------------------------------------------
+
+def format_diagnostic(status: str, diag: dict) -> str:
+    """'file:line:col: error: message' plus the source excerpt, like a compiler prints it."""
+    what = {"source_error": "the source failed to load", "compile_error": "compile error",
+            "setup_error": "cannot compile as asked"}.get(status, status)
+    where = diag.get("file") or "source"
+    if diag.get("line"):
+        where += f":{diag['line']}" + (f":{diag['column']}" if diag.get("column") else "")
+    text = f"{where}: {what}: {diag.get('message', '')}"
+    if status == "source_error" and "Permission denied" in text:
+        text += " (the sandbox denied it: compile jobs have no network and see the workspace read-only)"
+    if diag.get("excerpt"):
+        text += "\n" + diag["excerpt"]
+    return text
+
+
+def notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str]:
+    """What the numbers above cannot be trusted for, or say that matters beyond them."""
+    found = []
+    sass = out_dir / "kernel.sass"
+    if sass.is_file() and sass.read_text(errors="replace").startswith("nvdisasm failed"):
+        found.append("no instruction mix: " + sass.read_text(errors="replace")[:300])
+    for k in kernels:
+        if k.occupancy.blocks_per_sm == 0:
+            found.append(f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
+                         f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
+                         f"{k.threads_per_block} threads); a launch would fail with OutOfResources")
+    if any(k.spill_stores_bytes is None and k.spilled_registers is None for k in kernels):
+        found.append("no spill numbers: ptxas -v printed no report for this kernel")
+    return found
+
+
+def emitted_arch(raw: dict, default: str) -> str:
+    """The architecture ptxas says it compiled for (sm_90 becomes sm_90a in Triton)."""
+    m = re.search(r"for '(sm_\w+)'", raw.get("ptxas_log", ""))
+    return m.group(1) if m else default

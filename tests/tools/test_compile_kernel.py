@@ -18,8 +18,8 @@ import pytest
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 from infra_agent.sandbox.worker.context import JobContext
-from infra_agent.tools.compile_kernel import format_diagnostic, plan_target_payload
-from infra_agent.tools.compile_report import amd_kernels, nvidia_kernels
+from infra_agent.tools.compile_kernel import plan_target_payload
+from infra_agent.tools.compile_report import amd_kernels, format_diagnostic, notes, nvidia_kernels
 from infra_agent.tools.occupancy import TARGETS
 
 from conftest import ToolCallError, call
@@ -171,14 +171,12 @@ def test_autotuned_launcher_compiles_first_config_or_overrides(compiler):
 
 
 def test_a_block_that_cannot_launch_is_called_out(compiler, tmp_path):
-    from infra_agent.tools.compile_kernel import _notes
-
     raw, out = compiler(spec_payload("rmsnorm", "sm_80"))
     (k,) = judge(raw, out, "sm_80")
-    assert _notes(raw, out, [k]) == []
+    assert notes(raw, out, [k]) == []
     huge = k.model_copy(update={"occupancy": k.occupancy.model_copy(update={
         "blocks_per_sm": 0, "warps_per_sm": 0, "occupancy_pct": 0.0, "limiting_factor": "shared_memory"})})
-    (note,) = _notes(raw, out, [huge])
+    (note,) = notes(raw, out, [huge])
     assert "cannot launch" in note and "OutOfResources" in note
 
 
