@@ -2,6 +2,7 @@
 seeds, tolerance sources, artifacts, and pinned acceptance."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -125,3 +126,22 @@ async def test_large_magnitudes_and_bad_partitions(shared_client):
     with pytest.raises(ToolCallError, match="along dim 2, but it has 2 dimensions"):
         await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], trials=1,
                    partition={"args": {"x": 2}})
+
+
+async def test_progress_per_case_and_artifacts_are_readable(shared_client, shared_workspace):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    result = await shared_client.call_tool("check_numerics", {"kernel": "vector_add", "shapes": [{"N": 32}, {"N": 48}],
+                                                              "dtypes": ["float32"], "trials": 1},
+                                           progress_callback=on_progress)
+    out = result.structured_content
+    assert [m for _, _, m in seen] == ["reference", "case N=32 float32", "case N=48 float32", "verdict pass"]
+    assert all(total == 3 for _, total, _ in seen)
+    exp = out["experiment_id"]
+    files = {p.name: p for p in (shared_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
+    assert files["error_histogram.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    worst = json.loads(files["worst_cases.json"].read_text())
+    assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"]["worst_index"]
