@@ -9,6 +9,7 @@ against a baseline, one summary line.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import asdict
 from pathlib import Path
 from typing import Literal
@@ -23,6 +24,7 @@ from .occupancy import DEFAULT_TARGET, TARGETS, local_target
 
 DEFAULT_TIMEOUT_S = 120.0
 DEFAULT_CUDA_THREADS = 256
+_local_target = functools.cache(local_target)  # asks nvidia-smi once per server, not per call
 
 
 class Input(ToolInput):
@@ -107,7 +109,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
 
 def resolve_target(name: str | None):
     if name is None:
-        name = local_target() or DEFAULT_TARGET
+        name = _local_target() or DEFAULT_TARGET
     if name not in TARGETS:
         raise AgentError(f"unknown target {name!r}; use one of: {', '.join(TARGETS)}")
     return TARGETS[name]
