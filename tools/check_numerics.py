@@ -40,6 +40,9 @@ class PartitionInput(BaseModel):
     combine: Literal["concat", "sum"] = Field(default="concat", description="'concat' rank outputs along out_dim, or "
                                               "'sum' them in rank order in the output dtype (an all-reduce).")
     out_dim: int = Field(default=0, description="Output dimension for 'concat'.")
+    sum_order: list[int] | None = Field(default=None, description="For 'sum': the order ranks are added in, a "
+                                        "permutation of 0..num_parts-1 (default rank order); float addition is not "
+                                        "associative, so the order is part of the all-reduce's numerics.")
 
 
 class Input(ToolInput):
@@ -93,7 +96,8 @@ class ErrorStats(BaseModel):
 class PartitionReport(BaseModel):
     args: dict[str, int] = Field(description="Argument -> split dimension.")
     num_parts: int = Field(description="Simulated ranks.")
-    combine: str = Field(description="'concat' or 'sum' (rank order).")
+    combine: str = Field(description="'concat' or 'sum'.")
+    sum_order: list[int] = Field(description="Order the ranks' outputs were added in ('sum').")
     partitioned_vs_reference_rel_l2: float | None = Field(description="Ranks combined vs float64 reference (rel L2).")
     unpartitioned_vs_reference_rel_l2: float | None = Field(description="One call on the whole input vs reference (rel L2).")
     partitioned_vs_unpartitioned_rel_l2: float | None = Field(description="Ranks combined vs one whole call (rel L2).")
@@ -224,7 +228,8 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
     part = None
     row = partition_result(ev, plan.partition) if plan.partition else None
     if plan.partition:
-        meta = {"args": plan.partition["names"], "num_parts": plan.partition["num_parts"], "combine": plan.partition["combine"]}
+        meta = {"args": plan.partition["names"], "num_parts": plan.partition["num_parts"],
+                "combine": plan.partition["combine"], "sum_order": plan.partition["sum_order"]}
         if row is None:
             found.append(Finding(code="partition_mismatch", severity="error", case=case.label,
                                  message="the ranks' outputs could not be combined into the full output's shape"))

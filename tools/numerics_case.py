@@ -104,9 +104,10 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                 continue
             try:
                 if partition["combine"] == "sum":
-                    combined = shards[0].clone()
-                    for s in shards[1:]:
-                        combined = combined + s  # an all-reduce in rank order, in the output dtype
+                    order = partition.get("sum_order") or list(range(len(shards)))
+                    combined = shards[order[0]].clone()
+                    for r in order[1:]:
+                        combined = combined + shards[r]  # an all-reduce in the given order, in the output dtype
                 else:
                     combined = torch.cat(shards, dim=partition["out_dim"])
             except RuntimeError:

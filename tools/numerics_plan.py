@@ -163,8 +163,12 @@ def _partition(inp, spec, args: list[dict]) -> dict | None:
             raise AgentError("partition=true but the kernel spec declares no partition; pass "
                              "partition={args: {name: dim}, num_parts, combine, out_dim}")
         split, parts, combine, out_dim = dict(spec.partition.args), spec.partition.num_parts, spec.partition.combine, spec.partition.out_dim
+        order = list(range(parts))
     else:
         split, parts, combine, out_dim = dict(p.args), p.num_parts, p.combine, p.out_dim
+        order = list(p.sum_order) if p.sum_order is not None else list(range(parts))
+        if sorted(order) != list(range(parts)):
+            raise AgentError(f"sum_order {order} must be a permutation of the ranks 0..{parts - 1}")
     bad = sorted(set(split) - set(names))
     if bad:
         raise AgentError(f"partition splits {bad}, which are not arguments; arguments are {names}")
@@ -173,7 +177,7 @@ def _partition(inp, spec, args: list[dict]) -> dict | None:
         if not -ndim <= dim < ndim:
             raise AgentError(f"partition splits {name!r} along dim {dim}, but it has {ndim} dimensions")
     return {"args": {str(names.index(n)): d for n, d in split.items()}, "num_parts": parts,
-            "combine": combine, "out_dim": out_dim, "names": split}
+            "combine": combine, "out_dim": out_dim, "names": split, "sum_order": order}
 
 
 def _lock_notes(inp, lock: LockStatus | None) -> list[str]:

@@ -14,7 +14,7 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
                       hypothesis="row-parallel TF32 shards match the FP32 linear")
     part = tf32["cases"][0]["partition"]
     assert tf32["verdict"] == "fail" and part["num_parts"] == 4 and part["combine"] == "sum"
-    assert part["args"] == {"x": 1, "w": 1} and not part["is_within_tolerance"]
+    assert part["args"] == {"x": 1, "w": 1} and part["sum_order"] == [0, 1, 2, 3] and not part["is_within_tolerance"]
     assert part["partitioned_vs_reference_rel_l2"] > 10 * 1e-5  # TF32 operands: ~2^-10, far above fp32's 1e-5
     assert part["partitioned_vs_unpartitioned_rel_l2"] < 1e-6  # the split itself only reorders fp32 sums
     assert len(part["most_divergent_index"]) == 2
@@ -22,9 +22,11 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
     assert codes == ["partition_mismatch"], tf32["findings"]
     assert "NOT match" in tf32["summary"]
 
-    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2)
+    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
+                       partition={"args": {"x": 1, "w": 1}, "num_parts": 4, "combine": "sum", "sum_order": [3, 1, 0, 2]})
     part3 = fixed["cases"][0]["partition"]
     assert fixed["verdict"] == "pass" and part3["is_within_tolerance"] and fixed["findings"] == []
+    assert part3["sum_order"] == [3, 1, 0, 2]
     assert part3["partitioned_vs_reference_rel_l2"] < 1e-5 < part["partitioned_vs_reference_rel_l2"]
 
 
