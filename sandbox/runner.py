@@ -190,19 +190,34 @@ class Sandbox:
         for name in job.inputs:
             if "/" in name or name in ("", ".", ".."):
                 raise SandboxError(f"input name {name!r} must be a plain file name")
-        child = await self._take_child()
-        child.used = True
-        try:
-            host_dir = child.host_dir
-            for name, src in job.inputs.items():
-                copy = shutil.copytree if Path(src).is_dir() else shutil.copyfile
-                copy(src, host_dir / "in" / name)
-            spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
-                                      device=self.device, limits=self.limits, timeout_s=job.timeout_s)
-            (host_dir / "job.json").write_text(json.dumps(spec))
-            return await self._supervise(child, job, host_dir, progress)
-        finally:
-            child.discard()
+        for _ in range(3):  # a spare that died idle (its zygote restarted) is replaced, not blamed
+            child = await self._take_child()
+            try:
+                for name, src in job.inputs.items():
+                    copy = shutil.copytree if Path(src).is_dir() else shutil.copyfile
+                    try:
+                        copy(src, child.host_dir / "in" / name)
+                    except OSError as exc:
+                        raise SandboxError(f"cannot copy input {name!r} from {src}: {exc}") from None
+                spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
+                                          device=self.device, limits=self.limits, timeout_s=job.timeout_s)
+                (child.host_dir / "job.json").write_text(json.dumps(spec))
+                child.sock.send(b'{"run": true}')
+            except OSError:
+                child.discard()
+                continue
+            except BaseException:
+                child.discard()
+                raise
+            child.used = True
+            try:
+                return await self._supervise(child, job, child.host_dir, progress)
+            finally:
+                child.discard()
+        raise SandboxError(f"job children keep dying before they start; zygote log:\n{self._zygote_log_tail()}")
+
+    def _zygote_log_tail(self) -> str:
+        return self._zygote.log_tail() if self._zygote is not None else ""
 
     def _prune_job_dirs(self) -> None:
         dirs = sorted(self.view.layout.jobs_dir.iterdir())
@@ -220,7 +235,6 @@ class Sandbox:
         ending.disk_cap = (self.limits.disk_bytes, self.limits.max_files)
         started = time.monotonic()
         try:
-            child.sock.send(b'{"run": true}')
             done = asyncio.ensure_future(wait_done(child.sock))
             watchers = [done, child.exited, stdout.exceeded, stderr.exceeded, disk.exceeded]
             finished, _ = await _wait_first(watchers, job.timeout_s, [tail.poll, disk.poll])
@@ -240,8 +254,9 @@ class Sandbox:
             done.cancel()
         finally:
             wall_s = time.monotonic() - started
+            if child.cgroup is not None or not (ending.done or ending.wait_status is not None):
+                await child.kill()  # what is left (daemons, stray threads), or all of it if we were cancelled
             if child.cgroup is not None:
-                await child.kill()  # whatever is left: double-forked daemons, stray threads
                 ending.oom_kills, ending.pids_limit_hits = child.cgroup.oom_kills(), child.cgroup.pids_limit_hits()
             await stdout.finish()
             await stderr.finish()

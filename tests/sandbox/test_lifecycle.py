@@ -204,3 +204,28 @@ def test_cgroup_folders_are_removed_on_close(tmp_path):
 
     for folder in asyncio.run(scenario()):
         assert not folder.exists()
+
+
+def _named(name: str) -> list[int]:
+    found = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == name:
+                found.append(int(comm.parent.name))
+        except OSError:
+            pass
+    return found
+
+
+def test_cancelled_call_kills_its_job(sandbox):
+    """An agent that cancels a tool call leaves no job running."""
+    source = "import ctypes, time\ndef main():\n    ctypes.CDLL(None).prctl(15, b'ia-cancel-probe', 0, 0, 0)\n    time.sleep(60)\n"
+    future = asyncio.run_coroutine_threadsafe(sandbox.sb.run(Job(op="probe", payload={"source": source})),
+                                              sandbox.runner.loop)
+    deadline = time.monotonic() + 60
+    while not _named("ia-cancel-probe") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _named("ia-cancel-probe"), "the job never started"
+    future.cancel()
+    assert _wait_gone(_named("ia-cancel-probe"), 10) == []
+    sandbox.assert_healthy()
