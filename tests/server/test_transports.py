@@ -53,10 +53,9 @@ def module_workspace(tmp_path_factory) -> Path:
     return root
 
 
-def _start_http(workspace: Path, token: str | None):
+def _start_http(workspace: Path):
     port = _free_port()
-    env = {**os.environ, "INFRA_AGENT_TOKEN": token} if token else {
-        k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port), "--workspace", str(workspace)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
@@ -87,17 +86,14 @@ def _stop(proc) -> str:
 
 
 @pytest.fixture(scope="module")
-def http_servers(module_workspace):
-    """(open server URL, token-protected server URL), started together."""
-    open_proc, open_url = _start_http(module_workspace, None)
-    auth_proc, auth_url = _start_http(module_workspace, TOKEN)
+def http_url(module_workspace):
+    """One `infra-agent serve --http` (no token) for every HTTP test of the module."""
+    proc, url = _start_http(module_workspace)
     try:
-        _wait_up(open_proc, open_url)
-        _wait_up(auth_proc, auth_url)
-        yield open_url, auth_url
+        _wait_up(proc, url)
+        yield url
     finally:
-        _stop(auth_proc)
-        stderr = _stop(open_proc)
+        stderr = _stop(proc)
     assert "serving streamable HTTP at" in stderr and "list_kernels" in stderr
 
 
@@ -127,33 +123,41 @@ async def test_stdio_client_lists_and_calls_tools(module_workspace):
         assert not again.is_error
 
 
-def test_bearer_token_is_required_when_set(http_servers):
-    _, auth_url = http_servers
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
-    denied = httpx.post(auth_url, json=init, headers=headers, timeout=30)
-    assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
-    wrong = httpx.post(auth_url, json=init, headers={**headers, "authorization": "Bearer nope"}, timeout=30)
-    assert wrong.status_code == 401
-    ok = httpx.post(auth_url, json=init, headers={**headers, "authorization": f"Bearer {TOKEN}"}, timeout=30)
-    assert ok.status_code == 200 and "infra-agent" in ok.text
+@pytest.mark.anyio
+async def test_bearer_token_is_required_when_set(server):
+    from infra_agent.server.http import BearerAuth, build_app
+
+    assert isinstance(build_app(server, "127.0.0.1", TOKEN), BearerAuth)
+    assert not isinstance(build_app(server, "127.0.0.1", None), BearerAuth)
+    reached = []
+
+    async def app(scope, receive, send):  # stands in for the MCP app behind the middleware
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    transport = httpx.ASGITransport(app=BearerAuth(app, TOKEN))
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as http:
+        denied = await http.post("/mcp", json={})
+        assert denied.status_code == 401 and denied.headers["www-authenticate"].startswith("Bearer")
+        wrong = await http.post("/mcp", json={}, headers={"authorization": "Bearer nope"})
+        assert wrong.status_code == 401 and reached == []
+        ok = await http.post("/mcp", json={}, headers={"authorization": f"Bearer {TOKEN}"})
+        assert ok.status_code == 200 and reached == ["/mcp"]
 
 
-def test_dns_rebinding_protection_rejects_foreign_host(http_servers):
-    open_url, _ = http_servers
-    response = httpx.post(open_url, json={}, headers={"host": "evil.example:80"}, timeout=30)
+def test_dns_rebinding_protection_rejects_foreign_host(http_url):
+    response = httpx.post(http_url, json={}, headers={"host": "evil.example:80"}, timeout=30)
     assert response.status_code in (403, 421)
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
-def test_conformance_scenario(http_servers, scenario):
+def test_conformance_scenario(http_url, scenario):
     if reason := _node_reason():
         pytest.skip(reason)
     if not CONFORMANCE.is_file():
         pytest.skip(f"@modelcontextprotocol/conformance not installed at {CONFORMANCE} (run `make node`)")
-    open_url, _ = http_servers
-    run = subprocess.run([str(NODE), str(CONFORMANCE), "server", "--url", open_url, "--scenario", scenario],
+    run = subprocess.run([str(NODE), str(CONFORMANCE), "server", "--url", http_url, "--scenario", scenario],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "0 failed" in run.stdout
@@ -167,18 +171,17 @@ def _inspector(url: str, *args: str) -> dict:
     return json.loads(run.stdout)
 
 
-def test_inspector_cli_lists_and_calls_tools(http_servers):
+def test_inspector_cli_lists_and_calls_tools(http_url):
     if reason := _node_reason():
         pytest.skip(reason)
     if not INSPECTOR.is_file():
         pytest.skip(f"@modelcontextprotocol/inspector-cli not installed at {INSPECTOR} (run `make node`)")
-    open_url, _ = http_servers
-    listed = _inspector(open_url, "--method", "tools/list")
+    listed = _inspector(http_url, "--method", "tools/list")
     names = {t["name"] for t in listed["tools"]}
     assert {"list_kernels", "describe_kernel", "device_info"} <= names
     assert all("outputSchema" in t and "annotations" in t for t in listed["tools"])
-    called = _inspector(open_url, "--method", "tools/call", "--tool-name", "describe_kernel",
+    called = _inspector(http_url, "--method", "tools/call", "--tool-name", "describe_kernel",
                         "--tool-arg", "kernel=rmsnorm")
     assert called["structuredContent"]["name"] == "rmsnorm" and not called.get("isError")
-    bad = _inspector(open_url, "--method", "tools/call", "--tool-name", "describe_kernel", "--tool-arg", "kernel=nope")
+    bad = _inspector(http_url, "--method", "tools/call", "--tool-name", "describe_kernel", "--tool-arg", "kernel=nope")
     assert bad["isError"] is True and "unknown kernel" in bad["content"][0]["text"]
