@@ -16,8 +16,9 @@ class KernelSummary(BaseModel):
     description: str = Field(description="What the kernel computes, in one or two sentences.")
     impls: list[str] = Field(description="Implementation names (pass as `impl`), besides the reference.")
     dtypes: list[str] = Field(description="Dtypes the kernel is checked and timed at.")
-    shape_sets: dict[str, int] = Field(
-        description="Shape set name (e.g. 'cpu': small, interpreter-friendly; 'gpu': real sizes) -> number of shapes.")
+    shape_sets: dict[str, list[dict[str, int]]] = Field(
+        description="Shape set name ('cpu': small, interpreter-friendly; 'gpu': real sizes) -> its shapes, "
+        "each a dict of named sizes such as {'M': 4096, 'N': 4096}.")
     has_partition: bool = Field(description="True when a tensor-parallel partition spec is declared.")
 
 
@@ -35,7 +36,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             description=k.spec.description,
             impls=sorted(k.spec.impls),
             dtypes=list(k.spec.dtypes),
-            shape_sets={name: len(shapes) for name, shapes in k.spec.shapes.items()},
+            shape_sets={name: [dict(shape) for shape in shapes] for name, shapes in k.spec.shapes.items()},
             has_partition=k.spec.partition is not None,
         )
         for _, k in sorted(ws.kernels.items())

@@ -40,7 +40,8 @@ async def test_list_kernels_structured(client, workspace):
     names = [k["name"] for k in out["kernels"]]
     assert names == sorted(load_workspace(workspace).kernels) and {"rmsnorm", "vector_add"} <= set(names)
     rms = out["kernels"][names.index("rmsnorm")]
-    assert rms["impls"] == ["triton"] and rms["shape_sets"] == {"cpu": 3, "gpu": 3} and rms["has_partition"]
+    assert rms["impls"] == ["triton"] and rms["has_partition"]
+    assert rms["shape_sets"]["cpu"][0] == {"M": 4, "N": 64} and len(rms["shape_sets"]["gpu"]) == 3
     assert out["experiment_id"].startswith("e")
 
 
