@@ -116,7 +116,19 @@ class Sandbox:
                     self._zygote = await Zygote.start(self.view, self.state_dir / "zygote.log")
                 except ZygoteDied as exc:
                     raise SandboxError(f"{exc}\n(if bwrap is the problem: {INSTALL_HINT})") from None
+                self._check_zygote_layers(self._zygote.ready)
             return self._zygote
+
+    def _check_zygote_layers(self, ready: dict) -> None:
+        """What the parent probed must hold inside the sandbox too: no silent downgrade."""
+        problems = []
+        if "landlock" in self.isolation.layers and not ready.get("landlock_abi"):
+            problems.append("Landlock is not available inside the sandbox")
+        if "seccomp" in self.isolation.layers and ready.get("seccomp_error"):
+            problems.append(f"seccomp inside the sandbox: {ready['seccomp_error']}")
+        if problems:
+            self._zygote.terminate()
+            raise SandboxError("; ".join(problems))
 
     async def _prepare_child(self) -> Child:
         """A fresh child of the zygote, in its own new cgroups and job folder, confined, waiting for a job."""

@@ -6,7 +6,7 @@ SOCK_SEQPACKET socket, one JSON message per packet:
 
     parent -> zygote  {"spawn": id}                     + fds [stdout, stderr, job socket]
                       {"kill": id}                      (fallback when no cgroups)
-    zygote -> parent  {"ready": true, "pid": ..., "landlock_abi": ..., "seccomp": ...}
+    zygote -> parent  {"ready": true, "pid": ..., "landlock_abi": ..., "seccomp_error": ...}
                       {"exited": id, "status": wait status, "maxrss_kb": ..., "cpu_s": ...}
 
 It never initialises CUDA (forking a CUDA context is undefined), never runs agent code
