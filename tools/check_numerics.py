@@ -9,6 +9,9 @@ process (numerics_case, numerics_findings) -> artifacts (numerics_report).
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -157,19 +160,21 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     findings = [Finding(code=_lock_code(n), severity="error", message=f"LOCKED ACCEPTANCE VIOLATED: {n}; a locked "
                         "kernel's verdict cannot pass until a person re-locks it") for n in plan.notes]
     reports, series, partition_rows = [], {}, {}
-    for case in plan.cases:
-        await ctx.progress(case.index + 1, total, f"case {case.label}")
-        ev = await _run_case(plan, case, sandbox, env, ref.out_dir, ref_items, enabled, device, inp.timeout_s)
-        case_found = case_findings(ev, plan.forbidden_ops, enabled) + _call_findings(ev)
-        report, row = _judge(plan, case, ev, case_found)
-        findings += case_found
-        reports.append(report)
-        partition_rows[case.label] = row
-        if report.errors:
-            key = case.keys[report.errors.trial]
-            out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
-            if out is not None:
-                series[case.label] = element_errors(out, ev.refs[key][report.errors.output_index])
+    with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
+        ref_dir = _keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
+        for case in plan.cases:
+            await ctx.progress(case.index + 1, total, f"case {case.label}")
+            ev = await _run_case(plan, case, sandbox, env, ref_dir, ref_items, enabled, device, inp.timeout_s)
+            case_found = case_findings(ev, plan.forbidden_ops, enabled) + _call_findings(ev)
+            report, row = _judge(plan, case, ev, case_found)
+            findings += case_found
+            reports.append(report)
+            partition_rows[case.label] = row
+            if report.errors:
+                key = case.keys[report.errors.trial]
+                out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
+                if out is not None:
+                    series[case.label] = element_errors(out, ev.refs[key][report.errors.output_index])
     verdict = _overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if series:
@@ -179,6 +184,17 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts,
                   summary=summary(plan.candidate_name, verdict, reports, findings, inp.hypothesis))
+
+
+def _keep_reference_files(out_dir: Path | None, plan: Plan, keep: Path) -> Path:
+    for case in plan.cases:
+        for key in case.keys:
+            for name in (f"{key}.inputs.pt", f"{key}.ref.pt"):
+                src = Path(out_dir or "/nonexistent") / name
+                if not src.is_file() or src.is_symlink():
+                    raise AgentError(f"the reference job wrote no {name}; the reference must return tensors")
+                shutil.copyfile(src, keep / name)
+    return keep
 
 
 def _reference_payload(plan: Plan) -> dict:

@@ -174,7 +174,7 @@ def _as_list(data: dict) -> list:
 def _load_optional(path: Path) -> list | None:
     from infra_agent.sandbox.worker.tensors import load_tensors
 
-    if not path.is_file():
+    if path.is_symlink() or not path.is_file():  # a link could point the parent at a host file
         return None
     try:
         data = load_tensors(path)

@@ -16,6 +16,7 @@ from .numerics_compare import DTYPE_TOLERANCES, ResolvedTolerance, resolve_toler
 from .pinning import LockStatus, check_lock
 
 MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
+DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
 STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
 
 
@@ -59,7 +60,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     candidate, name = _candidate(inp, kernel, workspace, sandbox)
     reference = _reference(inp, kernel, workspace, sandbox)
     args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
-    shapes = [dict(s) for s in inp.shapes] if inp.shapes else list(spec.shapes.get(device) or spec.shapes.get("cpu") or ())
+    shapes = [dict(s) for s in inp.shapes] if inp.shapes else _default_shapes(spec, device)
     if not shapes:
         raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
     dtypes = inp.dtypes or (list(spec.dtypes) if spec else ["float32"])
@@ -84,6 +85,25 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
                 tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
                 inp.distribution, notes)
+
+
+def _default_shapes(spec, device: str) -> list[dict]:
+    """The spec's small set; on CUDA also its GPU shapes that fit the numerics budget
+    (large grids find boundary bugs small ones miss; the biggest are benchmark sizes)."""
+    shapes = [dict(s) for s in spec.shapes.get("cpu", ())]
+    if device == "cuda":
+        for shape in spec.shapes.get("gpu", ()):
+            sizes = [_numel(a.dims(shape)) for a in spec.args]
+            if max(sizes, default=0) <= DEFAULT_GPU_ELEMENTS_PER_ARG and dict(shape) not in shapes:
+                shapes.append(dict(shape))
+    return shapes
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str]:
