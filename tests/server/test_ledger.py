@@ -126,3 +126,47 @@ def test_rows_left_running_by_a_dead_process_become_interrupted(tmp_path):
     reopened = Ledger(path)
     assert reopened.get(orphan)["status"] == "interrupted"
     assert reopened.get(mine)["status"] == "running"  # this process is alive: its call may still finish
+
+
+SERVER_MID_CALL = textwrap.dedent("""
+    import sys, time, anyio
+    from mcp import Client
+    from infra_agent.server import app
+    from infra_agent.tools.base import Tool, ToolInput, ToolOutput
+
+    async def slow(inp, ctx):
+        print("in-call", ctx.experiment_id, flush=True)
+        time.sleep(600)  # killed long before this returns
+
+    SLOW = Tool(name="slow", title="Slow", description="sleeps", input_model=ToolInput,
+                output_model=ToolOutput, run=slow, kernel_field=None)
+    found = app.discover_tools()
+    app.discover_tools = lambda: {**found, "slow": SLOW}
+
+    async def main():
+        server = app.build_server(sys.argv[1])
+        async with Client(server) as client:
+            done = await client.call_tool("list_kernels", {})
+            print("done", done.structured_content["experiment_id"], flush=True)
+            await client.call_tool("slow", {"hypothesis": "the ledger survives a kill"})
+
+    anyio.run(main)
+""")
+
+
+def test_server_killed_mid_call_leaves_the_call_interrupted(workspace):
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_MID_CALL, str(workspace)], stdout=subprocess.PIPE, text=True)
+    try:
+        finished = proc.stdout.readline().split()
+        running = proc.stdout.readline().split()
+        assert finished[0] == "done" and running[0] == "in-call", (finished, running)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait(timeout=30)
+    ledger = Ledger(workspace / ".infra-agent" / "ledger.sqlite")
+    assert ledger.integrity_ok()
+    assert ledger.get(finished[1])["status"] == "ok"
+    killed = ledger.get(running[1])
+    assert killed["status"] == "interrupted" and killed["hypothesis"] == "the ledger survives a kill"
+    assert "stopped before this call finished" in killed["error"]
