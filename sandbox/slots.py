@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import asynccontextmanager
-from typing import AsyncIterator, Awaitable, Callable
+from typing import AsyncIterator
 
-Progress = Callable[[float, "float | None", str], Awaitable[None]]
+from .streams import Progress, report
 
 
 class Slots:
@@ -43,7 +43,7 @@ class Slots:
                     ahead = self._waiting.index(future)
                     if ahead != reported:
                         reported = ahead
-                        await progress(0.0, None, f"queued: {ahead} ahead, {self.num_running} running")
+                        await report(progress, 0.0, None, f"queued: {ahead} ahead, {self.num_running} running")
                 try:
                     return await asyncio.wait_for(asyncio.shield(future), 0.25)
                 except asyncio.TimeoutError:

@@ -12,6 +12,16 @@ from typing import Awaitable, Callable
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
 
 
+async def report(progress: Progress | None, done: float, total: float | None, message: str) -> None:
+    """Progress is advisory: a callback that fails (a client gone away) must not fail the job."""
+    if progress is None:
+        return
+    try:
+        await progress(done, total, message)
+    except Exception:  # noqa: BLE001
+        pass
+
+
 class Capture:
     """Reads one pipe as the job writes it; keeps the tail; trips `exceeded` past the cap.
 
@@ -107,7 +117,7 @@ class ProgressTail:
                 continue
         if newest is not None and newest != self.last:
             self.last = newest
-            await self.progress(*newest)
+            await report(self.progress, *newest)
 
 
 class DiskWatch:

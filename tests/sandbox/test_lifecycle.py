@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -142,7 +143,11 @@ SERVER_SCRIPT = textwrap.dedent("""
     from infra_agent.sandbox import Job, Sandbox
 
     async def main():
+        if sys.argv[3] == "no-bwrap":  # the fallback: no namespaces, so no bwrap --die-with-parent
+            import infra_agent.sandbox.isolation as isolation
+            isolation._probe_bwrap = lambda view, timeout_s: "disabled for this test"
         sb = Sandbox(Path(sys.argv[1]), Path(sys.argv[2]), allow_unsandboxed=True)
+        assert sb.isolation.sandboxed == (sys.argv[3] == "bwrap"), sb.isolation.as_dict()
         await sb.run(Job(op="noop"))
         job = asyncio.create_task(sb.run(Job(op="probe", timeout_s=300, payload={"entry": "main", "source":
             "import ctypes, time\\n"
@@ -157,10 +162,13 @@ SERVER_SCRIPT = textwrap.dedent("""
 """)
 
 
-def test_sigkilled_server_leaves_nothing_and_next_start_is_clean(tmp_path):
+@pytest.mark.parametrize("mode", ["bwrap", "no-bwrap"])
+def test_sigkilled_server_leaves_nothing_and_next_start_is_clean(tmp_path, mode):
+    if mode == "bwrap" and not shutil.which("bwrap"):
+        pytest.skip("bwrap is not installed on this host")
     ws = make_workspace(tmp_path)
     state = tmp_path / "state"
-    server = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(ws), str(state)],
+    server = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(ws), str(state), mode],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = server.stdout.readline()
