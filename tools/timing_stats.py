@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from typing import Literal, Sequence
 
 import numpy as np
-from scipy import stats
 
 # The worker stops sampling with this same estimator, so "stopped at 0.5%" and the
 # reported standard error agree. It lives worker-side (numpy only) and is imported here.
@@ -73,6 +72,8 @@ def compare(baseline_ns: Sequence[float], candidate_ns: Sequence[float], *,
     (`block_len`, default ~sqrt(n)): a burst stays inside one block instead of being
     counted as many independent observations.
     """
+    from scipy import stats  # ~1 s to import: only when a comparison is made, not at server start
+
     a = np.asarray(baseline_ns, dtype=np.float64)
     b = np.asarray(candidate_ns, dtype=np.float64)
     n = min(a.size, b.size)
