@@ -149,7 +149,8 @@ class SandboxView:
                "HOME": f"{job_dir}/home", "TMPDIR": f"{job_dir}/tmp", "XDG_CACHE_HOME": f"{job_dir}/cache",
                "TRITON_HOME": f"{job_dir}/home", "TRITON_CACHE_DIR": f"{job_dir}/cache/triton",
                "TORCH_EXTENSIONS_DIR": f"{job_dir}/cache/torch_extensions",
-               "CUDA_CACHE_PATH": f"{job_dir}/cache/cuda", "MPLCONFIGDIR": f"{job_dir}/cache/matplotlib"}
+               "CUDA_CACHE_PATH": f"{job_dir}/cache/cuda", "MPLCONFIGDIR": f"{job_dir}/cache/matplotlib",
+               "TORCHINDUCTOR_CACHE_DIR": f"{job_dir}/cache/inductor"}  # its default is /tmp/torchinductor_<user>
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
         env.update(extra)

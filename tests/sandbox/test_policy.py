@@ -56,7 +56,7 @@ def test_job_gets_its_own_home_and_caches(tmp_path):
     spec = view.job_spec(job_id="j1", op="noop", payload={}, env={"TRITON_INTERPRET": "1"}, device="cpu",
                          limits=Limits(memory_bytes=1 << 30), timeout_s=10)
     env = spec["env"]
-    for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH"):
+    for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
         assert env[key].startswith("/jobs/j1/"), key
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert spec["rlimits"]["cpu_s"] >= 10
