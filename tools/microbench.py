@@ -17,7 +17,6 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from ..kernels.schema import KernelSpec
-from ..sandbox.job import Job
 from . import microbench_plan as plan
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 from .microbench_report import answer_hypothesis, cpu_counters, disturbances, sweep_plot

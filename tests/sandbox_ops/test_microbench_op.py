@@ -76,3 +76,13 @@ def test_median_rel_se_shrinks_with_more_samples():
     small, large = microbench.median_rel_se(rng.normal(100, 10, 100)), microbench.median_rel_se(rng.normal(100, 10, 10000))
     assert large < small / 5
     assert microbench.median_rel_se([1, 2]) == float("inf")
+
+
+def test_peaks_op_measures_positive_ceilings_and_a_fingerprint(ctx):
+    from infra_agent.sandbox.worker.ops import peaks
+
+    out = peaks.run({"copy_bytes": 32 << 20, "matmul_n": 256}, ctx)
+    assert out["copy_gbps"] > 0 and out["cache_copy_gbps"] > 0
+    assert out["matmul_tflops"]["float32"] > 0
+    assert out["device"]["device"] == "cpu" and out["device"]["cpu_cores"] >= 1 and out["device"]["torch"]
+    assert "thread" in out["method"]

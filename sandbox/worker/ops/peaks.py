@@ -143,7 +143,7 @@ def _cpu_peaks(torch, payload: dict, ctx: JobContext) -> dict:
     dram_bytes = int(payload.get("copy_bytes") or max(4 * llc, 64 << 20))
     src = torch.ones(dram_bytes // 4, dtype=torch.float32)
     dst = torch.empty_like(src)
-    copy_s = _best_seconds(lambda: dst.copy_(src))
+    copy_s = _best_seconds(lambda d=dst, s=src: d.copy_(s))
     del src, dst
     ctx.progress(1, 3, "DRAM copy measured")
 
@@ -184,7 +184,7 @@ def _cuda_peaks(torch, payload: dict, ctx: JobContext) -> dict:
     copy_bytes = int(payload.get("copy_bytes") or 1 << 30)
     src = torch.ones(copy_bytes // 4, dtype=torch.float32, device="cuda")
     dst = torch.empty_like(src)
-    copy_s = best_event_seconds(lambda: dst.copy_(src))
+    copy_s = best_event_seconds(lambda d=dst, s=src: d.copy_(s))
     del src, dst
     ctx.progress(1, 5, "device copy measured")
 
@@ -196,7 +196,7 @@ def _cuda_peaks(torch, payload: dict, ctx: JobContext) -> dict:
                                               ("bfloat16", torch.bfloat16, 8192)]):
             a = torch.randn(n, n, device="cuda", dtype=dtype)
             b = torch.randn(n, n, device="cuda", dtype=dtype)
-            tflops[name] = 2 * n**3 / best_event_seconds(lambda: torch.mm(a, b)) / 1e12
+            tflops[name] = 2 * n**3 / best_event_seconds(lambda a=a, b=b: torch.mm(a, b)) / 1e12
             del a, b
             ctx.progress(2 + i, 5, f"{name} matmul measured")
     finally:
