@@ -225,7 +225,7 @@ def _summary(name: str, arms: list, results: list[ShapeResult], out: Output) -> 
     last = results[-1]
     shape = ",".join(f"{k}={v}" for k, v in last.shape.items())
     cand = last.candidate
-    where = (f"{cand.bound}-bound at {cand.pct_of_roofline:.1f}% of the roofline"
+    where = (f"{cand.bound}-bound at {cand.pct_of_roofline:.3g}% of the roofline"
              if cand.pct_of_roofline is not None else "no roofline (ceilings unavailable)")
     text = f"{name}/{arms[0].label} {last.dtype}, {len(results)} shape(s): median {cand.median_ms:.4g} ms at {shape}, {where}."
     if out.verdict == "invalid":
