@@ -86,3 +86,13 @@ def test_peaks_op_measures_positive_ceilings_and_a_fingerprint(ctx):
     assert out["matmul_tflops"]["float32"] > 0
     assert out["device"]["device"] == "cpu" and out["device"]["cpu_cores"] >= 1 and out["device"]["torch"]
     assert "thread" in out["method"]
+
+
+def test_a_spec_input_generator_is_used_when_declared(ctx, tmp_path):
+    gen = tmp_path / "gen.py"
+    gen.write_text("import torch\ndef make(shape, dtype, generator):\n"
+                   "    x = torch.full((shape['N'],), 2.0, dtype=dtype)\n    return [x, x.clone()]\n")
+    arms = [{"name": "candidate", "entry": "add", "source": ADD}]
+    out = microbench.run(_payload(arms, n=64, make_inputs={"entry": "make", "path": str(gen)}), ctx)
+    saved = load_tensors(ctx.out_dir / out["spot_checks"][0]["file"])
+    assert bool((saved["0"] == 4.0).all())  # 2 + 2: the generator's inputs, not make_inputs' draws
