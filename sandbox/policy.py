@@ -186,7 +186,12 @@ class SandboxView:
 
     def confinement(self, job_id: str, *, landlock: bool, seccomp: bool) -> dict:
         """What the job child applies to itself before it is given a job."""
-        return {"landlock": self.landlock_rules(self.job_dir(job_id)) if landlock else None, "seccomp": seccomp}
+        job_dir = self.job_dir(job_id)
+        binds = {"/tmp": f"{job_dir}/tmp", "/dev/shm": f"{job_dir}/shm"}
+        # without bwrap the job folder may itself lie under /tmp: covering it would hide it
+        binds = {target: source for target, source in binds.items() if not job_dir.startswith(target + "/")}
+        return {"landlock": self.landlock_rules(job_dir) if landlock else None, "seccomp": seccomp,
+                "private_mounts": binds}
 
     def job_spec(self, *, job_id: str, op: str, payload: dict, env: dict[str, str], device: str,
                  limits: Limits, timeout_s: float) -> dict:

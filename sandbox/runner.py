@@ -136,7 +136,7 @@ class Sandbox:
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._prune_job_dirs()
         host_dir = self.view.layout.jobs_dir / job_id
-        for sub in ("in", "out", "home", "tmp", "cache/triton", "cache/torch_extensions", "cache/cuda"):
+        for sub in ("in", "out", "home", "tmp", "shm", "cache/triton", "cache/torch_extensions", "cache/cuda"):
             (host_dir / sub).mkdir(parents=True)
         cgroup = None
         if self.cgroups.available:

@@ -124,6 +124,47 @@ def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
         os.close(fd)
 
 
+# --- a private /tmp and /dev/shm ----------------------------------------------------------
+
+_CLONE_NEWUSER, _CLONE_NEWNS = 0x10000000, 0x00020000
+_MS_BIND, _MS_REC = 4096, 16384
+_PR_CAPBSET_DROP, _CAP_LAST = 24, 63
+_CAPABILITY_V3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def private_mounts(binds: dict[str, str]) -> None:
+    """Give this process its own mount table with `binds` ({target: source}, e.g. /tmp ->
+    the job's tmp/), so tools that hard-code /tmp or /dev/shm (multiprocessing, DataLoader
+    workers) work and still share nothing with other jobs.
+
+    Needs a user namespace of its own (the mount needs CAP_SYS_ADMIN there); every
+    capability that brings is dropped before returning, and seccomp later forbids
+    creating another one.
+    """
+    uid, gid = os.getuid(), os.getgid()
+    if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
+        raise ConfineError(f"unshare(user, mount) failed: {os.strerror(ctypes.get_errno())}")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:
+            f.write(text)
+    for target, source in binds.items():
+        if _libc.mount(source.encode(), target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None) != 0:
+            raise ConfineError(f"bind mount of {source} on {target} failed: {os.strerror(ctypes.get_errno())}")
+    for cap in range(_CAP_LAST + 1):
+        prctl(_PR_CAPBSET_DROP, cap)  # EINVAL past the last capability this kernel knows: fine
+    header, data = _CapHeader(_CAPABILITY_V3, 0), (_CapData * 2)()
+    if _libc.capset(ctypes.byref(header), data) != 0:
+        raise ConfineError(f"dropping capabilities failed: {os.strerror(ctypes.get_errno())}")
+
+
 # --- seccomp (libseccomp) ---------------------------------------------------------------
 
 _ACT_ALLOW = 0x7FFF0000

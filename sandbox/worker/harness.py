@@ -7,7 +7,8 @@ the job exists (a spare). The order is the security argument:
 2. say hello to the parent over the job's own socket (the kernel stamps our pid as the
    parent sees it) and block until the parent has moved us into the job's cgroups and
    sent {"job_dir", "confine"};
-3. take the stdout/stderr pipes, enter the job folder, confine: Landlock and seccomp;
+3. take the stdout/stderr pipes, enter the job folder, confine: a private /tmp and
+   /dev/shm (the job's own folders, in a mount namespace of its own), Landlock, seccomp;
    report the layers in force ({"confined": ...}) and wait for {"run": true};
 4. read job.json (written by the parent meanwhile), take its environment and rlimits;
 5. only then run the op, which runs agent code;
@@ -114,9 +115,17 @@ def _take_stdio(stdout_fd: int, stderr_fd: int) -> None:
 
 def _confine(policy: dict, seccomp_filter: bytes) -> dict:
     layers = {}
+    private = policy.get("private_mounts") or {}
+    try:  # best effort: without it /tmp and /dev/shm stay closed to the job (Landlock), not shared
+        confine.private_mounts(private)
+        layers["private_mounts"] = sorted(private)
+    except (confine.ConfineError, OSError) as exc:
+        layers["private_mounts_error"] = str(exc)
+        private = {}
     if policy.get("landlock"):
         rules = policy["landlock"]
-        layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"])
+        read_write = rules["read_write"] + sorted(private)
+        layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], read_write, rules["devices"])
     if policy.get("seccomp"):
         layers["seccomp_instructions"] = confine.apply_seccomp(seccomp_filter)
     return layers

@@ -13,6 +13,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 import importlib.util
 
 import infra_agent.sandbox.runner as runner_module
@@ -113,7 +115,7 @@ def test_cannot_read_or_write_another_jobs_folder(sandbox):
 
 
 def test_cannot_write_outside_its_folder(sandbox):
-    targets = ["{jobs}/planted", "/tmp/planted", "/dev/shm/planted", "/workspace/planted",
+    targets = ["{jobs}/planted", "/workspace/planted",
                "/workspace/kernels/hello.py", "/opt/ia/ia_worker/ops/planted.py", "/usr/planted",
                str(sandbox.sb.state_dir / "planted"), str(sandbox.sb.workspace / "planted")]
     res = sandbox.probe(TRY_WRITE, targets + ["{cwd}/allowed.txt"])
@@ -124,6 +126,31 @@ def test_cannot_write_outside_its_folder(sandbox):
     assert _denied(outcomes), outcomes
     assert not (sandbox.sb.workspace / "planted").exists()
     sandbox.assert_healthy()
+
+
+def test_tmp_and_shm_are_private_to_each_job(sandbox):
+    """Tools that hard-code /tmp or /dev/shm work, and the next job sees none of it."""
+    src = """
+        import multiprocessing, os
+        def square(x):
+            return x * x
+        def main():
+            seen = {d: sorted(os.listdir(d)) for d in ("/tmp", "/dev/shm")}
+            for d in ("/tmp", "/dev/shm"):
+                with open(os.path.join(d, "planted"), "w") as f:
+                    f.write("for the next job")
+            with multiprocessing.get_context("fork").Pool(2) as pool:  # semaphores live in /dev/shm
+                squares = pool.map(square, range(4))
+            return {"seen": seen, "squares": squares}
+        """
+    first = sandbox.probe(src)
+    if first.status == "error" and "Permission denied" in first.error:
+        pytest.skip("this host gives jobs no private mount namespace; /tmp and /dev/shm stay closed (Landlock)")
+    assert first.ok, first.error
+    assert first.result["value"]["squares"] == [0, 1, 4, 9]
+    assert (first.out_dir.parent / "tmp" / "planted").exists()  # it lives in the job's own folder
+    second = sandbox.probe(src)
+    assert second.ok and second.result["value"]["seen"] == {"/tmp": [], "/dev/shm": []}, second.result
 
 
 def test_no_dns_and_no_connect(sandbox):

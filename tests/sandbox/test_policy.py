@@ -61,6 +61,7 @@ def test_job_gets_its_own_home_and_caches(tmp_path):
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
     assert spec["rlimits"]["cpu_s"] >= 10
     policy = view.confinement("j1", landlock=True, seccomp=True)
+    assert policy["private_mounts"] == {"/tmp": "/jobs/j1/tmp", "/dev/shm": "/jobs/j1/shm"}
     rules = policy["landlock"]
     assert rules["read_write"] == ["/jobs/j1"] and policy["seccomp"]
     assert not any(p == "/jobs" or p.startswith("/jobs/") for p in rules["read_only"])
@@ -75,6 +76,9 @@ def test_without_bwrap_landlock_leaves_out_the_state_folder(tmp_path):
     read_only = view.landlock_rules(str(tmp_path / "ws/.state/jobs/j1"))["read_only"]
     assert str(ws / "kernels") in read_only and str(ws) not in read_only and str(ws / ".state") not in read_only
     assert view.workspace_path(ws / "kernels" / "a.py") == str(ws / "kernels" / "a.py")
+    under_tmp = SandboxView(layout(tmp_path, jobs_dir=Path("/tmp/state/jobs")), sandboxed=False)
+    assert under_tmp.confinement("j1", landlock=True, seccomp=True)["private_mounts"] == {
+        "/dev/shm": "/tmp/state/jobs/j1/shm"}  # binding /tmp would hide the job's own folder
 
 
 def test_isolation_level_names_what_is_in_force():
