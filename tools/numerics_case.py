@@ -34,6 +34,16 @@ class CaseEvidence:
     is_triton: bool = False
     tampered: list[str] = field(default_factory=list)
 
+    def output_dtype(self, key: str, j: int, ref) -> str:
+        """The dtype output j should have: the reference's own at the case dtype when it
+        could be traced (e.g. float32 logits from float16 inputs), else the case's."""
+        native = self.ref_facts.get(key, {}).get("native_outputs")
+        if isinstance(native, list) and j < len(native) and isinstance(native[j], dict):
+            dtype = str(native[j].get("dtype"))
+            if dtype in ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"):
+                return dtype
+        return self.out_dtype if ref.is_floating_point() else str(ref.dtype).removeprefix("torch.")
+
     def call_passes(self, key: str, kind: str) -> bool:
         errs = self.errors.get((key, kind))
         return bool(errs) and all(e is not None and passes(e, self.tol) for e in errs)
@@ -62,15 +72,16 @@ def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict)
         saved = _load_optional(cand_dir / f"{key}.{name}.pt") or []
         ev.outputs[(key, kind)] = saved
         if kind in ("first", "repeat"):
-            ev.errors[(key, kind)] = [compare_output(ev, saved, j, ev.refs[key][j]) for j in range(len(ev.refs[key]))]
+            ev.errors[(key, kind)] = [compare_output(ev, key, saved, j) for j in range(len(ev.refs[key]))]
     return ev
 
 
-def compare_output(ev: CaseEvidence, saved: list, j: int, ref) -> dict | None:
+def compare_output(ev: CaseEvidence, key: str, saved: list, j: int) -> dict | None:
     """compare() for output j, or None when it is missing or has the wrong shape."""
+    ref = ev.refs[key][j]
     if j >= len(saved) or saved[j] is None or tuple(saved[j].shape) != tuple(ref.shape):
         return None
-    return compare(saved[j], ref, ev.out_dtype, ev.tol.rel_l2)
+    return compare(saved[j], ref, ev.output_dtype(key, j, ref), ev.tol.rel_l2)
 
 
 def case_errors(ev: CaseEvidence) -> tuple[dict | None, list[float | None], bool]:
@@ -114,8 +125,9 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                 continue  # shard shapes that cannot combine; reported as shapes below
             if tuple(combined.shape) != tuple(ref.shape) or tuple(first[j].shape) != tuple(ref.shape):
                 continue
-            vs_ref = compare(combined, ref, ev.out_dtype, ev.tol.rel_l2)
-            vs_unpart = compare(combined, first[j], ev.out_dtype, ev.tol.rel_l2)
+            dtype = ev.output_dtype(key, j, ref)
+            vs_ref = compare(combined, ref, dtype, ev.tol.rel_l2)
+            vs_unpart = compare(combined, first[j], dtype, ev.tol.rel_l2)
             row = {
                 "trial": t, "output_index": j,
                 "partitioned_vs_reference_rel_l2": vs_ref["rel_l2_error"],

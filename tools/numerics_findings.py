@@ -131,7 +131,7 @@ def _output_facts(ev, _):
                 found.append(_f(ev, "output_aliases_input", "error",
                                 f"output {j} shares memory with input {', '.join(map(repr, names))}: the kernel returned "
                                 "its input or a view of it instead of a fresh result"))
-            expected = (list(ref.shape), ev.out_dtype if ref.is_floating_point() else str(ref.dtype).removeprefix("torch."), ev.device)
+            expected = (list(ref.shape), ev.output_dtype(call["key"], j, ref), ev.device)
             got = (o.get("shape"), o.get("dtype"), o.get("device"))
             if o.get("is_tensor") and got != expected:
                 found.append(_f(ev, "wrong_output", "error", f"output {j} is shape/dtype/device {got}, expected {expected}"))
@@ -197,10 +197,10 @@ def _op_audit(ev, forbidden_ops):
         found.append(_f(ev, "fallback_to_library", "error",
                         f"a Triton launch raised ({launch_errors[0]}) and the call still returned, via {', '.join(library) or 'other code'}: "
                         "a try/except fallback hides the kernel's failure"))
-    elif ev.is_triton and launches == 0 and library:
+    elif ev.is_triton and launches == 0 and library:  # a Triton module that never launched
         found.append(_f(ev, "fallback_to_library", "error", f"no Triton kernel was launched; the result came from "
                         f"torch ops {', '.join(library)}"))
-    elif ev.is_triton and library and not banned:
+    elif (ev.is_triton or launches) and library and not banned:
         ref_ops = {op for f in ev.ref_facts.values() for op in f.get("ops", []) if op not in MEMORY_OPS}
         same = sorted(set(library) & ref_ops)
         found.append(_f(ev, "library_ops_in_custom_kernel", "error" if same else "warning",
@@ -226,13 +226,14 @@ def _precision(ev, _):
         for j, (o, ref) in enumerate(zip(outs, ev.refs[key])):
             if o is None or not o.is_floating_point() or o.shape != ref.shape or ev.call_passes(key, "first"):
                 continue
-            declared = ev.dtype if ev.dtype in LOWER_PRECISION else ev.out_dtype
+            stored = ev.output_dtype(key, j, ref)
+            declared = ev.dtype if ev.dtype == "tf32" else stored
             for lower in LOWER_PRECISION.get(declared, ()):
-                honest = representable_fraction(round_to(ref, ev.out_dtype), lower)
+                honest = representable_fraction(round_to(ref, stored), lower)
                 got = representable_fraction(o, lower)
                 if got > 0.9 and honest < 0.1:
                     return [_f(ev, "lower_precision_than_declared", "error",
-                               f"output {j}: {got:.0%} of elements are exact {lower} values (the {ev.out_dtype} "
+                               f"output {j}: {got:.0%} of elements are exact {lower} values (the {stored} "
                                f"reference rounded: {honest:.1%}): the kernel computed in {lower}, not {declared}")]
     return []
 

@@ -145,3 +145,14 @@ async def test_progress_per_case_and_artifacts_are_readable(shared_client, share
     assert files["error_histogram.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     worst = json.loads(files["worst_cases.json"].read_text())
     assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"]["worst_index"]
+
+
+async def test_output_dtype_follows_the_reference_not_the_inputs(shared_client):
+    # float16 inputs, float32 result (e.g. logits): the reference says so, on the meta device
+    args = {"kernel": "vector_add", "reference": "def widen(x, y):\n    return x.float() + y.float()\n",
+            "reference_entry": "widen", "shapes": [{"N": 64}], "dtypes": ["float16"], "trials": 1}
+    out = await call(shared_client, "check_numerics", **args, source="def f(x, y):\n    return x.float() + y.float()\n",
+                     entry="f")
+    assert out["verdict"] == "pass" and out["findings"] == []
+    narrow = await call(shared_client, "check_numerics", **args, source="def f(x, y):\n    return x + y\n", entry="f")
+    assert "wrong_output" in [f["code"] for f in narrow["findings"]] and narrow["verdict"] == "fail"

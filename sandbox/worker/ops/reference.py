@@ -48,6 +48,9 @@ def run(payload: dict, ctx: JobContext) -> dict:
             "compute_dtype": compute_dtype,
             "inputs": [_describe(t) for t in inputs],
             "outputs": [_describe(t) for t in outputs],
+            # what the reference returns in the case dtype (it ran in float64): the
+            # dtypes a candidate's outputs should have; None when meta tensors can't tell
+            "native_outputs": _native_outputs(reference, inputs),
             # aten ops the reference dispatched: a "custom kernel" that dispatches the
             # same compute ops is likely calling the reference's library path
             "ops": sorted(audit.counts),
@@ -94,6 +97,17 @@ def _as_list(out, entry: str) -> list[torch.Tensor]:
         raise TypeError(f"the reference {entry} must return a tensor or a tuple of tensors, "
                         f"got {type(out).__name__}")
     return [t.detach() for t in outs]
+
+
+def _native_outputs(fn, inputs: list[torch.Tensor]) -> list[dict] | None:
+    """Shapes and dtypes of the reference's outputs at the inputs' own dtypes, traced on
+    the meta device (no data, no cost); data-dependent references cannot be traced."""
+    try:
+        outs = fn(*[t.to("meta") for t in inputs])
+        outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+        return [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outs]
+    except Exception:
+        return None
 
 
 def _describe(t: torch.Tensor) -> dict:
