@@ -95,6 +95,13 @@ class SandboxView:
     def job_dir(self, job_id: str) -> str:
         return f"{self.jobs_root}/{job_id}"
 
+    def host_path(self, job_path: str) -> Path:
+        """The host path of a path inside the jobs folder, as a job reports it."""
+        rel = Path(job_path).relative_to(self.jobs_root)
+        if ".." in rel.parts:
+            raise ValueError(f"{job_path} is not inside the jobs folder")
+        return self.layout.jobs_dir / rel
+
     def workspace_path(self, host_path: Path) -> str:
         rel = Path(host_path).resolve().relative_to(self.layout.workspace.resolve())
         return str(Path(self.workspace_root) / rel)

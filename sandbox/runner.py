@@ -88,6 +88,10 @@ class Sandbox:
         """Where the worker sees a file of the workspace (mounted read-only)."""
         return self.view.workspace_path(host_path)
 
+    def host_path(self, job_path: str) -> Path:
+        """Where the host sees a path a running job reports (e.g. a UNIX socket it listens on)."""
+        return self.view.host_path(job_path)
+
     async def run(self, job: Job, progress: Progress | None = None) -> JobResult:
         if self._closed:
             raise SandboxError("the sandbox is closed")

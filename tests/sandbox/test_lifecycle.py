@@ -237,3 +237,43 @@ def test_cancelled_call_kills_its_job(sandbox):
     future.cancel()
     assert _wait_gone(_named("ia-cancel-probe"), 10) == []
     sandbox.assert_healthy()
+
+
+def test_a_running_job_can_serve_on_a_unix_socket(sandbox):
+    """How a serving job talks to the parent: TCP is denied, a UNIX socket in its folder is not."""
+    source = textwrap.dedent("""
+        import os, socket
+        from pathlib import Path
+        def main():
+            path = os.path.join(os.getcwd(), "serve.sock")
+            server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            server.bind(path)
+            server.listen(1)
+            with open("progress.jsonl", "a") as f:  # what JobContext.progress writes
+                f.write('{"done": 0, "total": null, "message": "listening on %s"}\\n' % path)
+            conn, _ = server.accept()
+            request = conn.recv(100)
+            conn.sendall(b"pong:" + request)
+            conn.close()
+            return "served"
+        """)
+    messages = []
+
+    async def progress(done, total, message):
+        messages.append(message)
+
+    future = asyncio.run_coroutine_threadsafe(
+        sandbox.sb.run(Job(op="probe", payload={"source": source}, timeout_s=60), progress), sandbox.runner.loop)
+    deadline = time.monotonic() + 60
+    while not messages and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert messages and messages[0].startswith("listening on "), messages
+    import socket
+
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(str(sandbox.sb.host_path(messages[0].removeprefix("listening on "))))
+    client.sendall(b"ping")
+    assert client.recv(100) == b"pong:ping"
+    client.close()
+    res = future.result(60)
+    assert res.ok and res.result["value"] == "served", res.error

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from infra_agent.sandbox import Job
 from infra_agent.sandbox.cgroups import CgroupManager
 from infra_agent.sandbox.isolation import Isolation
@@ -40,6 +42,10 @@ def test_bwrap_namespaces_and_binds(tmp_path):
     etc = [dst for _, dst in pairs(argv, "--ro-bind") + pairs(argv, "--ro-bind-try") if dst.startswith("/etc")]
     assert "/etc/shadow" not in etc and "/etc" not in etc
     assert "/sys" not in [dst for _, dst in binds] and pairs(argv, "--dev-bind") == []
+    view = SandboxView(layout(tmp_path), sandboxed=True)
+    assert view.host_path("/jobs/j1/serve.sock") == tmp_path / "ws/.state/jobs/j1/serve.sock"
+    with pytest.raises(ValueError):
+        view.host_path("/jobs/j1/../../etc/passwd")
 
 
 def test_gpu_devices_are_bound(tmp_path):
