@@ -14,14 +14,15 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
+import anyio
 from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 from .numerics_case import CaseEvidence, case_errors, load_evidence, partition_result
-from .numerics_findings import CHECKS, Finding, case_findings
+from .numerics_findings import CHECKS, Finding, call_findings, case_findings
 from .numerics_plan import Case, Plan, make_plan
-from .numerics_report import element_errors, histogram_png, summary, worst_json
+from .numerics_report import element_errors, histogram_png, json_safe, summary, worst_json
 from .seeds import trial_seed
 
 CheckName = Literal["unwritten", "mutation", "aliasing", "tensor_type", "determinism", "caching",
@@ -164,17 +165,15 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ref_dir = _keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
         for case in plan.cases:
             await ctx.progress(case.index + 1, total, f"case {case.label}")
-            ev = await _run_case(plan, case, sandbox, env, ref_dir, ref_items, enabled, device, inp.timeout_s)
-            case_found = case_findings(ev, plan.forbidden_ops, enabled) + _call_findings(ev)
-            report, row = _judge(plan, case, ev, case_found)
+            res = await _run_case(plan, case, sandbox, env, ref_dir, enabled, inp.timeout_s)
+            # torch work on possibly large tensors: off the event loop, so the server keeps serving
+            report, row, case_found, errors = await anyio.to_thread.run_sync(
+                _evaluate, plan, case, res, ref_dir, ref_items, enabled, device)
             findings += case_found
             reports.append(report)
             partition_rows[case.label] = row
-            if report.errors:
-                key = case.keys[report.errors.trial]
-                out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
-                if out is not None:
-                    series[case.label] = element_errors(out, ev.refs[key][report.errors.output_index])
+            if errors is not None:
+                series[case.label] = errors
     verdict = _overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if series:
@@ -204,7 +203,7 @@ def _reference_payload(plan: Plan) -> dict:
             "float64": True}
 
 
-async def _run_case(plan, case: Case, sandbox, env, ref_dir, ref_items, enabled, device, timeout_s) -> CaseEvidence:
+async def _run_case(plan, case: Case, sandbox, env, ref_dir, enabled, timeout_s):
     payload = {"candidate": plan.candidate, "keys": case.keys, "repeat": "determinism" in enabled,
                "partition": plan.partition}
     inputs = {f"{k}.inputs.pt": ref_dir / f"{k}.inputs.pt" for k in case.keys}
@@ -214,6 +213,11 @@ async def _run_case(plan, case: Case, sandbox, env, ref_dir, ref_items, enabled,
                          "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)")
     if not res.ok:
         raise AgentError(f"the candidate could not run on case {case.label} ({res.status}): {res.error}")
+    return res
+
+
+def _evaluate(plan, case: Case, res, ref_dir, ref_items, enabled, device):
+    """Judge one case from its files: (report, partition row, findings, histogram values)."""
     ev = CaseEvidence(label=case.label, dtype=case.dtype, out_dtype=case.storage_dtype, tol=case.tol,
                       arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
                       ref_facts={k: ref_items.get(k, {}) for k in case.keys})
@@ -222,25 +226,20 @@ async def _run_case(plan, case: Case, sandbox, env, ref_dir, ref_items, enabled,
     if first is None or "error" in first:
         detail = (first or {}).get("traceback") or (first or {}).get("error") or "no call was recorded"
         raise AgentError(f"the candidate raised on case {case.label}, trial 0 (seed {case.seeds[0]}):\n{detail}")
-    return ev
-
-
-def _call_findings(ev: CaseEvidence) -> list[Finding]:
-    found = []
-    for call in ev.calls:
-        if "error" not in call:
-            continue
-        rank = str(call.get("kind", "")).startswith("rank")
-        found.append(Finding(code="partition_unsupported" if rank else "candidate_raised",
-                             severity="warning" if rank else "error", case=ev.label,
-                             message=f"call {call.get('index')} ({call.get('kind')}, {call.get('key')}) raised "
-                             f"{call.get('error')}" + (": the kernel cannot run on one rank's shard" if rank else "")))
-    return found[:3]
+    found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
+    report, row = _judge(plan, case, ev, found)
+    errors = None
+    if report.errors:
+        key = case.keys[report.errors.trial]
+        out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
+        if out is not None:
+            errors = element_errors(out, ev.refs[key][report.errors.output_index])
+    return report, row, found, errors
 
 
 def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
     worst, per_trial, ok = case_errors(ev)
-    worst, per_trial = _finite(worst), [_finite(v) for v in per_trial]
+    worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
     row = partition_result(ev, plan.partition) if plan.partition else None
     if plan.partition:
@@ -253,7 +252,7 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
                                    partitioned_vs_unpartitioned_rel_l2=None, partitioned_vs_unpartitioned_max_abs=None,
                                    is_within_tolerance=False)
         else:
-            part = PartitionReport(**meta, **{k: _finite(v) for k, v in row.items() if k in PartitionReport.model_fields})
+            part = PartitionReport(**meta, **{k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields})
             if not row["is_within_tolerance"]:
                 found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
                     f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "
@@ -269,16 +268,6 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
                         tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
                         trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part)
     return report, row
-
-
-def _finite(value):
-    """JSON has no Infinity/NaN: undefined numbers (e.g. rel L2 against an all-zero
-    reference) travel as null; the NaN/Inf counts say what happened."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
-        return None
-    return value
 
 
 def _overall(reports: list[CaseReport], findings: list[Finding]) -> str:

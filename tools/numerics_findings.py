@@ -60,6 +60,20 @@ def case_findings(ev: CaseEvidence, forbidden_ops: tuple[str, ...], enabled: set
     return [f for f in found if f.code in allowed]
 
 
+def call_findings(ev: CaseEvidence) -> list[Finding]:
+    """Calls that raised after the first: a rank that cannot run its shard, or a later trial."""
+    found = []
+    for call in ev.calls:
+        if "error" not in call:
+            continue
+        rank = str(call.get("kind", "")).startswith("rank")
+        found.append(Finding(code="partition_unsupported" if rank else "candidate_raised",
+                             severity="warning" if rank else "error", case=ev.label,
+                             message=f"call {call.get('index')} ({call.get('kind')}, {call.get('key')}) raised "
+                             f"{call.get('error')}" + (": the kernel cannot run on one rank's shard" if rank else "")))
+    return found[:3]
+
+
 def _f(ev: CaseEvidence, code: str, severity: str, message: str) -> Finding:
     return Finding(code=code, severity=severity, message=message, case=ev.label)
 

@@ -83,6 +83,16 @@ def worst_json(cases: list, partition_rows: dict) -> str:
     data = [{
         "case": c.case, "verdict": c.verdict, "seeds": c.seeds,
         "worst": c.errors.model_dump() if c.errors else None,
-        "partition": partition_rows.get(c.case),
+        "partition": json_safe(partition_rows.get(c.case) or {}) or None,
     } for c in cases]
     return json.dumps(data, indent=2)
+
+
+def json_safe(value):
+    """JSON has no Infinity/NaN: undefined numbers (e.g. rel L2 against an all-zero
+    reference) travel as null; the NaN/Inf counts say what happened."""
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, float) and (value != value or value in (float("inf"), float("-inf"))):
+        return None
+    return value
