@@ -1,8 +1,11 @@
 """Per-job confinement a forked job child applies to itself before running agent code.
 
-Three layers, each through the kernel's own interface and ctypes (stdlib only, so the
+Each layer goes through the kernel's own interface and ctypes (stdlib only, so the
 harness keeps its light import set):
 
+- a private /tmp and /dev/shm: the job's own folders bind-mounted in a user and mount
+  namespace of its own, every capability dropped afterwards (best effort: where it
+  fails, Landlock keeps /tmp and /dev/shm closed instead);
 - resource limits (``setrlimit``): CPU seconds, file size, open files, no core dumps;
 - Landlock (raw syscalls 444-446): write only the job's own folder, read only the
   folders the policy lists, no TCP, and (ABI >= 6) no signals or abstract UNIX sockets
@@ -11,8 +14,9 @@ harness keeps its light import set):
   non-UNIX sockets, ptrace, process_vm_*, bpf, perf_event_open, mount, namespaces,
   keyrings, userfaultfd, io_uring.
 
-Each function raises ``ConfineError`` when a layer the policy asked for cannot be
-applied: a job never runs with less isolation than the parent reported.
+Each function raises ``ConfineError`` when its layer cannot be applied; for Landlock
+and seccomp the harness then refuses to run the job: a job never runs with less
+isolation than the parent reported.
 """
 
 from __future__ import annotations
