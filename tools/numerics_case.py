@@ -71,7 +71,7 @@ def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict)
         name = "out" if kind == "first" else kind
         saved = _load_optional(cand_dir / f"{key}.{name}.pt") or []
         ev.outputs[(key, kind)] = saved
-        if kind in ("first", "repeat"):
+        if kind in ("first", "repeat", "recheck"):
             ev.errors[(key, kind)] = [compare_output(ev, key, saved, j) for j in range(len(ev.refs[key]))]
     return ev
 

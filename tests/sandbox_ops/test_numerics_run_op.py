@@ -57,7 +57,7 @@ def test_honest_triton_kernel_facts(tmp_path):
     result, ctx = run_candidate(tmp_path, cand, partition={"args": {"0": 0, "1": 0}, "num_parts": 2})
     assert result["is_triton"] and result["tampered"] == []
     kinds = [c["kind"] for c in result["calls"]]
-    assert kinds == ["first", "repeat", "rank0", "rank1"] * 2
+    assert kinds == ["first", "repeat", "rank0", "rank1"] * 2 + ["recheck"]
     first = result["calls"][0]
     assert first["triton_launches"] == 1 and first["triton_launch_errors"] == []
     assert "aten::add" not in first["ops"]

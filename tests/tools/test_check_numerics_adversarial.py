@@ -33,3 +33,11 @@ async def test_honest_kernels_have_no_findings(shared_client, kernel, impl, dtyp
     out = await call(shared_client, "check_numerics", kernel=kernel, impl=impl, shapes=SHAPES[kernel], dtypes=dtypes, trials=2)
     assert out["findings"] == [], out["findings"]
     assert out["verdict"] == "pass" and all(c["verdict"] == "pass" for c in out["cases"])
+
+
+async def test_an_input_dependent_bug_is_not_called_a_trick(shared_client):
+    # wrong only when x[0] >= 0: some trials pass, some fail, and no finding may blame state or caching
+    source = "def vector_add(x, y):\n    return x + y if x[0] < 0 else x + y + 1e-3\n"
+    out = await call(shared_client, "check_numerics", kernel="vector_add", source=source, entry="vector_add",
+                     shapes=SHAPES["vector_add"], dtypes=["float32"], trials=4)
+    assert out["findings"] == [], out["findings"]

@@ -15,6 +15,8 @@ Per trial, in this order (the call index counts across the whole job):
 2. ``repeat``: fresh copies of the same inputs, for bitwise determinism.
 3. ``rank<r>``: the inputs split as simulated tensor-parallel ranks, one call each.
 
+and, last, ``recheck``: the first trial's inputs again (state carried across calls).
+
 Written to out_dir: ``<key>.out.pt``, ``<key>.inputs_after.pt`` (inputs after the
 first call: the parent hashes them against its own copy), ``<key>.repeat.pt``,
 ``<key>.rank<r>.pt``. Saved outputs are plain tensors over the output's real storage,
@@ -61,6 +63,10 @@ def run(payload: dict, ctx: JobContext) -> dict:
             for rank, shard in enumerate(_shards(inputs, partition)):
                 calls.append(_call(fn, shard, key, f"rank{rank}", len(calls), launches, ctx))
         ctx.progress(i + 1, len(keys), f"candidate {key}")
+    if payload.get("repeat", True):
+        # the first trial's inputs once more, last: a kernel right at first and wrong
+        # later fails here, on inputs it already got right (an input-dependent bug cannot)
+        calls.append(_call(fn, [t.clone() for t in trials[0]], keys[0], "recheck", len(calls), launches, ctx))
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
     return {"is_triton": _uses_triton(fn), "calls": calls, "tampered": tampered}
