@@ -92,8 +92,11 @@ class Zygote:
         self.dead = True
         for future in self._exits.values():
             if not future.done():
-                future.set_exception(ZygoteDied("the sandbox zygote died while the job ran"))
-                future.exception()  # marks it retrieved: a spare nobody awaits must not warn
+                try:
+                    future.set_exception(ZygoteDied("the sandbox zygote died while the job ran"))
+                    future.exception()  # marks it retrieved: a spare nobody awaits must not warn
+                except RuntimeError:  # its event loop is already closed: nobody waits on it
+                    pass
         self._exits.clear()
 
     async def spawn(self, job_id: str, fds: list[int]) -> asyncio.Future:
@@ -139,7 +142,10 @@ class Zygote:
         """Close the socket (the zygote exits and takes its jobs) and kill the process."""
         self.dead = True
         if self._reader is not None:
-            self._reader.cancel()
+            try:
+                self._reader.cancel()
+            except RuntimeError:  # its event loop is already closed
+                pass
         try:
             self.ctl.close()
         except OSError:

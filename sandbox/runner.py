@@ -61,6 +61,7 @@ class Sandbox:
         self._zygote: Zygote | None = None
         self._zygote_lock: asyncio.Lock | None = None
         self._spare: asyncio.Future | None = None  # a child forked ahead of the next job
+        self._loop: asyncio.AbstractEventLoop | None = None  # the zygote's reader lives on it
         self._closed = False
 
     def _prepare_state(self, gpus: list[str]) -> Layout:
@@ -99,6 +100,7 @@ class Sandbox:
             raise SandboxError(f"refusing to run agent code without isolation ({self.isolation.missing.get('bwrap')})")
         if job.kind not in self._slots:
             raise SandboxError(f"unknown job kind {job.kind!r}; use one of {', '.join(self._slots)}")
+        self._follow_loop()
         queued_from = time.monotonic()
         async with self._slots[job.kind].slot(progress) as index:
             queued_s = time.monotonic() - queued_from
@@ -108,6 +110,20 @@ class Sandbox:
             result = await self._run_now(job, env, progress)
             result.queued_s = queued_s
             return result
+
+    def _follow_loop(self) -> None:
+        """Used from a new event loop (a test runner's, a restarted server's): what belonged
+        to the old one (zygote reader, spare, lock, queues) cannot be awaited here; start over."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None:
+            if self._zygote is not None:
+                self._zygote.terminate()  # its children (the spare too) die with it
+                self._zygote = None
+            self._spare, self._zygote_lock = None, None
+            self._slots = {kind: Slots(slots.size) for kind, slots in self._slots.items()}
+        self._loop = loop
 
     async def _ensure_zygote(self) -> Zygote:
         if self._zygote_lock is None:

@@ -277,3 +277,14 @@ def test_a_running_job_can_serve_on_a_unix_socket(sandbox):
     client.close()
     res = future.result(60)
     assert res.ok and res.result["value"] == "served", res.error
+
+
+def test_survives_a_change_of_event_loop(tmp_path):
+    """One Sandbox, used from two event loops in turn (a test runner's, a restarted server's)."""
+    sb = Sandbox(make_workspace(tmp_path), tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS)
+    try:
+        for i in range(2):
+            res = asyncio.run(sb.run(Job(op="noop", payload={"echo": i})))
+            assert res.ok and res.result["echo"] == i, res.error
+    finally:
+        asyncio.run(sb.aclose())
