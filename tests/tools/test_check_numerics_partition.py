@@ -38,3 +38,17 @@ async def test_a_wrong_partition_strategy_is_a_mismatch(shared_client):
     assert out["verdict"] == "fail" and not part["is_within_tolerance"]
     assert part["unpartitioned_vs_reference_rel_l2"] < 1e-6 < 1e-2 < part["partitioned_vs_unpartitioned_rel_l2"]
     assert [f["code"] for f in out["findings"]] == ["partition_mismatch"]
+
+
+@pytest.mark.gpu
+async def test_on_cuda_the_case_study_holds_with_compiled_kernels(shared_client):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    shape = [{"M": 128, "N": 256, "K": 1024}]
+    tf32 = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=shape, trials=2)
+    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=shape, trials=2)
+    assert tf32["device"] == "cuda" and tf32["verdict"] == "fail" and fixed["verdict"] == "pass"
+    assert [f["code"] for f in tf32["findings"]] == ["partition_mismatch"] and fixed["findings"] == []
+    builtin = await call(shared_client, "check_numerics", kernel="rmsnorm", trials=2)
+    assert builtin["verdict"] == "pass" and builtin["findings"] == []
