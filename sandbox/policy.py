@@ -41,7 +41,8 @@ def _default_memory_bytes() -> int:
 @dataclass(frozen=True)
 class Limits:
     memory_bytes: int = field(default_factory=_default_memory_bytes)  # cgroup, per job
-    num_processes: int = 512  # cgroup pids.max per job; threads count (torch, triton, nvcc)
+    # cgroup pids.max per job; threads count too (torch starts one per core, plus triton, nvcc)
+    num_processes: int = field(default_factory=lambda: max(512, 4 * (os.cpu_count() or 1)))
     file_bytes: int = 2 * GiB  # RLIMIT_FSIZE: largest file a job may write
     disk_bytes: int = 8 * GiB  # all files in the job's folder together (checked every second)
     max_files: int = 100_000  # files and folders in the job's folder
