@@ -2,6 +2,7 @@
 
 import dataclasses
 import shutil
+import sys
 
 import pytest
 import torch
@@ -21,10 +22,17 @@ def worker_process_state(monkeypatch):
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     saved = (jit.JITFunction.run, interp.InterpretedFunction.run, torch.are_deterministic_algorithms_enabled(),
-             torch.utils.deterministic.fill_uninitialized_memory)
+             torch.utils.deterministic.fill_uninitialized_memory, torch.is_deterministic_algorithms_warn_only_enabled())
+    # load_entry rewraps triton.language's @jit helpers for the interpreter (as a worker
+    # would); later in-process tests compile Triton for real and need the originals
+    helpers = {(name, attr): value for name, module in list(sys.modules.items())
+               if module is not None and name.startswith("triton.language")
+               for attr, value in vars(module).items() if type(value) is jit.JITFunction}
     yield
+    for (name, attr), value in helpers.items():
+        setattr(sys.modules[name], attr, value)
     jit.JITFunction.run, interp.InterpretedFunction.run = saved[0], saved[1]
-    torch.use_deterministic_algorithms(saved[2])
+    torch._C._set_deterministic_algorithms(saved[2], warn_only=saved[4])
     torch.utils.deterministic.fill_uninitialized_memory = saved[3]
 
 
