@@ -79,8 +79,9 @@ class Input(ToolInput):
 class ErrorStats(BaseModel):
     max_abs_error: float = Field(description="Largest |cand - ref| over finite elements.")
     max_rel_error: float = Field(description="Largest |cand - ref| / |ref| over finite nonzero-reference elements.")
-    rel_l2_error: float | None = Field(description="||cand - ref|| / ||ref|| (the verdict's metric), unitless; "
-                                       "null when undefined (an all-zero reference and a nonzero candidate).")
+    rel_l2_error: float | None = Field(description="||cand - ref|| / ||ref|| over elements finite in both (the "
+                                       "verdict's metric; NaN/Inf mismatches are counted apart and always fail), "
+                                       "unitless; null when undefined (an all-zero reference).")
     ulp_p50: float = Field(description="Median error in ULPs of the output dtype at the reference value.")
     ulp_p99: float = Field(description="99th-percentile error in ULPs of the output dtype.")
     ulp_max: float = Field(description="Largest error in ULPs of the output dtype.")

@@ -9,13 +9,14 @@ import json
 def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: str | None) -> str:
     failed = [c for c in cases if c.verdict != "pass"]
     errors = [f for f in findings if f.severity == "error"]
-    worst = max((c for c in cases if c.errors), default=None,
-                key=lambda c: float("inf") if c.errors.rel_l2_error is None else c.errors.rel_l2_error / c.tolerance_rel_l2)
+    worst = max((c for c in cases if c.errors), default=None, key=_badness)
     parts = [f"{verdict.upper()}: {name} on {len(cases)} case(s), {len(failed)} failed"]
     if worst is not None:
-        rel = "undefined" if worst.errors.rel_l2_error is None else f"{worst.errors.rel_l2_error:.3g}"
-        parts.append(f"worst rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
-                     f"({worst.tolerance_source}) at {worst.case} index {worst.errors.worst_index}")
+        e = worst.errors
+        rel = "undefined" if e.rel_l2_error is None else f"{e.rel_l2_error:.3g}"
+        nonfinite = f"{e.nonfinite_mismatches} NaN/Inf where the reference is finite, " if e.nonfinite_mismatches else ""
+        parts.append(f"worst case {worst.case}: {nonfinite}rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
+                     f"({worst.tolerance_source}), worst element {e.worst_index}")
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
     line = "; ".join(parts)
@@ -29,6 +30,12 @@ def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: st
         else:
             line += f". Hypothesis {hypothesis!r}: untested, the test itself is degenerate (see findings)"
     return line
+
+
+def _badness(case) -> tuple:
+    e = case.errors
+    ratio = float("inf") if e.rel_l2_error is None else e.rel_l2_error / case.tolerance_rel_l2
+    return (case.verdict == "fail", e.nonfinite_mismatches > 0, ratio)
 
 
 def histogram_png(series: dict[str, list[float]]) -> bytes:
