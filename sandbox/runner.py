@@ -16,7 +16,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -28,8 +27,9 @@ from .child import Child, json_or_empty, recv, wait_done
 from .isolation import INSTALL_HINT, Isolation, probe
 from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
-from .policy import Layout, Limits, SandboxView
+from .policy import Limits, SandboxView
 from .slots import Slots
+from .state import prepare_state
 from .streams import Capture, DiskWatch, ProgressTail
 
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
@@ -53,7 +53,7 @@ class Sandbox:
         sizes = {"timing": self.num_gpus or 1, "compile": 2, "run": 2, **(concurrency or {})}
         self._slots = {kind: Slots(n) for kind, n in sizes.items()}
 
-        layout = self._prepare_state(gpus)
+        layout = prepare_state(self.workspace, self.state_dir, tuple(gpus) if self.num_gpus else ())
         self.cgroups = CgroupManager()
         self.cgroups.remove_stale()
         self.isolation: Isolation = probe(SandboxView(layout, sandboxed=True), self.cgroups)
@@ -63,27 +63,6 @@ class Sandbox:
         self._spare: asyncio.Future | None = None  # a child forked ahead of the next job
         self._loop: asyncio.AbstractEventLoop | None = None  # the zygote's reader lives on it
         self._closed = False
-
-    def _prepare_state(self, gpus: list[str]) -> Layout:
-        jobs, etc, pkg = self.state_dir / "jobs", self.state_dir / "etc", self.state_dir / "pkg"
-        for d in (jobs, etc, pkg):
-            d.mkdir(parents=True, exist_ok=True)
-        (etc / "passwd").write_text("nobody:x:65534:65534:sandbox:/nonexistent:/usr/sbin/nologin\n")
-        (etc / "group").write_text("nogroup:x:65534:\n")
-        worker = Path(__file__).resolve().parent / "worker"
-        link = pkg / "ia_worker"
-        if not link.is_symlink() or link.resolve() != worker:
-            link.unlink(missing_ok=True)
-            link.symlink_to(worker)
-        prefixes = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
-        prefixes = [p for p in prefixes if not any(q != p and q in p.parents for q in prefixes)]
-        package_dir = worker.parent.parent  # site-packages/infra_agent when installed (not editable)
-        hidden = [package_dir] if any(package_dir.is_relative_to(p) for p in [*prefixes, Path("/usr")]) else []
-        workspace_hidden = (str(self.state_dir.relative_to(self.workspace)),) \
-            if self.state_dir.is_relative_to(self.workspace) and self.state_dir != self.workspace else ()
-        return Layout(worker_dir=worker, workspace=self.workspace, jobs_dir=jobs, etc_dir=etc, pkg_dir=pkg,
-                      python_prefixes=tuple(prefixes), hidden_dirs=tuple(hidden), workspace_hidden=workspace_hidden,
-                      gpu_devices=tuple(gpus) if self.num_gpus else (), python=sys.executable)
 
     def workspace_path(self, host_path: Path) -> str:
         """Where the worker sees a file of the workspace (mounted read-only)."""
