@@ -27,7 +27,7 @@ from pydantic import ConfigDict, ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..tools.base import AgentError, Tool
-from . import provenance
+from ..tools import provenance
 from .context import CallContext, ServerState
 from .prompts import register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources

@@ -12,7 +12,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
-from ..server import provenance
+from . import provenance
 from .base import Tool, ToolContext, ToolInput, ToolOutput
 
 

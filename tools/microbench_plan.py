@@ -47,7 +47,7 @@ def device_of(ctx: ToolContext) -> str:
     device = getattr(ctx.sandbox, "device", None)
     if device in ("cuda", "cpu"):
         return device
-    from ..server import provenance
+    from . import provenance
 
     return "cuda" if provenance.device_facts().get("gpus") else "cpu"
 

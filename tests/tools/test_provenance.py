@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from conftest import call
 
-from infra_agent.server import provenance
+from infra_agent.tools import provenance
 
 pytestmark = pytest.mark.anyio
 
