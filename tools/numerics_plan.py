@@ -16,6 +16,7 @@ from .numerics_compare import DTYPE_TOLERANCES, ResolvedTolerance, resolve_toler
 from .pinning import LockStatus, check_lock
 
 MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
+MAX_ELEMENTS_PER_CASE = 1 << 27  # all arguments x trials: bounds the judge's memory (~10 copies of this)
 DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
 STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
 
@@ -66,6 +67,11 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     dtypes = inp.dtypes or (list(spec.dtypes) if spec else ["float32"])
     for shape in shapes:
         _check_shape(shape, args)
+        total = sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args) * inp.trials
+        if total > MAX_ELEMENTS_PER_CASE:
+            raise AgentError(f"shape {shape} x {inp.trials} trials is {total} input elements, more than "
+                             f"{MAX_ELEMENTS_PER_CASE} (the judge holds every trial's tensors): use fewer trials or "
+                             "smaller shapes")
     cases = []
     for dtype in dtypes:
         if dtype not in DTYPE_TOLERANCES:

@@ -31,6 +31,8 @@ def test_cuda_adds_gpu_shapes_within_budget():
     cpu, cuda = plan(load_workspace(), kernel="vector_add"), plan(load_workspace(), "cuda", kernel="vector_add")
     assert len(cuda.cases) > len(cpu.cases)
     assert max(c.shape["N"] for c in cuda.cases) <= 1 << 24
+    with pytest.raises(AgentError, match="use fewer trials"):
+        plan(load_workspace(), "cuda", kernel="vector_add", trials=20)
 
 
 def test_files_outside_the_workspace_are_refused(tmp_path):
