@@ -106,7 +106,7 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     if result_bytes is not None and code == 0:
         try:
             result = json.loads(result_bytes)
-        except ValueError:
+        except (ValueError, RecursionError):
             return "crashed", {}, "result.json is not valid JSON"
         if not isinstance(result, dict):
             return "crashed", {}, "result.json is not a JSON object"
@@ -123,7 +123,7 @@ def _error_status(error_bytes: bytes, ending: Ending) -> tuple[str, dict, str]:
         if err.get("traceback"):
             text += f"\n{err['traceback']}"
         errno_value = err.get("errno")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         return "crashed", {}, "error.json is not valid JSON"
     if errno_value == 27:  # EFBIG: RLIMIT_FSIZE (Python ignores SIGXFSZ, so write() fails instead)
         return "limit", {}, f"wrote a file over the size limit: {text}"

@@ -113,7 +113,7 @@ class ProgressTail:
                 item = json.loads(line)
                 newest = (float(item["done"]), None if item.get("total") is None else float(item["total"]),
                           str(item.get("message", ""))[: self.MAX_MESSAGE])
-            except (ValueError, KeyError, TypeError):
+            except (ValueError, KeyError, TypeError, RecursionError):
                 continue
         if newest is not None and newest != self.last:
             self.last = newest

@@ -68,3 +68,26 @@ def test_forged_result_links_are_removed(sandbox):
 def test_stdout_and_stderr_tails_come_back(sandbox):
     res = sandbox.probe("import sys\ndef main():\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 0\n")
     assert res.ok and res.stdout_tail == "to stdout\n" and res.stderr_tail == "to stderr\n"
+
+
+def test_json_bombs_are_not_results(sandbox):
+    """Deeply nested JSON in result.json or progress lines must not crash the parent."""
+    source = """
+import os, time
+def main():
+    with open("progress.jsonl", "a") as f:
+        f.write("[" * 100000 + "\\n")
+    time.sleep(0.6)  # the parent reads progress every 0.25 s
+    with open("result.json", "w") as f:
+        f.write("[" * 100000)
+    os._exit(0)
+"""
+    messages = []
+
+    async def progress(done, total, message):
+        messages.append(message)
+
+    res = sandbox.run(Job(op="probe", payload={"source": source}), progress)
+    assert res.status == "crashed" and "not valid JSON" in res.error, (res.status, res.error)
+    assert messages == []
+    sandbox.assert_healthy()
