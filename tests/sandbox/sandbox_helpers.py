@@ -1,4 +1,18 @@
-"""Helpers for the sandbox tests: a loop thread, a synchronous handle, a tiny workspace."""
+"""Helpers and the shared `sandbox` fixture for the sandbox tests.
+
+Not a conftest.py on purpose: other test folders do `from conftest import call`, which
+a second conftest module here would shadow. Each test module imports the fixture:
+
+    from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
+
+    def test_x(sandbox):
+        res = sandbox.probe("def main():\n    return 1\n")
+        assert res.result["value"] == 1
+
+Starting a zygote imports torch (seconds on 2 cores), so every module shares one
+sandbox. Its limits are small so each probe hits them fast: 1 GiB of memory, 64
+processes, 32 MiB files, 96 MiB per job folder, 1 MiB of output.
+"""
 
 from __future__ import annotations
 
@@ -62,3 +76,27 @@ def make_workspace(root: Path) -> Path:
     (ws / "kernels").mkdir(parents=True)
     (ws / "kernels" / "hello.py").write_text("def hello():\n    return 'hi'\n")
     return ws
+
+
+_shared: SandboxHandle | None = None
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory, request) -> SandboxHandle:
+    """One sandbox for the session, whichever module asks first (each module that imports
+    this fixture gets its own definition of it; they all hand out the same sandbox)."""
+    global _shared
+    if _shared is None:
+        root = tmp_path_factory.mktemp("sandbox")
+        ws = make_workspace(root)
+        runner = LoopThread()
+        _shared = SandboxHandle(Sandbox(ws, ws / ".infra-agent", allow_unsandboxed=True, limits=TEST_LIMITS), runner)
+
+        def close() -> None:
+            global _shared
+            runner.call(_shared.sb.aclose())
+            runner.stop()
+            _shared = None
+
+        request.addfinalizer(close)
+    return _shared

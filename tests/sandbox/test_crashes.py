@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from infra_agent.sandbox import Job
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 
 def test_segfault(sandbox):

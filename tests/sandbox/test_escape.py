@@ -18,6 +18,7 @@ import pytest
 import importlib.util
 
 import infra_agent.sandbox.runner as runner_module
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 TRY_READ = """
 def main(paths):

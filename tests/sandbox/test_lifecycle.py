@@ -19,7 +19,7 @@ import infra_agent.sandbox.isolation as isolation_module
 from infra_agent.sandbox import Job, Sandbox, SandboxError
 from infra_agent.sandbox.cgroups import CgroupManager
 
-from sandbox_helpers import TEST_LIMITS, make_workspace
+from sandbox_helpers import TEST_LIMITS, make_workspace, sandbox  # noqa: F401  (the fixture)
 
 SLEEP = "import time\ndef main(seconds):\n    time.sleep(seconds)\n    return seconds\n"
 

@@ -14,6 +14,7 @@ from infra_agent.sandbox.outcome import Ending, judge
 from infra_agent.sandbox.policy import Layout, Limits, SandboxView
 from infra_agent.sandbox.slots import Slots
 from infra_agent.sandbox.worker import confine
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 
 def layout(tmp_path: Path, **kwargs) -> Layout:

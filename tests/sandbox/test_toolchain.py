@@ -7,6 +7,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 TOOLS = """
 import os, subprocess, triton
