@@ -57,6 +57,13 @@ class Sandbox:
         self.cgroups = CgroupManager()
         self.cgroups.remove_stale()
         self.isolation: Isolation = probe(SandboxView(layout, sandboxed=True), self.cgroups)
+        lim = self.limits
+        self.isolation.details["limits_per_job"] = {  # what an agent's job may use (device_info shows it)
+            "memory_bytes": lim.memory_bytes if self.cgroups.available else None,
+            "num_processes": lim.num_processes if self.cgroups.available else None,
+            "file_bytes": lim.file_bytes, "folder_bytes": lim.disk_bytes, "output_bytes": lim.output_bytes,
+            "network": "none (no network namespace route; only UNIX sockets)" if self.isolation.sandboxed
+            else "UNIX sockets only" if "seccomp" in self.isolation.layers else "unrestricted"}
         self.view = SandboxView(layout, sandboxed=self.isolation.sandboxed)
         self._zygote: Zygote | None = None
         self._zygote_lock: asyncio.Lock | None = None
