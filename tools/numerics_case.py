@@ -159,9 +159,18 @@ def _clean_call(call) -> dict | None:
             clean["error"] = str(call["error"])[:2000]
             clean["traceback"] = str(call.get("traceback") or "")[-4000:]
         else:
-            clean["outputs"] = [dict(o) for o in list(call.get("outputs") or [])[:64] if isinstance(o, dict)]
+            clean["outputs"] = [_clean_output(o) for o in list(call.get("outputs") or [])[:64] if isinstance(o, dict)]
     except (KeyError, TypeError, ValueError):
         return None
+    return clean
+
+
+def _clean_output(o: dict) -> dict:
+    clean = {"type": str(o.get("type"))[:200], "is_tensor": o.get("is_tensor") is True,
+             "is_plain": o.get("is_plain") is True, "has_storage": o.get("has_storage") is True}
+    if clean["is_tensor"]:
+        clean.update(shape=[int(d) for d in list(o.get("shape") or [])[:16]], dtype=str(o.get("dtype")),
+                     device=str(o.get("device")), aliases_inputs=[int(i) for i in list(o.get("aliases_inputs") or [])[:64]])
     return clean
 
 
