@@ -85,28 +85,37 @@ def _first_calls(ev: CaseEvidence):
 
 
 def _unwritten(ev, _):
-    """NaN with the exact bits of the pre-fill is an unwritten element; other NaN/Inf
-    where the reference is finite was computed (garbage arithmetic, overflow)."""
+    """An element still holding the pre-fill (NaN's exact bits; an integer dtype's max)
+    where the reference differs was never written; other NaN/Inf where the reference is
+    finite was computed (garbage arithmetic, overflow)."""
     import torch
 
     for key in ev.keys:
         outs = ev.outputs.get((key, "first")) or []
         for j, err in enumerate(ev.errors.get((key, "first"), [])):
-            if not err or not err["nonfinite_mismatches"] or j >= len(outs) or not outs[j].is_floating_point():
+            if not err or j >= len(outs) or outs[j] is None or outs[j].dtype == torch.bool:
                 continue
             out, ref = outs[j], ev.refs[key][j]
-            fill = _bits(torch.full((1,), float("nan"), dtype=out.dtype))[0]
-            unwritten = (_bits(out) == fill) & torch.isfinite(ref)
+            if out.is_floating_point():
+                if not err["nonfinite_mismatches"]:
+                    continue
+                fill = torch.full((1,), float("nan"), dtype=out.dtype)
+                unwritten = (_bits(out) == _bits(fill)[0]) & torch.isfinite(ref)
+            else:
+                top = torch.iinfo(out.dtype).max
+                unwritten = (out == top) & (ref != top)
             if bool(unwritten.any()):
                 first = [int(i) for i in unwritten.nonzero()[0]]
                 return [_f(ev, "unwritten_output", "error",
-                           f"output {j} has {int(unwritten.sum())} elements still holding the NaN pre-fill where the "
-                           f"reference is finite (first at {first}): never written (e.g. torch.empty_like returned as "
-                           "is, or a store mask that misses elements)")]
-            return [_f(ev, "nonfinite_output", "error",
-                       f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the reference is finite "
-                       f"(first at {err['worst_index']}), not the pre-fill pattern: computed, e.g. overflow or "
-                       "arithmetic on misread data")]
+                           f"output {j} has {int(unwritten.sum())} elements still holding the pre-fill "
+                           f"({'NaN' if out.is_floating_point() else 'the dtype max'}) where the reference differs "
+                           f"(first at {first}): never written (e.g. torch.empty_like returned as is, or a store "
+                           "mask that misses elements)")]
+            if out.is_floating_point():
+                return [_f(ev, "nonfinite_output", "error",
+                           f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the reference is "
+                           f"finite (first at {err['worst_index']}), not the pre-fill pattern: computed, e.g. "
+                           "overflow or arithmetic on misread data")]
     return []
 
 

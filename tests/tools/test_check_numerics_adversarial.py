@@ -41,3 +41,12 @@ async def test_an_input_dependent_bug_is_not_called_a_trick(shared_client):
     out = await call(shared_client, "check_numerics", kernel="vector_add", source=source, entry="vector_add",
                      shapes=SHAPES["vector_add"], dtypes=["float32"], trials=4)
     assert out["findings"] == [], out["findings"]
+
+
+async def test_unwritten_integer_outputs_are_found_too(shared_client):
+    args = [{"name": "x", "shape": ["N"], "dtype": "int32", "distribution": "int", "low": 0, "high": 100}]
+    out = await call(shared_client, "check_numerics", source="import torch\ndef f(x):\n    out = torch.empty_like(x)\n"
+                     "    out[:-1] = x[:-1] * 2\n    return out\n", entry="f", reference="def ref(x):\n    return x * 2\n",
+                     reference_entry="ref", args=args, shapes=[{"N": 40}], trials=1)
+    assert out["verdict"] == "fail" and [f["code"] for f in out["findings"]] == ["unwritten_output"]
+    assert "first at [39]" in out["findings"][0]["message"] and out["cases"][0]["errors"]["worst_index"] == [39]
