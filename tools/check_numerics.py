@@ -19,7 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
-from .numerics_case import CaseEvidence, case_errors, load_evidence, partition_result
+from .numerics_case import CaseEvidence, case_errors, load_evidence, op_totals, partition_result
 from .numerics_findings import CHECKS, Finding, call_findings, case_findings
 from .numerics_plan import Case, Plan, make_plan
 from .numerics_report import element_errors, histogram_png, json_safe, summary, worst_json
@@ -127,6 +127,10 @@ class CaseReport(BaseModel):
     trial_rel_l2: list[float | None] = Field(description="Each trial's rel L2 error (null: unusable output).")
     errors: ErrorStats | None = Field(description="The worst trial's error numbers (null: no usable output).")
     partition: PartitionReport | None = Field(default=None, description="Partition equivalence, when run.")
+    aten_ops: dict[str, int] = Field(default_factory=dict, description="Op audit: aten ops the candidate dispatched "
+                                     "in its first call of each trial, with counts (a Triton kernel under the "
+                                     "interpreter shows only allocation/copy ops).")
+    triton_launches: int = Field(default=0, description="Triton kernel launches in those calls.")
 
 
 class LockReport(BaseModel):
@@ -240,6 +244,7 @@ def _evaluate(plan, case: Case, res, ref_dir, ref_items, enabled, device):
 
 def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
     worst, per_trial, ok = case_errors(ev)
+    ops, launches = op_totals(ev)
     worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
     row = partition_result(ev, plan.partition) if plan.partition else None
@@ -267,7 +272,8 @@ def _judge(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tu
     report = CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict=verdict,
                         tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
                         tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
-                        trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part)
+                        trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part,
+                        aten_ops=ops, triton_launches=launches)
     return report, row
 
 

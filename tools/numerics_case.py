@@ -99,6 +99,18 @@ def case_errors(ev: CaseEvidence) -> tuple[dict | None, list[float | None], bool
     return worst, per_trial, ok
 
 
+def op_totals(ev: CaseEvidence) -> tuple[dict[str, int], int]:
+    """aten op counts and Triton launches over the first call of every trial."""
+    ops: dict[str, int] = {}
+    launches = 0
+    for call in ev.calls:
+        if call["kind"] == "first" and "error" not in call:
+            launches += call["triton_launches"]
+            for op, n in call["ops"].items():
+                ops[op] = ops.get(op, 0) + n
+    return dict(sorted(ops.items())), launches
+
+
 def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
     """Partitioned (ranks combined) vs unpartitioned vs reference, worst trial."""
     import torch
