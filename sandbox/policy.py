@@ -123,7 +123,9 @@ class SandboxView:
                 "--uid", "65534", "--gid", "65534", "--die-with-parent", "--new-session", "--clearenv"]
         for key, value in self.zygote_env().items():
             argv += ["--setenv", key, value]
-        argv += ["--ro-bind", "/usr", "/usr"]
+        # The private /tmp comes first: binds below it (a venv or checkout under /tmp, as
+        # in a CI clone) are then mounted inside it instead of being hidden by it.
+        argv += ["--tmpfs", "/tmp", "--ro-bind", "/usr", "/usr"]
         for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
             host = Path("/") / name
             if host.is_symlink():
@@ -142,7 +144,7 @@ class SandboxView:
                  "--ro-bind", str(lay.workspace), WORKSPACE_MOUNT]
         for rel in lay.workspace_hidden:
             argv += ["--tmpfs", f"{WORKSPACE_MOUNT}/{rel}", "--remount-ro", f"{WORKSPACE_MOUNT}/{rel}"]
-        argv += ["--bind", str(lay.jobs_dir), JOBS_MOUNT, "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+        argv += ["--bind", str(lay.jobs_dir), JOBS_MOUNT, "--proc", "/proc", "--dev", "/dev"]
         if lay.gpu_devices:
             for dev in lay.gpu_devices:
                 argv += ["--dev-bind", dev, dev]
