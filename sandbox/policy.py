@@ -198,8 +198,12 @@ class SandboxView:
         """What the job child applies to itself before it is given a job."""
         job_dir = self.job_dir(job_id)
         binds = {"/tmp": f"{job_dir}/tmp", "/dev/shm": f"{job_dir}/shm"}
-        # without bwrap the job folder may itself lie under /tmp: covering it would hide it
-        binds = {target: source for target, source in binds.items() if not job_dir.startswith(target + "/")}
+        # The job folder (without bwrap) or the Python install (a venv in a CI clone under
+        # /tmp) may lie under a target: covering it would hide it, so that target stays
+        # shared and Landlock alone keeps the job from writing there.
+        needed = [job_dir, *map(str, self.layout.python_prefixes)]
+        binds = {target: source for target, source in binds.items()
+                 if not any(path.startswith(target + "/") for path in needed)}
         return {"landlock": self.landlock_rules(job_dir) if landlock else None, "seccomp": seccomp,
                 "private_mounts": binds}
 
