@@ -46,6 +46,10 @@ class Kernel:
         """The file behind a "file.py:fn" reference."""
         return self.folder / ref.split(":", 1)[0]
 
+    def entry_of(self, ref: str) -> tuple[Path, str]:
+        """(file, function) of a "file.py:fn" reference."""
+        return self.source_of(ref), ref.split(":", 1)[1]
+
 
 @dataclass
 class Workspace:
@@ -83,6 +87,18 @@ class Workspace:
             base = (self.root / rel).resolve()
             files += [base / "spec.py"] if (base / "spec.py").is_file() else sorted(base.glob("*/spec.py"))
         return files
+
+    def file(self, path: str | Path) -> Path:
+        """An existing file of this workspace, absolute or workspace-relative: sandboxed
+        code sees only the workspace, so anything outside it is refused here."""
+        root = self.root.resolve()
+        host = (root / path).resolve()  # an absolute `path` replaces root
+        if not host.is_relative_to(root):
+            raise WorkspaceError(f"{path} is outside the workspace {root}; sandboxed code sees only "
+                                 "workspace files: give a workspace-relative path")
+        if not host.is_file():
+            raise WorkspaceError(f"no such file in the workspace: {path}")
+        return host
 
     def kernel(self, name: str) -> Kernel:
         if name in self.kernels:

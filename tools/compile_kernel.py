@@ -128,7 +128,7 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
     if inp.source is not None:
         code, host_file, file_name = inp.source, None, "candidate.cu" if _looks_cuda(inp, inp.source) else "candidate.py"
     elif inp.path is not None:
-        host_file = _workspace_file(inp.path, ws.root)
+        host_file = ws.file(inp.path)
         code, file_name = host_file.read_text(), str(host_file.relative_to(Path(ws.root).resolve()))
     elif spec_kernel is not None:
         ref = spec_kernel.spec.impls.get(inp.impl)
@@ -248,15 +248,6 @@ def _looks_cuda(inp: Input, code: str) -> bool:
         return inp.language == "cuda"
     return "__global__" in code and "@triton.jit" not in code
 
-
-def _workspace_file(path: str, root) -> Path:
-    root = Path(root).resolve()
-    host = (Path(path) if Path(path).is_absolute() else root / path).resolve()
-    if not host.is_file():
-        raise AgentError(f"no such file in the workspace: {path}")
-    if not host.is_relative_to(root):
-        raise AgentError(f"{path} is outside the workspace; sandboxed code sees only workspace files")
-    return host
 
 
 TOOL = Tool(

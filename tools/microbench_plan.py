@@ -162,11 +162,12 @@ def _agent_code(ctx: ToolContext, name: str, source: str | None, path: str | Non
         raise AgentError(f"{entry_field} is required with source/path: the function to call in that code")
     if source is not None:
         return Code(name=name, label="source", entry=entry, source=source)
-    root = Path(ctx.workspace.root).resolve()
-    host = (root / path).resolve()
-    if not host.is_relative_to(root) or not host.is_file():
-        raise AgentError(f"path {path!r} is not a file inside the workspace {root}; give a workspace-relative path")
-    return Code(name=name, label=str(host.relative_to(root)), entry=entry, path=ctx.sandbox.workspace_path(host))
+    try:
+        host = ctx.workspace.file(path)
+    except WorkspaceError as exc:
+        raise AgentError(str(exc)) from None
+    label = str(host.relative_to(ctx.workspace.root.resolve()))
+    return Code(name=name, label=label, entry=entry, path=ctx.sandbox.workspace_path(host))
 
 
 def _args_payload(spec: KernelSpec) -> list[dict]:

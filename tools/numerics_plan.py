@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..kernels.workspace import WorkspaceError
 from .base import AgentError
 from .numerics_compare import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tolerance
 from .pinning import LockStatus, check_lock
@@ -149,15 +149,10 @@ def _reference(inp, kernel, workspace, sandbox) -> dict:
 
 
 def _workspace_file(path: str, workspace, sandbox) -> str:
-    host = Path(path) if Path(path).is_absolute() else Path(workspace.root) / path
-    host = host.resolve()
-    if not host.is_file():
-        raise AgentError(f"no such file in the workspace: {path}")
     try:
-        host.relative_to(Path(workspace.root).resolve())
-    except ValueError:
-        raise AgentError(f"{path} is outside the workspace; sandboxed code sees only workspace files") from None
-    return sandbox.workspace_path(host)
+        return sandbox.workspace_path(workspace.file(path))
+    except WorkspaceError as exc:
+        raise AgentError(str(exc)) from None
 
 
 def _check_shape(shape: dict, args: list[dict]) -> None:

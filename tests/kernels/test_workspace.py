@@ -90,3 +90,14 @@ def test_invalid_toml_is_a_workspace_error(tmp_path):
     (tmp_path / "infra-agent.toml").write_text("[kernels\npaths = 3")
     with pytest.raises(WorkspaceError, match="invalid TOML"):
         load_workspace(tmp_path)
+
+
+def test_workspace_file_accepts_only_existing_files_inside(tmp_path):
+    ws = load_workspace(tmp_path)
+    (tmp_path / "k.py").write_text("x = 1\n")
+    assert ws.file("k.py") == (tmp_path / "k.py").resolve()
+    assert ws.file(str(tmp_path / "k.py")) == (tmp_path / "k.py").resolve()
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        ws.file("../escape.py")
+    with pytest.raises(WorkspaceError, match="no such file"):
+        ws.file("missing.py")
