@@ -26,30 +26,24 @@ from pydantic import ConfigDict, ValidationError
 
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
+from ..sandbox import SandboxError
 from ..tools.base import AgentError, Tool
 from ..tools import provenance
 from .context import CallContext, ServerState
-from .prompts import register_prompts
+from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
 
 log = logging.getLogger("infra_agent.server")
 
-INSTRUCTIONS = """Tools for an engineer who owns the performance of an inference stack.
+def instructions(tool_names: set[str]) -> str:
+    order = " -> ".join(check_order(tool_names))
+    return f"""Tools for an engineer who owns the performance of an inference stack.
 Each call is an experiment: pass `hypothesis` (one sentence), read the verdict, and pick
-the cheapest next check (compile_kernel -> check_numerics -> microbench -> profile ->
-serve_benchmark). list_kernels / describe_kernel show the workspace; device_info the
-hardware; list_experiments / compare_experiments the history."""
+the cheapest next check ({order}). list_kernels / describe_kernel show the workspace;
+device_info the hardware; list_experiments / compare_experiments the history."""
 
 
-def _agent_error_types() -> tuple[type[BaseException], ...]:
-    types: list[type[BaseException]] = [AgentError, WorkspaceError]
-    try:  # the sandbox package may not define it yet; map it when it does
-        from ..sandbox import SandboxError
-
-        types.append(SandboxError)
-    except ImportError:
-        pass
-    return tuple(types)
+AGENT_ERRORS = (AgentError, WorkspaceError, SandboxError)  # the caller can fix these
 
 
 class InfraAgentServer(MCPServer):
@@ -109,7 +103,7 @@ def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool
     server = InfraAgentServer(
         name="infra-agent",
         title="Infra Agent",
-        instructions=INSTRUCTIONS,
+        instructions=instructions(set(tools)),
         version=provenance.package_version("infra-agent") or "0",
         tools=[_mcp_entry(tool, state) for tool in tools.values()],
         log_level="WARNING",
@@ -145,7 +139,7 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
         annotations=ToolAnnotations(
             title=tool.title,
             read_only_hint=tool.read_only,
-            destructive_hint=bool(getattr(tool, "destructive", False)),
+            destructive_hint=False,  # no tool deletes or overwrites the user's files
             idempotent_hint=tool.idempotent,
             open_world_hint=tool.open_world,
         ),
@@ -153,8 +147,6 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
 
 
 def _make_handler(tool: Tool, state: ServerState):
-    agent_errors = _agent_error_types()
-
     async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
         experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments)
         ctx = CallContext(state, experiment_id, _mcp_context)
@@ -168,7 +160,7 @@ def _make_handler(tool: Tool, state: ServerState):
             inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
         except ValidationError as exc:
             raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
-        except agent_errors as exc:  # a workspace that no longer loads, or an Input validator
+        except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
             raise fail(str(exc)) from None
         try:
             out = await tool.run(inp, ctx)
@@ -179,7 +171,7 @@ def _make_handler(tool: Tool, state: ServerState):
             result = out.model_dump(mode="json")
         except ToolError as exc:
             raise fail(str(exc)) from None
-        except agent_errors as exc:
+        except AGENT_ERRORS as exc:
             raise fail(str(exc)) from None
         except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
             log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)

@@ -22,8 +22,8 @@ from rich.markup import escape
 from . import clients, render
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="An MCP tool server for optimising an inference stack: compile, check numerics, "
-                  "microbench, profile, serve.")
+                  help="An MCP tool server for optimising an inference stack: compile kernels, check numerics, "
+                  "microbenchmark, with sandboxed execution.")
 out = Console()
 err = Console(stderr=True)
 

@@ -3,18 +3,32 @@ answer it, read the verdict, decide the next step."""
 
 from __future__ import annotations
 
-LADDER = """The checks, cheapest first (stop at the first one that answers the question):
-1. compile_kernel   - does it compile for the target, and at what cost (registers, shared memory, spills, occupancy)?
-2. check_numerics   - does it compute the same function as the reference, within the dtype's tolerance?
-3. microbench       - how fast, how sure (confidence interval), how far from the hardware limit?
-4. profile          - where does the time go, what overlaps what?
-5. serve_benchmark  - only when the question is about the whole serving stack under load.
+# The checks, cheapest first. Only the tools this server has are offered to the agent:
+# naming a tool that does not exist sends it into an error.
+CHECKS = (
+    ("compile_kernel", "does it compile for the target, and at what cost (registers, shared memory, spills, occupancy)?"),
+    ("check_numerics", "does it compute the same function as the reference, within the dtype's tolerance?"),
+    ("microbench", "how fast, how sure (confidence interval), how far from the hardware limit?"),
+    ("profile", "where does the time go, what overlaps what?"),
+    ("serve_benchmark", "only when the question is about the whole serving stack under load."),
+)
+
+
+def check_order(available: set[str]) -> list[str]:
+    return [name for name, _ in CHECKS if name in available]
+
+
+def ladder(available: set[str]) -> str:
+    steps = [f"{i}. {name:<16} - {what}" for i, (name, what) in
+             enumerate(((n, w) for n, w in CHECKS if n in available), 1)]
+    return "The checks, cheapest first (stop at the first one that answers the question):\n" + "\n".join(steps) + """
 Every call takes `hypothesis` (one sentence). Read the verdict, then say whether the
 evidence supports the hypothesis before choosing the next step. Never skip check_numerics
 before trusting a speed-up. list_experiments and compare_experiments show what was tried."""
 
 
 def register_prompts(server) -> None:
+    LADDER = ladder(set(server.tools))
     @server.prompt(name="optimize_kernel", title="Optimise a kernel, one hypothesis at a time")
     def optimize_kernel(kernel: str, goal: str = "lower latency at the GPU shape set") -> str:
         """Make a kernel faster without changing what it computes."""
@@ -46,7 +60,7 @@ Then loop:
 2. If nothing differs but the number, rerun both: a regression that does not reproduce is noise.
 3. If the code differs, bisect: state which change you suspect, re-run only the check that
    reproduces the regression (usually microbench at one shape), and narrow down.
-4. Once located, explain the mechanism with profile or compile_kernel (e.g. more registers
+4. Once located, explain the mechanism with compile_kernel (e.g. more registers
    lowered occupancy), then fix and confirm with the same check.
 
 {LADDER}"""
