@@ -15,6 +15,7 @@ from rich.table import Table
 
 MAX_CELL = 80
 MAX_ROWS = 50
+MIN_COLUMN_WIDTH = 12  # characters a column needs to stay readable in a table
 
 
 def _cell(value: Any) -> str:
@@ -54,21 +55,44 @@ def result(console: Console, tool: str, data: dict) -> None:
     console.print(scalars)
     for key, value in nested:
         if isinstance(value, list):
-            console.print(_rows_table(key, value))
+            _print_rows(console, key, value)
         else:
-            table = Table("key", "value", title=key, title_justify="left")
-            for k, v in value.items():
-                table.add_row(str(k), _cell(v))
-            console.print(table)
+            console.print(_fields_table(key, value))
 
 
-def _rows_table(title: str, rows: list[dict]) -> Table:
+def _flatten(value: dict, prefix: str = "") -> list[tuple[str, Any]]:
+    """Nested objects as dotted keys (errors.max_abs), so every number gets its own line."""
+    items: list[tuple[str, Any]] = []
+    for k, v in value.items():
+        if isinstance(v, dict) and v:
+            items += _flatten(v, f"{prefix}{k}.")
+        else:
+            items.append((f"{prefix}{k}", v))
+    return items
+
+
+def _fields_table(title: str, value: dict) -> Table:
+    table = Table("field", "value", title=title, title_justify="left")
+    for k, v in _flatten(value):
+        table.add_row(k, _cell(v))
+    return table
+
+
+def _print_rows(console: Console, title: str, rows: list[dict]) -> None:
     columns = list(dict.fromkeys(k for row in rows for k in row))
+    if len(columns) * MIN_COLUMN_WIDTH > console.width:  # too many to read side by side
+        for i, row in enumerate(rows[:MAX_ROWS]):
+            console.print(_fields_table(f"{title}[{i}]", row))
+    else:
+        console.print(_rows_table(title, rows, columns))
+    if len(rows) > MAX_ROWS:
+        console.print(f"{len(rows) - MAX_ROWS} more {title} (use --json)")
+
+
+def _rows_table(title: str, rows: list[dict], columns: list[str]) -> Table:
     table = Table(*columns, title=title, title_justify="left")
     for row in rows[:MAX_ROWS]:
         table.add_row(*(_cell(row.get(c)) for c in columns))
-    if len(rows) > MAX_ROWS:
-        table.caption = f"{len(rows) - MAX_ROWS} more rows (use --json)"
     return table
 
 
