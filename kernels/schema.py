@@ -19,6 +19,11 @@ Shape = dict[str, int]
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16")
 
+# Bytes per element by dtype name (what a cost model's `bytes(shape, itemsize)` takes),
+# known without importing torch in the server process.
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
+            "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
+
 
 @dataclass(frozen=True)
 class Arg:

@@ -9,13 +9,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from ..kernels.schema import KernelSpec
+from ..kernels.schema import ITEMSIZE, KernelSpec
 from ..kernels.workspace import Kernel
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
-
-# Bytes per element, without importing torch in the server process.
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-            "int8": 1, "uint8": 1, "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
 class Input(ToolInput):

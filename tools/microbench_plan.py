@@ -9,7 +9,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..kernels.schema import KernelSpec
+from ..kernels.schema import ITEMSIZE, KernelSpec
 from ..kernels.workspace import Kernel, WorkspaceError
 from ..sandbox.job import Job, JobResult
 from .base import AgentError, ToolContext
@@ -19,8 +19,6 @@ from .seeds import trial_seed
 NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
 NUM_SPOT_CHECKS = 3  # timed calls per arm whose outputs are checked
 MIN_TIMED_CALLS = 5
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int8": 1,
-            "uint8": 1, "bool": 1}
 
 
 @dataclass(frozen=True)
