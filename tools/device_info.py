@@ -7,17 +7,22 @@ the server process sees without importing torch.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
-from . import provenance
+from . import peaks, provenance
 from .base import Tool, ToolContext, ToolInput, ToolOutput
 
 
 class Input(ToolInput):
-    pass
+    measure_peaks: bool = Field(
+        default=False,
+        description="Measure this device's ceilings now (copy bandwidth, matmul rate per dtype; a few "
+        "seconds on a CPU) instead of only reporting the cached ones. microbench measures them on "
+        "first use anyway; use this after a driver, clock or torch change.")
 
 
 class Device(BaseModel):
@@ -46,6 +51,12 @@ class Output(ToolOutput):
         default_factory=dict, description="Every raw fact the probe returned, for anything not summarised above.")
     server_view: dict[str, Any] = Field(
         description="What the server process itself sees (package metadata, /proc), without importing torch.")
+    peaks: dict[str, Any] | None = Field(
+        default=None,
+        description="Measured ceilings of this device, as microbench's roofline uses them: copy_gbps "
+        "(GB/s), cache_copy_gbps (GB/s, CPU), matmul_tflops per dtype (TFLOP/s), method, measured_at "
+        "(Unix s); null when not measured yet (pass measure_peaks=true, or run microbench once).")
+    peaks_note: str = Field(default="", description="Where the ceilings came from: measured now, cached (when), or why none.")
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -68,15 +79,18 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     await ctx.progress(1, 1, "done")
 
     if facts:
+        measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"))
         devices = [Device(**d) for d in facts.get("devices", [])]
         versions = {k: facts.get(k) for k in ("python", "torch", "triton", "numpy", "torch_cuda", "torch_hip")}
         out = Output(sandbox_available=True, isolation_level=level, isolation=isolation, sandbox_error=None,
                      device="cuda" if devices else "cpu", devices=devices, cpu_model=facts.get("cpu_model", "?"),
                      num_cpus=facts.get("num_cpus"), num_cpus_usable=facts.get("num_cpus_usable"),
-                     versions=versions, worker_facts=facts, server_view=server_view)
+                     versions=versions, worker_facts=facts, server_view=server_view,
+                     peaks=measured, peaks_note=peaks_note)
         where = ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices) or \
             f"CPU only ({out.cpu_model}, {out.num_cpus_usable} usable cores; Triton runs interpreted)"
-        out.summary = f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}"
+        ceilings = f"; ceilings {measured['copy_gbps']:.1f} GB/s copy" if measured else ""
+        out.summary = f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}{ceilings}"
         return out
 
     versions = {"python": server_view["python"], **server_view["packages"]}
@@ -91,12 +105,23 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     )
 
 
+async def _peaks(inp: Input, ctx: ToolContext, fingerprint: dict | None) -> tuple[dict | None, str]:
+    if inp.measure_peaks:
+        return await peaks.device_peaks(ctx, fingerprint, refresh=True)
+    cached = peaks.load_cached(ctx.workspace.state_dir, fingerprint) if fingerprint else None
+    if cached is None:
+        return None, "not measured yet on this device: pass measure_peaks=true, or run microbench once"
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(cached.get("measured_at", 0)))
+    return cached, f"{cached.get('source', 'measured')} {when}, cached"
+
+
 TOOL = Tool(
     name="device_info",
     title="Device and isolation info",
     description="What hardware and software will run agent code: GPUs (name, compute capability, memory) or "
     "CPU, torch/triton/numpy/python versions as the sandboxed worker sees them, and the isolation level "
-    "actually in force (and what is missing). Says plainly when the sandbox is unavailable.",
+    "actually in force (and what is missing), and the device's measured ceilings (GB/s, TFLOP/s) when "
+    "known. Says plainly when the sandbox is unavailable.",
     input_model=Input,
     output_model=Output,
     run=run,

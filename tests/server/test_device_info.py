@@ -54,6 +54,7 @@ def test_device_probe_op_reports_cuda_devices(tmp_path, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
     ctx = JobContext(job_dir=tmp_path, in_dir=tmp_path, out_dir=tmp_path, workspace=None, device="cuda")
     facts = device_probe.run({}, ctx)
@@ -62,3 +63,16 @@ def test_device_probe_op_reports_cuda_devices(tmp_path, monkeypatch):
         {"index": i, "name": props.name, "capability": "9.0", "total_memory_bytes": 85 * 2**30,
          "multi_processor_count": 132} for i in range(2)]
     assert facts["torch"] == torch.__version__ and facts["num_cpus_usable"] >= 1
+    assert facts["peaks_fingerprint"]["name"] == props.name and facts["peaks_fingerprint"]["device"] == "cuda"
+
+
+async def test_device_info_reports_ceilings_only_once_measured(client, server):
+    if not server.state.sandbox.isolation.sandboxed:
+        pytest.skip("the sandbox cannot run here (no bwrap), so nothing can be measured")
+    before = await call(client, "device_info")
+    assert before["peaks"] is None and "measure_peaks=true" in before["peaks_note"]
+    measured = await call(client, "device_info", measure_peaks=True)
+    assert measured["peaks"]["copy_gbps"] > 0 and measured["peaks"]["matmul_tflops"]
+    assert measured["peaks_note"] == "measured now" and "GB/s copy" in measured["summary"]
+    after = await call(client, "device_info")  # the cache answers; nothing is measured again
+    assert after["peaks"] == measured["peaks"] and after["peaks_note"].endswith("cached")

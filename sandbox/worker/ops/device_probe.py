@@ -11,6 +11,7 @@ import platform
 import sys
 
 from ..context import JobContext
+from .peaks import cpu_model, fingerprint
 
 
 def run(payload: dict, ctx: JobContext) -> dict:
@@ -23,7 +24,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
         "python_executable": sys.executable,
         "platform": platform.platform(),
         "machine": platform.machine(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "num_cpus": os.cpu_count(),
         "num_cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch": torch.__version__,
@@ -48,15 +49,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
                 "multi_processor_count": int(props.multi_processor_count),
             })
         facts["cudnn"] = torch.backends.cudnn.version()
+    # the key measured ceilings are cached under (tools/peaks.py), so device_info can
+    # show them without measuring
+    facts["peaks_fingerprint"] = fingerprint(ctx.device)
     return facts
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"

@@ -9,7 +9,7 @@ a buffer that fits in L2 (cache bandwidth: the physical floor for data that stay
 cache), and a float32 torch matmul. CUDA: a large device-to-device copy and a large
 matmul per dtype, timed with events.
 
-Also the device helpers other ops share: `fingerprint`, `cache_bytes`, `clocks`.
+Also the device helpers other ops share: `fingerprint`, `cpu_model`, `cache_bytes`, `clocks`.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def fingerprint(device: str) -> dict:
     info = {
         "device": device,
         "torch": torch.__version__,
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "machine": platform.machine(),
     }
@@ -104,7 +104,7 @@ def clocks(device: str) -> dict:
     return out
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
