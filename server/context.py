@@ -91,10 +91,9 @@ class CallContext:
     def sandbox(self) -> Any:
         return self._state.sandbox
 
-    @property
-    def ledger(self):
-        """The experiment ledger (server/ledger.py), for list/compare_experiments."""
-        return self._state.ledger
+    def experiments(self, **filters: Any) -> list[dict]:
+        """Ledger rows, newest first (filters: see Ledger.query)."""
+        return self._state.ledger.query(**filters)
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         if self._mcp is None:

@@ -76,6 +76,10 @@ class ToolContext(Protocol):
     def experiment(self, experiment_id: str) -> dict | None:
         """A previous experiment from the ledger (for baselines), or None."""
 
+    def experiments(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
+                    exclude_tools: tuple[str, ...] = (), limit: int = 20) -> list[dict]:
+        """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s)."""
+
 
 @dataclass(frozen=True)
 class Tool:

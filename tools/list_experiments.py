@@ -85,8 +85,8 @@ def summarise(row: dict) -> ExperimentSummary:
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     exclude = () if inp.include_ledger_queries or inp.tool in LEDGER_TOOLS else LEDGER_TOOLS
-    rows = ctx.ledger.query(tool=inp.tool, kernel=inp.kernel, since=parse_since(inp.since),
-                            exclude_tools=exclude, limit=inp.limit)
+    rows = ctx.experiments(tool=inp.tool, kernel=inp.kernel, since=parse_since(inp.since),
+                           exclude_tools=exclude, limit=inp.limit)
     # This call's own row is still open; it is not an answer to the question.
     experiments = [summarise(r) for r in rows if r["id"] != ctx.experiment_id]
     filters = ", ".join(f"{k}={v}" for k, v in (("tool", inp.tool), ("kernel", inp.kernel),
