@@ -81,7 +81,7 @@ class Workspace:
 
     def spec_files(self) -> list[Path]:
         """Every ``<folder>/spec.py`` the config's kernel paths name, in load order."""
-        paths = self.config.get("kernels", {}).get("paths", ["kernels"] if not self.is_embedded else ["."])
+        paths = self.config.get("kernels", {}).get("paths", ["kernels"])  # the zoo's own toml says ["."]
         files: list[Path] = []
         for rel in paths:
             base = (self.root / rel).resolve()
