@@ -16,6 +16,8 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
+from ..sandbox.worker.ops.peaks import cpu_model  # stdlib-only at import
+
 
 @lru_cache(maxsize=64)
 def in_git_repo(root: Path) -> bool:
@@ -55,7 +57,7 @@ def device_facts() -> dict:
         "machine": platform.machine(),
         "os": f"{platform.system()} {platform.release()}",
         "python": platform.python_version(),
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "num_cpus": os.cpu_count(),
         "gpus": _nvidia_gpus(),
         "packages": {name: package_version(name) for name in ("torch", "triton", "numpy", "mcp")},
@@ -74,16 +76,6 @@ def package_version(dist: str) -> str | None:
         return metadata.version(dist)
     except metadata.PackageNotFoundError:
         return None
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _nvidia_gpus() -> list[str]:
