@@ -29,7 +29,7 @@ from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
 from ..tools.base import AgentError, Tool
 from ..tools import provenance
-from .context import CallContext, ServerState
+from .context import CallContext, ServerState, run_link
 from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
 
@@ -148,7 +148,8 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
 
 def _make_handler(tool: Tool, state: ServerState):
     async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
-        experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments)
+        link = run_link(_mcp_context)
+        experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, link)
         ctx = CallContext(state, experiment_id, _mcp_context)
 
         def fail(message: str) -> ToolError:
@@ -189,7 +190,7 @@ def _make_handler(tool: Tool, state: ServerState):
     return handler
 
 
-def _open_experiment(tool: Tool, state: ServerState, arguments: dict) -> str:
+def _open_experiment(tool: Tool, state: ServerState, arguments: dict, run: dict | None) -> str:
     kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
     hypothesis = arguments.get("hypothesis")
     commit, diff_hash = provenance.git_state(state.workspace.root)
@@ -203,6 +204,7 @@ def _open_experiment(tool: Tool, state: ServerState, arguments: dict) -> str:
         git_diff_sha256=diff_hash,
         device=facts,
         device_fingerprint=provenance.fingerprint(facts),
+        run=run,
     )
 
 

@@ -167,6 +167,7 @@ def experiments(
     tool: Annotated[Optional[str], typer.Option(help="Only this tool.")] = None,
     kernel: Annotated[Optional[str], typer.Option(help="Only this kernel.")] = None,
     since: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 2h.")] = None,
+    run: Annotated[Optional[str], typer.Option(help="Only calls made by this agent run (run id).")] = None,
     limit: Annotated[int, typer.Option(help="Most rows.")] = 20,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -176,7 +177,8 @@ def experiments(
 
     server = _build(workspace)
     try:
-        rows = server.state.ledger.query(tool=tool, kernel=kernel, since=parse_since(since), limit=limit)
+        rows = server.state.ledger.query(tool=tool, kernel=kernel, since=parse_since(since), run_id=run,
+                                         limit=limit)
     except AgentError as exc:
         raise _fail(str(exc)) from None
     summaries = [summarise(r).model_dump() for r in rows]

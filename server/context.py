@@ -14,6 +14,30 @@ from .ledger import Ledger
 
 ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
+# A client that drives the tools for a model (`infra-agent agent`, or any other loop)
+# names its run in the request's `_meta` under this key: {"run_id": str, "step": int,
+# "model": str}. The ledger stores it with the experiment, so a run's calls can be listed.
+RUN_META_KEY = "infra-agent/run"
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,63}$")
+
+
+def run_link(mcp_context: Any) -> dict | None:
+    """The agent run a tool call belongs to, from its request `_meta`; None when the
+    caller named none. Malformed values are dropped, not trusted: this is metadata."""
+    try:
+        meta = mcp_context.request_context.meta or {}
+    except (AttributeError, ValueError):  # no MCP context (a direct call), or outside a request
+        return None
+    link = meta.get(RUN_META_KEY)
+    if not isinstance(link, dict) or not isinstance(link.get("run_id"), str) or not RUN_ID.match(link["run_id"]):
+        return None
+    step, model = link.get("step"), link.get("model")
+    return {
+        "run_id": link["run_id"],
+        "step": step if isinstance(step, int) and not isinstance(step, bool) else None,
+        "model": model[:200] if isinstance(model, str) else None,
+    }
+
 
 class ServerState:
     """One workspace, one ledger, and at most one sandbox, shared by every call."""

@@ -40,12 +40,17 @@ CREATE TABLE IF NOT EXISTS experiments (
     status TEXT NOT NULL,
     result TEXT,
     error TEXT,
-    artifacts TEXT NOT NULL DEFAULT '[]'
+    artifacts TEXT NOT NULL DEFAULT '[]',
+    run_id TEXT,
+    run_step INTEGER,
+    run_model TEXT
 );
 CREATE INDEX IF NOT EXISTS experiments_tool ON experiments(tool);
 CREATE INDEX IF NOT EXISTS experiments_kernel ON experiments(kernel);
 CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
 """
+# Columns added after the first release: a ledger written before them gains them on open.
+LATER_COLUMNS = {"run_id": "TEXT", "run_step": "INTEGER", "run_model": "TEXT"}
 
 JSON_COLUMNS = ("arguments", "device", "result", "artifacts")
 
@@ -64,7 +69,15 @@ class Ledger:
             self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.executescript(SCHEMA)
+            self._add_later_columns()
         self._mark_interrupted()
+
+    def _add_later_columns(self) -> None:
+        have = {r["name"] for r in self._conn.execute("PRAGMA table_info(experiments)")}
+        for name, sql_type in LATER_COLUMNS.items():
+            if name not in have:
+                self._conn.execute(f"ALTER TABLE experiments ADD COLUMN {name} {sql_type}")
+        self._conn.execute("CREATE INDEX IF NOT EXISTS experiments_run ON experiments(run_id)")
 
     def close(self) -> None:
         with self._lock:
@@ -97,17 +110,23 @@ class Ledger:
 
     def open(self, *, tool: str, arguments: dict, kernel: str | None, hypothesis: str | None,
              git_commit: str | None, git_diff_sha256: str | None, device: dict | None,
-             device_fingerprint: str | None) -> str:
-        """Insert a ``running`` row and return its id (short, sortable: e00042-9f3a)."""
+             device_fingerprint: str | None, run: dict | None = None) -> str:
+        """Insert a ``running`` row and return its id (short, sortable: e00042-9f3a).
+
+        ``run`` links the call to an agent run: {"run_id", "step", "model"} (see
+        server/context.py's run_link)."""
+        run = run or {}
         suffix = secrets.token_hex(2)  # ids stay unique even if a ledger file is replaced
         with self._lock:
             self._conn.execute("BEGIN IMMEDIATE")
             try:
                 cur = self._conn.execute(
                     "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
-                    "device_fingerprint, device, pid, started_at, status) VALUES (?,?,?,?,?,?,?,?,?,?, 'running')",
+                    "device_fingerprint, device, pid, started_at, status, run_id, run_step, run_model) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?, 'running', ?,?,?)",
                     (tool, kernel, hypothesis, json.dumps(arguments, sort_keys=True, default=str), git_commit,
-                     git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time()),
+                     git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time(),
+                     run.get("run_id"), run.get("step"), run.get("model")),
                 )
                 experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
                 self._conn.execute("UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid))
@@ -137,15 +156,13 @@ class Ledger:
         return _row(rows[0]) if rows else None
 
     def query(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
-              exclude_tools: tuple[str, ...] = (), limit: int = 20) -> list[dict]:
+              exclude_tools: tuple[str, ...] = (), run_id: str | None = None, limit: int = 20) -> list[dict]:
         """Newest first."""
         where, params = [], []
-        if tool:
-            where.append("tool = ?")
-            params.append(tool)
-        if kernel:
-            where.append("kernel = ?")
-            params.append(kernel)
+        for column, value in (("tool", tool), ("kernel", kernel), ("run_id", run_id)):
+            if value:
+                where.append(f"{column} = ?")
+                params.append(value)
         if since is not None:
             where.append("started_at >= ?")
             params.append(since)

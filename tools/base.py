@@ -77,8 +77,9 @@ class ToolContext(Protocol):
         """A previous experiment from the ledger (for baselines), or None."""
 
     def experiments(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
-                    exclude_tools: tuple[str, ...] = (), limit: int = 20) -> list[dict]:
-        """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s)."""
+                    exclude_tools: tuple[str, ...] = (), run_id: str | None = None,
+                    limit: int = 20) -> list[dict]:
+        """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s), agent run."""
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,9 @@ class Input(ToolInput):
         default=None,
         description="Only calls started at or after this time: an ISO-8601 timestamp "
         "('2026-11-30T02:00:00Z') or an age such as '30m', '2h', '1d'.")
+    run: str | None = Field(
+        default=None, description="Only calls made by this agent run (the run id `infra-agent agent` prints "
+        "and records, e.g. 'run-20261201T085000-3fa2').")
     limit: int = Field(default=20, ge=1, le=500, description="Most experiments to return (newest first).")
     include_ledger_queries: bool = Field(
         default=False, description="Also list list_experiments/compare_experiments calls themselves.")
@@ -39,6 +42,9 @@ class ExperimentSummary(BaseModel):
     summary: str = Field(description="The call's one-line answer, or its error message.")
     git_commit: str | None = Field(description="Workspace git commit at the time (null: not a git repo).")
     num_artifacts: int = Field(description="Number of artifact files the call stored.")
+    run_id: str | None = Field(default=None, description="Agent run that made the call (null: not made by one).")
+    run_step: int | None = Field(default=None, description="Model turn of that run (1-based) that asked for it.")
+    run_model: str | None = Field(default=None, description="Model name that agent run used.")
 
 
 class Output(ToolOutput):
@@ -80,17 +86,20 @@ def summarise(row: dict) -> ExperimentSummary:
         summary=text[:500],
         git_commit=row.get("git_commit"),
         num_artifacts=len(row.get("artifacts") or []),
+        run_id=row.get("run_id"),
+        run_step=row.get("run_step"),
+        run_model=row.get("run_model"),
     )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     exclude = () if inp.include_ledger_queries or inp.tool in LEDGER_TOOLS else LEDGER_TOOLS
     rows = ctx.experiments(tool=inp.tool, kernel=inp.kernel, since=parse_since(inp.since),
-                           exclude_tools=exclude, limit=inp.limit)
+                           exclude_tools=exclude, run_id=inp.run, limit=inp.limit)
     # This call's own row is still open; it is not an answer to the question.
     experiments = [summarise(r) for r in rows if r["id"] != ctx.experiment_id]
     filters = ", ".join(f"{k}={v}" for k, v in (("tool", inp.tool), ("kernel", inp.kernel),
-                                                 ("since", inp.since)) if v)
+                                                 ("since", inp.since), ("run", inp.run)) if v)
     return Output(experiments=experiments,
                   summary=f"{len(experiments)} experiments" + (f" ({filters})" if filters else ""))
 
@@ -98,8 +107,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
 TOOL = Tool(
     name="list_experiments",
     title="List experiments",
-    description="List past tool calls from the experiment ledger, newest first, filtered by tool, kernel "
-    "and start time: what was tried, with which hypothesis, and what it answered.",
+    description="List past tool calls from the experiment ledger, newest first, filtered by tool, kernel, "
+    "start time and agent run: what was tried, with which hypothesis, and what it answered.",
     input_model=Input,
     output_model=Output,
     run=run,
