@@ -1,0 +1,95 @@
+"""The one object that owns the device: the model's weights, the KV-cache tensors, and
+the step that turns a scheduled batch into sampled tokens."""
+
+from __future__ import annotations
+
+import torch
+
+from .config import EngineArgs, ModelConfig
+from .model import AttentionBatch, LlamaModel, PrefillChunk
+from .ops import KernelOps
+from .sampler import Sampler
+from .scheduler import ScheduledSeq
+from .weights import load_checkpoint_weights, random_weights
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def resolve_dtype(name: str, cfg: ModelConfig, device: torch.device) -> torch.dtype:
+    if name == "auto":
+        name = cfg.torch_dtype if device.type == "cuda" else "float32"
+    dtype = getattr(torch, name, None)
+    if not isinstance(dtype, torch.dtype):
+        raise ValueError(f"unknown dtype {name!r}: use float32, bfloat16, float16 or float64")
+    return dtype
+
+
+class ModelRunner:
+    def __init__(self, args: EngineArgs, cfg: ModelConfig):
+        self.cfg, self.block_size = cfg, args.block_size
+        self.device = resolve_device(args.device)
+        self.dtype = resolve_dtype(args.dtype, cfg, self.device)
+        self.ops = KernelOps(args.kernels, self.device, args.workspace, cfg.rms_norm_eps)
+        if args.checkpoint:
+            weights = load_checkpoint_weights(args.checkpoint, cfg, self.dtype)
+        else:
+            weights = random_weights(cfg, args.seed, self.dtype)
+        self.model = LlamaModel(cfg, weights, self.ops, self.device)
+        shape = (args.num_blocks, args.block_size, cfg.num_key_value_heads, cfg.head_dim)
+        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
+                           torch.zeros(shape, dtype=self.dtype, device=self.device))
+                          for _ in range(cfg.num_hidden_layers)]
+        self.sampler = Sampler(args.seed)
+
+    def run(self, batch: list[ScheduledSeq]) -> dict[int, int]:
+        """One forward over the batch; returns {seq_id: sampled token} for the sequences
+        whose chunk reached their last token."""
+        decodes = [s for s in batch if s.num_tokens == 1]
+        prefills = [s for s in batch if s.num_tokens > 1]
+        ordered = decodes + prefills  # the model wants decode rows first
+        input_ids, positions, slots = [], [], []
+        for item in ordered:
+            seq, start = item.seq, item.seq.num_computed_tokens
+            for pos in range(start, start + item.num_tokens):
+                input_ids.append(seq.token_ids[pos])
+                positions.append(pos)
+                slots.append(seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size)
+        attn = self._attention_batch(decodes, prefills, slots)
+        logits_rows, sampling = [], []
+        row = 0
+        for item in ordered:
+            row += item.num_tokens
+            if item.samples:
+                logits_rows.append(row - 1)
+                sampling.append(item.seq)
+        if not sampling:  # only mid-prompt chunks: compute K/V, sample nothing
+            logits_rows = [0]
+        logits = self.model.forward(self._long(input_ids), self._long(positions), attn, self.kv_caches,
+                                    self._long(logits_rows))
+        if not sampling:
+            return {}
+        tokens = self.sampler.sample(logits, [s.params for s in sampling], [s.num_output_tokens for s in sampling])
+        return {s.seq_id: t for s, t in zip(sampling, tokens, strict=True)}
+
+    def _attention_batch(self, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], slots) -> AttentionBatch:
+        table = seq_lens = None
+        if decodes:
+            width = max(len(s.seq.block_table) for s in decodes)
+            table = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
+                                 dtype=torch.int32, device=self.device)
+            seq_lens = torch.tensor([s.seq.num_computed_tokens + 1 for s in decodes], dtype=torch.int32,
+                                    device=self.device)
+        chunks, row = [], len(decodes)
+        for item in prefills:
+            ctx = item.seq.num_computed_tokens + item.num_tokens
+            num_blocks = -(-ctx // self.block_size)
+            chunks.append(PrefillChunk(row, item.num_tokens, ctx, self._long(item.seq.block_table[:num_blocks])))
+            row += item.num_tokens
+        return AttentionBatch(self._long(slots), len(decodes), table, seq_lens, chunks)
+
+    def _long(self, values: list[int]) -> torch.Tensor:
+        return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -1,0 +1,99 @@
+"""The engine's hot ops, taken from the workspace's kernel specs.
+
+Each op is one of the workspace's kernels (`kernels/<op>/spec.py`): `impl` "reference"
+is the spec's reference, any other name one of its `impls` ("triton", ...). Files are
+imported with the sandbox worker's own loader, so the engine runs exactly what
+check_numerics and microbench judge. An op whose kernel the workspace lacks, or "torch",
+is plain torch written here. `KernelOps.choices` says what each op really runs.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+
+ENGINE_OPS = ("rmsnorm", "paged_attention_decode")
+
+
+class KernelOps:
+    def __init__(self, kernels: dict[str, str], device: torch.device, workspace: str | None, rms_norm_eps: float):
+        from infra_agent.kernels.workspace import load_workspace
+
+        unknown = sorted(set(kernels) - set(ENGINE_OPS))
+        if unknown:
+            raise ValueError(f"kernels= names unknown ops {unknown}; the engine's ops are {list(ENGINE_OPS)}")
+        self._ws = load_workspace(workspace)
+        self._device = device
+        self._eps = rms_norm_eps
+        self.choices: dict[str, str] = {}  # op -> "kernel:impl" or "torch (why)"
+        default = "triton" if device.type == "cuda" else "reference"
+        self.rmsnorm = self._resolve("rmsnorm", kernels.get("rmsnorm", default), self._torch_rmsnorm)
+        self.paged_attention_decode = self._resolve(
+            "paged_attention_decode", kernels.get("paged_attention_decode", default), torch_paged_attention_decode)
+
+    def _resolve(self, op: str, impl: str, torch_fn):
+        if impl == "torch":
+            self.choices[op] = "torch (asked for)"
+            return torch_fn
+        kernel = self._ws.kernels.get(op)
+        if kernel is None:
+            self.choices[op] = f"torch (the workspace has no {op} kernel yet)"
+            return torch_fn
+        if op == "rmsnorm" and abs(kernel.spec.extra.get("eps", self._eps) - self._eps) > 0:
+            self.choices[op] = f"torch (the kernel's eps {kernel.spec.extra['eps']} != the model's {self._eps})"
+            return torch_fn
+        refs = {"reference": kernel.spec.reference, **kernel.spec.impls}
+        if impl not in refs:
+            raise ValueError(f"kernel {op!r} has no impl {impl!r}; it has {sorted(refs)} (or 'torch')")
+        fn = _load(kernel, refs[impl], f"infra_agent_engine_{op}_{impl}", interpret=self._device.type != "cuda")
+        self.choices[op] = f"{op}:{impl}"
+        return _rows_2d(fn) if op == "rmsnorm" else fn
+
+    def _torch_rmsnorm(self, x, weight):  # [M, N], [N] -> [M, N]; fp32 math as Hugging Face does it
+        xf = x.float()
+        return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._eps)).to(x.dtype) * weight
+
+    @staticmethod
+    def store_kv(k, v, k_cache, v_cache, slot_mapping):
+        """k, v: [T, Hkv, D] into the caches [num_blocks, block_size, Hkv, D] at flat slots [T]."""
+        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
+        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
+
+
+def _load(kernel, ref: str, module_name: str, interpret: bool):
+    """Import a spec's "file.py:fn" with the worker's loader (Triton interpreted off CUDA)."""
+    from infra_agent.sandbox.worker.loader import LoadError, ensure_triton_interpreter, import_file
+
+    if interpret:
+        os.environ["TRITON_INTERPRET"] = "1"  # @triton.jit reads it at decoration time
+        ensure_triton_interpreter()
+    file, entry = kernel.entry_of(ref)
+    module = import_file(Path(file), module_name)
+    fn = getattr(module, entry, None)
+    if not callable(fn):
+        raise LoadError(f"{file} has no function {entry!r}")
+    return fn
+
+
+def _rows_2d(fn):
+    """The rmsnorm kernels take [M, N] contiguous rows."""
+    def rmsnorm(x, weight):
+        return fn(x.contiguous(), weight)
+    return rmsnorm
+
+
+def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
+    """One query token per sequence over its paged context.
+    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_table [B, max_blocks] int32;
+    seq_lens [B] int32 -> [B, Hq, D]."""
+    B, hq, d = q.shape
+    hkv = k_cache.shape[2]
+    k = k_cache[block_table.long()].flatten(1, 2)  # [B, L, Hkv, D]
+    v = v_cache[block_table.long()].flatten(1, 2)
+    k, v = k.repeat_interleave(hq // hkv, dim=2), v.repeat_interleave(hq // hkv, dim=2)
+    scores = torch.einsum("bhd,blhd->bhl", q.float(), k.float()) * d ** -0.5
+    valid = torch.arange(k.shape[1], device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
+    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
+    return torch.einsum("bhl,blhd->bhd", scores.softmax(-1), v.float()).to(q.dtype)

@@ -1,0 +1,96 @@
+"""Text <-> token ids: a checkpoint's `tokenizer.json` (the `tokenizers` library) or, without
+a checkpoint, bytes. Also the chat template and incremental detokenisation for streaming.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+BYTE_BOS, BYTE_EOS = 256, 257
+
+
+class ByteTokenizer:
+    """One token per UTF-8 byte; 256 = BOS, 257 = EOS. Needs no files."""
+
+    vocab_size = 258
+    bos_token_id = BYTE_BOS
+    eos_token_ids = [BYTE_EOS]
+    chat_template = None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return ([BYTE_BOS] if add_special_tokens else []) + list(text.encode("utf-8"))
+
+    def decode(self, ids: list[int]) -> str:
+        return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
+
+
+class HFTokenizer:
+    """A checkpoint's tokenizer.json; BOS and the chat template from tokenizer_config.json."""
+
+    def __init__(self, folder: Path):
+        from tokenizers import Tokenizer
+
+        path = Path(folder) / "tokenizer.json"
+        if not path.is_file():
+            raise FileNotFoundError(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
+        self._tok = Tokenizer.from_file(str(path))
+        cfg_path = Path(folder) / "tokenizer_config.json"
+        cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+        self.chat_template = cfg.get("chat_template")
+        self.vocab_size = self._tok.get_vocab_size()
+        self.bos_token_id = self._id_of(cfg.get("bos_token"))
+        eos = self._id_of(cfg.get("eos_token"))
+        self.eos_token_ids = [eos] if eos is not None else []
+
+    def _id_of(self, token) -> int | None:
+        if isinstance(token, dict):
+            token = token.get("content")
+        return self._tok.token_to_id(token) if token else None
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tok.decode(ids, skip_special_tokens=True)
+
+
+def load_tokenizer(checkpoint: str | None):
+    return ByteTokenizer() if checkpoint is None else HFTokenizer(Path(checkpoint))
+
+
+def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = True) -> str:
+    """The checkpoint's Jinja chat template when it has one; otherwise "role: content" lines."""
+    if tokenizer.chat_template:
+        import jinja2
+
+        env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+        template = env.from_string(tokenizer.chat_template)
+        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
+                               bos_token="", eos_token="")
+    lines = [f"{m['role']}: {_content_text(m.get('content'))}" for m in messages]
+    return "\n".join(lines) + ("\nassistant:" if add_generation_prompt else "")
+
+
+def _content_text(content) -> str:
+    if isinstance(content, list):  # OpenAI content parts: keep the text parts
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    return content or ""
+
+
+class IncrementalDetokenizer:
+    """Turns a growing list of ids into text deltas. Decoding the whole list each time is
+    what keeps multi-byte characters and BPE merges right; text ending in U+FFFD is held
+    back until the rest of the character arrives."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.text = ""
+        self.num_emitted = 0  # characters of `text` already handed to the client
+
+    def update(self, ids: list[int]) -> str:
+        full = self._tokenizer.decode(ids)
+        if full.endswith("\ufffd"):
+            return ""
+        delta, self.text = full[len(self.text):], full
+        return delta
