@@ -214,6 +214,69 @@ def export_tools(
 
 
 @app.command()
+def agent(
+    base_url: Annotated[str, typer.Option(help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
+                                          "http://127.0.0.1:8000/v1 (without /chat/completions).")],
+    model: Annotated[str, typer.Option(help="Model name the API serves, e.g. glm-4.6.")],
+    goal: Annotated[str, typer.Option(help="What the agent should achieve, in one or two sentences.")],
+    workspace: WorkspaceOpt = None,
+    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key (sent as a bearer "
+                                             "token; never written anywhere).")] = "OPENAI_API_KEY",
+    max_steps: Annotated[int, typer.Option(min=1, help="Most model turns.")] = 30,
+    max_tokens_total: Annotated[int, typer.Option(min=1, help="Most prompt + completion tokens.")] = 1_000_000,
+    max_time_s: Annotated[float, typer.Option(min=1, help="Wall-clock budget of the run, seconds.")] = 4 * 3600.0,
+    max_tool_calls: Annotated[int, typer.Option(min=1, help="Most tool calls run.")] = 200,
+    tools: Annotated[Optional[str], typer.Option(help="Offer only these tools (comma-separated).")] = None,
+    transcript: Annotated[Optional[Path], typer.Option(
+        help="Transcript file (JSONL); default <workspace state>/agent-runs/<run id>.jsonl.")] = None,
+    extra_body: Annotated[Optional[str], typer.Option(
+        help='Provider fields merged into each request, as JSON, e.g. \'{"thinking": {"type": "disabled"}}\'.')] = None,
+    max_retries: Annotated[int, typer.Option(min=0, help="Retries of a busy or failing model API per turn.")] = 5,
+    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+) -> None:
+    """Let a model behind an OpenAI-compatible API drive the tools itself, until it answers or a budget ends.
+
+    Exit codes: 0 the model answered, 3 a budget ended the run, 1 the model API failed, 2 bad command line."""
+    import os
+
+    from .agent import AgentConfig
+
+    try:
+        body = json.loads(extra_body) if extra_body else {}
+    except json.JSONDecodeError as exc:
+        raise _fail(f"--extra-body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise _fail("--extra-body must be a JSON object")
+    api_key = os.environ.get(api_key_env) or None
+    if api_key is None:
+        err.print(f"[yellow]note:[/] ${api_key_env} is not set: sending no Authorization header", highlight=False)
+    config = AgentConfig(base_url=base_url, model=model, goal=goal, api_key_env=api_key_env,
+                         tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else None,
+                         max_steps=max_steps, max_tokens_total=max_tokens_total, max_time_s=max_time_s,
+                         max_tool_calls=max_tool_calls, transcript_path=transcript, max_retries=max_retries,
+                         extra_body=body)
+    server = _build(workspace, allow_unsandboxed)
+    try:
+        result = anyio.run(_run_agent, server, config, api_key)
+    except ValueError as exc:  # e.g. --tools names a tool this server does not have
+        raise _fail(str(exc)) from None
+    sys.stdout.write(result.summary + "\n")
+    if result.stop_reason == "model_api_error":
+        raise typer.Exit(1)
+    if result.stop_reason != "answered":
+        raise typer.Exit(3)
+
+
+async def _run_agent(server, config, api_key):
+    from .agent import run_agent
+
+    try:
+        return await run_agent(server, config, api_key)
+    finally:
+        await server.aclose()
+
+
+@app.command()
 def lock(
     kernel: Annotated[str, typer.Argument(help="Kernel whose reference and tolerances to pin.")],
     workspace: WorkspaceOpt = None,
