@@ -180,7 +180,8 @@ class AgentRun:
         before = conversation_chars(self.messages)
         if before <= self.context_limit:
             return
-        newest = len(self.messages) - max(i for i, m in enumerate(self.messages) if m.get("role") == "assistant") - 1
+        last_turn = max((i for i, m in enumerate(self.messages) if m.get("role") == "assistant"), default=0)
+        newest = len(self.messages) - last_turn - 1  # the latest turn's results, kept whole while others can go
         cut = shrink(self.messages, self.context_limit, keep_last=newest) or \
             shrink(self.messages, self.context_limit, keep_last=0)
         self.transcript.event("context_truncated", step=step, num_truncated=cut, chars_before=before,

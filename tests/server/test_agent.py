@@ -308,3 +308,16 @@ async def test_a_tool_call_written_as_text_gets_one_note(server, scripted):
         model.requests[1]["body"]["messages"][-1]["content"]
     assert result.stop_reason == "answered" and result.final_answer == "<tool_call>list_kernels</tool_call>"
     assert server.state.ledger.query(run_id=result.run_id) == []
+
+
+def test_the_tools_option_offers_only_those_tools(workspace, scripted):
+    model = scripted([answer("nothing to do")])
+    runner = CliRunner()
+    base = ["agent", "--base-url", model.url, "--model", "m", "--goal", "g", "-w", str(workspace)]
+    bad = runner.invoke(app, [*base, "--tools", "describe_kernel,nope"], env={"OPENAI_API_KEY": ""})
+    assert bad.exit_code == 2 and "unknown tool(s) nope" in bad.stderr and model.requests == []
+    good = runner.invoke(app, [*base, "--tools", "list_kernels, describe_kernel"], env={"OPENAI_API_KEY": ""})
+    assert good.exit_code == 0, good.output
+    assert sorted(t["function"]["name"] for t in model.requests[0]["body"]["tools"]) == ["describe_kernel",
+                                                                                          "list_kernels"]
+    assert "Authorization" not in model.requests[0]["headers"]  # no key set: no header, not "Bearer None"
