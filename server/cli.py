@@ -232,6 +232,10 @@ def agent(
     extra_body: Annotated[Optional[str], typer.Option(
         help='Provider fields merged into each request, as JSON, e.g. \'{"thinking": {"type": "disabled"}}\'.')] = None,
     max_retries: Annotated[int, typer.Option(min=0, help="Retries of a busy or failing model API per turn.")] = 5,
+    max_completion_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each model turn.")] = 8192,
+    max_context_chars: Annotated[int, typer.Option(
+        min=1000, help="Conversation size (characters, ~4 per token) beyond which older tool results are "
+        "truncated; set it below the model's context window.")] = 400_000,
     allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
 ) -> None:
     """Let a model behind an OpenAI-compatible API drive the tools itself, until it answers or a budget ends.
@@ -254,6 +258,7 @@ def agent(
                          tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else None,
                          max_steps=max_steps, max_tokens_total=max_tokens_total, max_time_s=max_time_s,
                          max_tool_calls=max_tool_calls, transcript_path=transcript, max_retries=max_retries,
+                         max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars,
                          extra_body=body)
     server = _build(workspace, allow_unsandboxed)
     try:

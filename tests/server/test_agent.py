@@ -316,8 +316,11 @@ def test_the_tools_option_offers_only_those_tools(workspace, scripted):
     base = ["agent", "--base-url", model.url, "--model", "m", "--goal", "g", "-w", str(workspace)]
     bad = runner.invoke(app, [*base, "--tools", "describe_kernel,nope"], env={"OPENAI_API_KEY": ""})
     assert bad.exit_code == 2 and "unknown tool(s) nope" in bad.stderr and model.requests == []
-    good = runner.invoke(app, [*base, "--tools", "list_kernels, describe_kernel"], env={"OPENAI_API_KEY": ""})
+    good = runner.invoke(app, [*base, "--tools", "list_kernels, describe_kernel", "--max-completion-tokens", "64",
+                               "--extra-body", '{"thinking": {"type": "disabled"}}'], env={"OPENAI_API_KEY": ""})
     assert good.exit_code == 0, good.output
     assert sorted(t["function"]["name"] for t in model.requests[0]["body"]["tools"]) == ["describe_kernel",
                                                                                           "list_kernels"]
+    sent = model.requests[0]["body"]
+    assert sent["max_tokens"] == 64 and sent["thinking"] == {"type": "disabled"}  # provider fields pass through
     assert "Authorization" not in model.requests[0]["headers"]  # no key set: no header, not "Bearer None"
