@@ -24,6 +24,7 @@ class RequestOutput:
     token_ids_delta: list[int]  # new token ids since the last output
     finished: bool
     finish_reason: str | None  # "stop", "length", "abort"
+    inter_token_latency_s: float | None  # since this request's previous token; None for the first
 
 
 class LLMEngine:
@@ -48,49 +49,66 @@ class LLMEngine:
     def encode(self, prompt: str | list[int]) -> list[int]:
         return list(prompt) if isinstance(prompt, list) else self.tokenizer.encode(prompt)
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None) -> Sequence:
-        ids = self.encode(prompt)
+    def validate(self, ids: list[int], params: SamplingParams) -> None:
+        """Raise ValueError (its message is the client's error) for a request that cannot run."""
         if not ids:
             raise ValueError("the prompt is empty: give at least one token")
-        if len(ids) >= self.max_model_len:
-            raise ValueError(f"the prompt has {len(ids)} tokens; this engine's context is {self.max_model_len} "
-                             "tokens (prompt + at least one output token): shorten the prompt")
+        if len(ids) + params.max_tokens > self.max_model_len:
+            raise ValueError(f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                             f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the prompt, "
+                             f"{params.max_tokens} in the completion). Shorten the prompt or lower max_tokens.")
         bad = [i for i in ids if not 0 <= i < self.model_config.vocab_size]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.model_config.vocab_size - 1})")
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
+                    arrival_time: float | None = None) -> Sequence:
+        ids = self.encode(prompt)
+        self.validate(ids, params)
         seq = Sequence(ids, params, request_id)
+        seq.arrival_time = arrival_time or seq.arrival_time
         if seq.request_id in self._live:
             raise ValueError(f"request id {seq.request_id!r} is already running")
         self.scheduler.add(seq)
         self._live[seq.request_id] = (seq, IncrementalDetokenizer(self.tokenizer))
         return seq
 
-    def abort(self, request_id: str) -> None:
-        """Stop a request (e.g. its client went away) and free its blocks."""
+    def abort(self, request_id: str) -> Sequence | None:
+        """Stop a request (e.g. its client went away) and free its blocks; returns it, or
+        None when it had already finished."""
         entry = self._live.pop(request_id, None)
-        if entry:
-            self.scheduler.finish(entry[0], "abort")
-            entry[0].finished_time = time.monotonic()
+        if entry is None:
+            return None
+        seq = entry[0]
+        self.scheduler.finish(seq, "abort")
+        seq.finished_time = time.monotonic()
+        return seq
 
     def has_work(self) -> bool:
         return self.scheduler.has_work()
 
     # -- the loop -----------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        batch = self.scheduler.schedule()
+        from torch.profiler import record_function  # named ranges that `profile` and traces show
+
+        with record_function("schedule"):
+            batch = self.scheduler.schedule()
         if not batch:
             return []
         now = time.monotonic()
         for item in batch:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
-        sampled = self.runner.run(batch)
-        updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
-        self.num_steps += 1
-        return [self._output(seq) for seq in updated]
+        with record_function("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
+            sampled = self.runner.run(batch)
+        with record_function("postprocess"):
+            updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
+            self.num_steps += 1
+            return [self._output(seq) for seq in updated]
 
     def _output(self, seq: Sequence) -> RequestOutput:
         now = time.monotonic()
+        itl = None if seq.last_token_time is None else now - seq.last_token_time
         seq.first_token_time = seq.first_token_time or now
         seq.last_token_time = now
         _, detok = self._live[seq.request_id]
@@ -110,7 +128,7 @@ class LLMEngine:
         if seq.is_finished:
             seq.finished_time = now
             self._live.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason)
+        return RequestOutput(seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason, itl)
 
     # -- offline use --------------------------------------------------------------------
     def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]) -> list[dict]:

@@ -1,0 +1,91 @@
+"""`python -m infra_agent.serving.engine [--checkpoint DIR] [--host H] [--port P] [engine args]`
+
+Builds the engine, serves the OpenAI-compatible API, and prints to stderr one line
+`infra-agent engine: ready at http://HOST:PORT (model NAME)` once it accepts requests
+(`--port 0` picks a free port; the line says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import logging
+import os
+import socket
+import sys
+
+from .config import EngineArgs
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="infra-agent engine", description="the built-in serving engine (OpenAI API)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
+    p.add_argument("--profile-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
+                   help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)")
+    p.add_argument("--log-level", default="warning")
+    for f in dataclasses.fields(EngineArgs):
+        flag = "--" + f.name.replace("_", "-")
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if f.type in ("bool", bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+        elif f.name == "kernels":
+            p.add_argument(flag, type=_kernels, default={},
+                           help='op=impl pairs or JSON: "rmsnorm=triton,paged_attention_decode=reference"')
+        else:
+            kind = int if isinstance(default, int) or "int" in str(f.type) else str
+            p.add_argument(flag, type=kind, default=default)
+    return p
+
+
+def _kernels(text: str) -> dict[str, str]:
+    if text.strip().startswith("{"):
+        return json.loads(text)
+    return dict(pair.split("=", 1) for pair in text.split(",") if pair)
+
+
+async def serve(ns: argparse.Namespace) -> None:
+    import uvicorn
+
+    from .api_server import build_app
+    from .async_engine import AsyncEngine
+    from .llm_engine import LLMEngine
+
+    args = EngineArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)})
+    engine = AsyncEngine(LLMEngine(args), profile_dir=ns.profile_dir)
+    sock = socket.socket(socket.AF_INET6 if ":" in ns.host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((ns.host, ns.port))
+    host, port = sock.getsockname()[:2]
+    config = uvicorn.Config(build_app(engine), log_level=ns.log_level, timeout_graceful_shutdown=2)
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve(sockets=[sock]))
+    while not server.started and not task.done():
+        await asyncio.sleep(0.05)
+    if server.started:
+        url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+        print(f"infra-agent engine: ready at {url} (model {engine.engine.model_name}, "
+              f"kernels {engine.engine.runner.ops.choices})", file=sys.stderr, flush=True)
+    try:
+        await task
+    finally:
+        engine.shutdown()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ns = parser().parse_args(argv)
+    logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
+    try:
+        asyncio.run(serve(ns))
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"infra-agent engine: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

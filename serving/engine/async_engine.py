@@ -1,0 +1,152 @@
+"""The engine on its own thread, for an asyncio web server.
+
+One thread ("engine-loop") owns the LLMEngine: it drains a command inbox (add, abort,
+start/stop profile), runs `step()` while there is work, and hands each output to the
+asyncio queue of its request. HTTP handlers only ever talk to the inbox, so the
+bookkeeping stays single-threaded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from .llm_engine import LLMEngine, RequestOutput
+from .metrics import EngineMetrics
+from .sequence import SamplingParams
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, profile_dir: str | None = None):
+        self.engine = engine
+        self.metrics = EngineMetrics(engine.model_name)
+        self.profile_dir = profile_dir
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._wake = threading.Event()
+        self._streams: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Queue]] = {}
+        self._profiler = None
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    # -- the asyncio side -------------------------------------------------------------------
+    async def generate(self, prompt_ids: list[int], params: SamplingParams,
+                       request_id: str) -> AsyncIterator[RequestOutput]:
+        """Outputs of one request until it finishes. If the consumer stops early (a client
+        disconnect cancels it), the request is aborted and its blocks freed."""
+        out_queue: asyncio.Queue = asyncio.Queue()
+        self._streams[request_id] = (asyncio.get_running_loop(), out_queue)
+        self._send(("add", prompt_ids, params, request_id, time.monotonic()))
+        finished = False
+        try:
+            while not finished:
+                item = await out_queue.get()
+                if isinstance(item, Exception):
+                    raise item
+                finished = item.finished
+                yield item
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                self._send(("abort", request_id))
+
+    async def call(self, command: str, *args):
+        """Run a command on the engine thread and wait for its answer (profiling)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._send((command, fut, asyncio.get_running_loop(), *args))
+        return await fut
+
+    def shutdown(self) -> None:
+        self._stopping = True
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    def _send(self, command: tuple) -> None:
+        self._inbox.put(command)
+        self._wake.set()
+
+    # -- the engine thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stopping:
+            self._drain_inbox()
+            if not self.engine.has_work():
+                self.metrics.update_gauges(self.engine)  # aborts change them without a step
+                self._wake.wait(timeout=0.5)
+                self._wake.clear()
+                continue
+            try:
+                outputs = self.engine.step()
+            except Exception as exc:  # a broken kernel must fail its requests, not hang them
+                self._fail_all(exc)
+                continue
+            self.metrics.on_step(self.engine, outputs)
+            for out in outputs:
+                self._deliver(out.request_id, out)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                command = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            kind = command[0]
+            if kind == "add":
+                _, ids, params, request_id, arrival = command
+                try:
+                    self.engine.add_request(ids, params, request_id, arrival_time=arrival)
+                except ValueError as exc:
+                    self._deliver(request_id, exc)
+            elif kind == "abort":
+                seq = self.engine.abort(command[1])
+                if seq is not None:
+                    self.metrics.on_finished(seq)
+            else:
+                _, fut, loop, *args = command
+                try:
+                    result = getattr(self, "_" + kind)(*args)
+                    loop.call_soon_threadsafe(fut.set_result, result)
+                except Exception as exc:
+                    loop.call_soon_threadsafe(fut.set_exception, exc)
+
+    def _deliver(self, request_id: str, item) -> None:
+        stream = self._streams.get(request_id)
+        if stream is not None:
+            loop, out_queue = stream
+            loop.call_soon_threadsafe(out_queue.put_nowait, item)
+
+    def _fail_all(self, exc: Exception) -> None:
+        for request_id in list(self._streams):
+            seq = self.engine.abort(request_id)
+            if seq is not None:
+                self.metrics.on_finished(seq)
+            self._deliver(request_id, RuntimeError(f"the engine step failed: {type(exc).__name__}: {exc}"))
+
+    # -- profiling (runs on the engine thread, so the trace sees the engine's ops) ----------
+    def _start_profile(self) -> str:
+        import torch.profiler as tp
+
+        if self.profile_dir is None:
+            raise ValueError("profiling is off: start the engine with --profile-dir DIR")
+        if self._profiler is not None:
+            raise ValueError("a profile is already running: POST /stop_profile first")
+        activities = [tp.ProfilerActivity.CPU]
+        if self.engine.runner.device.type == "cuda":
+            activities.append(tp.ProfilerActivity.CUDA)
+        self._profiler = tp.profile(activities=activities, record_shapes=False, with_stack=False)
+        self._profiler.__enter__()
+        return "started"
+
+    def _stop_profile(self) -> str:
+        if self._profiler is None:
+            raise ValueError("no profile is running: POST /start_profile first")
+        profiler, self._profiler = self._profiler, None
+        profiler.__exit__(None, None, None)
+        folder = Path(self.profile_dir)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"engine-trace-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}.json"
+        profiler.export_chrome_trace(str(path))
+        return str(path)
