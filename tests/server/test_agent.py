@@ -169,6 +169,7 @@ def test_a_scripted_session_runs_every_tool_and_records_the_run(workspace, tmp_p
     assert {r["run_model"] for r in rows} == {"scripted-glm"}
     assert rows[2]["result"]["verdict"] == "pass"
     assert {r["arguments"]["shapes"][0]["N"] for r in rows[3:]} == {1000, 4096}
+    assert max(r["started_at"] for r in rows[3:]) < min(r["ended_at"] for r in rows[3:])  # dispatched together
 
     # The malformed call came back as a tool error, and the loop went on.
     malformed = model.tool_messages(6)
