@@ -1,0 +1,51 @@
+"""rmsnorm_gated through MCP, as an agent would call it: the Triton implementation matches
+the float64 reference with zero findings on the spec's CPU shapes and dtypes (rows split
+across 2 ranks as well) and compiles for sm_90a and gfx942.
+"""
+
+import shutil
+
+import pytest
+from conftest import call
+from infra_agent.kernels.workspace import EMBEDDED_ROOT
+
+pytestmark = pytest.mark.anyio
+
+
+@pytest.fixture(scope="module")
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def zoo_client(tmp_path_factory):
+    from infra_agent.server.app import build_server
+    from mcp import Client
+
+    root = tmp_path_factory.mktemp("rmsnorm_gated") / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    server = build_server(root)
+    async with Client(server) as client:
+        yield client
+    await server.aclose()
+
+
+async def test_matches_the_reference_with_zero_findings(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="rmsnorm_gated", trials=2)
+    assert out["findings"] == [] and out["verdict"] == "pass", out["summary"]
+    assert sorted({c["dtype"] for c in out["cases"]}) == ["bfloat16", "float16", "float32"]
+    assert len(out["cases"]) == 6 and all(c["tolerance_source"] == "spec" for c in out["cases"])
+    for case in out["cases"]:
+        assert case["triton_launches"] >= 2 and case["partition"]["is_within_tolerance"]
+        assert not {"aten::sigmoid", "aten::rsqrt", "aten::mean"} & set(case["aten_ops"])
+        if case["dtype"] == "float32":
+            assert case["errors"]["rel_l2_error"] < 1e-6
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "gfx942"])
+async def test_compiles_for_nvidia_and_amd(zoo_client, target):
+    out = await call(zoo_client, "compile_kernel", kernel="rmsnorm_gated", target=target)
+    (k,) = out["kernels"]
+    assert k["name"] == "rmsnorm_gated_kernel" and k["instruction_mix"]["mufu"] > 0  # sigmoid and rsqrt
+    assert k["constexprs"]["BLOCK_M"] == 16 and k["constexprs"]["BLOCK_N"] == 128  # 16 heads' rows per program
+    assert (k["spill_stores_bytes"] or 0) == 0 and not k.get("spilled_registers")
