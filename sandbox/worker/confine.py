@@ -83,11 +83,14 @@ def _fs_rights(abi: int) -> int:
     return _FS_BY_ABI.get(abi, (1 << 16) - 1)
 
 
-def apply_landlock(read_only: list[str], read_write: list[str], devices: list[str]) -> int:
+def apply_landlock(read_only: list[str], read_write: list[str], devices: list[str],
+                   tcp_ports: tuple[int, ...] = ()) -> int:
     """Restrict this process (and all it starts) to the listed paths; returns the ABI used.
 
     `devices` are character devices opened read-write (with ioctl: GPUs need it).
     Paths that do not exist are skipped: the policy lists optional folders.
+    `tcp_ports` may be bound and connected to (a serving engine's own port, inside a
+    network namespace that has only loopback); every other TCP port stays closed.
     """
     abi = landlock_abi()
     if abi < 1:
@@ -103,6 +106,8 @@ def apply_landlock(read_only: list[str], read_write: list[str], devices: list[st
         for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV)):
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
+        for port in tcp_ports if abi >= 4 else ():
+            _add_port_rule(ruleset, port)
         if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
             raise ConfineError(f"PR_SET_NO_NEW_PRIVS failed: {os.strerror(ctypes.get_errno())}")
         if _libc.syscall(_SYS_RESTRICT_SELF, ctypes.c_int(ruleset), ctypes.c_uint32(0)) != 0:
@@ -126,6 +131,21 @@ def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
             raise ConfineError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
     finally:
         os.close(fd)
+
+
+class _NetPortAttr(ctypes.Structure):
+    _pack_ = 1  # struct landlock_net_port_attr is packed: 16 bytes
+    _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
+
+
+_RULE_NET_PORT = 2
+
+
+def _add_port_rule(ruleset: int, port: int) -> None:
+    rule = _NetPortAttr(_NET_BIND_TCP | _NET_CONNECT_TCP, port)
+    if _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT),
+                     ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+        raise ConfineError(f"landlock_add_rule(tcp port {port}) failed: {os.strerror(ctypes.get_errno())}")
 
 
 # --- a private /tmp and /dev/shm ----------------------------------------------------------
@@ -172,8 +192,8 @@ def private_mounts(binds: dict[str, str]) -> None:
 # --- seccomp (libseccomp) ---------------------------------------------------------------
 
 _ACT_ALLOW = 0x7FFF0000
-_CMP_NE, _CMP_MASKED_EQ = 1, 7
-_AF_UNIX = 1
+_CMP_NE, _CMP_LT, _CMP_EQ, _CMP_GT, _CMP_MASKED_EQ = 1, 2, 4, 6, 7
+_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 
 DENIED_SYSCALLS = (
     "ptrace", "process_vm_readv", "process_vm_writev", "bpf", "perf_event_open",
@@ -224,8 +244,11 @@ def _errno_action(err: int) -> int:
     return 0x00050000 | (err & 0xFFFF)
 
 
-def build_seccomp_filter() -> bytes:
-    """The deny-list as a BPF program (compiled once in the zygote, loaded by each child)."""
+def build_seccomp_filter(allow_inet: bool = False) -> bytes:
+    """The deny-list as a BPF program (compiled once in the zygote, loaded by each child).
+
+    `allow_inet` lets a serving engine open IPv4/IPv6 sockets: it runs in a network
+    namespace of its own with only loopback, and Landlock limits TCP to its own port."""
     if _seccomp is None:
         raise ConfineError(seccomp_available())
     lib = _seccomp
@@ -246,7 +269,14 @@ def build_seccomp_filter() -> bytes:
         for name in DENIED_SYSCALLS:
             add(name, _errno_action(errno.EPERM))
         for name in ("socket", "socketpair"):  # arg0 is the address family
-            add(name, _errno_action(errno.EACCES), (0, _CMP_NE, _AF_UNIX, 0))
+            if allow_inet:  # one rule per syscall: a comparison on arg0 can only be made once
+                add(name, _errno_action(errno.EACCES), (0, _CMP_GT, _AF_INET6, 0))
+                add(name, _errno_action(errno.EACCES), (0, _CMP_LT, _AF_UNIX, 0))
+                for family in range(_AF_UNIX + 1, _AF_INET6):
+                    if family != _AF_INET:
+                        add(name, _errno_action(errno.EACCES), (0, _CMP_EQ, family, 0))
+            else:
+                add(name, _errno_action(errno.EACCES), (0, _CMP_NE, _AF_UNIX, 0))
         for flag in _NAMESPACE_FLAGS:
             add("clone", _errno_action(errno.EPERM), (0, _CMP_MASKED_EQ, flag, flag))
         add("clone3", _errno_action(errno.ENOSYS))
