@@ -47,7 +47,7 @@ async def test_off_by_one_mask_fails_at_the_last_element(shared_client):
 
 async def test_wrong_epsilon_fails_where_epsilon_matters_most(shared_client, shared_workspace):
     kernel = load_workspace(shared_workspace).kernel("rmsnorm")
-    source = (kernel.folder / "rmsnorm_triton.py").read_text().replace("EPS = 1e-6", "EPS = 1e-1")
+    source = (kernel.folder / "rmsnorm_triton.py").read_text().replace("from reference import EPS", "EPS = 1e-1")
     shape = {"M": 6, "N": 64}
     out = await call(shared_client, "check_numerics", kernel="rmsnorm", source=source, entry="rmsnorm",
                      shapes=[shape], dtypes=["float32"], trials=2, partition=False)
