@@ -27,7 +27,7 @@ from pydantic import ConfigDict, ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import AgentError, Tool
+from ..tools.base import AgentError, Tool, run_tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState
 from .prompts import check_order, register_prompts
@@ -164,9 +164,7 @@ def _make_handler(tool: Tool, state: ServerState):
         except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
             raise fail(str(exc)) from None
         try:
-            out = await tool.run(inp, ctx)
-            if not isinstance(out, tool.output_model):
-                out = tool.output_model.model_validate(out)
+            out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
             out.experiment_id = experiment_id
             out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
             result = out.model_dump(mode="json")

@@ -44,6 +44,9 @@ class Input(ToolInput):
                              "replays (for launch-bound kernels). Fails clearly if the code cannot be captured.")
 
 
+    def has_baseline(self) -> bool:
+        return any(v is not None for v in (self.baseline, self.baseline_source, self.baseline_path))
+
 class ArmResult(BaseModel):
     code: str = Field(description="What ran: impl name, 'source', a path, or an experiment id.")
     n: int = Field(description="Timed calls (after warm-up).")
@@ -103,4 +106,3 @@ class Output(ToolOutput):
     ceilings: dict = Field(description="The peaks used for the roofline, with their source (measured/datasheet).")
     timer: str = Field(description="How each call was timed.")
     disturbances: list[str] = Field(description="What besides the code could have moved the numbers.")
-    hypothesis_answer: str = Field(default="", description="Whether the evidence supports the hypothesis.")
