@@ -18,6 +18,7 @@ import anyio
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs
+from .expect_fields import CATALOGUE, facts
 from .plan import make_plan
 from .report import histogram_png, summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -59,7 +60,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts,
-                  summary=summary(plan.candidate_name, verdict, reports, findings, inp.hypothesis))
+                  summary=summary(plan.candidate_name, verdict, reports, findings))
 
 
 def _judge_case(*args):
@@ -81,6 +82,8 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    expect_catalogue=CATALOGUE,
+    expect_facts=facts,
     read_only=True,
     idempotent=False,
 )
