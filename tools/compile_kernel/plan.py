@@ -9,6 +9,7 @@ import functools
 from dataclasses import asdict
 from pathlib import Path
 
+from ...sandbox.worker.protocol import OP_COMPILE, OP_COMPILE_CUDA
 from ..base import AgentError, ToolContext
 from .cache import cache_key
 from .occupancy import DEFAULT_TARGET, TARGETS, Target, local_target
@@ -57,7 +58,7 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
             raise AgentError(f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
                              "kernel for AMD targets, or target= an sm_* architecture")
         payload = {**where, "file_name": file_name, "arch": target.name, "flags": inp.nvcc_flags}
-        return {"op": "compile_cuda", "language": language, "payload": payload,
+        return {"op": OP_COMPILE_CUDA, "language": language, "payload": payload,
                 "key": cache_key("cuda", code, payload, target.name, inp.entry)}
 
     payload = {**where, "file_name": file_name, "entry": inp.entry,
@@ -75,7 +76,7 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
     else:
         raise AgentError("give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
                          "spec, so the launcher can run on its example shapes and infer them")
-    return {"op": "compile", "language": language, "payload": payload,
+    return {"op": OP_COMPILE, "language": language, "payload": payload,
             "key": cache_key("triton", code, payload, target.name, inp.entry)}
 
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from ...kernels.schema import ITEMSIZE, KernelSpec
 from ...kernels.workspace import Kernel, WorkspaceError
+from ...sandbox.worker.protocol import MicrobenchPayload, ReferencePayload, input_set_key
+from ...sandbox.worker.shared import meminfo_bytes
 from ..base import AgentError, ToolContext
 from ..common.seeds import trial_seed
 
@@ -70,7 +72,7 @@ def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: in
     numels = [math.prod(a.dims(shape)) for a in spec.args]
     set_bytes = sum(n * ITEMSIZE[a.dtype or dtype] for n, a in zip(numels, spec.args))
     need = 4 * set_bytes + 2 * 8 * sum(numels)
-    limits = [b for b in (_mem_available(), job_memory_bytes) if b]
+    limits = [b for b in (meminfo_bytes("MemAvailable"), job_memory_bytes) if b]
     available = min(limits) if limits else None
     if available is not None and need > 0.8 * available:
         raise AgentError(
@@ -78,16 +80,6 @@ def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: in
             f"{set_bytes / 2**30:.2f} GiB; sets are rotated and drawn in float64), but only "
             f"{available / 2**30:.2f} GiB is available to a job (host free memory, sandbox limit): "
             "use smaller shapes")
-
-
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def candidate_code(ctx: ToolContext, kernel: Kernel, inp) -> Code:
@@ -164,7 +156,7 @@ def _make_inputs_payload(ctx: ToolContext, kernel: Kernel) -> dict | None:
 
 
 def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: dict, dtype: str, index: int,
-                   inp) -> dict:
+                   inp) -> MicrobenchPayload:
     """The `microbench` op's payload for one shape; `input_seeds` also seed the spot-check's reference."""
     state = ctx.workspace.state_dir
     return {
@@ -187,13 +179,13 @@ def spot_check_calls(raw: dict, arms: list[Code]) -> tuple[list[dict], list[int]
 
 
 def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int],
-                           seeds: list[int]) -> dict:
+                           seeds: list[int]) -> ReferencePayload:
     """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
     spec = kernel.spec
     ref_file, ref_entry = spec.reference.split(":", 1)
     return {"reference": {"entry": ref_entry, "path": ctx.sandbox.workspace_path(kernel.folder / ref_file)},
             "args": _args_payload(spec), "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
-            "items": [{"key": f"set{s}", "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
+            "items": [{"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
 
 
 def _int(x, default: int = -1) -> int:
