@@ -27,8 +27,8 @@ from pydantic import ConfigDict, ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import AgentError, Tool
-from ..tools import provenance
+from ..tools.base import AgentError, Tool, run_tool
+from ..tools.common import provenance
 from .context import CallContext, ServerState, run_link
 from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
@@ -75,13 +75,14 @@ TOOL_IMPORT_ERRORS: dict[str, str] = {}
 
 
 def discover_tools() -> dict[str, Tool]:
-    """Every module in infra_agent.tools with a `TOOL` attribute, by tool name.
+    """Every module or package in infra_agent.tools with a `TOOL` attribute, by tool name
+    (a small tool is one module, a big one a package whose ``__init__`` defines `TOOL`).
 
     A module that fails to import is skipped (logged, and kept in TOOL_IMPORT_ERRORS),
     so one broken tool does not take the others down."""
     found: dict[str, Tool] = {}
     for info in sorted(pkgutil.iter_modules(tools_package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "base":
+        if info.name.startswith("_") or info.name in ("base", "common"):
             continue
         try:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
@@ -164,9 +165,7 @@ def _make_handler(tool: Tool, state: ServerState):
         except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
             raise fail(str(exc)) from None
         try:
-            out = await tool.run(inp, ctx)
-            if not isinstance(out, tool.output_model):
-                out = tool.output_model.model_validate(out)
+            out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
             out.experiment_id = experiment_id
             out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
             result = out.model_dump(mode="json")

@@ -1,6 +1,6 @@
 """The contract every tool module follows, independent of MCP.
 
-A tool module (``tools/<name>.py``) defines::
+A tool module (``tools/<name>.py``) or package (``tools/<name>/__init__.py``) defines::
 
     TOOL = Tool(
         name="describe_kernel",
@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from .common.answer import catalogue_of, facts_of, summary_line
+from .common.errors import AgentError  # noqa: F401 - re-exported: tools import it from here
+from .common.expect import LANGUAGE, Catalogue, Facts, HypothesisAnswer, check, judge, parse
 
-class AgentError(Exception):
-    """A problem the caller can fix; the message must say what to do."""
+if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
+    from ..sandbox.job import Job, JobResult
 
 
 class ToolInput(BaseModel):
@@ -39,6 +42,18 @@ class ToolInput(BaseModel):
         "recomputes the FP32 normalisation'). Recorded in the experiment ledger and "
         "echoed with the verdict, so the answer can say whether the evidence supports it.",
     )
+    expect: list[str] | None = Field(default=None, max_length=20, description=LANGUAGE)
+
+    @field_validator("expect")
+    @classmethod
+    def _expect_parses(cls, conditions: list[str] | None) -> list[str] | None:
+        for condition in conditions or []:
+            parse(condition)  # a malformed condition fails here, before anything runs
+        return conditions
+
+    def has_baseline(self) -> bool:
+        """Whether this call names a baseline, so conditions may name baseline.<field>."""
+        return getattr(self, "baseline", None) is not None
 
 
 class ToolOutput(BaseModel):
@@ -55,6 +70,36 @@ class ToolOutput(BaseModel):
     artifacts: list[str] = Field(
         default_factory=list, description="URIs (artifact://...) of files this call produced."
     )
+    hypothesis_answer: HypothesisAnswer = Field(
+        default_factory=HypothesisAnswer, description="The expect conditions judged over this output: "
+        "supported, contradicted, inconclusive or not_judged (no expect), with each comparison's numbers.",
+    )
+
+
+Progress = Callable[[float, "float | None", str], Awaitable[None]]
+
+
+class JobLimits(Protocol):
+    memory_bytes: int  # the per-job memory cap (a cgroup), bytes
+
+
+class Isolation(Protocol):
+    level: str  # what is in force, e.g. "full", "partial", "none"
+
+    def as_dict(self) -> dict: ...
+
+
+class Sandbox(Protocol):
+    """What tools use of infra_agent.sandbox.Sandbox: run a job, name a workspace file
+    as a job sees it, and the facts a plan needs (device, limits, isolation)."""
+
+    device: str  # "cuda" or "cpu": where jobs run
+    limits: JobLimits
+    isolation: Isolation
+
+    async def run(self, job: Job, progress: Progress | None = None) -> JobResult: ...
+
+    def workspace_path(self, host_path: Path) -> str: ...
 
 
 class ToolContext(Protocol):
@@ -64,7 +109,7 @@ class ToolContext(Protocol):
     experiment_id: str
 
     @property
-    def sandbox(self) -> Any:  # infra_agent.sandbox.Sandbox, started on first use
+    def sandbox(self) -> Sandbox:  # infra_agent.sandbox.Sandbox, started on first use
         ...
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
@@ -95,3 +140,24 @@ class Tool:
     open_world: bool = False
     # Which argument names a kernel (for ledger filters); None if the tool has none.
     kernel_field: str | None = "kernel"
+    # What `expect` may name, and how to read it off one call: (inp, out) -> Facts. Default: the
+    # output's own top-level fields that are numbers, strings, true/false or lists.
+    expect_catalogue: Catalogue | None = None
+    expect_facts: Callable[[Any, Any], Facts] | None = None
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.expect_catalogue or catalogue_of(self.output_model)
+
+
+async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
+    """One call: the expect conditions are checked before anything runs, judged over the output after."""
+    check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline())
+    out = await tool.run(inp, ctx)
+    if not isinstance(out, tool.output_model):
+        out = tool.output_model.model_validate(out)
+    if inp.expect:
+        facts = tool.expect_facts(inp, out) if tool.expect_facts else facts_of(out)
+        out.hypothesis_answer = judge(inp.expect, facts, tool.catalogue)
+        out.summary = f"{out.summary.rstrip('.')}. {summary_line(out.hypothesis_answer)}"
+    return out
