@@ -91,10 +91,15 @@ def test_preemption_keeps_tokens(tiny_checkpoint, prompt_ids, hf_tokens):
     assert [o["token_ids"] for o in outs] == hf_tokens
 
 
-def test_triton_kernels_agree_with_torch_references(tiny_checkpoint, prompt_ids):
-    reference = make_engine(tiny_checkpoint, kernels={"rmsnorm": "reference"})
-    triton = make_engine(tiny_checkpoint, kernels={"rmsnorm": "triton"})
-    assert triton.runner.ops.choices["rmsnorm"] == "rmsnorm:triton"
+def test_triton_kernels_agree_with_torch_references(tiny_checkpoint, prompt_ids, hf_tokens):
+    from infra_agent.kernels.workspace import load_workspace
+
+    ops = [op for op in ("rmsnorm", "paged_attention_decode") if op in load_workspace().kernels]
+    reference = make_engine(tiny_checkpoint, kernels={op: "reference" for op in ops})
+    triton = make_engine(tiny_checkpoint, kernels={op: "triton" for op in ops})
+    assert all(triton.runner.ops.choices[op] == f"{op}:triton" for op in ops)
+    assert all(reference.runner.ops.choices[op] == f"{op}:reference" for op in ops)
     ids = prompt_ids[:4]
+    assert [o["token_ids"] for o in reference.generate(ids, GREEDY)] == hf_tokens[:4]
     assert [o["token_ids"] for o in triton.generate(ids, GREEDY)] == \
         [o["token_ids"] for o in reference.generate(ids, GREEDY)]
