@@ -88,7 +88,29 @@ async def test_kv_dequantize_matches_reference(zoo_client, fmt, codes):
     assert all(c["errors"]["rel_l2_error"] < 1e-7 for c in out["cases"])
 
 
-@pytest.mark.parametrize("kernel", ["paged_attention_decode", "kv_quant"])
+# ---- w8a8_gemm -----------------------------------------------------------------------------
+
+async def test_w8a8_gemm_matches_reference_in_every_output_dtype(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="w8a8_gemm", trials=1,
+                     hypothesis="int32 accumulation is exact, so only the epilogue's roundings remain")
+    assert_clean_pass(out, num_cases=9)
+    fp32 = [c for c in out["cases"] if c["dtype"] == "float32"]
+    assert max(c["errors"]["rel_l2_error"] for c in fp32) < 2e-7
+    assert all("aten::_int_mm" not in c["aten_ops"] and "aten::mm" not in c["aten_ops"] for c in out["cases"])
+
+
+async def test_w8a8_gemm_library_int_mm_is_forbidden(zoo_client):
+    shortcut = (
+        "import torch\n"
+        "def w8a8_gemm(a, a_scale, w, w_scale):\n"
+        "    acc = torch._int_mm(a, w.t().contiguous())\n"
+        "    return (acc.float() * a_scale[:, None] * w_scale.float()[None, :]).to(w_scale.dtype)\n")
+    out = await call(zoo_client, "check_numerics", kernel="w8a8_gemm", source=shortcut, entry="w8a8_gemm",
+                     shapes=[{"M": 32, "N": 64, "K": 96}], dtypes=["float32"], trials=1)
+    assert out["verdict"] == "fail" and "forbidden_op" in [f["code"] for f in out["findings"]]
+
+
+@pytest.mark.parametrize("kernel", ["paged_attention_decode", "kv_quant", "w8a8_gemm"])
 @pytest.mark.parametrize("target", ["sm_90a", "gfx942"])
 async def test_triton_impls_compile(zoo_client, kernel, target):
     describe = await call(zoo_client, "describe_kernel", kernel=kernel, include_source=False)
