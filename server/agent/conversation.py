@@ -39,9 +39,18 @@ def parse_tool_calls(message: dict, offered: set[str], step: int) -> list[ToolCa
             problem = "the tool call has no function name; name one of the tools offered"
         elif name not in offered:
             problem = f"unknown tool {name!r}; the tools you can call are: {', '.join(sorted(offered))}"
-        calls.append(ToolCall(id=call_id or f"call_{step}_{index}", name=name, raw_arguments=raw_text,
+        if not call_id or any(c.id == call_id for c in calls):  # each tool message must answer exactly one id
+            call_id = f"call_{step}_{index}"
+        calls.append(ToolCall(id=call_id, name=name, raw_arguments=raw_text,
                               arguments=None if problem else arguments, problem=problem))
     return calls
+
+
+def text_of(content: object) -> str:
+    """A message's content as text: some servers send a list of parts ({"type": "text", "text"})."""
+    if isinstance(content, list):
+        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return content if isinstance(content, str) else ""
 
 
 def _parse_arguments(raw: object) -> tuple[dict | None, str | None]:
@@ -66,7 +75,7 @@ def assistant_echo(message: dict, calls: list[ToolCall]) -> dict:
     """The assistant turn as it goes back in the history: role, content and the tool
     calls with ids filled in. Malformed arguments go back as "{}" (the error text quotes
     them): chat templates that parse the history (vLLM's) fail on invalid JSON."""
-    echo: dict = {"role": "assistant", "content": message.get("content") or ""}
+    echo: dict = {"role": "assistant", "content": text_of(message.get("content"))}
     if calls:
         echo["tool_calls"] = [{
             "id": c.id, "type": "function",

@@ -31,6 +31,7 @@ from .conversation import (
     conversation_chars,
     parse_tool_calls,
     shrink,
+    text_of,
     tool_message,
 )
 from .model_client import ChatClient, ContextTooLong, ModelAPIError
@@ -132,7 +133,7 @@ class AgentRun:
             completion = await self._ask_model(step)
             calls = parse_tool_calls(completion.message, self.offered, step)
             self._append(assistant_echo(completion.message, calls), record=False)
-            content = completion.message.get("content") or ""
+            content = text_of(completion.message.get("content"))
             if not calls and TEXT_TOOL_CALL.search(content) and not self.nudged:
                 # Seen from GLM behind some hosts: the call arrives as markup in the text. Say so once.
                 self.nudged = True

@@ -44,6 +44,9 @@ def test_tool_calls_in_every_shape_a_model_sends_them():
     assert calls[5].problem == "unknown tool 'rm_rf'; the tools you can call are: describe_kernel, list_kernels"
     assert "no function name" in calls[6].problem and "no function name" in calls[7].problem
     assert len({c.id for c in calls}) == len(calls)
+    twice = parse_tool_calls({"tool_calls": [call("list_kernels", "{}", "same"), call("list_kernels", "{}", "same")]},
+                             OFFERED, step=1)
+    assert [c.id for c in twice] == ["same", "call_1_1"]  # each tool message answers exactly one id
 
     echo = assistant_echo({"content": None, "reasoning_content": "hidden"}, calls)
     assert echo["content"] == "" and "reasoning_content" not in echo
@@ -51,6 +54,8 @@ def test_tool_calls_in_every_shape_a_model_sends_them():
     assert sent[0] == '{"kernel": "rmsnorm"}' and sent[3] == "{}"  # invalid JSON never goes back in the history
     assert all(isinstance(json.loads(a), dict) for a in sent)
     assert assistant_echo({"content": "done"}, []) == {"role": "assistant", "content": "done"}
+    parts = {"content": [{"type": "text", "text": "do"}, {"type": "text", "text": "ne"}, {"type": "image"}]}
+    assert assistant_echo(parts, [])["content"] == "done"
 
 
 def test_shrink_cuts_the_oldest_tool_results_first_and_points_at_the_ledger():
