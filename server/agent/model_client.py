@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import anyio
 import httpx
 
 RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504}  # busy or transient: the same request may pass later
@@ -53,7 +54,6 @@ class ChatClient:
     backoff_s: float = 1.0  # first wait without a Retry-After; doubles per retry, with jitter
     max_backoff_s: float = 60.0
     extra_body: dict = field(default_factory=dict)  # provider fields, e.g. {"thinking": {"type": "disabled"}}
-    sleep: Callable[[float], Any] | None = None  # async sleep; anyio.sleep unless a caller injects one
 
     def __post_init__(self) -> None:
         headers = {"Content-Type": "application/json"}
@@ -76,9 +76,6 @@ class ChatClient:
         """One assistant turn. Retries busy or transient failures until `max_retries` or
         the deadline (time.monotonic()), then raises ModelAPIError. Each failed attempt is
         reported to `on_failure` as {"status", "why", "wait_s", "will_retry"}."""
-        import anyio
-
-        sleep = self.sleep or anyio.sleep
         body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False, **self.extra_body}
         if tools:  # some servers reject an empty tools list, or tool_choice without tools
             body["tools"] = tools
@@ -104,7 +101,7 @@ class ChatClient:
             on_failure({"status": status, "why": why, "wait_s": round(wait_s, 3), "will_retry": give_up is None})
             if give_up:
                 raise ModelAPIError(give_up)
-            await sleep(wait_s)
+            await anyio.sleep(wait_s)
 
     async def _attempt(self, body: dict, deadline: float) -> tuple[int | None, Any, float | None]:
         """(None, response JSON, None) on success; else (status, why, the server's
@@ -145,8 +142,9 @@ class ChatClient:
         if status == 404:
             return ModelAPIError(f"no such endpoint or model (HTTP 404 at {self.url}: {snippet}); check --base-url "
                                  "(without /chat/completions) and --model")
-        return ModelAPIError(f"the model API rejected the request (HTTP {status}: {snippet}); see 'Provider "
-                             "quirks' in the README for the fields it must accept")
+        return ModelAPIError(f"the model API rejected the request (HTTP {status}: {snippet}); the fields it must "
+                             "accept are listed under 'GLM via tool calls' in the README (--extra-body adds "
+                             "provider fields)")
 
 
 def _completion(data: Any, messages: list[dict], latency_s: float) -> Completion:
