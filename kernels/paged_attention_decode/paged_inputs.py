@@ -38,3 +38,19 @@ def make_inputs(shape: dict, dtype, generator) -> list:
     order = torch.randperm(B, generator=generator)
     seq_lens = torch.tensor(context_lengths(B, MB, BS), dtype=torch.int32)[order]
     return [q, k_cache, v_cache, block_table, seq_lens]
+
+
+def load_sibling(kernel: str, file: str):
+    """A module of another kernel folder of this workspace (e.g. kv_quant's quantiser), imported
+    once under a name of its own: every folder has a reference.py, so plain imports would collide."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    name = f"zoo_{kernel}_{Path(file).stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent.parent / kernel / file)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]

@@ -17,3 +17,25 @@ def paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
         scores = torch.einsum("hd,nhd->hn", q[b], k) / math.sqrt(D)  # [Hq, n]
         out[b] = torch.einsum("hn,nhd->hd", scores.softmax(dim=-1), v)
     return out
+
+
+def _dequantized(cache, fmt: str):
+    """The cache as kv_quant stores it (codes and per-(token, head) scales), decoded in float64."""
+    from paged_inputs import load_sibling
+
+    kv = load_sibling("kv_quant", "reference.py")
+    NB, BS, Hkv, D = cache.shape
+    codes, scale = getattr(kv, f"quantize_{fmt}")(cache.reshape(NB * BS, Hkv, D))
+    return getattr(kv, f"dequantize_{fmt}")(codes, scale.double()).reshape(NB, BS, Hkv, D)
+
+
+def attend_int8_cache(q, k_cache, v_cache, block_table, seq_lens):
+    """paged_attention_decode over the int8-quantised cache (kv_quant.quantize_int8 of K and V)."""
+    k, v = (_dequantized(c, "int8").to(q.dtype) for c in (k_cache, v_cache))
+    return paged_attention_decode(q, k, v, block_table, seq_lens)
+
+
+def attend_fp8_cache(q, k_cache, v_cache, block_table, seq_lens):
+    """paged_attention_decode over the fp8 e4m3-quantised cache (kv_quant.quantize_fp8 of K and V)."""
+    k, v = (_dequantized(c, "fp8").to(q.dtype) for c in (k_cache, v_cache))
+    return paged_attention_decode(q, k, v, block_table, seq_lens)

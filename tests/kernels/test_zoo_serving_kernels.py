@@ -55,6 +55,21 @@ async def test_paged_attention_decode_matches_reference(zoo_client):
     assert all("aten::bmm" not in c["aten_ops"] and "aten::_softmax" not in c["aten_ops"] for c in out["cases"])
 
 
+PAGED_FILE = "paged_attention_decode/paged_attention_triton.py"
+
+
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+async def test_paged_attention_over_a_quantized_cache_matches_reference(zoo_client, fmt):
+    # the engine's path: kv_quant's kernels quantise the cache, the fused kernel decodes codes in registers
+    out = await call(zoo_client, "check_numerics", kernel="paged_attention_decode", path=PAGED_FILE,
+                     entry=f"attend_{fmt}_cache", reference=f"reference.py:attend_{fmt}_cache", dtypes=["float32"],
+                     trials=1, shapes=[{"B": 3, "Hq": 4, "Hkv": 2, "D": 16, "NB": 8, "BS": 4, "MB": 2},
+                                       {"B": 2, "Hq": 8, "Hkv": 1, "D": 40, "NB": 9, "BS": 8, "MB": 3}])
+    assert_clean_pass(out, num_cases=2)
+    assert all(c["triton_launches"] == 3 for c in out["cases"])  # quantise K, quantise V, attend
+    assert max(c["errors"]["rel_l2_error"] for c in out["cases"]) < 1e-6
+
+
 # ---- kv_quant ------------------------------------------------------------------------------
 
 KV_FILE = "kv_quant/kv_quant_triton.py"
@@ -86,6 +101,17 @@ async def test_kv_dequantize_matches_reference(zoo_client, fmt, codes):
                      shapes=[{"T": 7, "H": 2, "D": 64}, {"T": 3, "H": 3, "D": 24}])
     assert_clean_pass(out, num_cases=2)
     assert all(c["errors"]["rel_l2_error"] < 1e-7 for c in out["cases"])
+
+
+@pytest.mark.parametrize("target", ["sm_90a", "gfx942"])
+async def test_paged_attention_quantized_cache_variants_compile(zoo_client, target):
+    plain = await call(zoo_client, "compile_kernel", kernel="paged_attention_decode", target=target)
+    (k,) = plain["kernels"]
+    for cache, codes in ((1, "*i8"), (2, "*u8")):
+        signature = {**k["signature"], "k_ptr": codes, "v_ptr": codes}
+        out = await call(zoo_client, "compile_kernel", path=PAGED_FILE, entry="paged_attention_decode_kernel",
+                         target=target, signature=signature, constexprs={**k["constexprs"], "CACHE": cache})
+        assert out["kernels"][0]["constexprs"]["CACHE"] == cache and out["kernels"][0]["registers_per_thread"] > 0
 
 
 # ---- w8a8_gemm -----------------------------------------------------------------------------
