@@ -71,3 +71,14 @@ async def test_both_compile_and_vtiled_does_redundant_fp32_work(zoo_client):
         amd = await call(zoo_client, "compile_kernel", kernel="kda_decode", impl=impl, target="gfx942")
         (k,) = amd["kernels"]
         assert amd["backend"] == "hip" and k["spilled_registers"] == 0 and k["instruction_mix"]["mufu"] > 0
+
+
+@pytest.mark.gpu
+async def test_on_cuda_both_impls_pass_at_gpu_shapes(zoo_client):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    for impl in ("fused", "vtiled"):
+        out = await call(zoo_client, "check_numerics", kernel="kda_decode", impl=impl, trials=2)
+        assert out["device"] == "cuda" and out["verdict"] == "pass" and out["findings"] == [], out["summary"]
+        assert any(c["shape"]["K"] == 128 for c in out["cases"])  # the GPU shapes that fit the numerics budget

@@ -71,3 +71,17 @@ async def test_tensor_cores_on_sm_90a_and_every_impl_compiles_for_gfx942(zoo_cli
     assert mix["ieee"]["tensor_core_mma"] == 0 and mix["ieee"]["ffma"] > 0
     assert set(mix["tf32"]["tensor_core_ops"]) == {"HGMMA.64x64x8.F32.TF32"}
     assert mix["tf32x3"]["tensor_core_mma"] == 3 * mix["tf32"]["tensor_core_mma"] > 0
+
+
+@pytest.mark.gpu
+async def test_on_cuda_tensor_core_tf32_has_the_emulated_error(zoo_client):
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    shape = [{"M": 128, "N": 256, "K": 1024}]
+    errors = {}
+    for impl in ("ieee", "tf32", "tf32x3"):
+        out = await call(zoo_client, "check_numerics", kernel="matmul_tf32x3", impl=impl, shapes=shape, trials=2)
+        assert out["device"] == "cuda" and out["verdict"] == "pass" and out["findings"] == [], out["summary"]
+        errors[impl] = worst_error(out)
+    assert 5e-4 < errors["tf32"] < 1e-3 and errors["tf32x3"] < 1e-6 and errors["ieee"] < 1e-6, errors
