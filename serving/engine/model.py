@@ -60,17 +60,17 @@ class LlamaModel:
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, batch: AttentionBatch,
-                kv_caches: list[tuple[torch.Tensor, torch.Tensor]], logits_rows: torch.Tensor) -> torch.Tensor:
+                kv_caches: list, logits_rows: torch.Tensor) -> torch.Tensor:
         """input_ids, positions: [T]; logits_rows: [S] rows whose next token is sampled -> [S, V]."""
         h = self.embed[input_ids]  # [T, H]
         cos, sin = self.cos[positions], self.sin[positions]  # [T, D]
-        for layer, (k_cache, v_cache) in zip(self.layers, kv_caches, strict=True):
-            h = h + self._attention(self.ops.rmsnorm(h, layer["attn_norm"]), layer, cos, sin, batch, k_cache, v_cache)
+        for layer, cache in zip(self.layers, kv_caches, strict=True):
+            h = h + self._attention(self.ops.rmsnorm(h, layer["attn_norm"]), layer, cos, sin, batch, cache)
             h = h + self._mlp(self.ops.rmsnorm(h, layer["mlp_norm"]), layer)
         h = self.ops.rmsnorm(h[logits_rows], self.norm)  # only rows that sample
         return (h @ self.lm_head.T).float()
 
-    def _attention(self, x, layer, cos, sin, batch: AttentionBatch, k_cache, v_cache):
+    def _attention(self, x, layer, cos, sin, batch: AttentionBatch, cache):
         cfg, T = self.cfg, x.shape[0]
         d, hq, hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
         qkv = F.linear(x, layer["qkv"], layer["qkv_bias"])
@@ -78,15 +78,16 @@ class LlamaModel:
         q = _rope(q.view(T, hq, d), cos, sin)
         k = _rope(k.view(T, hkv, d), cos, sin)
         v = v.view(T, hkv, d)
-        self.ops.store_kv(k, v, k_cache, v_cache, batch.slot_mapping)
+        cache.store(k, v, batch.slot_mapping)
         out = torch.empty_like(q)  # [T, Hq, D]; every row is written below
         if batch.num_decode:
             nd = batch.num_decode
-            out[:nd] = self.ops.paged_attention_decode(
-                q[:nd].contiguous(), k_cache, v_cache, batch.decode_block_table, batch.decode_seq_lens)
+            k_cache, v_cache, table = cache.for_decode(batch.decode_block_table)
+            out[:nd] = self.ops.paged_attention_decode(q[:nd].contiguous(), k_cache, v_cache, table,
+                                                       batch.decode_seq_lens)
         for chunk in batch.prefills:
             rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
-            out[rows] = _prefill_attention(q[rows], k_cache, v_cache, chunk, hq // hkv)
+            out[rows] = _prefill_attention(q[rows], *cache.blocks(chunk.block_ids), chunk, hq // hkv)
         return out.view(T, hq * d) @ layer["o"].T
 
     def _mlp(self, x, layer):
@@ -94,12 +95,12 @@ class LlamaModel:
         return (F.silu(gate) * up) @ layer["down"].T
 
 
-def _prefill_attention(q, k_cache, v_cache, chunk: PrefillChunk, group: int):
+def _prefill_attention(q, k_blocks, v_blocks, chunk: PrefillChunk, group: int):
     """Causal attention of a chunk over its whole context (cached prefix + itself).
-    q: [n, Hq, D]; the cache: [num_blocks, block_size, Hkv, D] -> [n, Hq, D]."""
+    q: [n, Hq, D]; the context's blocks: [num_blocks, block_size, Hkv, D] -> [n, Hq, D]."""
     n, ctx = chunk.num_tokens, chunk.context_len
-    k = k_cache[chunk.block_ids].flatten(0, 1)[:ctx]  # [ctx, Hkv, D]
-    v = v_cache[chunk.block_ids].flatten(0, 1)[:ctx]
+    k = k_blocks.flatten(0, 1)[:ctx]  # [ctx, Hkv, D]
+    v = v_blocks.flatten(0, 1)[:ctx]
     k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
     # query i sits at position ctx - n + i and sees keys 0..ctx - n + i
     mask = torch.arange(ctx, device=q.device)[None, :] <= torch.arange(n, device=q.device)[:, None] + (ctx - n)

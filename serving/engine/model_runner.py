@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from .config import EngineArgs, ModelConfig
+from .kv_cache import KV_CACHE_DTYPES, KVCache, QuantizedKVCache
 from .model import AttentionBatch, LlamaModel, PrefillChunk
 from .ops import KernelOps
 from .sampler import Sampler
@@ -39,11 +40,18 @@ class ModelRunner:
         else:
             weights = random_weights(cfg, args.seed, self.dtype)
         self.model = LlamaModel(cfg, weights, self.ops, self.device)
-        shape = (args.num_blocks, args.block_size, cfg.num_key_value_heads, cfg.head_dim)
-        self.kv_caches = [(torch.zeros(shape, dtype=self.dtype, device=self.device),
-                           torch.zeros(shape, dtype=self.dtype, device=self.device))
-                          for _ in range(cfg.num_hidden_layers)]
+        self.kv_caches = self._make_kv_caches(args, cfg)
         self.sampler = Sampler(args.seed)
+
+    def _make_kv_caches(self, args: EngineArgs, cfg: ModelConfig) -> list[KVCache]:
+        if args.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype {args.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}")
+        shape = (args.num_blocks, args.block_size, cfg.num_key_value_heads, cfg.head_dim)
+        if args.kv_cache_dtype == "auto":
+            return [KVCache(shape, self.dtype, self.device) for _ in range(cfg.num_hidden_layers)]
+        quantize, dequantize = self.ops.kv_quantizer(args.kv_cache_dtype)
+        return [QuantizedKVCache(shape, self.dtype, self.device, args.kv_cache_dtype, quantize, dequantize)
+                for _ in range(cfg.num_hidden_layers)]
 
     def run(self, batch: list[ScheduledSeq]) -> dict[int, int]:
         """One forward over the batch; returns {seq_id: sampled token} for the sequences

@@ -10,11 +10,12 @@ is plain torch written here. `KernelOps.choices` says what each op really runs.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import torch
 
-ENGINE_OPS = ("rmsnorm", "paged_attention_decode")
+ENGINE_OPS = ("rmsnorm", "paged_attention_decode", "kv_quant")
 
 
 class KernelOps:
@@ -32,6 +33,24 @@ class KernelOps:
         self.rmsnorm = self._resolve("rmsnorm", kernels.get("rmsnorm", default), self._torch_rmsnorm)
         self.paged_attention_decode = self._resolve(
             "paged_attention_decode", kernels.get("paged_attention_decode", default), torch_paged_attention_decode)
+        self._kv_quant_impl = kernels.get("kv_quant", default)
+
+    def kv_quantizer(self, kind: str):
+        """(quantize, dequantize) for an "int8" or "fp8" cache: the zoo's kv_quant entries
+        quantize_<kind> and dequantize_<kind>, from the chosen impl's file."""
+        kernel = self._ws.kernels.get("kv_quant")
+        if kernel is None:
+            raise ValueError(f"kv_cache_dtype={kind} needs the workspace's kv_quant kernel, which it lacks; "
+                             "use kv_cache_dtype=auto")
+        impl = self._kv_quant_impl
+        refs = {"reference": kernel.spec.reference, **kernel.spec.impls}
+        if impl not in refs:
+            raise ValueError(f"kernel 'kv_quant' has no impl {impl!r}; it has {sorted(refs)}")
+        file = refs[impl].split(":", 1)[0]
+        fns = tuple(_load(kernel, f"{file}:{name}_{kind}", f"infra_agent_engine_kv_quant_{impl}",
+                          interpret=self._device.type != "cuda") for name in ("quantize", "dequantize"))
+        self.choices["kv_quant"] = f"kv_quant:{impl} ({kind})"
+        return fns
 
     def _resolve(self, op: str, impl: str, torch_fn):
         if impl == "torch":
@@ -55,12 +74,6 @@ class KernelOps:
         xf = x.float()
         return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self._eps)).to(x.dtype) * weight
 
-    @staticmethod
-    def store_kv(k, v, k_cache, v_cache, slot_mapping):
-        """k, v: [T, Hkv, D] into the caches [num_blocks, block_size, Hkv, D] at flat slots [T]."""
-        k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k)
-        v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v)
-
 
 def _load(kernel, ref: str, module_name: str, interpret: bool):
     """Import a spec's "file.py:fn" with the worker's loader (Triton interpreted off CUDA)."""
@@ -70,11 +83,27 @@ def _load(kernel, ref: str, module_name: str, interpret: bool):
         os.environ["TRITON_INTERPRET"] = "1"  # @triton.jit reads it at decoration time
         ensure_triton_interpreter()
     file, entry = kernel.entry_of(ref)
+    _forget_sibling_modules()
+    folder = str(Path(file).parent)
+    if folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)  # this kernel's siblings ("reference", helpers) win
     module = import_file(Path(file), module_name)
+    _forget_sibling_modules()
     fn = getattr(module, entry, None)
     if not callable(fn):
         raise LoadError(f"{file} has no function {entry!r}")
     return fn
+
+
+def _forget_sibling_modules() -> None:
+    """Kernel files import their siblings by plain name (`from reference import EPS`). A
+    sandbox worker loads one kernel per process; the engine loads several, so a sibling
+    cached from one kernel's folder must not answer another's import."""
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None) or ""
+        if "." not in name and not name.startswith("infra_agent") and (Path(path).parent / "spec.py").is_file():
+            del sys.modules[name]
 
 
 def _rows_2d(fn):

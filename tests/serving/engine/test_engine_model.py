@@ -71,3 +71,32 @@ def test_bad_checkpoints_say_what_is_wrong(tmp_path):
         f.unlink()
     with pytest.raises(FileNotFoundError, match="safetensors"):
         engine(checkpoint=str(tmp_path))
+
+
+def _zoo_has(kernel: str) -> bool:
+    from infra_agent.kernels.workspace import load_workspace
+
+    return kernel in load_workspace().kernels
+
+
+needs_kv_quant = pytest.mark.skipif(not _zoo_has("kv_quant"), reason="the kernel zoo has no kv_quant kernel")
+
+
+@needs_kv_quant
+@pytest.mark.parametrize("kind,code_dtype", [("int8", "torch.int8"), ("fp8", "torch.uint8")])
+def test_quantised_kv_cache_keeps_greedy_tokens_on_the_random_model(kind, code_dtype):
+    prompts = ["The quick brown fox", "Hello world! Numbers 0123456789", "paged KV " * 6]
+    greedy = SamplingParams(max_tokens=10, temperature=0)
+    full = engine(seed=5).generate(prompts, greedy)
+    quant = engine(seed=5, kv_cache_dtype=kind)
+    assert str(quant.runner.kv_caches[0].k.dtype) == code_dtype  # 1-byte codes (+ fp32 scales) really stored
+    assert quant.runner.ops.choices["kv_quant"] == f"kv_quant:reference ({kind})"
+    assert [o["token_ids"] for o in quant.generate(prompts, greedy)] == [o["token_ids"] for o in full]
+
+
+@needs_kv_quant
+def test_triton_kv_quant_gives_the_reference_tokens(tiny_checkpoint):
+    greedy = SamplingParams(max_tokens=4, temperature=0)
+    runs = [engine(checkpoint=str(tiny_checkpoint), block_size=8, kv_cache_dtype="int8", kernels={"kv_quant": impl})
+            .generate(["The quick brown fox"], greedy)[0]["token_ids"] for impl in ("reference", "triton")]
+    assert runs[0] == runs[1]
