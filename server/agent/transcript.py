@@ -81,7 +81,7 @@ def summary_text(*, run_id: str, model: str, goal: str, stop_reason: str, stop_d
     lines.append(f"spent: {totals.steps} model turns, {totals.tokens} tokens ({totals.prompt_tokens} prompt + "
                  f"{totals.completion_tokens} completion){est}, {totals.model_retries} API retries, "
                  f"{wall_s:.1f} s wall")
-    lines.append(f"ledger: infra-agent experiments --run {run_id}")
+    lines.append(f"ledger: infra-agent experiments --run {run_id} (with the same --workspace)")
     if transcript is not None:
         lines.append(f"transcript: {transcript}")
     return "\n".join(lines)

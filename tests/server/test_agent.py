@@ -134,6 +134,17 @@ def test_a_scripted_session_runs_every_tool_and_records_the_run(workspace, tmp_p
         answer(FINAL_ANSWER),
     ])
     transcript = tmp_path / "run.jsonl"
+
+    async def exported():  # export-tools' conversion, of the tool list an MCP client receives
+        from infra_agent.server.app import build_server
+        from mcp import Client
+        server = build_server(workspace)
+        try:
+            async with Client(server) as client:
+                return openai_tools((await client.list_tools()).tools)
+        finally:
+            await server.aclose()
+    expected_tools = anyio.run(exported)
     result = CliRunner().invoke(app, [
         "agent", "--base-url", model.url, "--model", "scripted-glm", "--api-key-env", "H5_TEST_KEY",
         "--goal", "check whether torch.add is a correct and fast vector_add", "-w", str(workspace),
@@ -149,15 +160,7 @@ def test_a_scripted_session_runs_every_tool_and_records_the_run(workspace, tmp_p
     assert [m["role"] for m in first["messages"]] == ["system", "user"]
     assert "optimize_kernel" not in first["messages"][0]["content"]  # the prompt's text, not its name
     assert "vector_add" in first["messages"][0]["content"] and "compile_kernel" in first["messages"][0]["content"]
-
-    async def exported():
-        from infra_agent.server.app import build_server
-        server = build_server(workspace)
-        try:
-            return openai_tools(await server.list_tools())
-        finally:
-            await server.aclose()
-    assert first["tools"] == anyio.run(exported)
+    assert first["tools"] == expected_tools
 
     # Every tool really ran, linked to the run; the malformed call reached no tool.
     ledger = Ledger(workspace / ".infra-agent" / "ledger.sqlite")
