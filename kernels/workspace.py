@@ -100,6 +100,17 @@ class Workspace:
             raise WorkspaceError(f"no such file in the workspace: {path}")
         return host
 
+    def folder(self, path: str | Path) -> Path:
+        """An existing folder of this workspace (a model checkpoint), never the server's state folder."""
+        root = self.root.resolve()
+        host = (root / path).resolve()
+        if not host.is_relative_to(root) or host.is_relative_to(self.state_dir.resolve()):
+            raise WorkspaceError(f"{path} is not a folder of the workspace {root}: engines see only workspace "
+                                 "files; put the model folder in the workspace and give its relative path")
+        if not host.is_dir():
+            raise WorkspaceError(f"no such folder in the workspace: {path}")
+        return host
+
     def kernel(self, name: str) -> Kernel:
         if name in self.kernels:
             return self.kernels[name]

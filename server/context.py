@@ -48,6 +48,7 @@ class ServerState:
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
         self._sandbox: Any = None
+        self._engines: Any = None
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
 
@@ -86,7 +87,19 @@ class ServerState:
                                     allow_unsandboxed=self.allow_unsandboxed)
         return self._sandbox
 
+    @property
+    def engines(self) -> Any:
+        """The serving engines this server started (serving/lifecycle.py), made on first use."""
+        if self._engines is None:
+            from ..serving.lifecycle import Engines
+
+            self._engines = Engines(self.sandbox)
+        return self._engines
+
     async def aclose(self) -> None:
+        if self._engines is not None:  # engines first: they live in the sandbox's cgroups and folders
+            await self._engines.aclose()
+            self._engines = None
         if self._sandbox is not None:
             await self._sandbox.aclose()
             self._sandbox = None
@@ -146,3 +159,17 @@ class CallContext:
 
     def experiment(self, experiment_id: str) -> dict | None:
         return self._state.ledger.get(experiment_id)
+
+    @property
+    def engines(self) -> Any:
+        return self._state.engines
+
+    def read_artifact(self, experiment_id: str, name: str) -> str | None:
+        """A text artifact an earlier experiment stored, or None."""
+        if not ARTIFACT_NAME.match(name) or not ARTIFACT_NAME.match(experiment_id):
+            return None
+        path = self._state.artifacts_dir / experiment_id / name
+        try:
+            return path.read_text()
+        except (OSError, UnicodeDecodeError):
+            return None

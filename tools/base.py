@@ -121,6 +121,13 @@ class ToolContext(Protocol):
     def experiment(self, experiment_id: str) -> dict | None:
         """A previous experiment from the ledger (for baselines), or None."""
 
+    def read_artifact(self, experiment_id: str, name: str) -> str | None:
+        """A text artifact a previous experiment stored (a baseline's records), or None."""
+
+    @property
+    def engines(self) -> Any:  # infra_agent.serving.lifecycle.Engines: the serving engines this server started
+        ...
+
     def experiments(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
                     exclude_tools: tuple[str, ...] = (), run_id: str | None = None,
                     limit: int = 20) -> list[dict]:

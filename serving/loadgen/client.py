@@ -77,7 +77,12 @@ async def stream_one(client: httpx.AsyncClient, ep: Endpoint, req: BenchRequest,
         return rec
     _count_output(rec, usage, tokenizer)
     if not rec.content_times_s:
-        rec.error = "the stream ended without any generated text"
+        if rec.first_choice_s is not None and rec.output_tokens >= 1:
+            # tokens that decode to no text (EOS at once, special or partial UTF-8 tokens): the request
+            # succeeded; its TTFT falls back to vLLM's rule, the first chunk with choices, and is flagged
+            rec.content_times_s, rec.content_tokens, rec.no_text = [rec.first_choice_s], [None], True
+        else:
+            rec.error = "the stream ended without any generated tokens"
     return rec
 
 
@@ -96,7 +101,10 @@ async def _read_events(resp: httpx.Response, ep: Endpoint, rec: RequestRecord) -
         msg = json.loads(data)
         rec.last_chunk_s = now
         chunk_usage = msg.get("usage")
-        text = "".join(_content(c) for c in msg.get("choices") or [])
+        choices = msg.get("choices") or []
+        if choices and rec.first_choice_s is None:
+            rec.first_choice_s = now
+        text = "".join(_content(c) for c in choices)
         if text:
             rec.content_times_s.append(now)
             rec.text += text

@@ -1,7 +1,7 @@
 """The requests of a benchmark: random, ShareGPT-format, or shared-prefix prompts.
 
 A `Tokenizer` is anything with `encode(text) -> list[int]` and `decode(ids) -> str`
-(a `tokenizers.Tokenizer` wrapped by `HFTokenizer`, or the engine's own). With one,
+(`PlainTokenizer`: the built-in engine's, loaded from a checkpoint folder). With one,
 random prompts have exact token lengths: random ids are decoded, re-encoded and
 trimmed or topped up until the re-encoding has the asked length (decode -> re-encode
 drifts: vllm#17408). Without one, lengths are approximate (words) and flagged.
@@ -31,20 +31,21 @@ class BenchRequest:
     exact: bool = True
 
 
-class HFTokenizer:
-    """A `tokenizers.Tokenizer` loaded from a tokenizer.json (no download)."""
+class PlainTokenizer:
+    """A serving engine's tokenizer (a checkpoint's tokenizer.json, or bytes without one), counting
+    prompt tokens without the special tokens the engine adds itself (vLLM's rule)."""
 
-    def __init__(self, path: str | Path):
-        from tokenizers import Tokenizer as _Tok
+    def __init__(self, checkpoint: str | Path | None):
+        from ..engine.tokenizer import load_tokenizer  # the same tokenizer the built-in engine uses
 
-        self._tok = _Tok.from_file(str(path))
-        self.vocab_size = self._tok.get_vocab_size()
+        self._tok = load_tokenizer(str(checkpoint) if checkpoint else None)
+        self.vocab_size = self._tok.vocab_size
 
     def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+        return self._tok.encode(text, add_special_tokens=False)
 
     def decode(self, ids: list[int]) -> str:
-        return self._tok.decode(ids, skip_special_tokens=True)
+        return self._tok.decode(ids)
 
 
 _WORDS = ("the model serves tokens while the scheduler batches requests and the cache keeps blocks of keys "
@@ -58,11 +59,17 @@ def _lengths(rng: np.random.Generator, mean: int, range_ratio: float, n: int) ->
 
 
 def _stable_ids(rng: np.random.Generator, tok: Tokenizer, vocab: int) -> list[int]:
-    """Token ids that decode to a space-led word and re-encode to themselves: a sequence of
-    them re-encodes exactly (whitespace pre-tokenisers split words apart). Tested on a
-    sample of the vocabulary, so this stays cheap for 150k-token vocabularies."""
+    """Token ids to draw prompts from. Best: ids that decode to a space-led word and re-encode to
+    themselves, since a sequence of them re-encodes exactly (whitespace pre-tokenisers split words
+    apart). Else printable ids that re-encode to themselves (a byte tokenizer: every ASCII letter),
+    left to the re-encode loop. Tested on a sample of the vocabulary (cheap for 150k vocabularies)."""
     sample = rng.choice(vocab, size=min(vocab, 4096), replace=False).tolist()
-    return [t for t in sample if (text := tok.decode([t])).startswith(" ") and tok.encode(text) == [t]]
+    printable = [t for t in sample if (text := tok.decode([t])).isprintable() and text and tok.encode(text) == [t]]
+    words = [t for t in printable if tok.decode([t]).startswith(" ")]
+    for pool in (words, printable):
+        if len(pool) >= 4:
+            return pool
+    return list(range(vocab))
 
 
 def _exact_prompt(rng: np.random.Generator, tok: Tokenizer, pool: list[int], length: int) -> tuple[str, int]:
@@ -91,8 +98,6 @@ def random_requests(n: int, input_len: int = 128, output_len: int = 32, range_ra
     if tokenizer is not None:
         vocab = vocab_size or getattr(tokenizer, "vocab_size", None) or 256
         pool = _stable_ids(rng, tokenizer, vocab)
-        if len(pool) < 4:  # no word-like tokens: any ids, with the re-encode loop alone
-            pool = list(range(vocab))
     for i_len, o_len in zip(ins, outs):
         if tokenizer is not None:
             text, actual = _exact_prompt(rng, tokenizer, pool, i_len)

@@ -5,7 +5,10 @@ every result, so a number is never read under the wrong rule):
 
 - **TTFT**: first chunk carrying generated content (non-empty text or delta content)
   minus the request's *scheduled* send time. A role-only first chat chunk does not
-  count (vLLM counts it: vllm#15106; SGLang does not). The rule is `TTFT_RULE`.
+  count (vLLM counts it: vllm#15106; SGLang does not). The rule is `TTFT_RULE`. A
+  request that succeeds with tokens that decode to no text at all (EOS at once, special
+  tokens) falls back to vLLM's point, the first chunk with choices, and is counted in
+  `no_text_requests`.
 - **ITL per chunk**: the gap between consecutive content chunks after the first (a
   multi-token chunk is one sample). **ITL per token**: each such gap divided evenly
   over the tokens that chunk carried, when the engine reports per-chunk token counts
@@ -45,6 +48,8 @@ class RequestRecord:
     output_tokens_source: str = "usage"  # "usage" | "retokenized" | "chunks"
     usage_prompt_tokens: int | None = None
     text: str = ""
+    first_choice_s: float | None = None  # first chunk with any choices (vLLM's TTFT point)
+    no_text: bool = False  # succeeded but streamed no visible text: TTFT taken at first_choice_s
     error: str | None = None
     is_warmup: bool = False
 
@@ -127,6 +132,7 @@ class Metrics:
     output_tokens_source: str  # "usage" if every request's count came from the engine, else what did not
     ttft_rule: str = TTFT_RULE
     errors: dict[str, int] = field(default_factory=dict)  # error text (first line) -> count
+    no_text_requests: int = 0  # completed without visible text; their TTFT is at the first choices chunk
 
 
 def meets_slos(rec: RequestRecord, slos_ms: dict[str, float]) -> bool:
@@ -173,5 +179,5 @@ def compute(records: list[RequestRecord], duration_s: float, slos_ms: dict[str, 
         goodput=rate(len(good)) if good is not None else None,
         slo_attainment_pct=(100.0 * len(good) / len(done) if done else 0.0) if good is not None else None,
         output_tokens_source=sources[0] if len(sources) == 1 else "mixed: " + ", ".join(sources),
-        errors=errors,
+        errors=errors, no_text_requests=sum(r.no_text for r in done),
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from infra_agent.serving.loadgen import HFTokenizer, random_requests, shared_prefix_requests, sharegpt_requests
+from infra_agent.serving.loadgen import PlainTokenizer, random_requests, shared_prefix_requests, sharegpt_requests
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 TEXT = ["the quick brown fox jumps over the lazy dog", "paged attention reads blocks of keys and values",
@@ -19,9 +19,9 @@ def tokenizer(tmp_path_factory):
     tok.decoder = decoders.ByteLevel()
     tok.train_from_iterator(TEXT * 20, trainers.BpeTrainer(vocab_size=300, show_progress=False,
                                                            initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    path = tmp_path_factory.mktemp("tok") / "tokenizer.json"
-    tok.save(str(path))
-    return HFTokenizer(path)
+    folder = tmp_path_factory.mktemp("tok")
+    tok.save(str(folder / "tokenizer.json"))
+    return PlainTokenizer(folder)
 
 
 def test_random_prompts_have_exact_token_lengths(tokenizer):

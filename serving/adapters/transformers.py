@@ -1,0 +1,28 @@
+"""`transformers serve --continuous-batching` (PyPI transformers[serving]): a real
+third-party engine that runs on CPU. It answers 422 to any request field outside the
+OpenAI schema, so no extension is ever sent to it; usage arrives in the last chunk."""
+
+from __future__ import annotations
+
+from .base import AdapterError, EngineAdapter, EngineArgs, flag_if
+
+
+class TransformersAdapter(EngineAdapter):
+    name = "transformers"
+    extensions = frozenset()
+    metrics_path = None  # no Prometheus endpoint
+    supported = EngineAdapter.supported | {"max_num_batched_tokens"}
+
+    def _check(self, args: EngineArgs) -> None:
+        if not args.model:
+            raise AdapterError("the transformers engine needs model= a local checkpoint folder")
+
+    def _argv(self, args: EngineArgs, *, model, port, python):
+        argv = [python, "-m", "transformers.cli.transformers", "serve", model, "--host", "127.0.0.1",
+                "--port", str(port), "--device", "cpu", "--continuous-batching"]
+        # Its KV cache is sized from the memory it sees (the whole host's), which overshoots the
+        # engine's cgroup and gets it OOM-killed at the first request: give it a size instead.
+        argv += ["--cb-num-blocks", "512", "--cb-block-size", "32"]
+        argv += flag_if("--dtype", args.dtype)
+        argv += flag_if("--cb-max-batch-tokens", args.max_num_batched_tokens)
+        return argv

@@ -1,0 +1,57 @@
+"""launch_serve + serve_benchmark against `transformers serve --continuous-batching` on a tiny
+checkpoint the test builds (a real third-party engine, sandboxed; nothing downloaded)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from conftest import ToolCallError, call  # noqa: E402
+from engine_helpers import build_tiny_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+def tiny_workspace(workspace):
+    build_tiny_checkpoint(workspace / "tiny")
+    return workspace
+
+
+@pytest.fixture
+async def ts_client(tiny_workspace):
+    from infra_agent.server.app import build_server
+    from mcp import Client
+
+    srv = build_server(tiny_workspace)
+    async with Client(srv) as c:
+        yield c
+    await srv.aclose()
+
+
+@pytest.mark.anyio
+async def test_transformers_serve_benchmark(ts_client):
+    with pytest.raises(ToolCallError, match="takes no kernels"):
+        await call(ts_client, "launch_serve", engine="transformers", args={"model": "tiny", "kernels": {"a": "b"}})
+    launched = await call(ts_client, "launch_serve", engine="transformers", args={"model": "tiny"})
+    assert launched["extensions"] == [] and launched["metrics"] is False
+    handle = launched["handle"]
+    listed = await call(ts_client, "list_serves")
+    assert [s["handle"] for s in listed["serves"]] == [handle]
+    out = await call(ts_client, "serve_benchmark", handle=handle, repeats=1,
+                     workload={"num_requests": 64, "input_len": 12, "output_len": 4, "rate": 16.0, "seed": 1},
+                     criteria=["failed == 0", "completed == 64"])
+    assert out["repeats"][0]["errors"] == {}
+    assert out["metrics"]["completed"] == 64 and out["metrics"]["failed"] == 0
+    assert out["criteria"]["answer"] == "supported"
+    for name in ("ttft_p50", "tpot_p50", "itl_p50", "e2el_p50", "output_throughput"):
+        assert out["metrics"][name] is not None and out["metrics"][name] > 0
+    assert out["output_tokens_source"] == "usage"
+    assert any(a.endswith("/latency.png") for a in out["artifacts"])
+    stopped = await call(ts_client, "stop_serve", handle=handle)
+    assert stopped["handle"] == handle
+    with pytest.raises(ToolCallError, match="no serving engine with handle"):
+        await call(ts_client, "serve_benchmark", handle=handle)

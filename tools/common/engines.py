@@ -1,0 +1,44 @@
+"""Starting an engine for a tool call: the model folder checked, the adapter chosen, errors
+turned into what the agent can act on. Used by launch_serve and serve_benchmark."""
+
+from __future__ import annotations
+
+from ...serving.adapters import AdapterError, EngineArgs, adapter_for
+from ...serving.lifecycle import Engine, EngineError
+from .errors import AgentError
+
+
+async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: float) -> Engine:
+    if args.model:
+        try:
+            args = args.model_copy(update={"model": str(ctx.workspace.folder(args.model))})
+        except Exception as exc:  # WorkspaceError: outside the workspace, or no such folder
+            raise AgentError(str(exc)) from None
+    try:
+        adapter = adapter_for(engine, args)
+        adapter.check(args)
+    except AdapterError as exc:
+        raise AgentError(str(exc)) from None
+    if not adapter.installable_here:
+        _require_module(adapter.name)
+    await ctx.progress(0, None, f"starting the {engine} engine")
+    try:
+        return await ctx.engines.launch(adapter, args, ready_timeout_s=ready_timeout_s, progress=ctx.progress)
+    except EngineError as exc:
+        raise AgentError(str(exc)) from None
+
+
+def _require_module(name: str) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec(name) is None:
+        raise AgentError(f"the {name} engine is not installed in this server's Python (it is a GPU build: "
+                         f"pip install {name} on a GPU host); the builtin, transformers and command engines run "
+                         "here")
+
+
+def get_engine(ctx, handle: str) -> Engine:
+    try:
+        return ctx.engines.get(handle)
+    except EngineError as exc:
+        raise AgentError(str(exc)) from None

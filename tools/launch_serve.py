@@ -1,0 +1,60 @@
+"""launch_serve: start a serving engine inside the sandbox and wait until it is ready."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from ..serving.adapters import ADAPTERS, EngineArgs
+from .base import Tool, ToolContext, ToolInput, ToolOutput
+from .common.engines import start_engine
+
+
+class Input(ToolInput):
+    engine: Literal[tuple(ADAPTERS)] = Field("builtin", description="builtin (the built-in engine: the "  # type: ignore[valid-type]
+                                             "workspace's kernels, runs on CPU), transformers (transformers serve "
+                                             "--continuous-batching), vllm, sglang (GPU builds), command (any "
+                                             "OpenAI-compatible server from args.command).")
+    args: EngineArgs = Field(default_factory=EngineArgs, description="Typed engine arguments; each adapter "
+                             "refuses what its engine has no flag for.")
+    ready_timeout_s: float = Field(300.0, gt=0, le=3600, description="How long to wait for the engine to answer "
+                                   "its health check, s.")
+
+
+class Output(ToolOutput):
+    handle: str = Field(description="Pass to serve_benchmark, profile, stop_serve.")
+    engine: str = Field(description="The adapter that started it.")
+    ready_s: float = Field(description="From start to the first healthy answer, s.")
+    socket: str = Field(description="Host path of the UNIX socket that reaches the engine's HTTP API (the engine "
+                        "has no network beyond its own loopback): curl --unix-socket SOCKET http://engine/v1/models.")
+    extensions: list[str] = Field(description="Request fields outside the OpenAI schema this engine accepts "
+                                  "(others are never sent to it).")
+    metrics: bool = Field(description="Whether it exports Prometheus /metrics (needed for phase attribution).")
+    profiling: bool = Field(description="Whether it has /start_profile and /stop_profile.")
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    eng = await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s)
+    ctx.artifact("engine.log", eng.log_tail(200_000))
+    return Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
+                  extensions=sorted(eng.adapter.extensions), metrics=eng.adapter.metrics_path is not None,
+                  profiling=eng.adapter.profile_paths is not None,
+                  summary=f"{eng.adapter.name} engine {eng.handle} ready in {eng.ready_s:.1f} s (sandboxed; "
+                  "stop it with stop_serve)")
+
+
+TOOL = Tool(
+    name="launch_serve",
+    title="Start a serving engine",
+    description="Start a serving engine (builtin, transformers, vllm, sglang, or any OpenAI-compatible command) "
+    "inside the sandbox (read-only workspace and model, its own folder, no network beyond its own loopback; the "
+    "load generator reaches it through a UNIX socket) and wait until it answers its health check. Returns a "
+    "handle for serve_benchmark, profile and stop_serve; engines stop when the server exits.",
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    read_only=False,
+    idempotent=False,
+    kernel_field=None,
+)

@@ -1,0 +1,116 @@
+"""serve_benchmark: how a serving stack performs under load, judged against a baseline,
+and which engine phase moved.
+
+plan (pure: the requests with exact token lengths, the arrival schedule, the SLOs) ->
+jobs (start the engine if asked, run the workload `repeats` times through the load
+generator, scrape the engine's /metrics around each run) -> judge (median and spread
+over repeats, acceptance criteria in the expect language, per-phase attribution against
+the baseline) -> report (summary, per-request records, latency plot).
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..base import AgentError, Tool, ToolContext
+from ..common import expect
+from ..common.engines import get_engine, start_engine
+from . import jobs, plan, report
+from .judge import CATALOGUE, aggregate, attribution, facts, repeat_metrics
+from .schema import Input, Output
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None)
+    base = _baseline(inp, ctx)
+    engine, launched = await _engine(inp, ctx)
+    try:
+        work = inp.workload
+        sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
+        the_plan = plan.plan(work, _model_dir(engine), sharegpt)
+        repeats = await jobs.run_repeats(engine, the_plan, api=work.api, ignore_eos=work.ignore_eos,
+                                         warmup=work.warmup, repeats=inp.repeats, timeout_s=inp.timeout_s,
+                                         progress=ctx.progress)
+    finally:
+        if launched:
+            await ctx.engines.stop(engine.handle)
+    rows = [repeat_metrics(r) for r in repeats]
+    metrics, spread = aggregate(rows)
+    sources = {r.result.metrics.output_tokens_source for r in repeats}
+    out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
+                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed")
+    if base is not None:
+        out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
+        out.phases, out.findings = attribution(metrics, base["metrics"])
+    out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
+    if not the_plan.exact_lengths:
+        out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
+    records = [r.result.records for r in repeats]
+    ctx.artifact("requests.jsonl", report.records_jsonl(records))
+    ctx.artifact("latency.png", report.latency_plot(records[-1], _baseline_records(ctx, inp.baseline)))
+    ctx.artifact("engine.log", engine.log_tail(200_000))
+    out.summary = report.summary(out, inp.baseline)
+    return out
+
+
+async def _engine(inp: Input, ctx: ToolContext):
+    if inp.handle and inp.engine:
+        raise AgentError("give handle= (a running engine) or engine= (start one for this benchmark), not both")
+    if inp.handle:
+        return get_engine(ctx, inp.handle), False
+    if inp.engine:
+        return await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=300.0), True
+    raise AgentError("name the engine: handle= from launch_serve, or engine= with args= to start one for this call")
+
+
+def _model_dir(engine):
+    from pathlib import Path
+
+    return Path(engine.args.model) if engine.args.model else None
+
+
+def _baseline(inp: Input, ctx: ToolContext) -> dict | None:
+    if inp.baseline is None:
+        return None
+    row = ctx.experiment(inp.baseline)
+    if row is None or row.get("tool") != "serve_benchmark" or not (row.get("result") or {}).get("metrics"):
+        raise AgentError(f"baseline {inp.baseline!r} is not a successful serve_benchmark experiment; give the "
+                         "experiment_id an earlier serve_benchmark returned (list_experiments tool=serve_benchmark)")
+    return row["result"]
+
+
+def _baseline_records(ctx: ToolContext, baseline: str | None) -> list[dict] | None:
+    if baseline is None:
+        return None
+    text = ctx.read_artifact(baseline, "requests.jsonl")
+    if text is None:
+        return None
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    last = max((r["repeat"] for r in rows), default=0)
+    return [r for r in rows if r["repeat"] == last]
+
+
+def _expect_facts(inp: Input, out: Output):
+    base = (out.baseline_metrics, out.baseline_spread) if out.baseline_metrics is not None else None
+    return facts(out.metrics, out.spread, base)
+
+
+TOOL = Tool(
+    name="serve_benchmark",
+    title="Load-test a serving engine",
+    description="Load-test an OpenAI-compatible serving engine (a launch_serve handle, or engine= to start one) "
+    "with vLLM's metric definitions (TTFT at the first content chunk, TPOT, ITL per chunk and per token, E2EL, "
+    "throughput, goodput under SLOs; timers from the scheduled send time), over `repeats` runs; judge "
+    "acceptance criteria such as 'ttft_p50 <= 1.05 * baseline.ttft_p50' against a baseline experiment with "
+    "the spread over repeats, and say which engine phase moved (queue, prefill, decode, KV transfer, from the "
+    "engine's /metrics) and what to try next. Criteria and expect may name: " + CATALOGUE.listing(),
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    read_only=False,
+    idempotent=False,
+    open_world=False,
+    kernel_field=None,
+    expect_catalogue=CATALOGUE,
+    expect_facts=_expect_facts,
+)

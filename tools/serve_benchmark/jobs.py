@@ -1,0 +1,83 @@
+"""Running the workload against an engine: repeats, each between two scrapes of /metrics.
+
+The load generator runs in the server process (the judge's side) and reaches the
+sandboxed engine through its bridge socket; nothing the engine says is trusted beyond
+being measured.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import httpx
+
+from ...serving.lifecycle import Engine
+from ...serving.loadgen import Endpoint, RunResult, run_benchmark
+from ..base import AgentError
+from .phases import parse, window
+from .plan import Plan
+
+
+@dataclass
+class Repeat:
+    result: RunResult
+    phases: dict[str, float | None]
+
+
+async def served_model(engine: Engine) -> str:
+    if engine.args.served_model_name:
+        return engine.args.served_model_name
+    async with engine.client(timeout_s=10) as client:
+        try:
+            data = (await client.get("/v1/models")).json()
+            return data["data"][0]["id"]
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            raise AgentError(f"the {engine.adapter.name} engine did not list its model at /v1/models; pass "
+                             f"args.served_model_name. Its log ends:\n{engine.log_tail(1500)}") from None
+
+
+async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool, warmup: int, repeats: int,
+                      timeout_s: float, progress) -> list[Repeat]:
+    ep = Endpoint("http://engine", model=await served_model(engine), api=api, uds=engine.socket_path,
+                  extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
+                  continuous_usage=engine.adapter.continuous_usage)
+    out = []
+    for i in range(repeats):
+        async def tick(done, total, message, i=i):
+            await progress(i * len(plan.requests) + done, repeats * len(plan.requests),
+                           f"repeat {i + 1}/{repeats}: {message}")
+
+        before = await _scrape(engine)
+        try:
+            result = await asyncio.wait_for(run_benchmark(ep, plan.requests, plan.arrivals, warmup=warmup,
+                                                          tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
+                                                          timeout_s=timeout_s, progress=tick), timeout_s)
+        except asyncio.TimeoutError:
+            raise AgentError(f"repeat {i + 1} did not finish within timeout_s={timeout_s:g} s: lower "
+                             "num_requests or raise timeout_s") from None
+        if not engine.alive:
+            raise AgentError(f"the {engine.adapter.name} engine died during the benchmark (repeat {i + 1}; "
+                             f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
+        after = await _scrape(engine)
+        out.append(Repeat(result, window(before, after) if before is not None and after is not None else {}))
+    return out
+
+
+async def _scrape(engine: Engine) -> dict[str, float] | None:
+    path = engine.adapter.metrics_path
+    if path is None:
+        return None
+    async with engine.client(timeout_s=10) as client:
+        try:
+            resp = await client.get(path)
+        except httpx.HTTPError:
+            return None
+    return parse(resp.text) if resp.status_code == 200 else None
+
+
+def _death(engine: Engine) -> str:
+    code = engine.proc.returncode
+    if engine.cgroup is not None and engine.cgroup.oom_kills():
+        return f"killed for exceeding its memory limit ({engine.cgroup.peak_memory_bytes()} bytes peak)"
+    return f"exit code {code}"

@@ -1,0 +1,133 @@
+"""From repeats to numbers, criteria and attribution.
+
+Each metric is the median over repeats; its interval is the [min, max] over repeats, so
+a criterion is decided only when every repeat agrees (`ttft_p50 <= 1.05 *
+baseline.ttft_p50` passes when even the worst repeat is within 5% of the baseline's
+best). Attribution compares the engine's own per-phase times with the baseline's and
+names the phase that moved most, with the next cheapest experiment for that layer.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+
+from ..common.expect import Catalogue, Facts, Measured
+from .jobs import Repeat
+from .phases import PHASE_METRIC
+from .schema import LATENCIES, STATS, PhaseChange, RepeatMetrics
+
+_STAT_KEY = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
+COUNTS = ("completed", "failed", "request_throughput", "output_throughput", "total_token_throughput", "goodput",
+          "slo_attainment_pct")
+PHASES = ("queue_ms", "prefill_ms", "decode_ms", "kv_transfer_ms", "engine_ttft_ms", "preemptions",
+          "prefix_cache_hit_rate")
+METRICS = tuple(f"{lat}_{s}" for lat in LATENCIES for s in STATS) + COUNTS + PHASES
+
+CATALOGUE = Catalogue(fields={
+    **{f"{lat}_{s}": f"{lat.upper()} {s} over the run's requests, ms (median over repeats, [min, max] over "
+       "repeats as its interval)" for lat in LATENCIES for s in STATS},
+    "completed": "requests that streamed text", "failed": "requests that failed",
+    "request_throughput": "completed requests/s", "output_throughput": "output tokens/s",
+    "total_token_throughput": "prompt + output tokens/s", "goodput": "requests/s meeting every SLO",
+    "slo_attainment_pct": "share of requests meeting every SLO, %",
+    "queue_ms": "engine: arrival to first scheduled, ms per request", "prefill_ms": "engine: first scheduled to "
+    "first token, ms per request", "decode_ms": "engine: first to last token, ms per request",
+    "kv_transfer_ms": "engine: prefill-to-decode KV hand-over, ms per request (disaggregated mode)",
+    "engine_ttft_ms": "engine-side TTFT, ms per request", "preemptions": "preemptions in the run",
+    "prefix_cache_hit_rate": "prompt tokens found in the prefix cache, 0-1"})
+
+NEXT_STEP = {
+    "queue_ms": "requests wait for a batch slot: raise max_num_seqs or max_num_batched_tokens, or compare at a "
+                "lower rate",
+    "prefill_ms": "the prefill path moved: profile the prefill step (profile handle=...), or microbench its "
+                  "kernels (rmsnorm, paged_attention_decode, w8a8_gemm)",
+    "decode_ms": "the decode path moved: profile a decode step, or microbench paged_attention_decode",
+    "kv_transfer_ms": "the KV transfer moved: profile with overlap=[['kv_transfer', 'dispatch|combine']] to see "
+                      "whether it overlaps compute (a thread holding the GIL serialises them)",
+    "preemptions": "the KV cache ran out of blocks: raise its size or lower max_num_seqs",
+}
+
+
+def repeat_metrics(rep: Repeat) -> RepeatMetrics:
+    m = rep.result.metrics
+    lat = {}
+    for name, dist in (("ttft", m.ttft_ms), ("tpot", m.tpot_ms), ("itl", m.itl_ms), ("e2el", m.e2el_ms),
+                       ("itl_per_token", m.itl_per_token_ms)):
+        if dist is not None:
+            lat[name] = {k: round(v, 4) for k, v in asdict(dist).items() if k != "n"}
+    return RepeatMetrics(completed=m.completed, failed=m.failed, errors=m.errors, no_text_requests=m.no_text_requests, duration_s=round(m.duration_s, 4),
+                         request_throughput=m.request_throughput, output_throughput=m.output_throughput,
+                         total_token_throughput=m.total_token_throughput, goodput=m.goodput,
+                         slo_attainment_pct=m.slo_attainment_pct, latencies_ms=lat, phases_ms=rep.phases)
+
+
+def flat(r: RepeatMetrics) -> dict[str, float | None]:
+    """One repeat's metrics under the names criteria use."""
+    out: dict[str, float | None] = {}
+    for lat in LATENCIES:
+        for s in STATS:
+            out[f"{lat}_{s}"] = r.latencies_ms.get(lat, {}).get(_STAT_KEY[s])
+    for name in COUNTS:
+        out[name] = getattr(r, name)
+    for name in PHASES:
+        out[name] = r.phases_ms.get(name)
+    return out
+
+
+def aggregate(repeats: list[RepeatMetrics]) -> tuple[dict[str, float | None], dict[str, list[float]]]:
+    """(median over repeats, [min, max] over repeats) per metric; None where a repeat has no value."""
+    rows = [flat(r) for r in repeats]
+    medians, spread = {}, {}
+    for name in METRICS:
+        values = [row[name] for row in rows]
+        if any(v is None for v in values):
+            medians[name] = None
+            continue
+        medians[name] = statistics.median(values)
+        spread[name] = [min(values), max(values)]
+    return medians, spread
+
+
+def facts(metrics: dict, spread: dict, baseline: tuple[dict, dict] | None) -> Facts:
+    def measured(m: dict, s: dict) -> dict:
+        return {k: (Measured(v, *s[k]) if k in s and s[k][0] != s[k][1] else v) for k, v in m.items()}
+
+    base = Facts(fields=measured(*baseline)) if baseline is not None else None
+    return Facts(fields=measured(metrics, spread), baseline=base)
+
+
+def attribution(metrics: dict, base: dict, *, ttft_key: str = "ttft_p50") -> tuple[list[PhaseChange], list[str]]:
+    changes = []
+    for name in PHASES:
+        b, c = base.get(name), metrics.get(name)
+        delta = c - b if b is not None and c is not None else None
+        pct = 100.0 * delta / b if delta is not None and b else None
+        changes.append(PhaseChange(phase=name.removesuffix("_ms"), metric=PHASE_METRIC[name.removesuffix("_ms")],
+                                   baseline=b, candidate=c, delta=delta, delta_pct=pct))
+    times = [c for c in changes if c.delta is not None and c.metric.endswith("_seconds") and c.phase != "engine_ttft"]
+    times.sort(key=lambda c: -abs(c.delta))
+    rest = [c for c in changes if c not in times]
+    if not times:
+        return rest, ["the engine exports no per-phase metrics (vLLM's request_*_time_seconds histograms), so no "
+                      "phase can be named: profile the engine instead"]
+    b_ttft, c_ttft = base.get(ttft_key), metrics.get(ttft_key)
+    head = ""
+    if b_ttft and c_ttft is not None:
+        head = f"TTFT p50 {100 * (c_ttft - b_ttft) / b_ttft:+.0f}%: "
+    parts = ", ".join(f"{c.phase} {_pct(c)}" for c in times)
+    top = times[0]
+    findings = [f"{head}{parts}"]
+    if top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
+        findings.append(f"the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per "
+                        f"request); next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
+    else:
+        findings.append("no engine phase moved by 5% or more")
+    pre = next(c for c in rest if c.phase == "preemptions")
+    if pre.candidate and pre.candidate > (pre.baseline or 0):
+        findings.append(f"preemptions {pre.baseline or 0:g} -> {pre.candidate:g}: {NEXT_STEP['preemptions']}")
+    return times + rest, findings
+
+
+def _pct(c: PhaseChange) -> str:
+    return f"{c.delta_pct:+.0f}%" if c.delta_pct is not None else f"{c.delta:+.2f} ms"

@@ -1,0 +1,81 @@
+"""The answer in words, the per-request records, and the latency plot (artifacts)."""
+
+from __future__ import annotations
+
+import io
+import json
+
+from ...serving.loadgen import RequestRecord
+from .schema import Output
+
+
+def summary(out: Output, baseline_id: str | None) -> str:
+    m = out.metrics
+    parts = [f"{out.engine} {out.handle}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per run "
+             f"(median of {len(out.repeats)})"]
+    for name, label in (("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT p50"), ("itl_p50", "ITL p50"),
+                        ("e2el_p50", "E2EL p50")):
+        if m.get(name) is not None:
+            parts.append(f"{label} {m[name]:.1f} ms")
+    if m.get("output_throughput") is not None:
+        parts.append(f"{m['output_throughput']:.1f} output tok/s")
+    text = ", ".join(parts)
+    if out.criteria.conditions:
+        text += f". Criteria: {_criteria_word(out.criteria.answer)}"
+        failing = [c.condition for c in out.criteria.conditions if c.answer != "supported"]
+        if failing:
+            text += f" ({'; '.join(failing)})"
+    if baseline_id and out.findings:
+        text += f". vs {baseline_id}: {out.findings[0]}"
+        if len(out.findings) > 1:
+            text += f"; {out.findings[1]}"
+    return text
+
+
+def _criteria_word(answer: str) -> str:
+    return {"supported": "pass", "contradicted": "FAIL", "inconclusive": "inconclusive (the repeats straddle a "
+            "threshold: add repeats or requests)"}.get(answer, answer)
+
+
+def records_jsonl(repeats_records: list[list[RequestRecord]]) -> str:
+    lines = []
+    for i, records in enumerate(repeats_records):
+        for r in records:
+            row = {"repeat": i, "index": r.index, "ok": r.ok, "error": r.error, "prompt_tokens": r.prompt_tokens,
+                   "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source}
+            if r.ok:
+                row.update(ttft_ms=1e3 * r.ttft_s, e2el_ms=1e3 * r.e2el_s, client_wait_ms=1e3 * r.client_wait_s,
+                           tpot_ms=None if r.tpot_s is None else 1e3 * r.tpot_s,
+                           itl_ms=[1e3 * g for g in r.itl_per_chunk_s()])
+            lines.append(json.dumps(row))
+    return "\n".join(lines) + "\n"
+
+
+def latency_plot(candidate: list[RequestRecord], baseline: list[dict] | None) -> bytes:
+    """TTFT and ITL distributions (ECDFs), candidate vs baseline when there is one. PNG bytes."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    series = {"candidate": ([1e3 * r.ttft_s for r in candidate if r.ok],
+                            [1e3 * g for r in candidate if r.ok for g in r.itl_per_chunk_s()])}
+    if baseline:
+        series["baseline"] = ([r["ttft_ms"] for r in baseline if r.get("ok")],
+                              [g for r in baseline if r.get("ok") for g in r.get("itl_ms", [])])
+    for ax, idx, title in ((axes[0], 0, "TTFT (ms)"), (axes[1], 1, "ITL per chunk (ms)")):
+        for label, values in series.items():
+            v = np.sort(np.asarray(values[idx]))
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{label} (n={v.size})")
+        ax.set_title(title)
+        ax.set_ylabel("fraction of samples")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
