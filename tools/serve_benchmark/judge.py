@@ -56,7 +56,8 @@ def repeat_metrics(rep: Repeat) -> RepeatMetrics:
                        ("itl_per_token", m.itl_per_token_ms)):
         if dist is not None:
             lat[name] = {k: round(v, 4) for k, v in asdict(dist).items() if k != "n"}
-    return RepeatMetrics(completed=m.completed, failed=m.failed, errors=m.errors, no_text_requests=m.no_text_requests, duration_s=round(m.duration_s, 4),
+    return RepeatMetrics(completed=m.completed, failed=m.failed, errors=m.errors, no_text_requests=m.no_text_requests,
+                         duration_s=round(m.duration_s, 4),
                          request_throughput=m.request_throughput, output_throughput=m.output_throughput,
                          total_token_throughput=m.total_token_throughput, goodput=m.goodput,
                          slo_attainment_pct=m.slo_attainment_pct, latencies_ms=lat, phases_ms=rep.phases)

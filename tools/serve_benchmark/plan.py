@@ -45,7 +45,7 @@ def plan(work: Workload, model_dir: Path | None, sharegpt_file: Path | None) -> 
                                          max_output_len=work.output_len)
         except ValueError as exc:
             raise AgentError(str(exc)) from None
-    arrivals = Arrivals(rate=work.rate, burstiness=work.burstiness, max_concurrency=work.max_concurrency,
+    arrivals = Arrivals(rate=work.rate or math.inf, burstiness=work.burstiness, max_concurrency=work.max_concurrency,
                         seed=work.seed)
     slos = {name: v for name, v in (("ttft", work.slo_ttft_ms), ("tpot", work.slo_tpot_ms),
                                     ("e2el", work.slo_e2el_ms)) if v is not None}

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -30,8 +29,9 @@ class Workload(BaseModel):
     num_prefixes: int = Field(4, ge=1, le=1000, description="shared_prefix: number of distinct prefixes.")
     sharegpt_path: str | None = Field(None, max_length=4096, description="sharegpt: the JSON file, in the "
                                       "workspace.")
-    rate: float = Field(math.inf, gt=0, description="Arrival rate, requests/s (inf: all at once, or closed "
-                        "loop with max_concurrency).")
+    rate: float | None = Field(None, gt=0, le=1e6, description="Arrival rate, requests/s: Poisson/gamma gaps "
+                               "from scheduled absolute times. null: all at once, or a closed loop with "
+                               "max_concurrency in flight.")
     burstiness: float = Field(1.0, gt=0, le=1000, description="Gamma shape of the gaps: 1 = Poisson, <1 "
                               "burstier; the gaps' CV is 1/sqrt(burstiness).")
     max_concurrency: int | None = Field(None, ge=1, le=5000, description="Requests in flight at most.")
