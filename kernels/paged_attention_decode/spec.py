@@ -71,5 +71,15 @@ SPEC = KernelSpec(
     forbidden_ops=("aten::bmm", "aten::mm", "aten::matmul", "aten::einsum", "aten::_softmax", "aten::softmax",
                    "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_flash_attention",
                    "aten::_scaled_dot_product_efficient_attention"),
-    extra={"scale": "1/sqrt(D)", "seq_lens": ">= 1"},
+    extra={
+        "scale": "1/sqrt(D)", "seq_lens": ">= 1",
+        # the same kernel over kv_quant's quantised caches (see README); checkable with path= and entry=
+        "entries": {
+            "paged_attention_decode_int8": "(q, k_codes int8 [NB, BS, Hkv, D], k_scale float32 [NB, BS, Hkv], "
+                                           "v_codes, v_scale, block_table, seq_lens) -> out [B, Hq, D]",
+            "paged_attention_decode_fp8": "as _int8 with uint8 codes holding float8_e4m3fn bits",
+            "attend_int8_cache": "spec inputs; quantise K, V with kv_quant, then attend (same name in reference.py)",
+            "attend_fp8_cache": "spec inputs; fp8 e4m3 as attend_int8_cache",
+        },
+    },
 )
