@@ -72,7 +72,22 @@ class Engine:
 
     @property
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        """Running, and its engine too (the host writes exit.json the moment the engine exits)."""
+        return self.proc is not None and self.proc.poll() is None and not (self.folder / "exit.json").exists()
+
+    def exit_code(self) -> int | None:
+        """The engine's own return code (negative: a signal), as its host recorded it."""
+        try:
+            return json.loads((self.folder / "exit.json").read_text())["returncode"]
+        except (OSError, ValueError, KeyError):
+            return self.proc.returncode if self.proc is not None else None
+
+    async def settled(self, timeout_s: float = 2.0) -> bool:
+        """Whether it is still alive once a moment has passed (after failed requests: did it die?)."""
+        deadline = time.monotonic() + timeout_s
+        while self.alive and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return self.alive
 
     def client(self, timeout_s: float = 30.0) -> httpx.AsyncClient:
         return httpx.AsyncClient(base_url="http://engine", transport=httpx.AsyncHTTPTransport(uds=self.socket_path),
@@ -131,7 +146,8 @@ class Engines:
         argv = eng.adapter.argv(eng.args, model=model, port=eng.port, python=view.layout.python)
         env = {**view.job_env(inside, sb.device, {}), "PYTHONPATH": f"{PACKAGE_MOUNT}:{view.worker_parent}"
                if view.sandboxed else os.pathsep.join([str(_package_root().parent), view.worker_parent]),
-               "HF_HUB_OFFLINE": "1", "HF_HOME": f"{inside}/cache/hf", **eng.adapter.env(eng.args)}
+               "HF_HUB_OFFLINE": "1", "HF_HOME": f"{inside}/cache/hf", "PYTHONUNBUFFERED": "1",  # a live log
+               **eng.adapter.env(eng.args)}
         rules = view.landlock_rules(inside)
         if eng.args.model:
             rules["read_only"].append(model)
@@ -170,7 +186,7 @@ class Engines:
             while True:
                 if not eng.alive:
                     raise EngineError(f"the {eng.adapter.name} engine exited during start-up (code "
-                                      f"{eng.proc.returncode}); its log ends:\n{eng.log_tail()}")
+                                      f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}")
                 try:
                     resp = await client.get(path)
                     if resp.status_code == 200:

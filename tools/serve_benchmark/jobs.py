@@ -56,7 +56,7 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
         except asyncio.TimeoutError:
             raise AgentError(f"repeat {i + 1} did not finish within timeout_s={timeout_s:g} s: lower "
                              "num_requests or raise timeout_s") from None
-        if not engine.alive:
+        if not (await engine.settled() if result.metrics.failed else engine.alive):
             raise AgentError(f"the {engine.adapter.name} engine died during the benchmark (repeat {i + 1}; "
                              f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
         after = await _scrape(engine)
@@ -73,11 +73,16 @@ async def _scrape(engine: Engine) -> dict[str, float] | None:
             resp = await client.get(path)
         except httpx.HTTPError:
             return None
-    return parse(resp.text) if resp.status_code == 200 else None
+    if resp.status_code != 200:
+        return None
+    try:
+        return parse(resp.text)
+    except ValueError:  # not Prometheus text (an engine that answers every path): no attribution
+        return None
 
 
 def _death(engine: Engine) -> str:
-    code = engine.proc.returncode
     if engine.cgroup is not None and engine.cgroup.oom_kills():
         return f"killed for exceeding its memory limit ({engine.cgroup.peak_memory_bytes()} bytes peak)"
-    return f"exit code {code}"
+    code = engine.exit_code()
+    return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"

@@ -1,0 +1,154 @@
+"""Engine lifecycle through the MCP tools with the `command` adapter: a tiny stdlib server the
+test writes into the workspace, started inside the sandbox like every engine. Bad starts,
+hangs, crashes mid-benchmark, a port the engine may not use: each a clear error with the
+log tail, and nothing left running."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ToolCallError, call
+
+SERVER = r'''
+import json, os, sys
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+port, mode = int(sys.argv[1]), sys.argv[2]
+if mode == "other-port":
+    port += 1  # Landlock allows the engine its own port only
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def do_GET(self):
+        body = b"{}" if self.path == "/health" else json.dumps({"data": [{"id": "echo"}]}).encode()
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if mode == "crash":
+            os._exit(9)
+        self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+        for t in ("a", "b"):
+            self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": t}]}).encode() + b"\n\n")
+        usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+        self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        self.close_connection = True
+print("serving on", port, flush=True)
+ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+@pytest.fixture
+def echo_workspace(workspace: Path) -> Path:
+    (workspace / "echo_server.py").write_text(SERVER)
+    return workspace
+
+
+def command(mode: str) -> dict:
+    return {"command": [sys.executable, "/workspace/echo_server.py", "{port}", mode]}
+
+
+def engine_processes() -> list[int]:
+    """Host processes running the echo server (none may outlive its engine)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if b"echo_server.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                out.append(int(pid))
+        except OSError:
+            pass
+    return out
+
+
+@pytest.mark.anyio
+async def test_command_engine_benchmark_and_stop(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+    assert engine_processes()
+    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
+                     workload={"num_requests": 8, "input_len": 4, "output_len": 2, "rate": 50.0},
+                     criteria=["failed == 0"], expect=["completed == 8"])
+    assert out["metrics"]["completed"] == 8 and out["criteria"]["answer"] == "supported"
+    assert out["hypothesis_answer"]["answer"] == "supported"
+    assert out["phases"] == [] and out["metrics"]["prefill_ms"] is None  # no /metrics: nothing to attribute
+    await call(client, "stop_serve", handle=launched["handle"])
+    assert engine_processes() == []
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("mode, args, message", [
+    ("exit", {"command": [sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)"]},
+     "(?s)exited during start-up \\(code 3\\).*bad flag --x"),
+    ("hang", {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]},
+     "(?s)did not answer /health within 3 s.*loading"),
+    ("other-port", None, "(?s)exited during start-up.*(PermissionError|Permission denied)"),
+])
+async def test_bad_starts_are_clear_errors(client, echo_workspace, mode, args, message):
+    with pytest.raises(ToolCallError, match=message):
+        await call(client, "launch_serve", engine="command", args=args or command(mode), ready_timeout_s=3)
+    assert engine_processes() == [] and (await call(client, "list_serves"))["serves"] == []
+
+
+@pytest.mark.anyio
+async def test_crash_mid_benchmark(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("crash"))
+    with pytest.raises(ToolCallError, match="(?s)died during the benchmark.*serving on"):
+        await call(client, "serve_benchmark", handle=launched["handle"], repeats=1,
+                   workload={"num_requests": 2, "input_len": 2, "output_len": 2})
+    await call(client, "stop_serve", handle=launched["handle"])
+    assert engine_processes() == []
+
+
+@pytest.mark.anyio
+async def test_bad_arguments(client, echo_workspace):
+    with pytest.raises(ToolCallError, match="unknown_metric"):
+        await call(client, "serve_benchmark", engine="command", args=command("ok"), criteria=["unknown_metric < 1"])
+    with pytest.raises(ToolCallError, match="baseline"):
+        await call(client, "serve_benchmark", engine="command", args=command("ok"),
+                   criteria=["ttft_p50 <= 1.05 * baseline.ttft_p50"])
+    with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-nope'"):
+        await call(client, "serve_benchmark", handle="serve-nope")
+    with pytest.raises(ToolCallError, match="not a folder of the workspace"):
+        await call(client, "launch_serve", engine="transformers", args={"model": "/etc"})
+    with pytest.raises(ToolCallError, match="not installed"):
+        await call(client, "launch_serve", engine="vllm", args={"model": "."})
+    assert engine_processes() == []
+
+
+KILLED_SERVER = r'''
+import asyncio, sys
+from mcp import Client
+from infra_agent.server.app import build_server
+
+async def main():
+    server = build_server(sys.argv[1])
+    async with Client(server) as client:
+        result = await client.call_tool("launch_serve", {"engine": "command", "args": {"command": [
+            sys.executable, "/workspace/echo_server.py", "{port}", "ok"]}})
+        assert not result.is_error, result.content
+        print("launched", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+'''
+
+
+def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
+    import signal
+    import subprocess
+    import time
+
+    script = tmp_path / "serve_then_wait.py"
+    script.write_text(KILLED_SERVER)
+    proc = subprocess.Popen([sys.executable, str(script), str(echo_workspace)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "launched"
+        assert engine_processes()
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    deadline = time.monotonic() + 10
+    while engine_processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert engine_processes() == []
