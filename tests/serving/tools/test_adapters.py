@@ -17,7 +17,8 @@ def argv(engine: str, **kw) -> list[str]:
 
 def test_vllm_argv_and_extensions():
     cmd = argv("vllm", model="m", tensor_parallel_size=2, quantization="fp8", kv_cache_dtype="fp8",
-               enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=2048, extra_args=["--enforce-eager"])
+               enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=2048,
+               extra_args=["--enforce-eager"])
     assert cmd[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
     for part in ("--model /model", "--port 8000", "--tensor-parallel-size 2", "--quantization fp8",
