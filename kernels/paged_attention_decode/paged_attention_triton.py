@@ -23,12 +23,26 @@ import math
 import torch
 import triton
 import triton.language as tl
-from paged_inputs import load_sibling
-
-_e4m3_value = load_sibling("kv_quant", "kv_quant_triton.py")._e4m3_value  # fp8 bits -> FP32, one definition
 
 # what k_ptr / v_ptr hold (the CACHE constexpr)
 FLOAT_CACHE, INT8_CACHE, FP8_CACHE = tl.constexpr(0), tl.constexpr(1), tl.constexpr(2)
+
+
+@triton.jit
+def _e4m3_value(c):
+    """FP32 value of float8_e4m3fn bit patterns c (int32, 0..255); NaN for 0x7F and 0xFF.
+
+    kv_quant_triton.py decodes the same format the same way. This file keeps its own copy so
+    that it stays self-contained: an agent's edited copy (check_numerics source=) runs from
+    a job folder without its sibling kernels. attend_fp8_cache checks the two agree."""
+    sign = (c & 0x80) << 24
+    exp = (c >> 3) & 15
+    man = c & 7
+    normal = (sign | ((exp + 120) << 23) | (man << 20)).to(tl.float32, bitcast=True)
+    sub = man.to(tl.float32) * 0.001953125  # 2^-9
+    sub = tl.where(sign != 0, -sub, sub)
+    value = tl.where(exp == 0, sub, normal)
+    return tl.where((exp == 15) & (man == 7), float("nan"), value)
 
 
 @triton.jit
@@ -149,7 +163,10 @@ def _launch(q, k_cache, v_cache, k_scale, v_scale, block_table, seq_lens, cache:
 
 def attend_quantized_cache(q, k_cache, v_cache, block_table, seq_lens, fmt: str = "int8") -> torch.Tensor:
     """Quantise a float cache with kv_quant's kernels, then attend over the codes: the engine's path
-    (quantise on write, attend fused), with the spec's own inputs. fmt: "int8" or "fp8"."""
+    (quantise on write, attend fused), with the spec's own inputs. fmt: "int8" or "fp8".
+    Needs the workspace's kv_quant folder next to this one."""
+    from paged_inputs import load_sibling
+
     kv = load_sibling("kv_quant", "kv_quant_triton.py")
     NB, BS, Hkv, D = k_cache.shape
     quantize = kv.quantize_int8 if fmt == "int8" else kv.quantize_fp8

@@ -11,7 +11,7 @@ import shutil
 
 import pytest
 from conftest import call
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
+from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 
 pytestmark = pytest.mark.anyio
 
@@ -56,6 +56,19 @@ async def test_paged_attention_decode_matches_reference(zoo_client):
 
 
 PAGED_FILE = "paged_attention_decode/paged_attention_triton.py"
+
+
+@pytest.mark.parametrize("kernel, file, entry", [
+    ("paged_attention_decode", "paged_attention_triton.py", "paged_attention_decode"),
+    ("kv_quant", "kv_quant_triton.py", "quantize_int8"),
+])
+async def test_an_edited_copy_runs_from_source(zoo_client, kernel, file, entry):
+    # the agent's loop: read the impl, change it, check it inline; the file must not need its folder
+    spec_kernel = load_workspace().kernel(kernel)
+    source = (spec_kernel.folder / file).read_text()
+    out = await call(zoo_client, "check_numerics", kernel=kernel, source=source, entry=entry, dtypes=["float32"],
+                     trials=1, shapes=[dict(spec_kernel.spec.shapes["cpu"][0])])
+    assert_clean_pass(out, num_cases=1)
 
 
 @pytest.mark.parametrize("fmt", ["int8", "fp8"])
