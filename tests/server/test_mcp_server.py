@@ -8,6 +8,7 @@ import re
 
 import pytest
 from conftest import ToolCallError, call
+from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from infra_agent.kernels.workspace import load_workspace
@@ -148,7 +149,7 @@ async def test_resources_experiments_and_artifacts(client, server):
     assert blob.mime_type == "image/png" and blob.blob
     with pytest.raises(ValueError):
         ctx.artifact("../escape.txt", "x")
-    with pytest.raises(Exception):
+    with pytest.raises(MCPError):
         await client.read_resource(f"artifact://{eid}/missing.txt")
 
 

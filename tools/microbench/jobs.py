@@ -12,8 +12,8 @@ from ..base import AgentError, ToolContext
 from .plan import MIN_TIMED_CALLS, Code
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str, index: int,
-                     count: int, inp) -> tuple[dict, Path | None]:
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
+                     index: int, count: int, inp) -> tuple[dict, Path | None]:
     """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
     timeout_s = 120.0 + 3 * inp.budget_ms / 1e3
     label = ",".join(f"{k}={v}" for k, v in shape.items())

@@ -15,15 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import ToolCallError, call
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 from infra_agent.sandbox.worker.context import JobContext
-from infra_agent.tools.compile_kernel.plan import plan_target_payload
 from infra_agent.tools.compile_kernel.judge import amd_kernels, nvidia_kernels
-from infra_agent.tools.compile_kernel.report import format_diagnostic, notes
 from infra_agent.tools.compile_kernel.occupancy import TARGETS
-
-from conftest import ToolCallError, call
+from infra_agent.tools.compile_kernel.plan import plan_target_payload
+from infra_agent.tools.compile_kernel.report import format_diagnostic, notes
 
 KERNELS = Path(__file__).parent / "compile_kernels"
 

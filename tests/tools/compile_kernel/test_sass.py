@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from infra_agent.tools.compile_kernel.report import describe_changes, diff
-from infra_agent.tools.compile_kernel.schema import KernelResources
 from infra_agent.tools.compile_kernel.occupancy import LIMITS, TARGETS, occupancy
-from infra_agent.tools.compile_kernel.sass import (classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log,
-                                    parse_resource_usage)
+from infra_agent.tools.compile_kernel.report import describe_changes, diff
+from infra_agent.tools.compile_kernel.sass import (
+    classify_amdgcn,
+    classify_sass,
+    parse_amdgcn_metadata,
+    parse_ptxas_log,
+    parse_resource_usage,
+)
+from infra_agent.tools.compile_kernel.schema import KernelResources
 
 PTXAS_LOG = """\
 ptxas-blackwell info    : 0 bytes gmem
