@@ -62,7 +62,8 @@ TOOL = Tool(
         "handle= (a running serve) is not available yet. Returns top ops by self and total time (torch.profiler, "
         "all threads, grouped by input shapes), per-thread wall time in ranges, on-CPU time and states, overlap "
         "between range sets (overlap=[['kv_transfer', 'dispatch|combine']]: merged-interval sweep over the time "
-        "each range's thread was not blocked on a futex), who held the GIL while whom waited (sampled from outside "
+        "each range's thread made progress, i.e. was not blocked on a futex (the GIL, a lock) nor queued for a "
+        "CPU), who held the GIL while whom waited (sampled from outside "
         "the job with py-spy and /proc), findings with the layer and the next cheapest experiment, and a Perfetto "
         "trace and a timeline PNG as artifacts."),
     input_model=Input,

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..base import AgentError
+from ..common.expect import ExpectError
 from . import intervals as iv
 from .jobs import Watch
 from .sampler import CLOCK_TICKS
@@ -172,9 +173,11 @@ def overlap(ev: Evidence, a: str, b: str) -> OverlapStat:
 
 
 def overlap_fraction(ev: Evidence, a: str, b: str) -> float | None:
-    """For expect: overlap_fraction('kv_transfer', 'dispatch')."""
-    if not ev.matching(a) or not ev.matching(b):
-        return None
+    """For expect: overlap_fraction('kv_transfer', 'dispatch'); None (inconclusive) when A never ran."""
+    try:
+        check_names(ev, [a, b], "overlap_fraction")
+    except (AgentError, re.error) as exc:
+        raise ExpectError(str(exc)) from None
     return overlap(ev, a, b).a_overlap_fraction
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ..base import ToolInput, ToolOutput
-from ..common.expect import Catalogue, Facts
+from ..common.expect import Catalogue, ExpectError, Facts
 
 
 class Input(ToolInput):
@@ -168,6 +168,11 @@ CATALOGUE = Catalogue(
 
 
 def expect_facts(inp: Input, out: Output) -> Facts:
+    def overlap_fraction(*sets):
+        if len(sets) != 2 or not all(isinstance(s, str) for s in sets):
+            raise ExpectError("overlap_fraction takes two range sets as strings, e.g. "
+                              "overlap_fraction('kv_transfer', 'dispatch|combine') >= 0.5")
+        return out._overlap_fraction(*sets)
+
     return Facts(fields={"window_ms": out.window_ms, "finding_codes": out.finding_codes,
-                         "num_threads": out.num_threads},
-                 functions={"overlap_fraction": lambda a, b: out._overlap_fraction(str(a), str(b))})
+                         "num_threads": out.num_threads}, functions={"overlap_fraction": overlap_fraction})

@@ -62,6 +62,12 @@ async def test_a_range_never_seen_lists_the_ranges_that_ran(profile_client):
                    sample_threads=False)
     with pytest.raises(ToolCallError, match="ranges seen: dispatch, kv_transfer"):
         await call(profile_client, "profile", source=SPANS, entry="step", ranges=["decode"], sample_threads=False)
+    with pytest.raises(ToolCallError, match="overlap_fraction: 'decode' matches no range.*ranges seen: dispatch"):
+        await call(profile_client, "profile", source=SPANS, entry="step", sample_threads=False,
+                   expect=["overlap_fraction('decode', 'dispatch') >= 0.5"])
+    with pytest.raises(ToolCallError, match="overlap_fraction takes two range sets"):
+        await call(profile_client, "profile", source=SPANS, entry="step", sample_threads=False,
+                   expect=["overlap_fraction('dispatch') >= 0.5"])
 
 
 async def test_a_hanging_workload_is_killed_at_the_timeout_with_its_samplers(profile_client, profile_server):
