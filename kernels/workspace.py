@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .schema import KernelSpec
+from .schema import KernelSpec, split_ref
 
 CONFIG_NAME = "infra-agent.toml"
 EMBEDDED_ROOT = Path(__file__).resolve().parent
@@ -44,11 +44,11 @@ class Kernel:
 
     def source_of(self, ref: str) -> Path:
         """The file behind a "file.py:fn" reference."""
-        return self.folder / ref.split(":", 1)[0]
+        return self.folder / split_ref(ref)[0]
 
     def entry_of(self, ref: str) -> tuple[Path, str]:
         """(file, function) of a "file.py:fn" reference."""
-        return self.source_of(ref), ref.split(":", 1)[1]
+        return self.source_of(ref), split_ref(ref)[1]
 
 
 @dataclass
@@ -159,7 +159,7 @@ def _load_spec(path: Path) -> KernelSpec:
     if not isinstance(spec, KernelSpec):
         raise WorkspaceError(f"{path} must define SPEC = KernelSpec(...)")
     for impl, ref in {"reference": spec.reference, **spec.impls}.items():
-        file_name = ref.split(":", 1)[0]
+        file_name = ref.partition(":")[0]
         if ":" not in ref or not (path.parent / file_name).is_file():
             raise WorkspaceError(f"{path}: {impl} = {ref!r} must be 'file.py:function' in {path.parent}")
     return spec

@@ -132,7 +132,7 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
         fn=handler,
         name=tool.name,
         title=tool.title,
-        description=tool.description,
+        description=tool.full_description,
         parameters=tool.input_model.model_json_schema(),
         fn_metadata=FuncMetadata(arg_model=_RawArguments, output_model=tool.output_model),
         is_async=True,

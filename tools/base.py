@@ -19,6 +19,7 @@ ledger, artifacts). Tools raise ``AgentError`` for anything the agent caused or 
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
@@ -31,6 +32,15 @@ from .common.expect import LANGUAGE, Catalogue, Facts, HypothesisAnswer, check, 
 
 if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
     from ..sandbox.job import Job, JobResult
+
+
+@contextmanager
+def as_agent_error(*kinds: type[Exception]):
+    """Re-raise `kinds` (e.g. kernels.WorkspaceError) as AgentError with the same message."""
+    try:
+        yield
+    except kinds as exc:
+        raise AgentError(str(exc)) from None
 
 
 class ToolInput(BaseModel):
@@ -155,6 +165,11 @@ class Tool:
     @property
     def catalogue(self) -> Catalogue:
         return self.expect_catalogue or catalogue_of(self.output_model)
+
+    @property
+    def full_description(self) -> str:
+        """The description plus what `expect` may name (the agent reads this before the first call)."""
+        return f"{self.description.rstrip()} expect can name: {self.catalogue.names()}."
 
 
 async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:

@@ -159,7 +159,8 @@ def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
     if isinstance(exc, SystemExit):
         message = f"the code called sys.exit({exc.code!r})"
     errno_value = getattr(exc, "errno", None)
-    return {"type": type(exc).__name__, "message": message, "errno": errno_value if isinstance(errno_value, int) else None,
+    errno_number = errno_value if isinstance(errno_value, int) else None
+    return {"type": type(exc).__name__, "message": message, "errno": errno_number,
             "traceback": "".join(traceback.format_list(mine))}
 
 

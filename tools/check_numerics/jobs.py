@@ -9,15 +9,21 @@ import shutil
 from pathlib import Path
 
 from ...sandbox.job import Job, JobResult
-from ...sandbox.worker.protocol import (OP_NUMERICS_RUN, OP_REFERENCE, NumericsRunPayload, ReferencePayload,
-                                       inputs_file, reference_file)
+from ...sandbox.worker.protocol import (
+    OP_NUMERICS_RUN,
+    OP_REFERENCE,
+    NumericsRunPayload,
+    ReferencePayload,
+    inputs_file,
+    reference_file,
+)
 from ..base import AgentError, Sandbox
 from .plan import Case, Plan
 
 
-async def run_reference(sandbox: Sandbox, plan: Plan, env: dict, timeout_s: float) -> JobResult:
+async def run_reference(sandbox: Sandbox, plan: Plan, timeout_s: float) -> JobResult:
     """Seeded inputs and float64 reference outputs for every trial of every case."""
-    ref = await sandbox.run(Job(op=OP_REFERENCE, payload=_reference_payload(plan), timeout_s=timeout_s, env=env))
+    ref = await sandbox.run(Job(op=OP_REFERENCE, payload=_reference_payload(plan), timeout_s=timeout_s))
     if not ref.ok:
         raise AgentError(f"the reference could not run ({ref.status}): {ref.error}. Fix the reference or the shapes.")
     return ref
@@ -41,13 +47,13 @@ def _reference_payload(plan: Plan) -> ReferencePayload:
             "float64": True}
 
 
-async def run_case(plan: Plan, case: Case, sandbox: Sandbox, env: dict, ref_dir: Path, enabled: set[str],
+async def run_case(plan: Plan, case: Case, sandbox: Sandbox, ref_dir: Path, enabled: set[str],
                    timeout_s: float) -> JobResult:
     """The candidate on one case's inputs (every trial), in one fresh worker."""
     payload: NumericsRunPayload = {"candidate": plan.candidate, "keys": case.keys, "repeat": "determinism" in enabled,
                "partition": plan.partition}
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}
-    res = await sandbox.run(Job(op=OP_NUMERICS_RUN, payload=payload, timeout_s=timeout_s, inputs=inputs, env=env))
+    res = await sandbox.run(Job(op=OP_NUMERICS_RUN, payload=payload, timeout_s=timeout_s, inputs=inputs))
     if res.status == "timeout":
         raise AgentError(f"the candidate timed out after {timeout_s:g} s on case {case.label}; use smaller shapes, "
                          "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)")

@@ -12,11 +12,10 @@ from ..base import AgentError, ToolContext
 from .plan import MIN_TIMED_CALLS, Code
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str, index: int,
-                     count: int, inp) -> tuple[dict, Path | None]:
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
+                     index: int, count: int, inp) -> tuple[dict, Path | None]:
     """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
     timeout_s = 120.0 + 3 * inp.budget_ms / 1e3
-    env = {"TRITON_INTERPRET": "1"} if device == "cpu" else {}
     label = ",".join(f"{k}={v}" for k, v in shape.items())
 
     async def progress(done: float, total: float | None = None, message: str = "") -> None:
@@ -24,7 +23,7 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
 
     await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
     res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing",
-                                               timeout_s=timeout_s, env=env), progress=progress)
+                                               timeout_s=timeout_s), progress=progress)
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
     raw = _checked_form(dict(res.result), arms)

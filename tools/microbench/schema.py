@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
 
 
@@ -16,7 +17,7 @@ class Input(ToolInput):
     kernel: str = Field(description="Kernel spec name (list_kernels): gives the inputs, the reference the "
                         "spot-checks compare against, and the cost model (FLOPs, bytes) for the roofline.")
     impl: str | None = Field(default=None, description="Which of the spec's implementations to time, or "
-                             "'reference'. Default: the spec's first implementation. Ignored with source/path.")
+                             f"'reference'. Default: {DEFAULT_IMPL_RULE}. Ignored with source/path.")
     source: str | None = Field(default=None, description="Inline Python defining the candidate (instead of impl).")
     path: str | None = Field(default=None, description="Workspace-relative file holding the candidate.")
     entry: str | None = Field(default=None, description="Function to call in source/path; takes the spec's "
