@@ -175,7 +175,8 @@ class Engines:
         if eng.args.model:
             argv += ["--ro-bind", str(Path(eng.args.model).resolve()), MODEL_MOUNT]
         pkg = _package_root()
-        for name in ("serving", "kernels"):  # the built-in engine and the specs it loads; never server/ or tools/
+        # the built-in engine, the specs it loads and the worker loader it loads them with; never server/ or tools/
+        for name in ("serving", "kernels", "sandbox"):
             argv += ["--ro-bind", str(pkg / name), f"{PACKAGE_MOUNT}/infra_agent/{name}"]
         return argv
 

@@ -91,8 +91,7 @@ def _baseline_records(ctx: ToolContext, baseline: str | None) -> list[dict] | No
 
 
 def _expect_facts(inp: Input, out: Output):
-    base = (out.baseline_metrics, out.baseline_spread) if out.baseline_metrics is not None else None
-    return facts(out.metrics, out.spread, base)
+    return facts(out.metrics, out.spread, out.baseline_metrics)
 
 
 TOOL = Tool(

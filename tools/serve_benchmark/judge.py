@@ -1,9 +1,10 @@
 """From repeats to numbers, criteria and attribution.
 
-Each metric is the median over repeats; its interval is the [min, max] over repeats, so
-a criterion is decided only when every repeat agrees (`ttft_p50 <= 1.05 *
-baseline.ttft_p50` passes when even the worst repeat is within 5% of the baseline's
-best). Attribution compares the engine's own per-phase times with the baseline's and
+Each metric is the median over repeats; its interval is the [min, max] over repeats, and
+the baseline's medians are taken as exact, so a criterion is decided only when every
+repeat agrees (`ttft_p50 <= 1.05 * baseline.ttft_p50` passes when even the worst repeat
+is within 5% of the baseline's median, fails when even the best is not, and is
+inconclusive in between). Attribution compares the engine's own per-phase times with the baseline's and
 names the phase that moved most, with the next cheapest experiment for that layer.
 """
 
@@ -90,12 +91,12 @@ def aggregate(repeats: list[RepeatMetrics]) -> tuple[dict[str, float | None], di
     return medians, spread
 
 
-def facts(metrics: dict, spread: dict, baseline: tuple[dict, dict] | None) -> Facts:
-    def measured(m: dict, s: dict) -> dict:
-        return {k: (Measured(v, *s[k]) if k in s and s[k][0] != s[k][1] else v) for k, v in m.items()}
-
-    base = Facts(fields=measured(*baseline)) if baseline is not None else None
-    return Facts(fields=measured(metrics, spread), baseline=base)
+def facts(metrics: dict, spread: dict, baseline: dict | None) -> Facts:
+    """This run's metrics with their [min, max] over repeats; the baseline's medians taken as exact
+    (as microbench takes baseline.median_ms), so a criterion is decided when every repeat agrees."""
+    fields = {k: (Measured(v, *spread[k]) if k in spread and spread[k][0] != spread[k][1] else v)
+              for k, v in metrics.items()}
+    return Facts(fields=fields, baseline=Facts(fields=dict(baseline)) if baseline is not None else None)
 
 
 def attribution(metrics: dict, base: dict, *, ttft_key: str = "ttft_p50") -> tuple[list[PhaseChange], list[str]]:

@@ -1,0 +1,62 @@
+"""The built-in engine under serve_benchmark: complete metrics on this CPU, then a planted
+prefill regression that the acceptance criterion catches and the attribution pins on the
+prefill phase, while the normal configuration is not failed against itself.
+
+What a person should look at: the `findings` of the regressed run ("TTFT p50 +N%: prefill
++M%, queue ..., the prefill phase moved most ... next: profile the prefill step").
+"""
+
+from __future__ import annotations
+
+import pytest
+from conftest import call
+
+from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+pytestmark = pytest.mark.slow
+
+WORKLOAD = {"num_requests": 64, "input_len": 24, "output_len": 8, "rate": 32.0, "seed": 3}
+CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
+
+
+@pytest.fixture
+async def builtin_client(workspace):
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    build_tiny_checkpoint(workspace / "tiny")
+    srv = build_server(workspace)
+    async with Client(srv) as c:
+        yield c
+    await srv.aclose()
+
+
+@pytest.mark.anyio
+async def test_builtin_metrics_regression_and_attribution(builtin_client):
+    c = builtin_client
+    normal = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    assert normal["metrics"] and normal["profiling"]
+    base = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=2)
+    m = base["metrics"]
+    assert (m["completed"], m["failed"]) == (64, 0)
+    for name in ("ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "e2el_p50", "output_throughput",
+                 "queue_ms", "prefill_ms", "decode_ms"):
+        assert m[name] is not None, name
+    assert base["output_tokens_source"] == "usage"
+    assert base["repeats"][0]["latencies_ms"]["itl_per_token"]  # continuous_usage_stats per chunk
+
+    slow = await call(c, "launch_serve", engine="builtin",
+                      args={"model": "tiny", "extra_args": ["--prefill-delay-ms", "40"]})
+    regressed = await call(c, "serve_benchmark", handle=slow["handle"], workload=WORKLOAD, repeats=2,
+                           baseline=base["experiment_id"], criteria=[CRITERION])
+    assert regressed["criteria"]["answer"] == "contradicted"
+    assert regressed["phases"][0]["phase"] == "prefill", regressed["phases"]
+    assert "prefill phase moved most" in regressed["findings"][1]
+    assert "profile the prefill step" in regressed["summary"] or "prefill" in regressed["summary"]
+
+    again = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=2,
+                       baseline=base["experiment_id"], criteria=[CRITERION])
+    assert again["criteria"]["answer"] != "contradicted", again["criteria"]
+    for h in (normal["handle"], slow["handle"]):
+        await call(c, "stop_serve", handle=h)
