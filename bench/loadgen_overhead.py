@@ -28,6 +28,7 @@ import sys
 import time
 
 import httpx
+
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
 
 

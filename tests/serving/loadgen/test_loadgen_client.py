@@ -17,11 +17,12 @@ import time
 
 import pytest
 import uvicorn
-from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
+
+from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
 
 SENT: dict[str, list[float]] = {}
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
-from infra_agent.serving.loadgen import PlainTokenizer, random_requests, shared_prefix_requests, sharegpt_requests
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+from infra_agent.serving.loadgen import PlainTokenizer, random_requests, shared_prefix_requests, sharegpt_requests
 
 TEXT = ["the quick brown fox jumps over the lazy dog", "paged attention reads blocks of keys and values",
         "a scheduler batches prefill and decode steps", "tokens stream back to the client one chunk at a time"]

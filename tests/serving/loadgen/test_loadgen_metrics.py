@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
+
 from infra_agent.serving.loadgen import Arrivals, RequestRecord, compute
 
 

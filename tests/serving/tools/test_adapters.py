@@ -5,6 +5,7 @@ tested by the argv and the request fields they produce, never started."""
 from __future__ import annotations
 
 import pytest
+
 from infra_agent.serving.adapters import ADAPTERS, AdapterError, EngineArgs, adapter_for
 
 

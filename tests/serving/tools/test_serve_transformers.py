@@ -23,8 +23,9 @@ def tiny_workspace(workspace):
 
 @pytest.fixture
 async def ts_client(tiny_workspace):
-    from infra_agent.server.app import build_server
     from mcp import Client
+
+    from infra_agent.server.app import build_server
 
     srv = build_server(tiny_workspace)
     async with Client(srv) as c:
