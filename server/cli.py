@@ -74,6 +74,7 @@ def serve(
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = _build(workspace, allow_unsandboxed)
+    _remove_stale_cgroups()
     if http:
         from .http import bind, serve_http
 
@@ -83,14 +84,24 @@ def serve(
             raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
         anyio.run(serve_http, server, sock, token)
     else:
-        anyio.run(_serve_stdio, server)
+        from .stdio import serve_stdio
+
+        anyio.run(serve_stdio, server)
 
 
-async def _serve_stdio(server) -> None:
+def _remove_stale_cgroups() -> None:
+    """Servers killed without a shutdown leave cgroup folders: remove them before serving."""
     try:
-        await server.run_stdio_async()
-    finally:
-        await server.aclose()
+        from ..sandbox.cgroups import remove_stale_cgroups
+    except ImportError:
+        return
+    try:
+        removed = remove_stale_cgroups()
+    except OSError as exc:  # cgroups are a sandbox layer; device_info reports their absence
+        err.print(f"[yellow]warning:[/] could not clean stale cgroups: {escape(str(exc))}", soft_wrap=True)
+        return
+    if removed:
+        err.print(f"removed {len(removed)} cgroup folder(s) left by servers that are gone", highlight=False)
 
 
 @app.command("tools")

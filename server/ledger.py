@@ -123,6 +123,18 @@ class Ledger:
     def close_error(self, experiment_id: str, error: str, artifacts: list[str]) -> None:
         self._close(experiment_id, "error", None, error, artifacts)
 
+    def close_interrupted(self, experiment_id: str, why: str) -> None:
+        """A call the server stopped (shutdown) before it finished."""
+        self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, duration_s=? - started_at "
+                    "WHERE id=? AND status='running'", (why, time.time(), time.time(), experiment_id))
+
+    def interrupt_running(self, why: str) -> int:
+        """Mark this process's calls still ``running`` as interrupted (at shutdown); how many."""
+        cur = self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, "
+                          "duration_s=? - started_at WHERE status='running' AND pid=?",
+                          (why, time.time(), time.time(), os.getpid()))
+        return cur.rowcount
+
     def _close(self, experiment_id: str, status: str, result: str | None, error: str | None,
                artifacts: list[str]) -> None:
         ended = time.time()

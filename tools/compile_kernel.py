@@ -129,7 +129,7 @@ def plan(inp: Input, ctx: ToolContext, target) -> dict:
         code, host_file, file_name = inp.source, None, "candidate.cu" if _looks_cuda(inp, inp.source) else "candidate.py"
     elif inp.path is not None:
         host_file = ws.file(inp.path)
-        code, file_name = host_file.read_text(), str(host_file.relative_to(Path(ws.root).resolve()))
+        code, file_name = ws.read_text(host_file), str(host_file.relative_to(Path(ws.root).resolve()))
     elif spec_kernel is not None:
         ref = spec_kernel.spec.impls.get(inp.impl)
         if ref is None:
