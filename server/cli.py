@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import clients, render
+from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="An MCP tool server for optimising an inference stack: compile kernels, check numerics, "
@@ -71,6 +72,10 @@ def serve(
         envvar="INFRA_AGENT_TOKEN", help="Require 'Authorization: Bearer TOKEN' on HTTP requests.")] = None,
     allow_unsandboxed: Annotated[bool, typer.Option(
         "--allow-unsandboxed", help="Run agent code even when no isolation (bwrap) is available.")] = False,
+    shutdown_grace: Annotated[float, typer.Option(
+        "--shutdown-grace", min=0, max=600,
+        help="Seconds running calls may finish after SIGTERM before they are cancelled (marked interrupted).")
+    ] = SHUTDOWN_GRACE_S,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = _build(workspace, allow_unsandboxed)
@@ -82,11 +87,11 @@ def serve(
             sock = bind(host, port)
         except OSError as exc:
             raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
-        anyio.run(serve_http, server, sock, token)
+        anyio.run(serve_http, server, sock, token, shutdown_grace)
     else:
         from .stdio import serve_stdio
 
-        anyio.run(serve_stdio, server)
+        anyio.run(serve_stdio, server, shutdown_grace)
 
 
 def _remove_stale_cgroups() -> None:

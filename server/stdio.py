@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import signal
+import sys
 from typing import Any
 
 import anyio
@@ -32,25 +34,40 @@ async def serve_stdio(server, grace_s: float = SHUTDOWN_GRACE_S) -> None:
     """Serve until stdin closes or SIGTERM arrives; then close the server (sandbox, ledger)."""
     lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async drives; we add a filter in between
     try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(_stop_on_sigterm, server, grace_s, tg.cancel_scope)
-            async with stdio_server() as (read_stream, write_stream):
+        async with stdio_server() as (read_stream, write_stream):
+            async with anyio.create_task_group() as tg:
+                stop = _SigtermStop(server, grace_s, tg.cancel_scope)
+                tg.start_soon(stop.watch)
                 answering = ParseErrorAnswering(read_stream, write_stream)
                 await lowlevel.run(answering, write_stream, lowlevel.create_initialization_options())
-            tg.cancel_scope.cancel()  # stdin closed: stop watching for signals
+                tg.cancel_scope.cancel()  # stdin closed: stop watching for signals
+            if stop.signalled:
+                # The SDK reads stdin in a thread blocked in read(), which nothing can cancel:
+                # leaving stdio_server() would wait until the client writes or closes stdin.
+                # Everything of ours is closed first; then the process ends here.
+                with anyio.CancelScope(shield=True):
+                    await server.aclose()
+                sys.stderr.flush()
+                os._exit(0)
     finally:
         with anyio.CancelScope(shield=True):
             await server.aclose()
 
 
-async def _stop_on_sigterm(server, grace_s: float, scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM) as signals:
-        async for _ in signals:
-            drained = await server.state.drain(grace_s)
-            log.warning("SIGTERM: %s", "no call was running" if drained else
-                        f"calls still running after {grace_s:g} s are cancelled and marked interrupted")
-            scope.cancel()
-            return
+class _SigtermStop:
+    def __init__(self, server, grace_s: float, scope: anyio.CancelScope):
+        self.server, self.grace_s, self.scope = server, grace_s, scope
+        self.signalled = False
+
+    async def watch(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            async for _ in signals:
+                self.signalled = True
+                drained = await self.server.state.drain(self.grace_s)
+                log.warning("SIGTERM: %s", "no call was running" if drained else
+                            f"calls still running after {self.grace_s:g} s are cancelled and marked interrupted")
+                self.scope.cancel()
+                return
 
 
 class ParseErrorAnswering:
