@@ -28,7 +28,7 @@ from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
 from ..tools.base import MAX_NAME_CHARS, AgentError, Tool
-from ..tools import provenance
+from ..tools.common import provenance
 from .context import CallContext, ServerState
 from .limits import (MAX_ERROR_CHARS, MAX_FULL_REPLY_CHARS, MAX_REPLY_CHARS, clip_text, fit_reply,
                      record_arguments, record_hypothesis)
@@ -77,13 +77,14 @@ TOOL_IMPORT_ERRORS: dict[str, str] = {}
 
 
 def discover_tools() -> dict[str, Tool]:
-    """Every module in infra_agent.tools with a `TOOL` attribute, by tool name.
+    """Every module or package in infra_agent.tools with a `TOOL` attribute, by tool name
+    (a small tool is one module, a big one a package whose ``__init__`` defines `TOOL`).
 
     A module that fails to import is skipped (logged, and kept in TOOL_IMPORT_ERRORS),
     so one broken tool does not take the others down."""
     found: dict[str, Tool] = {}
     for info in sorted(pkgutil.iter_modules(tools_package.__path__), key=lambda m: m.name):
-        if info.name.startswith("_") or info.name == "base":
+        if info.name.startswith("_") or info.name in ("base", "common"):
             continue
         try:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")

@@ -234,7 +234,7 @@ def lock(
 ) -> None:
     """Pin a kernel's reference (hashes) so later numerics checks detect edits to it."""
     try:
-        from ..tools.pinning import lock_kernel
+        from ..tools.check_numerics.lock import lock_kernel
     except ImportError as exc:
         raise _fail(f"kernel locking is not available in this install ({exc})") from None
     from ..kernels.workspace import WorkspaceError, load_workspace

@@ -7,6 +7,7 @@ table each, so a new tool needs no renderer of its own. `--json` bypasses this.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rich.console import Console
@@ -29,11 +30,19 @@ def _cell(value: Any) -> str:
 
 
 def tool_table(console: Console, tools: list) -> None:
-    table = Table("tool", "title", "what it answers", show_lines=False)
+    """One line per tool: its name and the first sentence of its description, cut to the terminal's width."""
+    name_width = max((len(t.name) for t in tools), default=0)
+    room = max(console.width - name_width - 2, MIN_COLUMN_WIDTH)
     for t in tools:
-        first_sentence = (t.description or "").strip().split(". ")[0].splitlines()[0] if t.description else ""
-        table.add_row(t.name, t.title or "", first_sentence)
-    console.print(table)
+        text = _first_sentence(t.description or t.title or "")
+        if len(text) > room:
+            text = text[: room - 1] + "…"
+        console.print(f"{t.name:<{name_width}}  {escape(text)}", highlight=False, soft_wrap=True)
+
+
+def _first_sentence(description: str) -> str:
+    flat = " ".join(description.split())
+    return re.split(r"(?<=[.?!])\s", flat, maxsplit=1)[0].rstrip(".:")
 
 
 def result(console: Console, tool: str, data: dict) -> None:
@@ -117,6 +126,8 @@ def experiments_table(console: Console, rows: list[dict]) -> None:
     for r in rows:
         ms = f"{r['duration_ms']:.0f}" if r.get("duration_ms") is not None else ""
         started = r["started_at"][5:19].replace("T", " ")  # MM-DD HH:MM:SS
-        text = escape(r["summary"]) + (f"\n[dim]hypothesis: {escape(r['hypothesis'])}[/]" if r.get("hypothesis") else "")
+        text = escape(r["summary"])
+        if r.get("hypothesis"):
+            text += f"\n[dim]hypothesis: {escape(r['hypothesis'])}[/]"
         table.add_row(r["id"], started, r["tool"], r.get("kernel") or "", r["status"], ms, text)
     console.print(table)

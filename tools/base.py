@@ -1,6 +1,6 @@
 """The contract every tool module follows, independent of MCP.
 
-A tool module (``tools/<name>.py``) defines::
+A tool module (``tools/<name>.py``) or package (``tools/<name>/__init__.py``) defines::
 
     TOOL = Tool(
         name="describe_kernel",
@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Protocol, get_args, get_origin
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, get_args, get_origin
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -40,6 +40,9 @@ MAX_NESTED_CHARS = 1_024  # a string inside a list or object (flags, dims, names
 MAX_DEPTH = 8  # nesting of lists and objects inside one argument
 MAX_NUMBER = 1e15  # magnitude of any number a field does not bound more tightly
 CODE_FIELDS = frozenset({"source", "reference", "baseline"})
+
+if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
+    from ..sandbox.job import Job, JobResult
 
 
 class AgentError(Exception):
@@ -148,6 +151,32 @@ class ToolOutput(BaseModel):
     )
 
 
+Progress = Callable[[float, "float | None", str], Awaitable[None]]
+
+
+class JobLimits(Protocol):
+    memory_bytes: int  # the per-job memory cap (a cgroup), bytes
+
+
+class Isolation(Protocol):
+    level: str  # what is in force, e.g. "full", "partial", "none"
+
+    def as_dict(self) -> dict: ...
+
+
+class Sandbox(Protocol):
+    """What tools use of infra_agent.sandbox.Sandbox: run a job, name a workspace file
+    as a job sees it, and the facts a plan needs (device, limits, isolation)."""
+
+    device: str  # "cuda" or "cpu": where jobs run
+    limits: JobLimits
+    isolation: Isolation
+
+    async def run(self, job: Job, progress: Progress | None = None) -> JobResult: ...
+
+    def workspace_path(self, host_path: Path) -> str: ...
+
+
 class ToolContext(Protocol):
     """What the server hands a tool for one call."""
 
@@ -155,7 +184,7 @@ class ToolContext(Protocol):
     experiment_id: str
 
     @property
-    def sandbox(self) -> Any:  # infra_agent.sandbox.Sandbox, started on first use
+    def sandbox(self) -> Sandbox:  # infra_agent.sandbox.Sandbox, started on first use
         ...
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
-from . import peaks, provenance
+from .common import peaks, provenance
 from .base import Tool, ToolContext, ToolInput, ToolOutput
 
 

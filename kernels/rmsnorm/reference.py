@@ -1,6 +1,6 @@
 import torch
 
-EPS = 1e-6
+EPS = 1e-6  # the one eps: the Triton impl imports it from here
 
 
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:  # [M, N], [N] -> [M, N]

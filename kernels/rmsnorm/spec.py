@@ -26,5 +26,4 @@ SPEC = KernelSpec(
     # Rows are independent: splitting M across ranks and concatenating is exact.
     partition=Partition(args={"x": 0}, num_parts=2, combine="concat", out_dim=0),
     forbidden_ops=("aten::pow", "aten::mean", "aten::rsqrt", "aten::rms_norm"),
-    extra={"eps": 1e-6},
 )

@@ -69,10 +69,14 @@ def test_bad_input_exits_non_zero_with_a_clear_message(workspace, tmp_path):
 
 
 def test_tools_lists_one_line_each(workspace):
-    result = invoke("tools", "-w", str(workspace))
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["tools", "-w", str(workspace)], catch_exceptions=False)
     assert result.exit_code == 0
+    lines = result.stdout.splitlines()
+    names = [line.split()[0] for line in lines]
     for name in ("list_kernels", "describe_kernel", "device_info", "list_experiments", "compare_experiments"):
-        assert name in result.stdout
+        assert name in names
+    assert len(names) == len(set(names)) == len(lines)  # one line per tool, none wrapped
+    assert all(len(line) <= 80 for line in lines), max(lines, key=len)
 
 
 def test_export_tools_openai_validates(workspace):

@@ -1,0 +1,60 @@
+"""check_numerics planning, without running anything."""
+
+import pytest
+
+from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.tools.base import AgentError
+from infra_agent.tools.check_numerics.schema import Input
+from infra_agent.tools.check_numerics.plan import make_plan
+from infra_agent.tools.check_numerics.lock import lock_kernel
+
+
+class PathsAsIs:
+    def workspace_path(self, host_path):
+        return str(host_path)
+
+
+def plan(ws, device="cpu", **kw):
+    return make_plan(Input(**kw), ws, PathsAsIs(), device, lambda c, t: 1000 * c + t)
+
+
+def test_cases_seeds_and_tf32_storage():
+    p = plan(load_workspace(), kernel="tp_linear", impl="tf32", dtypes=["float32", "tf32"], trials=2)
+    assert [(c.dtype, c.storage_dtype, c.tol.rel_l2, c.tol.source) for c in p.cases][::2] == [
+        ("float32", "float32", 1e-5, "spec"), ("tf32", "float32", 5e-4, "dtype default")]
+    assert p.cases[1].seeds == [1000, 1001] and p.cases[1].keys == ["c1t0", "c1t1"]
+    assert p.partition["args"] == {"0": 1, "1": 1} and p.partition["combine"] == "sum"
+    assert p.candidate["entry"] == "linear_tf32" and "aten::mm" in p.forbidden_ops
+
+
+def test_cuda_adds_gpu_shapes_within_budget():
+    cpu, cuda = plan(load_workspace(), kernel="vector_add"), plan(load_workspace(), "cuda", kernel="vector_add")
+    assert len(cuda.cases) > len(cpu.cases)
+    assert max(c.shape["N"] for c in cuda.cases) <= 1 << 24
+    with pytest.raises(AgentError, match="use fewer trials"):
+        plan(load_workspace(), "cuda", kernel="vector_add", trials=20)
+
+
+def test_files_outside_the_workspace_are_refused(tmp_path):
+    outside = tmp_path / "x.py"
+    outside.write_text("def f(x, y):\n    return x\n")
+    with pytest.raises(AgentError, match="outside the workspace"):
+        plan(load_workspace(), kernel="vector_add", path=str(outside), entry="f")
+    with pytest.raises(AgentError, match="entry= is required"):
+        plan(load_workspace(), kernel="vector_add", source="def f(x, y): return x")
+    with pytest.raises(AgentError, match="permutation"):
+        plan(load_workspace(), kernel="vector_add", partition={"args": {"x": 0}, "num_parts": 2, "combine": "sum",
+                                                               "sum_order": [0, 0]})
+
+
+def test_lock_notes_for_overrides(tmp_path):
+    import shutil
+
+    root = tmp_path / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    lock_kernel(load_workspace(root), "rmsnorm")
+    ws = load_workspace(root)
+    assert plan(ws, kernel="rmsnorm").notes == []
+    assert plan(ws, kernel="rmsnorm", tolerance=1e-9).notes == []  # tighter is fine
+    notes = plan(ws, kernel="rmsnorm", tolerance=0.1, reference="reference.py:rmsnorm").notes
+    assert any("replaces the locked reference" in n for n in notes) and any("looser" in n for n in notes)

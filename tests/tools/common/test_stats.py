@@ -1,0 +1,70 @@
+"""timing_stats on synthetic samples: summaries, the median's standard error, and the
+A/B interval's false-alarm and detection rates."""
+
+import numpy as np
+import pytest
+
+from infra_agent.tools.common.stats import compare, summarize
+
+
+def _lognormal(rng, n, median, cv):
+    return median * np.exp(rng.normal(0.0, cv, n))
+
+
+def test_summary_quantiles_of_known_samples():
+    s = summarize(list(range(1, 101)))  # 1..100
+    assert s.n == 100
+    assert s.median_ns == pytest.approx(50.5)
+    assert s.p10_ns == pytest.approx(10.9)
+    assert s.p90_ns == pytest.approx(90.1)
+    assert s.iqr_ns == pytest.approx(49.5)
+    assert s.mean_ns == pytest.approx(50.5)
+
+
+def test_median_se_matches_the_asymptotic_formula_for_normal_samples():
+    rng = np.random.default_rng(0)
+    n, sigma, mu = 4000, 5.0, 100.0
+    s = summarize(rng.normal(mu, sigma, n))
+    expected = 1.2533 * sigma / np.sqrt(n) / mu  # sqrt(pi/2) * sigma / sqrt(n)
+    assert s.median_rel_se == pytest.approx(expected, rel=0.3)
+    assert summarize(rng.normal(mu, sigma, n // 16)).median_rel_se > 2.5 * s.median_rel_se
+
+
+def test_a_a_false_verdicts_stay_near_the_nominal_rate():
+    rng = np.random.default_rng(1)
+    false = 0
+    for rep in range(40):
+        a, b = _lognormal(rng, 400, 100.0, 0.1), _lognormal(rng, 400, 100.0, 0.1)
+        false += compare(a, b, seed=rep, n_resamples=500).verdict != "inconclusive"
+    assert false <= 5  # nominal 5% of 40 = 2
+
+
+def test_a_planted_ten_percent_slowdown_is_found_with_its_size():
+    rng = np.random.default_rng(2)
+    a, b = _lognormal(rng, 500, 100.0, 0.1), _lognormal(rng, 500, 110.0, 0.1)
+    c = compare(a, b, n_resamples=1000)
+    assert c.verdict == "slower"
+    assert c.ci_low < 1.10 < c.ci_high
+    assert c.min_detectable_effect_pct < 5
+    faster = compare(b, a, n_resamples=1000)
+    assert faster.verdict == "faster" and faster.ratio < 1
+
+
+def test_drift_shared_by_both_arms_does_not_create_a_difference():
+    rng = np.random.default_rng(3)
+    drift = np.linspace(1.0, 1.5, 600)  # the machine slows by half during the run
+    a = _lognormal(rng, 600, 100.0, 0.03) * drift
+    b = _lognormal(rng, 600, 100.0, 0.03) * drift
+    assert compare(a, b, n_resamples=500).verdict == "inconclusive"
+
+
+def test_noisier_samples_give_a_larger_minimal_detectable_effect():
+    rng = np.random.default_rng(4)
+    quiet = compare(_lognormal(rng, 400, 100, 0.02), _lognormal(rng, 400, 100, 0.02), n_resamples=500)
+    noisy = compare(_lognormal(rng, 400, 100, 0.3), _lognormal(rng, 400, 100, 0.3), n_resamples=500)
+    assert noisy.min_detectable_effect_pct > 3 * quiet.min_detectable_effect_pct
+
+
+def test_too_few_pairs_is_an_error():
+    with pytest.raises(ValueError, match="at least 4"):
+        compare([1, 2, 3], [1, 2, 3])

@@ -1,0 +1,86 @@
+"""check_numerics: does the candidate compute the same function as the reference, honestly?
+
+plan (pure: candidate, reference, cases, seeds, tolerances, partition, lock) -> jobs (a
+`reference` job writes seeded inputs and float64 reference outputs; one `numerics_run`
+job per case runs the candidate on them: NaN-prefilled outputs, reused buffers, a
+repeat, simulated TP ranks, op audit) -> judge (errors, findings and the case verdict,
+computed outside the candidate's process, in a worker thread) -> report (summary line,
+worst cases, error histogram).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import anyio
+
+from ..base import Tool, ToolContext
+from ..common.seeds import trial_seed
+from . import jobs
+from .plan import make_plan
+from .report import histogram_png, summary, worst_json
+from .schema import CHECKS, Input, LockReport, Output
+from .verdict import lock_findings, overall
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    sandbox = ctx.sandbox
+    device = sandbox.device
+    plan = make_plan(inp, ctx.workspace, sandbox, device,
+                     lambda c, t: trial_seed(ctx.workspace.state_dir, ctx.experiment_id, c, t))
+    enabled = set(inp.checks if inp.checks is not None else CHECKS)
+    env = {} if device == "cuda" else {"TRITON_INTERPRET": "1"}
+    total = len(plan.cases) + 1
+    await ctx.progress(0, total, "reference")
+    ref = await jobs.run_reference(sandbox, plan, env, inp.timeout_s)
+    ref_items = ref.result.get("items", {}) if isinstance(ref.result, dict) else {}
+    findings = lock_findings(plan.notes)
+    reports, series, partition_rows = [], {}, {}
+    with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
+        ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
+        for case in plan.cases:
+            await ctx.progress(case.index + 1, total, f"case {case.label}")
+            res = await jobs.run_case(plan, case, sandbox, env, ref_dir, enabled, inp.timeout_s)
+            # torch work on possibly large tensors: off the event loop, so the server keeps serving
+            report, row, case_found, errors = await anyio.to_thread.run_sync(
+                _judge_case, plan, case, res, ref_dir, ref_items, enabled, device)
+            findings += case_found
+            reports.append(report)
+            partition_rows[case.label] = row
+            if errors is not None:
+                series[case.label] = errors
+    verdict = overall(reports, findings)
+    artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
+    if series:
+        artifacts.append(ctx.artifact("error_histogram.png", histogram_png(series)))
+    await ctx.progress(total, total, f"verdict {verdict}")
+    lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
+                                                     problems=plan.notes)
+    return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
+                  lock=lock, checks=sorted(enabled), artifacts=artifacts,
+                  summary=summary(plan.candidate_name, verdict, reports, findings, inp.hypothesis))
+
+
+def _judge_case(*args):
+    from . import judge  # torch-heavy: imported in the judge thread, never on the server's import path
+
+    return judge.judge_case(*args)
+
+
+TOOL = Tool(
+    name="check_numerics",
+    title="Check numerics and integrity",
+    description="Does a kernel compute the same function as its reference, honestly? Runs the candidate on fresh "
+    "seeded inputs per trial, compares with a float64 reference outside its process (max abs/rel, rel L2, ULP, "
+    "mismatch indices, NaN/Inf) against a documented tolerance, and reports integrity findings: unwritten output, "
+    "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, "
+    "lower precision, and partitioned (simulated tensor-parallel) vs unpartitioned divergence. Tolerance (relative L2): "
+    "the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 5e-4, "
+    "float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser tolerance.",
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    read_only=True,
+    idempotent=False,
+)

@@ -1,0 +1,262 @@
+"""Integrity findings: the ways a candidate can look right without being right.
+
+Each detector reads the evidence of one case (evidence.py) and returns
+findings that name the trick and where it showed. Severity "error" means the verdict
+cannot pass; "warning" is worth a look but does not fail the check. The facts come from
+the worker (untrusted: the candidate shared its process), so what the parent can
+recompute from files it does: outputs, input mutation, caching, constant output.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..common.error_metrics import representable_fraction, round_to
+from ..common.tolerance import LOWER_PRECISION
+from .evidence import CaseEvidence
+from .schema import CHECKS, Finding
+
+# Ops a Triton wrapper legitimately dispatches: allocation, views, copies, dtype moves.
+MEMORY_OPS = frozenset(f"aten::{op}" for op in (
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "full", "full_like", "fill_", "zero_", "set_", "copy_", "view",
+    "_unsafe_view", "reshape", "as_strided", "t", "transpose", "permute", "contiguous", "clone",
+    "detach", "alias", "lift_fresh", "slice", "select", "unsqueeze", "squeeze", "expand", "split",
+    "split_with_sizes", "chunk", "narrow", "_to_copy", "resize_", "unbind", "_local_scalar_dense",
+    "is_nonzero", "arange", "lift_fresh_copy", "flatten", "unflatten"))
+
+def case_findings(ev: CaseEvidence, forbidden_ops: tuple[str, ...], enabled: set[str]) -> list[Finding]:
+    found: list[Finding] = []
+    for detect in (_unwritten, _mutation, _output_facts, _determinism, _caching_and_state,
+                   _op_audit, _tampering, _precision, _degenerate):
+        found.extend(detect(ev, forbidden_ops))
+    allowed = {code for name in enabled for code in CHECKS.get(name, ())}
+    return [f for f in found if f.code in allowed]
+
+
+def call_findings(ev: CaseEvidence) -> list[Finding]:
+    """Calls that raised after the first: a rank that cannot run its shard, or a later trial."""
+    found = []
+    for call in ev.calls:
+        if "error" not in call:
+            continue
+        rank = str(call.get("kind", "")).startswith("rank")
+        found.append(Finding(code="partition_unsupported" if rank else "candidate_raised",
+                             severity="warning" if rank else "error", case=ev.label,
+                             message=f"call {call.get('index')} ({call.get('kind')}, {call.get('key')}) raised "
+                             f"{call.get('error')}" + (": the kernel cannot run on one rank's shard" if rank else "")))
+    return found[:3]
+
+
+def _f(ev: CaseEvidence, code: str, severity: str, message: str) -> Finding:
+    return Finding(code=code, severity=severity, message=message, case=ev.label)
+
+
+def _first_calls(ev: CaseEvidence):
+    for call in ev.calls:
+        if call.get("kind") == "first" and "error" not in call:
+            yield call
+
+
+def _unwritten(ev, _):
+    """An element still holding the pre-fill (NaN's exact bits; an integer dtype's max)
+    where the reference differs was never written; other NaN/Inf where the reference is
+    finite was computed (garbage arithmetic, overflow)."""
+    for key in ev.keys:
+        outs = ev.outputs.get((key, "first")) or []
+        for j, err in enumerate(ev.errors.get((key, "first"), [])):
+            if not err or j >= len(outs) or outs[j] is None or outs[j].dtype == torch.bool:
+                continue
+            out, ref = outs[j], ev.refs[key][j]
+            if out.is_floating_point():
+                if not err["nonfinite_mismatches"]:
+                    continue
+                fill = torch.full((1,), float("nan"), dtype=out.dtype)
+                unwritten = (_bits(out) == _bits(fill)[0]) & torch.isfinite(ref)
+            else:
+                top = torch.iinfo(out.dtype).max
+                unwritten = (out == top) & (ref != top)
+            if bool(unwritten.any()):
+                first = [int(i) for i in unwritten.nonzero()[0]]
+                return [_f(ev, "unwritten_output", "error",
+                           f"output {j} has {int(unwritten.sum())} elements still holding the pre-fill "
+                           f"({'NaN' if out.is_floating_point() else 'the dtype max'}) where the reference differs "
+                           f"(first at {first}): never written (e.g. torch.empty_like returned as is, or a store "
+                           "mask that misses elements)")]
+            if out.is_floating_point():
+                return [_f(ev, "nonfinite_output", "error",
+                           f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the reference is "
+                           f"finite (first at {err['worst_index']}), not the pre-fill pattern: computed, e.g. "
+                           "overflow or arithmetic on misread data")]
+    return []
+
+
+def _mutation(ev, _):
+
+    for key in ev.keys:
+        after = ev.inputs_after.get(key)
+        if after is None:
+            continue
+        for j, (before, now) in enumerate(zip(ev.inputs[key], after)):
+            if now is None or now.shape != before.shape or not torch.equal(_bits(now), _bits(before)):
+                name = ev.arg_names[j] if j < len(ev.arg_names) else str(j)
+                changed = int((_bits(now) != _bits(before)).sum()) if now is not None and now.shape == before.shape else before.numel()
+                return [_f(ev, "input_mutation", "error",
+                           f"argument {name!r} was modified by the call ({changed} elements changed): a kernel must "
+                           "not write its inputs (the caller's tensors, and later calls, see the damage)")]
+    return []
+
+
+def _output_facts(ev, _):
+    found = []
+    for call in _first_calls(ev):
+        outs = call.get("outputs") or []
+        refs = ev.refs[call["key"]]
+        if len(outs) != len(refs):
+            found.append(_f(ev, "wrong_output", "error", f"returned {len(outs)} outputs, the reference returns {len(refs)}"))
+        for j, (o, ref) in enumerate(zip(outs, refs)):
+            if not o.get("is_tensor") or not o.get("is_plain") or not o.get("has_storage"):
+                found.append(_f(ev, "not_plain_tensor", "error",
+                                f"output {j} is a {o.get('type')} (plain torch.Tensor: {o.get('is_plain')}, real storage: "
+                                f"{o.get('has_storage')}): a tensor subclass or lazy wrapper can compute on access or "
+                                "fool comparisons; its raw storage was compared instead"))
+            elif o.get("aliases_inputs"):
+                names = [ev.arg_names[i] if i < len(ev.arg_names) else str(i) for i in o["aliases_inputs"]]
+                found.append(_f(ev, "output_aliases_input", "error",
+                                f"output {j} shares memory with input {', '.join(map(repr, names))}: the kernel returned "
+                                "its input or a view of it instead of a fresh result"))
+            expected = (list(ref.shape), ev.output_dtype(call["key"], j, ref), ev.device)
+            got = (o.get("shape"), o.get("dtype"), o.get("device"))
+            if o.get("is_tensor") and got != expected:
+                found.append(_f(ev, "wrong_output", "error", f"output {j} is shape/dtype/device {got}, expected {expected}"))
+        if found:
+            return found
+    return found
+
+
+def _determinism(ev, _):
+
+    for key in ev.keys:
+        a, b = ev.outputs.get((key, "first")), ev.outputs.get((key, "repeat"))
+        if not a or not b:
+            continue
+        for j, (x, y) in enumerate(zip(a, b)):
+            if x is not None and y is not None and x.shape == y.shape and not torch.equal(_bits(x), _bits(y)):
+                diff = (_bits(x) != _bits(y))
+                where = [int(i) for i in diff.nonzero()[0]] if diff.ndim else []
+                return [_f(ev, "nondeterministic", "warning",
+                           f"output {j}: two calls on identical inputs differ bitwise in {int(diff.sum())} elements "
+                           f"(first at {where}): unordered atomics, races, or state carried between calls")]
+    return []
+
+
+def _caching_and_state(ev, _):
+
+    for prev, key in zip(ev.keys, ev.keys[1:]):
+        a, b = ev.outputs.get((prev, "first")), ev.outputs.get((key, "first"))
+        same_ref = all(torch.equal(x, y) for x, y in zip(ev.refs[prev], ev.refs[key]))
+        # a correct answer for trial t-1, returned again for trial t's new values
+        if a and b and not same_ref and ev.call_passes(prev, "first") and all(
+                x is not None and y is not None and x.shape == y.shape and torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b)):
+            return [_f(ev, "result_caching", "error",
+                       f"trial {ev.keys.index(key)} returned trial {ev.keys.index(prev)}'s output bit for bit although its inputs "
+                       "differ (same buffers and shapes, new values): a result cached by data pointer or shape")]
+    # The same inputs right once and wrong later: the answer depends on the call count.
+    first = ev.keys[0]
+    if ev.call_passes(first, "first") and (first, "recheck") in ev.errors and not ev.call_passes(first, "recheck"):
+        n = len([c for c in ev.calls if c["kind"] != "recheck"]) + 1
+        return [_f(ev, "stateful_output", "error",
+                   f"trial 0's inputs matched the reference on call 1 and not when run again as call {n}: the result "
+                   "depends on how many times the kernel was called (correct for the first k calls, then garbage)")]
+    for key in ev.keys:
+        if ev.call_passes(key, "first") and (key, "repeat") in ev.errors and not ev.call_passes(key, "repeat"):
+            return [_f(ev, "stateful_output", "error",
+                       f"trial {ev.keys.index(key)}: the first call matched the reference and the second, on the same "
+                       "inputs, did not: state carried from call to call")]
+    return []
+
+
+def _op_audit(ev, forbidden_ops):
+    found = []
+    ops: dict[str, int] = {}
+    launches, launch_errors = 0, []
+    for call in _first_calls(ev):
+        for op, n in (call.get("ops") or {}).items():
+            ops[str(op)] = ops.get(str(op), 0) + int(n)
+        launches += int(call.get("triton_launches") or 0)
+        launch_errors += [str(e) for e in call.get("triton_launch_errors") or []]
+    banned = sorted(op for op in ops if op in forbidden_ops)
+    if banned:
+        found.append(_f(ev, "forbidden_op", "error", f"dispatched {', '.join(banned)}, which the kernel spec forbids in an "
+                        "implementation (the library op, not a custom kernel, did the work)"))
+    library = sorted(op for op in ops if op not in MEMORY_OPS)
+    if launch_errors:
+        found.append(_f(ev, "fallback_to_library", "error",
+                        f"a Triton launch raised ({launch_errors[0]}) and the call still returned, via {', '.join(library) or 'other code'}: "
+                        "a try/except fallback hides the kernel's failure"))
+    elif ev.is_triton and launches == 0 and library:  # a Triton module that never launched
+        found.append(_f(ev, "fallback_to_library", "error", f"no Triton kernel was launched; the result came from "
+                        f"torch ops {', '.join(library)}"))
+    elif (ev.is_triton or launches) and library and not banned:
+        ref_ops = {op for f in ev.ref_facts.values() for op in f.get("ops", []) if op not in MEMORY_OPS}
+        # every compute op of the reference, dispatched again: the reference's own path ran
+        # (one shared op, e.g. a scale multiply in a wrapper, is only worth a warning)
+        same = sorted(ref_ops) if ref_ops and ref_ops <= set(library) else []
+        found.append(_f(ev, "library_ops_in_custom_kernel", "error" if same else "warning",
+                        f"a Triton implementation dispatched all of the reference's compute ops ({', '.join(same)}): "
+                        "the library, not the kernel, computed the result" if same else
+                        f"a Triton implementation also dispatched torch compute ops {', '.join(library)}: check that "
+                        "the kernel, not the library, computes the result"))
+    return found
+
+
+def _tampering(ev, _):
+    if not ev.tampered:
+        return []
+    return [_f(ev, "comparison_tampering", "error",
+               f"the candidate replaced {', '.join(ev.tampered)} in its own process: monkeypatching the comparison has "
+               "no effect here (the verdict is computed outside the candidate's process), but it is reported")]
+
+
+def _precision(ev, _):
+    """Results exactly representable in a narrower format than declared: it computed there."""
+    for key in ev.keys:
+        outs = ev.outputs.get((key, "first")) or []
+        for j, (o, ref) in enumerate(zip(outs, ev.refs[key])):
+            if o is None or not o.is_floating_point() or o.shape != ref.shape or ev.call_passes(key, "first"):
+                continue
+            stored = ev.output_dtype(key, j, ref)
+            declared = ev.dtype if ev.dtype == "tf32" else stored
+            for lower in LOWER_PRECISION.get(declared, ()):
+                honest = representable_fraction(round_to(ref, stored), lower)
+                got = representable_fraction(o, lower)
+                if got > 0.9 and honest < 0.1:
+                    return [_f(ev, "lower_precision_than_declared", "error",
+                               f"output {j}: {got:.0%} of elements are exact {lower} values (the {stored} "
+                               f"reference rounded: {honest:.1%}): the kernel computed in {lower}, not {declared}")]
+    return []
+
+
+def _degenerate(ev, _):
+    found = []
+    for key in ev.keys:
+        facts = ev.ref_facts.get(key, {})
+        zero_inputs = [ev.arg_names[i] for i, f in enumerate(facts.get("inputs", [])) if f.get("all_zero") and i < len(ev.arg_names)]
+        flat_refs = [j for j, f in enumerate(facts.get("outputs", [])) if f.get("is_constant")]
+        if zero_inputs or flat_refs:
+            what = f"inputs {zero_inputs} are all zero" if zero_inputs else f"reference output {flat_refs[0]} has no variance"
+            return [_f(ev, "degenerate_reference", "error",
+                       f"{what} (trial {ev.keys.index(key)}): a constant answer would pass, so this case proves nothing; "
+                       "use other shapes, distribution or inputs")]
+        for j, o in enumerate(ev.outputs.get((key, "first")) or []):
+            if o is not None and o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not ev.call_passes(key, "first"):
+                found.append(_f(ev, "constant_output", "error", f"output {j} is the constant {float(o.reshape(-1)[0])} "
+                                "everywhere while the reference varies: a placeholder result"))
+                return found
+    return found
+
+
+def _bits(t):
+    """The raw bits, so NaN == NaN and -0.0 != 0.0 (bitwise comparison)."""
+    sizes = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    return t.contiguous().view(sizes[t.element_size()]) if t.element_size() in sizes else t

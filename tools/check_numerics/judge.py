@@ -1,0 +1,90 @@
+"""check_numerics, step 3: judge one case from the files its jobs wrote, outside the
+candidate's process. Runs in a worker thread (torch work on possibly large tensors), so
+this module, the evidence and the findings import torch at the top and are imported only
+there, never on the server's import path.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ...sandbox.job import JobResult
+from ..base import AgentError
+from .evidence import CaseEvidence, case_errors, load_evidence, op_totals, partition_result
+from .findings import call_findings, case_findings
+from .plan import Case, Plan
+from .report import json_safe
+from .schema import CaseReport, ErrorStats, Finding, PartitionReport
+from .verdict import case_verdict
+
+
+def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items: dict, enabled: set[str],
+               device: str):
+    """Judge one case from its files: (report, partition row, findings, histogram values)."""
+    ev = CaseEvidence(label=case.label, dtype=case.dtype, out_dtype=case.storage_dtype, tol=case.tol,
+                      arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
+                      ref_facts={k: ref_items.get(k, {}) for k in case.keys})
+    load_evidence(ev, ref_dir, res.out_dir, res.result if isinstance(res.result, dict) else {})
+    first = next((c for c in ev.calls if c.get("kind") == "first"), None)
+    if first is None or "error" in first:
+        detail = (first or {}).get("traceback") or (first or {}).get("error") or "no call was recorded"
+        raise AgentError(f"the candidate raised on case {case.label}, trial 0 (seed {case.seeds[0]}):\n{detail}")
+    found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
+    report, row = _case_report(plan, case, ev, found)
+    errors = None
+    if report.errors:
+        key = case.keys[report.errors.trial]
+        out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
+        if out is not None:
+            errors = element_errors(out, ev.refs[key][report.errors.output_index])
+    return report, row, found, errors
+
+
+def _case_report(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
+    worst, per_trial, ok = case_errors(ev)
+    ops, launches = op_totals(ev)
+    worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
+    part = None
+    row = partition_result(ev, plan.partition) if plan.partition else None
+    if plan.partition:
+        meta = {"args": plan.partition["names"], "num_parts": plan.partition["num_parts"],
+                "combine": plan.partition["combine"], "sum_order": plan.partition["sum_order"]}
+        if row is None:
+            found.append(Finding(code="partition_mismatch", severity="error", case=case.label,
+                                 message="the ranks' outputs could not be combined into the full output's shape"))
+            part = PartitionReport(**meta, partitioned_vs_reference_rel_l2=None, unpartitioned_vs_reference_rel_l2=None,
+                                   partitioned_vs_unpartitioned_rel_l2=None, partitioned_vs_unpartitioned_max_abs=None,
+                                   is_within_tolerance=False)
+        else:
+            part = PartitionReport(**meta, **{k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields})
+            if not row["is_within_tolerance"]:
+                found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
+                    f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "
+                    f"rel L2 {row['partitioned_vs_unpartitioned_rel_l2']:.3g}, partitioned vs reference "
+                    f"{row['partitioned_vs_reference_rel_l2']:.3g}, unpartitioned vs reference "
+                    f"{row['unpartitioned_vs_reference_rel_l2']:.3g} (tolerance {case.tol.rel_l2:.3g}); most divergent "
+                    f"element {row['most_divergent_index']} of trial {row['trial']}")))
+    verdict = case_verdict(ok, {f.code for f in found if f.severity == "error"})
+    report = CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict=verdict,
+                        tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
+                        tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
+                        trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part,
+                        aten_ops=ops, triton_launches=launches)
+    return report, row
+
+
+MAX_HISTOGRAM_ELEMENTS = 1 << 20
+
+
+def element_errors(candidate, reference):
+    """The histogram's values for one output (NaN where the candidate is not finite), a
+    strided sample of at most 2^20 elements: the shape of the distribution, bounded memory."""
+    c, r = candidate.double().reshape(-1), reference.double().reshape(-1)
+    step = max(1, -(-c.numel() // MAX_HISTOGRAM_ELEMENTS))
+    c, r = c[::step], r[::step]
+    finite = torch.isfinite(r)
+    rms = float(r[finite].pow(2).mean().sqrt()) if bool(finite.any()) else 0.0
+    err = (c - r).abs() / (r.abs() + rms + 1e-300)
+    return err.cpu().numpy()

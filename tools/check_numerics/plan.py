@@ -1,0 +1,215 @@
+"""check_numerics, step 1: turn the agent's arguments into a plan (pure, no side effects).
+
+Resolves what runs (candidate), what it is compared with (reference), on what (cases:
+shapes x dtypes, with seeds), how tolerant (argument > spec > dtype table), how it is
+partitioned, and whether a human lock pins the acceptance criteria.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+from ...kernels.workspace import WorkspaceError
+from ..base import AgentError
+from ..common.tolerance import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tolerance
+from .lock import LockStatus, check_lock
+
+MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
+MAX_ELEMENTS_PER_CASE = 1 << 27  # all arguments x trials: bounds the judge's memory (~10 copies of this)
+DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
+STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
+
+
+@dataclass
+class Case:
+    index: int
+    shape: dict[str, int]
+    dtype: str  # as asked (may be "tf32")
+    storage_dtype: str  # what tensors hold
+    tol: ResolvedTolerance
+    seeds: list[int]
+    keys: list[str]
+
+    @property
+    def label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.shape.items()) + f" {self.dtype}"
+
+
+@dataclass
+class Plan:
+    candidate: dict  # {"entry", "path"|"source"} as the worker sees it
+    candidate_name: str
+    reference: dict
+    args: list[dict]
+    make_inputs: dict | None
+    cases: list[Case]
+    partition: dict | None  # {"args": {index: dim}, "num_parts", "combine", "out_dim", "names": {name: dim}}
+    forbidden_ops: tuple[str, ...]
+    lock: LockStatus | None
+    kernel: str | None
+    distribution: str | None = None  # float inputs' draw override (tensors.make_inputs)
+    notes: list[str] = field(default_factory=list)  # lock-related problems, in words
+
+
+def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
+    """`seed_of(case_index, trial) -> int`; `sandbox.workspace_path(host) -> str`."""
+    kernel = workspace.kernel(inp.kernel) if inp.kernel else None
+    spec = kernel.spec if kernel else None
+    if spec is None and not (inp.args and inp.reference and inp.shapes):
+        raise AgentError("without kernel= give args=, reference= and shapes= (or name a kernel from list_kernels)")
+    candidate, name = _candidate(inp, kernel, workspace, sandbox)
+    reference = _reference(inp, kernel, workspace, sandbox)
+    args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
+    shapes = [dict(s) for s in inp.shapes] if inp.shapes else _default_shapes(spec, device)
+    if not shapes:
+        raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
+    dtypes = inp.dtypes or (list(spec.dtypes) if spec else ["float32"])
+    for shape in shapes:
+        _check_shape(shape, args)
+        total = sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args) * inp.trials
+        if total > MAX_ELEMENTS_PER_CASE:
+            raise AgentError(f"shape {shape} x {inp.trials} trials is {total} input elements, more than "
+                             f"{MAX_ELEMENTS_PER_CASE} (the judge holds every trial's tensors): use fewer trials or "
+                             "smaller shapes")
+    cases = []
+    for dtype in dtypes:
+        if dtype not in DTYPE_TOLERANCES:
+            raise AgentError(f"dtype {dtype!r} is not checkable; use one of {', '.join(DTYPE_TOLERANCES)}")
+        tol = resolve_tolerance(dtype, spec.tolerances if spec else None, inp.tolerance)
+        for shape in shapes:
+            i = len(cases)
+            seeds = [seed_of(i, t) for t in range(inp.trials)]
+            cases.append(Case(i, shape, dtype, STORAGE_DTYPE.get(dtype, dtype), tol, seeds,
+                              [f"c{i}t{t}" for t in range(inp.trials)]))
+    lock = check_lock(workspace, spec.name) if spec else None
+    notes = _lock_notes(inp, lock)
+    make_inputs = None
+    if spec and spec.make_inputs and not inp.args:
+        file, entry = spec.make_inputs.split(":", 1)
+        make_inputs = {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}
+    return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
+                tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
+                inp.distribution, notes)
+
+
+def _default_shapes(spec, device: str) -> list[dict]:
+    """The spec's small set; on CUDA also its GPU shapes that fit the numerics budget
+    (large grids find boundary bugs small ones miss; the biggest are benchmark sizes)."""
+    shapes = [dict(s) for s in spec.shapes.get("cpu", ())]
+    if device == "cuda":
+        for shape in spec.shapes.get("gpu", ()):
+            sizes = [_numel(a.dims(shape)) for a in spec.args]
+            if max(sizes, default=0) <= DEFAULT_GPU_ELEMENTS_PER_ARG and dict(shape) not in shapes:
+                shapes.append(dict(shape))
+    return shapes
+
+
+def _numel(dims) -> int:
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
+def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str]:
+    if inp.source is not None and inp.path is not None:
+        raise AgentError("give source= or path=, not both")
+    if inp.source is not None or inp.path is not None:
+        if not inp.entry:
+            raise AgentError("entry= is required with source= or path=: the function to call")
+        if inp.source is not None:
+            return {"entry": inp.entry, "source": inp.source}, f"source:{inp.entry}"
+        return {"entry": inp.entry, "path": _workspace_file(inp.path, workspace, sandbox)}, f"{inp.path}:{inp.entry}"
+    if kernel is None:
+        raise AgentError("name the code to check: kernel= (with impl=), or source=/path= with entry=")
+    impls = kernel.spec.impls
+    impl = inp.impl or ("triton" if "triton" in impls else next(iter(impls), None))
+    if impl not in impls:
+        raise AgentError(f"kernel {kernel.spec.name!r} has no impl {impl!r}; it has: {', '.join(impls)}")
+    file, entry = impls[impl].split(":", 1)
+    return {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}, f"{kernel.spec.name}/{impl}"
+
+
+def _reference(inp, kernel, workspace, sandbox) -> dict:
+    ref = inp.reference
+    if ref is None:
+        file, entry = kernel.spec.reference.split(":", 1)
+        return {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}
+    if "def " in ref or "\n" in ref:  # inline source
+        entry = inp.reference_entry or (kernel.spec.reference.split(":", 1)[1] if kernel else inp.entry)
+        if not entry:
+            raise AgentError("reference= is source code: give reference_entry= (the function to call)")
+        return {"entry": entry, "source": ref}
+    if ":" not in ref:
+        raise AgentError(f"reference={ref!r} must be 'file.py:function' or Python source")
+    file, entry = ref.split(":", 1)
+    base = kernel.folder if kernel and (kernel.folder / file).is_file() else workspace.root
+    return {"entry": entry, "path": _workspace_file(str(base / file), workspace, sandbox)}
+
+
+def _workspace_file(path: str, workspace, sandbox) -> str:
+    try:
+        return sandbox.workspace_path(workspace.file(path))
+    except WorkspaceError as exc:
+        raise AgentError(str(exc)) from None
+
+
+def _check_shape(shape: dict, args: list[dict]) -> None:
+    needed = {d for a in args for d in a["shape"] if isinstance(d, str)}
+    missing, unknown = sorted(needed - set(shape)), sorted(set(shape) - needed)
+    if missing or unknown:
+        raise AgentError(f"shape {shape} does not match the arguments "
+                         f"{[(a['name'], list(a['shape'])) for a in args]}: "
+                         + (f"missing {missing}" if missing else "") + (f" unknown {unknown}" if unknown else ""))
+    for a in args:
+        dims = [d if isinstance(d, int) else shape[d] for d in a["shape"]]
+        numel = 1
+        for d in dims:
+            if not isinstance(d, int) or d <= 0:
+                raise AgentError(f"shape {shape}: argument {a['name']} gets size {dims}; sizes must be positive integers")
+            numel *= d
+        if numel > MAX_ELEMENTS_PER_ARG:
+            raise AgentError(f"shape {shape}: argument {a['name']} has {numel} elements, more than {MAX_ELEMENTS_PER_ARG}; "
+                             "numerics need coverage, not size: use smaller shapes")
+
+
+def _partition(inp, spec, args: list[dict]) -> dict | None:
+    names = [a["name"] for a in args]
+    p = inp.partition
+    if p is False or (p is None and (spec is None or spec.partition is None)):
+        return None
+    if p is None or p is True:
+        if spec is None or spec.partition is None:
+            raise AgentError("partition=true but the kernel spec declares no partition; pass "
+                             "partition={args: {name: dim}, num_parts, combine, out_dim}")
+        split, parts, combine, out_dim = dict(spec.partition.args), spec.partition.num_parts, spec.partition.combine, spec.partition.out_dim
+        order = list(range(parts))
+    else:
+        split, parts, combine, out_dim = dict(p.args), p.num_parts, p.combine, p.out_dim
+        order = list(p.sum_order) if p.sum_order is not None else list(range(parts))
+        if sorted(order) != list(range(parts)):
+            raise AgentError(f"sum_order {order} must be a permutation of the ranks 0..{parts - 1}")
+    bad = sorted(set(split) - set(names))
+    if bad:
+        raise AgentError(f"partition splits {bad}, which are not arguments; arguments are {names}")
+    for name, dim in split.items():
+        ndim = len(args[names.index(name)]["shape"])
+        if not -ndim <= dim < ndim:
+            raise AgentError(f"partition splits {name!r} along dim {dim}, but it has {ndim} dimensions")
+    return {"args": {str(names.index(n)): d for n, d in split.items()}, "num_parts": parts,
+            "combine": combine, "out_dim": out_dim, "names": split, "sum_order": order}
+
+
+def _lock_notes(inp, lock: LockStatus | None) -> list[str]:
+    if lock is None or not lock.locked:
+        return []
+    notes = list(lock.changes)
+    if inp.reference is not None:
+        notes.append("reference= replaces the locked reference")
+    locked_tols = (lock.record or {}).get("tolerances", {})
+    if inp.tolerance is not None:
+        looser = [d for d, t in locked_tols.items() if inp.tolerance > t.get("rel_l2", 0)]
+        if looser or not locked_tols:
+            notes.append(f"tolerance={inp.tolerance} is looser than the locked tolerance for {looser or 'all dtypes'}")
+    return notes

@@ -1,0 +1,184 @@
+"""One answer to the hypothesis, for every tool: `expect` conditions over the tool's own output.
+
+A tool declares which fields a condition may name (a `Catalogue`: whole-call fields,
+per-scope fields such as one value per shape or per case, and named functions), checks
+the conditions before it runs anything (`check`, so a typo costs nothing), and after its
+judge has the numbers hands them over as `Facts` to `judge`, which returns the
+`HypothesisAnswer` every output carries.
+
+A condition that names a per-scope field is a claim about every scope (every shape,
+every case): it is contradicted if any scope contradicts it, inconclusive if any scope
+cannot decide, supported otherwise. The conditions of one call all have to hold.
+
+A tool gives a field an uncertainty interval by handing a `Measured(value, low, high)`;
+a comparison whose interval straddles the threshold is inconclusive. Syntax and
+semantics: tools/common/expect_eval.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+from pydantic import BaseModel, Field
+
+from .expect_eval import BUILTIN_FUNCTIONS, GRAMMAR, Evaluator, ExpectError, Measured, Missing, names_in, parse, plain
+
+__all__ = ["Catalogue", "Facts", "HypothesisAnswer", "ConditionResult", "ComparisonResult", "ExpectError",
+           "Measured", "LANGUAGE", "check", "judge"]
+
+Answer = Literal["supported", "contradicted", "inconclusive"]
+
+LANGUAGE = ("Conditions over this tool's own output fields that the hypothesis predicts, all of which must hold, "
+            "e.g. ['median_ms <= 0.95 * baseline.median_ms'], ['spill_stores_bytes == 0', "
+            "'registers_per_thread <= 128'], ['\"partition_mismatch\" in finding_codes']. The language has "
+            + GRAMMAR + ". baseline.<field> is the same field of the baseline's result. A condition on a "
+            "per-shape or per-case field must hold for every one. The answer (hypothesis_answer) is supported, "
+            "contradicted, or inconclusive when an uncertainty interval straddles the threshold or a field has "
+            "no value; the tool's description lists the fields it offers.")
+
+
+class ComparisonResult(BaseModel):
+    comparison: str = Field(description="The comparison as judged, e.g. 'median_ms <= 0.95 * baseline.median_ms'.")
+    scope: str = Field(description="Which shape or case this is about; empty for a whole-call field.")
+    left: float | str | bool | list | None = Field(description="Left side's value (a number in the field's "
+                                                   "own unit; null when the field has no value).")
+    right: float | str | bool | list | None = Field(description="Right side's value.")
+    left_interval: list[float] | None = Field(default=None, description="[low, high] of the left side when it "
+                                              "carries uncertainty (e.g. from a 95% CI); null when exact.")
+    right_interval: list[float] | None = Field(default=None, description="[low, high] of the right side, or null.")
+    answer: Answer = Field(description="Whether this comparison holds (supported), fails (contradicted), or "
+                           "cannot be decided from the evidence (inconclusive).")
+    reason: str = Field(default="", description="Why it is inconclusive (e.g. the interval straddles the "
+                        "threshold); empty when decided.")
+
+
+class ConditionResult(BaseModel):
+    condition: str = Field(description="The condition as given in expect.")
+    answer: Answer = Field(description="supported when it holds everywhere, contradicted when it fails "
+                           "anywhere, else inconclusive.")
+    comparisons: list[ComparisonResult] = Field(description="Every comparison made, per scope, with its numbers.")
+
+
+class HypothesisAnswer(BaseModel):
+    answer: Literal["supported", "contradicted", "inconclusive", "not_judged"] = Field(
+        default="not_judged", description="Over all expect conditions: contradicted if any is, else "
+        "inconclusive if any is, else supported; not_judged when the call gave no expect.")
+    conditions: list[ConditionResult] = Field(default_factory=list, description="One per expect condition.")
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    """What a tool's conditions may name, with descriptions (they go into error messages)."""
+
+    fields: dict[str, str]  # whole-call field -> description with unit
+    scoped: dict[str, str] = field(default_factory=dict)  # field with one value per scope -> description
+    scope_kind: str = "case"  # what a scope is, for messages: "shape", "case"
+    functions: dict[str, str] = field(default_factory=dict)  # 'name(args)' -> description
+
+    @property
+    def function_names(self) -> set[str]:
+        return {signature.split("(")[0] for signature in self.functions} | set(BUILTIN_FUNCTIONS)
+
+    def listing(self) -> str:
+        """The names one can use, for error messages and tool descriptions."""
+        parts = [f"{n} ({d})" for n, d in self.fields.items()]
+        parts += [f"{n} (per {self.scope_kind}: {d})" for n, d in self.scoped.items()]
+        parts += [f"{s} ({d})" for s, d in self.functions.items()]
+        return "; ".join(parts)
+
+
+@dataclass
+class Facts:
+    """One result's values for the catalogue's names. A value is a number, a `Measured`, a string,
+    a bool, a list, or None (no value: comparisons with it are inconclusive)."""
+
+    fields: dict[str, Any] = field(default_factory=dict)
+    scopes: dict[str, dict[str, Any]] = field(default_factory=dict)  # scope label -> scoped fields
+    functions: dict[str, Callable[..., Any]] = field(default_factory=dict)
+    baseline: Facts | None = None
+
+
+def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: bool) -> None:
+    """Raise ExpectError for a malformed condition or a name the tool does not offer (before any work)."""
+    known = set(catalogue.fields) | set(catalogue.scoped)
+    for condition in conditions or []:
+        fields, baseline_fields, functions = names_in(parse(condition))
+        unknown = sorted((fields | baseline_fields) - known)
+        if unknown:
+            raise ExpectError(f"condition {condition!r} names {', '.join(unknown)}, which this tool does not "
+                              f"report; it offers: {catalogue.listing()}")
+        unknown_calls = sorted(functions - catalogue.function_names)
+        if unknown_calls:
+            raise ExpectError(f"condition {condition!r} calls {', '.join(unknown_calls)}, which this tool does "
+                              f"not have; it has: {', '.join(sorted(catalogue.function_names))}")
+        if baseline_fields and not has_baseline:
+            raise ExpectError(f"condition {condition!r} names baseline.{sorted(baseline_fields)[0]} but this "
+                              "call has no baseline; pass baseline= or drop the baseline. part")
+
+
+def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> HypothesisAnswer:
+    """Each condition judged over the facts; the overall answer is their three-valued conjunction."""
+    if not conditions:
+        return HypothesisAnswer()
+    check(conditions, catalogue, has_baseline=facts.baseline is not None)
+    results = [_judge_condition(c, facts, catalogue) for c in conditions]
+    return HypothesisAnswer(answer=_conjunction([r.answer for r in results]), conditions=results)
+
+
+def _judge_condition(condition: str, facts: Facts, catalogue: Catalogue) -> ConditionResult:
+    tree = parse(condition)
+    fields, baseline_fields, _ = names_in(tree)
+    if not (fields | baseline_fields) & set(catalogue.scoped):
+        scopes = {"": {}}
+    elif facts.scopes:
+        scopes = facts.scopes
+    else:  # nothing ran that the condition could be about
+        return ConditionResult(condition=condition, answer="inconclusive", comparisons=[ComparisonResult(
+            comparison=condition, scope="", left=None, right=None, answer="inconclusive",
+            reason=f"no {catalogue.scope_kind} produced a result")])
+    comparisons, answers = [], []
+    for label in scopes:
+        evaluator = Evaluator(_lookup(facts, label, ""),
+                              _lookup(facts.baseline or Facts(), label, "baseline."), facts.functions)
+        answers.append(_answer(evaluator.truth(tree)))
+        comparisons += [_comparison_result(c, label) for c in evaluator.comparisons]
+    return ConditionResult(condition=condition, answer=_conjunction(answers), comparisons=comparisons)
+
+
+def _lookup(facts: Facts, label: str, prefix: str) -> Callable[[str], Any]:
+    scoped = facts.scopes.get(label, {})
+
+    def lookup(name: str) -> Any:
+        if name in scoped:
+            value = scoped[name]
+        elif name in facts.fields:
+            value = facts.fields[name]
+        else:
+            value = None
+        return Missing(prefix + name) if value is None else value
+
+    return lookup
+
+
+def _comparison_result(c, scope: str) -> ComparisonResult:
+    return ComparisonResult(comparison=c.text, scope=scope, left=plain(c.left), right=plain(c.right),
+                            left_interval=_interval(c.left), right_interval=_interval(c.right),
+                            answer=_answer(c.truth), reason=c.reason)
+
+
+def _interval(value: Any) -> list[float] | None:
+    return [value.low, value.high] if isinstance(value, Measured) and not value.is_exact else None
+
+
+def _answer(truth: bool | None) -> Answer:
+    if truth is None:
+        return "inconclusive"
+    return "supported" if truth else "contradicted"
+
+
+def _conjunction(answers: list[Answer]) -> Answer:
+    if "contradicted" in answers:
+        return "contradicted"
+    return "inconclusive" if "inconclusive" in answers else "supported"
+

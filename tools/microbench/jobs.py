@@ -1,0 +1,84 @@
+"""microbench, step 2: the sandbox jobs (one `microbench` timing job per shape, one
+`reference` job for its spot-check). Nothing here judges; what a job returned is
+form-checked before anything reads it as numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ...sandbox.job import Job, JobResult
+from ..base import AgentError, ToolContext
+from .plan import MIN_TIMED_CALLS, Code
+
+
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: dict, shape: dict, device: str, index: int,
+                     count: int, inp) -> tuple[dict, Path | None]:
+    """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
+    timeout_s = 120.0 + 3 * inp.budget_ms / 1e3
+    env = {"TRITON_INTERPRET": "1"} if device == "cpu" else {}
+    label = ",".join(f"{k}={v}" for k, v in shape.items())
+
+    async def progress(done: float, total: float | None = None, message: str = "") -> None:
+        await ctx.progress(index + 0.5, count, f"shape {index + 1}/{count} ({label}): {message}")
+
+    await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
+    res: JobResult = await ctx.sandbox.run(Job(op="microbench", payload=payload, kind="timing",
+                                               timeout_s=timeout_s, env=env), progress=progress)
+    if not res.ok:
+        raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
+    raw = _checked_form(dict(res.result), arms)
+    _check_enough_calls(raw, arms, shape, inp.budget_ms)
+    raw["_seeds"] = payload["input_seeds"]  # ours, not the worker's
+    return raw, res.out_dir
+
+
+def _checked_form(raw: dict, arms: list[Code]) -> dict:
+    try:
+        for a in arms:
+            samples = [int(x) for x in raw["arms"][a.name]["samples_ns"]]
+            if any(x <= 0 for x in samples):
+                raise ValueError("non-positive time")
+            raw["arms"][a.name]["samples_ns"] = samples
+        raw["warmup"] = {"calls_per_arm": int(raw["warmup"]["calls_per_arm"]), "stable": bool(raw["warmup"]["stable"])}
+        raw["device"] = dict(raw["device"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AgentError(f"the timing job returned malformed data ({type(exc).__name__}: {exc}); "
+                         "did the code print to or tamper with the harness? Rerun; report if it persists") from None
+    return raw
+
+
+def _check_enough_calls(raw: dict, arms: list[Code], shape: dict, budget_ms: float) -> None:
+    fewest = min(len(raw["arms"][a.name]["samples_ns"]) for a in arms)
+    if fewest >= MIN_TIMED_CALLS:
+        return
+    calls = (fewest + raw["warmup"]["calls_per_arm"]) * len(arms)
+    per_call = float(raw.get("elapsed_ms") or budget_ms) / max(calls, 1)
+    # room for a warm-up of 2 windows and 4x the minimum timed calls, per arm
+    suggest = per_call * len(arms) * (10 + 4 * MIN_TIMED_CALLS) / 0.75
+    raise AgentError(f"only {fewest} timed calls fit in budget_ms={budget_ms:g} at {shape} (about "
+                     f"{per_call:.0f} ms per call); raise budget_ms to about {suggest:.0f} "
+                     "or use a smaller shape")
+
+
+def _job_failure(res: JobResult, shape: dict, timeout_s: float, budget_ms: float) -> str:
+    error = (res.error or res.stderr_tail[-800:] or "no message").strip()
+    if res.status == "timeout":
+        return (f"the timing job at {shape} passed its {timeout_s:.0f} s limit (budget_ms={budget_ms:g}): "
+                "a single call is far too slow at this size (the Triton interpreter on CPU is ~1000x slower "
+                "than a GPU); use smaller shapes")
+    if "MemoryError" in error or "out of memory" in error.lower():
+        return f"out of memory at {shape}: {error}. Use smaller shapes"
+    if "raised on call" in error:
+        return f"the code raised during timing at {shape}, so there is no timing: {error}"
+    if res.status == "error":
+        return f"the timing job failed at {shape}: {error}. Check the code with check_numerics first"
+    return f"the timing job at {shape} ended '{res.status}': {error}"
+
+
+async def run_spot_reference(ctx: ToolContext, payload: dict, kernel_name: str) -> Path:
+    """The reference's outputs for the spot-checked input sets; the folder holding them."""
+    res = await ctx.sandbox.run(Job(op="reference", kind="run", timeout_s=300.0, payload=payload))
+    if not res.ok or res.out_dir is None:
+        raise AgentError(f"the reference job for the spot-check failed ({res.status}: {res.error}); the spec's "
+                         f"reference for {kernel_name} needs fixing before anything can be timed against it")
+    return res.out_dir

@@ -1,0 +1,203 @@
+"""microbench, step 1: the plan (pure): what code to time, on which shapes and inputs,
+and the payloads of its jobs. Nothing here runs a job."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...kernels.schema import ITEMSIZE, KernelSpec
+from ...kernels.workspace import Kernel, WorkspaceError
+from ..base import AgentError, ToolContext
+from ..common.seeds import trial_seed
+
+NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
+NUM_SPOT_CHECKS = 3  # timed calls per arm whose outputs are checked
+MIN_TIMED_CALLS = 5
+
+
+@dataclass(frozen=True)
+class Code:
+    name: str  # "candidate" or "baseline": the arm, as the worker names it
+    label: str  # what ran, for people
+    entry: str
+    source: str | None = None
+    path: str | None = None  # as the sandbox sees it
+    is_reference: bool = False  # the spec's reference: nothing to spot-check
+
+    def payload(self) -> dict:
+        return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
+
+
+def kernel_of(ctx: ToolContext, name: str) -> Kernel:
+    try:
+        return ctx.workspace.kernel(name)
+    except WorkspaceError as exc:
+        raise AgentError(str(exc)) from None
+
+
+def dtype_of(spec: KernelSpec, dtype: str | None) -> str:
+    if dtype is None:
+        return spec.dtypes[0]
+    if dtype not in spec.dtypes:
+        raise AgentError(f"dtype {dtype!r} is not one of {spec.name}'s dtypes {list(spec.dtypes)}; pick one of those")
+    return dtype
+
+
+def shapes_of(spec: KernelSpec, shapes: list[dict] | None, device: str) -> list[dict]:
+    if not shapes:
+        return [dict(s) for s in spec.shapes.get(device) or next(iter(spec.shapes.values()))]
+    names = sorted({d for a in spec.args for d in a.shape if isinstance(d, str)})
+    for shape in shapes:
+        missing = [n for n in names if n not in shape]
+        bad = {k: v for k, v in shape.items() if not isinstance(v, int) or v <= 0}
+        if missing or bad:
+            raise AgentError(f"shape {shape} must give positive integer sizes for {names} "
+                             f"(missing {missing}, not positive {bad}); e.g. {dict(spec.shapes['cpu'][0])}")
+    return [dict(s) for s in shapes]
+
+
+def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: int | None) -> None:
+    """Refuse, with the numbers, shapes whose inputs cannot fit in host memory.
+
+    Inputs are drawn in float64 on the host before the cast, the timing job keeps two
+    or more input sets plus outputs, and the spot-check's reference runs in float64:
+    about four sets at the case dtype plus two float64 copies. The worker checks the
+    GPU's own free memory before it allocates there.
+    """
+    numels = [math.prod(a.dims(shape)) for a in spec.args]
+    set_bytes = sum(n * ITEMSIZE[a.dtype or dtype] for n, a in zip(numels, spec.args))
+    need = 4 * set_bytes + 2 * 8 * sum(numels)
+    limits = [b for b in (_mem_available(), job_memory_bytes) if b]
+    available = min(limits) if limits else None
+    if available is not None and need > 0.8 * available:
+        raise AgentError(
+            f"shape {shape} ({dtype}) needs about {need / 2**30:.2f} GiB of host memory (one input set is "
+            f"{set_bytes / 2**30:.2f} GiB; sets are rotated and drawn in float64), but only "
+            f"{available / 2**30:.2f} GiB is available to a job (host free memory, sandbox limit): "
+            "use smaller shapes")
+
+
+def _mem_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def candidate_code(ctx: ToolContext, kernel: Kernel, inp) -> Code:
+    if inp.source is not None or inp.path is not None:
+        return _agent_code(ctx, "candidate", inp.source, inp.path, inp.entry, "entry")
+    return _impl_code(ctx, kernel, "candidate", inp.impl or next(iter(kernel.spec.impls)))
+
+
+def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
+    if inp.baseline_source is not None or inp.baseline_path is not None:
+        if inp.baseline is not None:
+            raise AgentError("give baseline (an impl or experiment id) or baseline_source/baseline_path, not both")
+        return _agent_code(ctx, "baseline", inp.baseline_source, inp.baseline_path,
+                           inp.baseline_entry or inp.entry, "baseline_entry")
+    if inp.baseline is None:
+        return None
+    if inp.baseline == "reference" or inp.baseline in kernel.spec.impls:
+        return _impl_code(ctx, kernel, "baseline", inp.baseline)
+    record = ctx.experiment(inp.baseline)
+    if record is None:
+        raise AgentError(f"baseline {inp.baseline!r} is neither an implementation of {kernel.spec.name} "
+                         f"({', '.join(['reference', *kernel.spec.impls])}) nor an experiment id "
+                         "(list_experiments shows them)")
+    args = record.get("arguments") or {}
+    if (args.get("kernel") or record.get("kernel")) != kernel.spec.name:
+        raise AgentError(f"experiment {inp.baseline} timed kernel {args.get('kernel')!r}, not "
+                         f"{kernel.spec.name!r}: a baseline must compute the same function")
+    if args.get("source") is not None or args.get("path") is not None:
+        code = _agent_code(ctx, "baseline", args.get("source"), args.get("path"), args.get("entry"), "entry")
+    else:
+        code = _impl_code(ctx, kernel, "baseline", args.get("impl") or next(iter(kernel.spec.impls)))
+    return dataclasses.replace(code, label=f"experiment {inp.baseline} ({code.label})")
+
+
+def _impl_code(ctx: ToolContext, kernel: Kernel, name: str, impl: str) -> Code:
+    spec = kernel.spec
+    if impl == "reference":
+        ref = spec.reference
+    elif impl in spec.impls:
+        ref = spec.impls[impl]
+    else:
+        raise AgentError(f"{spec.name} has no implementation {impl!r}; it has: "
+                         f"{', '.join(['reference', *spec.impls])}")
+    file_name, entry = ref.split(":", 1)
+    return Code(name=name, label=impl, entry=entry, path=ctx.sandbox.workspace_path(kernel.folder / file_name),
+                is_reference=impl == "reference")
+
+
+def _agent_code(ctx: ToolContext, name: str, source: str | None, path: str | None, entry: str | None,
+                entry_field: str) -> Code:
+    if source is not None and path is not None:
+        raise AgentError(f"give source or path for the {name}, not both")
+    if not entry:
+        raise AgentError(f"{entry_field} is required with source/path: the function to call in that code")
+    if source is not None:
+        return Code(name=name, label="source", entry=entry, source=source)
+    try:
+        host = ctx.workspace.file(path)
+    except WorkspaceError as exc:
+        raise AgentError(str(exc)) from None
+    label = str(host.relative_to(ctx.workspace.root.resolve()))
+    return Code(name=name, label=label, entry=entry, path=ctx.sandbox.workspace_path(host))
+
+
+def _args_payload(spec: KernelSpec) -> list[dict]:
+    return [{**dataclasses.asdict(a), "shape": list(a.shape)} for a in spec.args]
+
+
+def _make_inputs_payload(ctx: ToolContext, kernel: Kernel) -> dict | None:
+    if not kernel.spec.make_inputs:
+        return None
+    file_name, entry = kernel.spec.make_inputs.split(":", 1)
+    return {"entry": entry, "path": ctx.sandbox.workspace_path(kernel.folder / file_name)}
+
+
+def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: dict, dtype: str, index: int,
+                   inp) -> dict:
+    """The `microbench` op's payload for one shape; `input_seeds` also seed the spot-check's reference."""
+    state = ctx.workspace.state_dir
+    return {
+        "arms": [a.payload() for a in arms], "args": _args_payload(kernel.spec), "shape": shape, "dtype": dtype,
+        "make_inputs": _make_inputs_payload(ctx, kernel),
+        "input_seeds": [trial_seed(state, ctx.experiment_id, index, t) for t in range(NUM_INPUT_SETS)],
+        "budget_ms": inp.budget_ms, "target_rel_se": inp.target_rel_se_pct / 100,
+        "num_spot_checks": NUM_SPOT_CHECKS, "order_seed": trial_seed(state, ctx.experiment_id, index, NUM_INPUT_SETS),
+        "cuda_graph": inp.cuda_graph,
+    }
+
+
+def spot_check_calls(raw: dict, arms: list[Code]) -> tuple[list[dict], list[int]]:
+    """The timed calls whose saved outputs are checked (arms that are not the reference),
+    and the input sets they used."""
+    wanted = [c for c in raw.get("spot_checks", []) if isinstance(c, dict)
+              and any(c.get("arm") == a.name and not a.is_reference for a in arms)]
+    wanted = [c for c in wanted if 0 <= _int(c.get("input_set")) < NUM_INPUT_SETS]
+    return wanted, sorted({_int(c["input_set"]) for c in wanted})
+
+
+def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int],
+                           seeds: list[int]) -> dict:
+    """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
+    spec = kernel.spec
+    ref_file, ref_entry = spec.reference.split(":", 1)
+    return {"reference": {"entry": ref_entry, "path": ctx.sandbox.workspace_path(kernel.folder / ref_file)},
+            "args": _args_payload(spec), "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
+            "items": [{"key": f"set{s}", "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
+
+
+def _int(x, default: int = -1) -> int:
+    try:
+        return int(x)
+    except (TypeError, ValueError):
+        return default

@@ -1,0 +1,187 @@
+"""microbench, step 4: the parts of the answer that are not statistics: what could disturb
+the numbers, the sweep plot, the summary line and the one that answers the hypothesis."""
+
+from __future__ import annotations
+
+import io
+import math
+import os
+import re
+from pathlib import Path
+
+from .plan import Code
+from .schema import ShapeResult
+
+
+def cpu_counters() -> dict | None:
+    """Aggregate CPU jiffies from /proc/stat (None where there is no /proc)."""
+    try:
+        fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+    except (OSError, IndexError):
+        return None
+    values = [int(v) for v in fields]
+    names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
+    return dict(zip(names, values + [0] * (len(names) - len(values))))
+
+
+def disturbances(device: str, before: dict | None, after: dict | None, threads: int | None) -> list[str]:
+    """What besides the kernel could have moved the numbers, in words."""
+    notes = []
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    try:
+        load1 = float(Path("/proc/loadavg").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        load1 = None
+    if before and after:
+        total = sum(after.values()) - sum(before.values())
+        busy = total - (after["idle"] - before["idle"]) - (after["iowait"] - before["iowait"])
+        steal = after["steal"] - before["steal"]
+        if total > 0:
+            # The timing job keeps about one core busy; the rest is someone else.
+            others = max(0.0, busy / total * (cores or 1) - 1.0)
+            notes.append(f"{device.upper() if device == 'cpu' else 'host CPU'}: {cores} cores, "
+                         f"{busy / total:.0%} busy while timing (~{others:.1f} cores used by other processes), "
+                         f"{steal / total:.1%} steal (hypervisor)")
+            if steal / total > 0.02:
+                notes.append("steal above 2%: the virtual machine shares its physical cores; "
+                             "expect wider intervals")
+    if load1 is not None:
+        notes.append(f"load average (1 min) {load1:.2f} on {cores} cores"
+                     + (": other load present" if cores and load1 > 1.0 + 0.25 * cores else ""))
+    if device == "cpu":
+        notes.append(f"CPU timing with {threads or '?'} torch thread(s); Triton kernels run in the "
+                     "interpreter, so times measure Python and numpy, not GPU hardware")
+    return notes
+
+
+def sweep_plot(rows: list[dict]) -> bytes:
+    """PNG: median time (p10-p90 bars) and % of roofline vs bytes moved, per arm.
+
+    rows: one per (shape, arm): {"arm", "bytes", "median_ms", "p10_ms", "p90_ms", "pct_roofline"}.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    for arm in sorted({r["arm"] for r in rows}):
+        pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
+        x = [p["bytes"] for p in pts]
+        med = [p["median_ms"] for p in pts]
+        err = [[m - p["p10_ms"] for m, p in zip(med, pts)], [p["p90_ms"] - m for m, p in zip(med, pts)]]
+        ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
+        if all(p["pct_roofline"] is not None for p in pts):
+            ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)
+    ax_t.set(xscale="log", yscale="log", xlabel="bytes moved per call", ylabel="median time (ms), p10-p90",
+             title="time vs size")
+    ax_r.set(xscale="log", xlabel="bytes moved per call", ylabel="% of roofline (best possible time / time)",
+             title="% of roofline vs size")
+    for ax in (ax_t, ax_r):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+# What a hypothesis predicts about speed, as the verdicts that would support it.
+_EXPECTATIONS = [
+    (re.compile(r"\b(no (?:change|difference)|same speed|neutral|unchanged|as fast as)\b", re.I), {"inconclusive"}),
+    (re.compile(r"\b(no slower|not slower|no regression|does not regress)\b", re.I), {"inconclusive", "faster"}),
+    (re.compile(r"\b(slower|regress\w*|more time|costs? time)\b", re.I), {"slower"}),
+    (re.compile(r"\b(faster|speed\s*up|speedup|quicker|reduc\w*|improv\w*|less time|lower latency)\b", re.I),
+     {"faster"}),
+]
+_BOUNDS = {"memory": re.compile(r"memory[- ]bound|bandwidth", re.I),
+           "compute": re.compile(r"compute[- ]bound|flop", re.I),
+           "latency": re.compile(r"latency[- ]bound|launch|overhead", re.I)}
+
+
+def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[tuple[str, str]],
+                      mde_pct: float | None) -> str:
+    """Whether the evidence supports the hypothesis, judged on what it names (speed, bound).
+
+    `bounds` holds (shape label, bound class) per shape, smallest first.
+    """
+    if not hypothesis:
+        return ""
+    if verdict == "invalid":
+        return "cannot be judged: the timing is void (see spot_check / is_impossible)"
+    parts = []
+    expected = next((ok for pattern, ok in _EXPECTATIONS if pattern.search(hypothesis)), None)
+    if verdict is not None and expected is not None:
+        if verdict in expected:
+            parts.append(f"supported (measured {verdict})")
+        elif verdict in ("inconclusive", "mixed"):
+            noise = f" (minimal detectable effect ~{mde_pct:.1f}%)" if mde_pct is not None else ""
+            parts.append(f"not resolved: measured {verdict}{noise}")
+        else:
+            parts.append(f"contradicted (measured {verdict})")
+    for bound, pattern in _BOUNDS.items():
+        if pattern.search(hypothesis):
+            holds = [label for label, b in bounds if b == bound]
+            other = [f"{label}: {b}" for label, b in bounds if b != bound]
+            if not bounds:
+                parts.append(f"{bound}-bound claim not judged (no roofline: ceilings unavailable)")
+            elif not other:
+                parts.append(f"{bound}-bound claim supported at every shape")
+            elif not holds:
+                parts.append(f"{bound}-bound claim contradicted ({'; '.join(other)})")
+            else:
+                parts.append(f"{bound}-bound claim holds at {', '.join(holds)} only ({'; '.join(other)})")
+            break
+    if not parts:
+        return ("no baseline to judge a speed claim against; pass baseline=" if expected is not None and verdict is None
+                else "the hypothesis names neither a speed change nor a bound class; see the numbers")
+    return "; ".join(parts)
+
+
+def plot_rows(results: list[ShapeResult]) -> list[dict]:
+    rows = []
+    for r in results:
+        for arm, res in (("candidate", r.candidate), ("baseline", r.baseline)):
+            if res is not None:
+                rows.append({"arm": f"{arm} ({res.code})", "bytes": max(r.bytes_per_call, 1.0),
+                             "median_ms": res.median_ms, "p10_ms": res.p10_ms, "p90_ms": res.p90_ms,
+                             "pct_roofline": res.pct_of_roofline})
+    return rows
+
+
+def summary(name: str, arms: list[Code], results: list[ShapeResult], verdict: str) -> str:
+    last = results[-1]
+    shape = ",".join(f"{k}={v}" for k, v in last.shape.items())
+    cand = last.candidate
+    if cand.pct_of_roofline is not None:
+        where = f"{cand.bound}-bound at {cand.pct_of_roofline:.3g}% of the roofline"
+    else:
+        where = "no roofline (ceilings unavailable)"
+    text = (f"{name}/{arms[0].label} {last.dtype}, {len(results)} shape(s): median {cand.median_ms:.4g} ms "
+            f"at {shape}, {where}.")
+    if verdict == "invalid":
+        return text + f" INVALID timing ({'; '.join(_void_reasons(results))})."
+    if len(arms) > 1:
+        faster = sum(r.verdict == "faster" for r in results)
+        slower = sum(r.verdict == "slower" for r in results)
+        text += (f" vs {arms[1].label}: {verdict} (faster on {faster}, slower on {slower} of {len(results)}); "
+                 f"at {shape} ratio {last.ratio:.3f} [95% CI {last.ci_low:.3f}, {last.ci_high:.3f}], "
+                 f"minimal detectable effect {last.min_detectable_effect_pct:.1f}%.")
+    if not math.isfinite(cand.median_ms):
+        text += " (no finite median)"
+    return text
+
+
+def _void_reasons(results: list[ShapeResult]) -> list[str]:
+    """Why the timing is void, one line per arm and reason."""
+    reasons = set()
+    for r in results:
+        for arm in (r.candidate, r.baseline):
+            if arm is None:
+                continue
+            if arm.spot_check == "failed":
+                reasons.add(f"{arm.code}: spot-check failed")
+            if arm.is_impossible:
+                reasons.add(f"{arm.code}: impossible time")
+    return sorted(reasons)
