@@ -30,8 +30,15 @@ from ..sandbox import SandboxError
 from ..tools.base import MAX_NAME_CHARS, AgentError, Tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState
-from .limits import (MAX_ERROR_CHARS, MAX_FULL_REPLY_CHARS, MAX_REPLY_CHARS, clip_text, fit_reply,
-                     record_arguments, record_hypothesis)
+from .limits import (
+    MAX_ERROR_CHARS,
+    MAX_FULL_REPLY_CHARS,
+    MAX_REPLY_CHARS,
+    clip_text,
+    fit_reply,
+    record_arguments,
+    record_hypothesis,
+)
 from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
 

@@ -14,8 +14,8 @@ from conftest import ToolCallError, call
 
 from infra_agent.sandbox.worker import harness
 from infra_agent.server.limits import MAX_ERROR_CHARS, MAX_REPLY_CHARS, MAX_STORED_ARGUMENTS_CHARS
-from infra_agent.tools.common import seeds
 from infra_agent.tools.base import MAX_CODE_CHARS, MAX_TEXT_CHARS
+from infra_agent.tools.common import seeds
 
 pytestmark = pytest.mark.anyio
 
