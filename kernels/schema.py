@@ -94,3 +94,11 @@ class KernelSpec:
             if a.name == name:
                 return a
         raise KeyError(name)
+
+
+def split_ref(ref: str) -> tuple[str, str]:
+    """'file.py:fn' -> ('file.py', 'fn')."""
+    file_name, sep, entry = ref.partition(":")
+    if not sep or not file_name or not entry:
+        raise ValueError(f"{ref!r} must be 'file.py:function'")
+    return file_name, entry

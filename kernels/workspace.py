@@ -27,7 +27,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .schema import KernelSpec
+from .schema import KernelSpec, split_ref
 
 CONFIG_NAME = "infra-agent.toml"
 STATE_FOLDER = ".infra-agent"  # <workspace>/.infra-agent: ledger, seed secret, caches, jobs
@@ -47,11 +47,11 @@ class Kernel:
 
     def source_of(self, ref: str) -> Path:
         """The file behind a "file.py:fn" reference."""
-        return self.folder / ref.split(":", 1)[0]
+        return self.folder / split_ref(ref)[0]
 
     def entry_of(self, ref: str) -> tuple[Path, str]:
         """(file, function) of a "file.py:fn" reference."""
-        return self.source_of(ref), ref.split(":", 1)[1]
+        return self.source_of(ref), split_ref(ref)[1]
 
 
 @dataclass
@@ -119,16 +119,8 @@ class Workspace:
         return host
 
     def read_text(self, path: str | Path) -> str:
-        """A workspace source file's text (checked as `file` does). The error never
-        quotes the file's bytes: only the agent's own path is echoed."""
-        host = self.file(path)
-        try:
-            return host.read_bytes().decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise WorkspaceError(f"{excerpt(path)} is not UTF-8 text (bad byte at offset {exc.start}); "
-                                 "give a Python, Triton or CUDA source file") from None
-        except OSError as exc:
-            raise WorkspaceError(f"cannot read {excerpt(path)}: {exc.strerror or type(exc).__name__}") from None
+        """A workspace source file's text (checked as `file` does)."""
+        return read_source(self.file(path), shown=path)
 
     def kernel(self, name: str) -> Kernel:
         if name in self.kernels:
@@ -139,6 +131,19 @@ class Workspace:
             f"unknown kernel {excerpt(name)}; this workspace has: {known}{hint}. "
             "Call list_kernels to see them, or pass source= with entry= for ad-hoc code."
         )
+
+
+def read_source(host: Path, shown: str | Path | None = None) -> str:
+    """The text of a source file a tool reads on the host. The error never quotes the
+    file's bytes (it may not be source at all): only the agent's own path is echoed."""
+    shown = excerpt(shown if shown is not None else host.name)
+    try:
+        return host.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{shown} is not UTF-8 text (bad byte at offset {exc.start}); "
+                             "give a Python, Triton or CUDA source file") from None
+    except OSError as exc:
+        raise WorkspaceError(f"cannot read {shown}: {exc.strerror or type(exc).__name__}") from None
 
 
 def excerpt(value: object, limit: int = 80) -> str:
@@ -200,7 +205,7 @@ def _load_spec(path: Path) -> KernelSpec:
     if not isinstance(spec, KernelSpec):
         raise WorkspaceError(f"{path} must define SPEC = KernelSpec(...)")
     for impl, ref in {"reference": spec.reference, **spec.impls}.items():
-        file_name = ref.split(":", 1)[0]
+        file_name = ref.partition(":")[0]
         if ":" not in ref or not (path.parent / file_name).is_file():
             raise WorkspaceError(f"{path}: {impl} = {ref!r} must be 'file.py:function' in {path.parent}")
     return spec

@@ -166,6 +166,9 @@ class SandboxView:
                "TORCHINDUCTOR_CACHE_DIR": f"{job_dir}/cache/inductor"}  # its default is /tmp/torchinductor_<user>
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
+            # The one place the interpreter is chosen: without a GPU, Triton kernels run
+            # interpreted in every job (compile jobs drop it: they compile ahead of time).
+            env["TRITON_INTERPRET"] = "1"
         env.update(extra)
         return env
 

@@ -27,7 +27,7 @@ from pydantic import ConfigDict, ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import MAX_NAME_CHARS, AgentError, Tool
+from ..tools.base import MAX_NAME_CHARS, AgentError, Tool, run_tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState
 from .limits import (
@@ -141,7 +141,7 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
         fn=handler,
         name=tool.name,
         title=tool.title,
-        description=tool.description,
+        description=tool.full_description,
         parameters=tool.input_model.model_json_schema(),
         fn_metadata=FuncMetadata(arg_model=_RawArguments, output_model=tool.output_model),
         is_async=True,
@@ -183,9 +183,7 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
         raise fail(str(exc)) from None
     try:
-        out = await tool.run(inp, ctx)
-        if not isinstance(out, tool.output_model):
-            out = tool.output_model.model_validate(out)
+        out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
         out.experiment_id = experiment_id
         out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
         result = _bounded_reply(tool, out.model_dump(mode="json"), ctx)

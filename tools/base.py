@@ -20,14 +20,18 @@ ledger, artifacts). Tools raise ``AgentError`` for anything the agent caused or 
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, get_args, get_origin
 
 import annotated_types
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..kernels.workspace import MAX_PATH_CHARS, excerpt
+from .common.answer import catalogue_of, facts_of, summary_line
+from .common.errors import AgentError  # noqa: F401 - re-exported: tools import it from here
+from .common.expect import LANGUAGE, Catalogue, Facts, HypothesisAnswer, check, judge, parse
 
 # Argument limits, the same for every tool (README "Limits" lists them). A field that
 # declares its own max_length keeps it; every other field gets the limit of its kind.
@@ -45,8 +49,13 @@ if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
     from ..sandbox.job import Job, JobResult
 
 
-class AgentError(Exception):
-    """A problem the caller can fix; the message must say what to do."""
+@contextmanager
+def as_agent_error(*kinds: type[Exception]):
+    """Re-raise `kinds` (e.g. kernels.WorkspaceError) as AgentError with the same message."""
+    try:
+        yield
+    except kinds as exc:
+        raise AgentError(str(exc)) from None
 
 
 def _limit_for(name: str) -> int:
@@ -133,6 +142,18 @@ class ToolInput(BaseModel):
         "recomputes the FP32 normalisation'). Recorded in the experiment ledger and "
         "echoed with the verdict, so the answer can say whether the evidence supports it.",
     )
+    expect: list[str] | None = Field(default=None, max_length=20, description=LANGUAGE)
+
+    @field_validator("expect")
+    @classmethod
+    def _expect_parses(cls, conditions: list[str] | None) -> list[str] | None:
+        for condition in conditions or []:
+            parse(condition)  # a malformed condition fails here, before anything runs
+        return conditions
+
+    def has_baseline(self) -> bool:
+        """Whether this call names a baseline, so conditions may name baseline.<field>."""
+        return getattr(self, "baseline", None) is not None
 
 
 class ToolOutput(BaseModel):
@@ -148,6 +169,10 @@ class ToolOutput(BaseModel):
     )
     artifacts: list[str] = Field(
         default_factory=list, description="URIs (artifact://...) of files this call produced."
+    )
+    hypothesis_answer: HypothesisAnswer = Field(
+        default_factory=HypothesisAnswer, description="The expect conditions judged over this output: "
+        "supported, contradicted, inconclusive or not_judged (no expect), with each comparison's numbers.",
     )
 
 
@@ -214,3 +239,29 @@ class Tool:
     open_world: bool = False
     # Which argument names a kernel (for ledger filters); None if the tool has none.
     kernel_field: str | None = "kernel"
+    # What `expect` may name, and how to read it off one call: (inp, out) -> Facts. Default: the
+    # output's own top-level fields that are numbers, strings, true/false or lists.
+    expect_catalogue: Catalogue | None = None
+    expect_facts: Callable[[Any, Any], Facts] | None = None
+
+    @property
+    def catalogue(self) -> Catalogue:
+        return self.expect_catalogue or catalogue_of(self.output_model)
+
+    @property
+    def full_description(self) -> str:
+        """The description plus what `expect` may name (the agent reads this before the first call)."""
+        return f"{self.description.rstrip()} expect can name: {self.catalogue.names()}."
+
+
+async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
+    """One call: the expect conditions are checked before anything runs, judged over the output after."""
+    check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline())
+    out = await tool.run(inp, ctx)
+    if not isinstance(out, tool.output_model):
+        out = tool.output_model.model_validate(out)
+    if inp.expect:
+        facts = tool.expect_facts(inp, out) if tool.expect_facts else facts_of(out)
+        out.hypothesis_answer = judge(inp.expect, facts, tool.catalogue)
+        out.summary = f"{out.summary.rstrip('.')}. {summary_line(out.hypothesis_answer)}"
+    return out

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
+from ..sandbox.worker.protocol import OP_DEVICE_PROBE
 from .common import peaks, provenance
 from .base import Tool, ToolContext, ToolInput, ToolOutput
 
@@ -69,7 +70,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         level = str(sandbox.isolation.level)
         isolation = dict(sandbox.isolation.as_dict())
         await ctx.progress(0, 1, "probing the worker environment")
-        result = await sandbox.run(Job(op="device_probe", kind="run", timeout_s=120.0))
+        result = await sandbox.run(Job(op=OP_DEVICE_PROBE, kind="run", timeout_s=120.0))
         if result.ok:
             facts = dict(result.result)
         else:

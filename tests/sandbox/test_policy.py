@@ -60,12 +60,15 @@ def test_gpu_devices_are_bound(tmp_path):
 
 def test_job_gets_its_own_home_and_caches(tmp_path):
     view = SandboxView(layout(tmp_path), sandboxed=True)
-    spec = view.job_spec(job_id="j1", op="noop", payload={}, env={"TRITON_INTERPRET": "1"}, device="cpu",
+    spec = view.job_spec(job_id="j1", op="noop", payload={}, env={}, device="cpu",
                          limits=Limits(memory_bytes=1 << 30), timeout_s=10)
     env = spec["env"]
     for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
         assert env[key].startswith("/jobs/j1/"), key
-    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # no GPU: interpreted, always
+    on_gpu = view.job_spec(job_id="j2", op="noop", payload={}, env={}, device="cuda",
+                           limits=Limits(memory_bytes=1 << 30), timeout_s=10)["env"]
+    assert "TRITON_INTERPRET" not in on_gpu and "CUDA_VISIBLE_DEVICES" not in on_gpu
     assert spec["rlimits"]["cpu_s"] >= 10
     policy = view.confinement("j1", landlock=True, seccomp=True)
     assert policy["private_mounts"] == {"/tmp": "/jobs/j1/tmp", "/dev/shm": "/jobs/j1/shm"}

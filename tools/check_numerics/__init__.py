@@ -18,6 +18,7 @@ import anyio
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs
+from .expect_fields import CATALOGUE, facts
 from .plan import make_plan
 from .report import histogram_png, summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -30,10 +31,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     plan = make_plan(inp, ctx.workspace, sandbox, device,
                      lambda c, t: trial_seed(ctx.workspace.state_dir, ctx.experiment_id, c, t))
     enabled = set(inp.checks if inp.checks is not None else CHECKS)
-    env = {} if device == "cuda" else {"TRITON_INTERPRET": "1"}
     total = len(plan.cases) + 1
     await ctx.progress(0, total, "reference")
-    ref = await jobs.run_reference(sandbox, plan, env, inp.timeout_s)
+    ref = await jobs.run_reference(sandbox, plan, inp.timeout_s)
     ref_items = ref.result.get("items", {}) if isinstance(ref.result, dict) else {}
     findings = lock_findings(plan.notes)
     reports, series, partition_rows = [], {}, {}
@@ -41,7 +41,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
         for case in plan.cases:
             await ctx.progress(case.index + 1, total, f"case {case.label}")
-            res = await jobs.run_case(plan, case, sandbox, env, ref_dir, enabled, inp.timeout_s)
+            res = await jobs.run_case(plan, case, sandbox, ref_dir, enabled, inp.timeout_s)
             # torch work on possibly large tensors: off the event loop, so the server keeps serving
             report, row, case_found, errors = await anyio.to_thread.run_sync(
                 _judge_case, plan, case, res, ref_dir, ref_items, enabled, device)
@@ -59,7 +59,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts,
-                  summary=summary(plan.candidate_name, verdict, reports, findings, inp.hypothesis))
+                  summary=summary(plan.candidate_name, verdict, reports, findings))
 
 
 def _judge_case(*args):
@@ -81,6 +81,8 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    expect_catalogue=CATALOGUE,
+    expect_facts=facts,
     read_only=True,
     idempotent=False,
 )

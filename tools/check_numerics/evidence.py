@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ...sandbox.worker.protocol import (CALL_FIRST, COMPARED_CALLS, call_rank, inputs_after_file, inputs_file,
+                                       output_file, reference_file)
 from ...sandbox.worker.tensors import load_tensors
 from ..base import AgentError
 from ..common.error_metrics import compare, rel_l2
@@ -64,17 +66,16 @@ def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict)
     ev.is_triton = bool(worker.get("is_triton"))
     ev.tampered = [str(t) for t in worker.get("tampered", [])][:20]
     for key in ev.keys:
-        ev.inputs[key] = _as_list(load_tensors(ref_dir / f"{key}.inputs.pt"))
-        ev.refs[key] = _as_list(load_tensors(ref_dir / f"{key}.ref.pt"))
-        ev.inputs_after[key] = _load_optional(cand_dir / f"{key}.inputs_after.pt")
+        ev.inputs[key] = _as_list(load_tensors(ref_dir / inputs_file(key)))
+        ev.refs[key] = _as_list(load_tensors(ref_dir / reference_file(key)))
+        ev.inputs_after[key] = _load_optional(cand_dir / inputs_after_file(key))
     for call in ev.calls:
         key, kind = str(call.get("key")), str(call.get("kind"))
         if key not in ev.refs or "error" in call:
             continue
-        name = "out" if kind == "first" else kind
-        saved = _load_optional(cand_dir / f"{key}.{name}.pt") or []
+        saved = _load_optional(cand_dir / output_file(key, kind)) or []
         ev.outputs[(key, kind)] = saved
-        if kind in ("first", "repeat", "recheck"):
+        if kind in COMPARED_CALLS:
             ev.errors[(key, kind)] = [compare_output(ev, key, saved, j) for j in range(len(ev.refs[key]))]
     return ev
 
@@ -92,8 +93,8 @@ def case_errors(ev: CaseEvidence) -> tuple[dict | None, list[float | None], bool
     whether every trial passed."""
     worst, per_trial, ok = None, [], True
     for t, key in enumerate(ev.keys):
-        errs = ev.errors.get((key, "first"), [None])
-        ok = ok and ev.call_passes(key, "first")
+        errs = ev.errors.get((key, CALL_FIRST), [None])
+        ok = ok and ev.call_passes(key, CALL_FIRST)
         usable = [e for e in errs if e is not None]
         per_trial.append(max((e["rel_l2_error"] for e in usable), default=None) if len(usable) == len(errs) else None)
         for j, e in enumerate(errs):
@@ -107,7 +108,7 @@ def op_totals(ev: CaseEvidence) -> tuple[dict[str, int], int]:
     ops: dict[str, int] = {}
     launches = 0
     for call in ev.calls:
-        if call["kind"] == "first" and "error" not in call:
+        if call["kind"] == CALL_FIRST and "error" not in call:
             launches += call["triton_launches"]
             for op, n in call["ops"].items():
                 ops[op] = ops.get(op, 0) + n
@@ -118,8 +119,8 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
     """Partitioned (ranks combined) vs unpartitioned vs reference, worst trial."""
     worst = None
     for t, key in enumerate(ev.keys):
-        ranks = [ev.outputs.get((key, f"rank{r}")) for r in range(partition["num_parts"])]
-        first = ev.outputs.get((key, "first"))
+        ranks = [ev.outputs.get((key, call_rank(r))) for r in range(partition["num_parts"])]
+        first = ev.outputs.get((key, CALL_FIRST))
         if not first or any(not r for r in ranks):
             continue
         for j, ref in enumerate(ev.refs[key]):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from ...sandbox.worker.protocol import CALL_FIRST, CALL_RECHECK, CALL_REPEAT, is_rank_call
 from ..common.error_metrics import representable_fraction, round_to
 from ..common.tolerance import LOWER_PRECISION
 from .evidence import CaseEvidence
@@ -40,7 +41,7 @@ def call_findings(ev: CaseEvidence) -> list[Finding]:
     for call in ev.calls:
         if "error" not in call:
             continue
-        rank = str(call.get("kind", "")).startswith("rank")
+        rank = is_rank_call(str(call.get("kind", "")))
         found.append(Finding(code="partition_unsupported" if rank else "candidate_raised",
                              severity="warning" if rank else "error", case=ev.label,
                              message=f"call {call.get('index')} ({call.get('kind')}, {call.get('key')}) raised "
@@ -54,7 +55,7 @@ def _f(ev: CaseEvidence, code: str, severity: str, message: str) -> Finding:
 
 def _first_calls(ev: CaseEvidence):
     for call in ev.calls:
-        if call.get("kind") == "first" and "error" not in call:
+        if call.get("kind") == CALL_FIRST and "error" not in call:
             yield call
 
 
@@ -63,8 +64,8 @@ def _unwritten(ev, _):
     where the reference differs was never written; other NaN/Inf where the reference is
     finite was computed (garbage arithmetic, overflow)."""
     for key in ev.keys:
-        outs = ev.outputs.get((key, "first")) or []
-        for j, err in enumerate(ev.errors.get((key, "first"), [])):
+        outs = ev.outputs.get((key, CALL_FIRST)) or []
+        for j, err in enumerate(ev.errors.get((key, CALL_FIRST), [])):
             if not err or j >= len(outs) or outs[j] is None or outs[j].dtype == torch.bool:
                 continue
             out, ref = outs[j], ev.refs[key][j]
@@ -137,7 +138,7 @@ def _output_facts(ev, _):
 def _determinism(ev, _):
 
     for key in ev.keys:
-        a, b = ev.outputs.get((key, "first")), ev.outputs.get((key, "repeat"))
+        a, b = ev.outputs.get((key, CALL_FIRST)), ev.outputs.get((key, CALL_REPEAT))
         if not a or not b:
             continue
         for j, (x, y) in enumerate(zip(a, b)):
@@ -153,23 +154,23 @@ def _determinism(ev, _):
 def _caching_and_state(ev, _):
 
     for prev, key in zip(ev.keys, ev.keys[1:]):
-        a, b = ev.outputs.get((prev, "first")), ev.outputs.get((key, "first"))
+        a, b = ev.outputs.get((prev, CALL_FIRST)), ev.outputs.get((key, CALL_FIRST))
         same_ref = all(torch.equal(x, y) for x, y in zip(ev.refs[prev], ev.refs[key]))
         # a correct answer for trial t-1, returned again for trial t's new values
-        if a and b and not same_ref and ev.call_passes(prev, "first") and all(
+        if a and b and not same_ref and ev.call_passes(prev, CALL_FIRST) and all(
                 x is not None and y is not None and x.shape == y.shape and torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b)):
             return [_f(ev, "result_caching", "error",
                        f"trial {ev.keys.index(key)} returned trial {ev.keys.index(prev)}'s output bit for bit although its inputs "
                        "differ (same buffers and shapes, new values): a result cached by data pointer or shape")]
     # The same inputs right once and wrong later: the answer depends on the call count.
     first = ev.keys[0]
-    if ev.call_passes(first, "first") and (first, "recheck") in ev.errors and not ev.call_passes(first, "recheck"):
-        n = len([c for c in ev.calls if c["kind"] != "recheck"]) + 1
+    if ev.call_passes(first, CALL_FIRST) and (first, CALL_RECHECK) in ev.errors and not ev.call_passes(first, CALL_RECHECK):
+        n = len([c for c in ev.calls if c["kind"] != CALL_RECHECK]) + 1
         return [_f(ev, "stateful_output", "error",
                    f"trial 0's inputs matched the reference on call 1 and not when run again as call {n}: the result "
                    "depends on how many times the kernel was called (correct for the first k calls, then garbage)")]
     for key in ev.keys:
-        if ev.call_passes(key, "first") and (key, "repeat") in ev.errors and not ev.call_passes(key, "repeat"):
+        if ev.call_passes(key, CALL_FIRST) and (key, CALL_REPEAT) in ev.errors and not ev.call_passes(key, CALL_REPEAT):
             return [_f(ev, "stateful_output", "error",
                        f"trial {ev.keys.index(key)}: the first call matched the reference and the second, on the same "
                        "inputs, did not: state carried from call to call")]
@@ -221,9 +222,9 @@ def _tampering(ev, _):
 def _precision(ev, _):
     """Results exactly representable in a narrower format than declared: it computed there."""
     for key in ev.keys:
-        outs = ev.outputs.get((key, "first")) or []
+        outs = ev.outputs.get((key, CALL_FIRST)) or []
         for j, (o, ref) in enumerate(zip(outs, ev.refs[key])):
-            if o is None or not o.is_floating_point() or o.shape != ref.shape or ev.call_passes(key, "first"):
+            if o is None or not o.is_floating_point() or o.shape != ref.shape or ev.call_passes(key, CALL_FIRST):
                 continue
             stored = ev.output_dtype(key, j, ref)
             declared = ev.dtype if ev.dtype == "tf32" else stored
@@ -248,8 +249,8 @@ def _degenerate(ev, _):
             return [_f(ev, "degenerate_reference", "error",
                        f"{what} (trial {ev.keys.index(key)}): a constant answer would pass, so this case proves nothing; "
                        "use other shapes, distribution or inputs")]
-        for j, o in enumerate(ev.outputs.get((key, "first")) or []):
-            if o is not None and o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not ev.call_passes(key, "first"):
+        for j, o in enumerate(ev.outputs.get((key, CALL_FIRST)) or []):
+            if o is not None and o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not ev.call_passes(key, CALL_FIRST):
                 found.append(_f(ev, "constant_output", "error", f"output {j} is the constant {float(o.reshape(-1)[0])} "
                                 "everywhere while the reference varies: a placeholder result"))
                 return found

@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from ...sandbox.job import JobResult
+from ...sandbox.worker.protocol import CALL_FIRST
 from ..base import AgentError
 from .evidence import CaseEvidence, case_errors, load_evidence, op_totals, partition_result
 from .findings import call_findings, case_findings
@@ -27,7 +28,7 @@ def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items:
                       arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
                       ref_facts={k: ref_items.get(k, {}) for k in case.keys})
     load_evidence(ev, ref_dir, res.out_dir, res.result if isinstance(res.result, dict) else {})
-    first = next((c for c in ev.calls if c.get("kind") == "first"), None)
+    first = next((c for c in ev.calls if c.get("kind") == CALL_FIRST), None)
     if first is None or "error" in first:
         detail = (first or {}).get("traceback") or (first or {}).get("error") or "no call was recorded"
         raise AgentError(f"the candidate raised on case {case.label}, trial 0 (seed {case.seeds[0]}):\n{detail}")
@@ -36,7 +37,7 @@ def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items:
     errors = None
     if report.errors:
         key = case.keys[report.errors.trial]
-        out = (ev.outputs.get((key, "first")) or [None])[report.errors.output_index]
+        out = (ev.outputs.get((key, CALL_FIRST)) or [None])[report.errors.output_index]
         if out is not None:
             errors = element_errors(out, ev.refs[key][report.errors.output_index])
     return report, row, found, errors

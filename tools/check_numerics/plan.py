@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from ...kernels.coderef import REFERENCE, CodeRefError, impl_code, ref_or_source, resolve_code, spec_code, split_ref
 from ...kernels.workspace import WorkspaceError
-from ..base import AgentError
+from ..base import AgentError, as_agent_error
 from ..common.cases import MAX_NUMERICS_CASES, check_case_count, distinct
 from ..common.tolerance import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tolerance
 from .lock import LockStatus, check_lock
@@ -88,8 +89,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     notes = _lock_notes(inp, lock)
     make_inputs = None
     if spec and spec.make_inputs and not inp.args:
-        file, entry = spec.make_inputs.split(":", 1)
-        make_inputs = {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}
+        make_inputs = spec_code(kernel, spec.make_inputs).payload(sandbox.workspace_path)
     return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
                 tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
                 inp.distribution, notes)
@@ -115,46 +115,29 @@ def _numel(dims) -> int:
 
 
 def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str]:
-    if inp.source is not None and inp.path is not None:
-        raise AgentError("give source= or path=, not both")
-    if inp.source is not None or inp.path is not None:
-        if not inp.entry:
-            raise AgentError("entry= is required with source= or path=: the function to call")
-        if inp.source is not None:
-            return {"entry": inp.entry, "source": inp.source}, f"source:{inp.entry}"
-        return {"entry": inp.entry, "path": _workspace_file(inp.path, workspace, sandbox)}, f"{inp.path}:{inp.entry}"
-    if kernel is None:
-        raise AgentError("name the code to check: kernel= (with impl=), or source=/path= with entry=")
-    impls = kernel.spec.impls
-    impl = inp.impl or ("triton" if "triton" in impls else next(iter(impls), None))
-    if impl not in impls:
-        raise AgentError(f"kernel {kernel.spec.name!r} has no impl {impl!r}; it has: {', '.join(impls)}")
-    file, entry = impls[impl].split(":", 1)
-    return {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}, f"{kernel.spec.name}/{impl}"
+    with as_agent_error(WorkspaceError):
+        code = resolve_code(workspace, kernel=kernel, impl=inp.impl, source=inp.source, path=inp.path,
+                            entry=inp.entry, what="candidate")
+    if code.kernel is not None:
+        name = f"{code.kernel}/{code.impl}"
+    elif code.source is not None:
+        name = f"source:{code.entry}"
+    else:
+        name = f"{inp.path}:{code.entry}"
+    return code.payload(sandbox.workspace_path), name
 
 
 def _reference(inp, kernel, workspace, sandbox) -> dict:
-    ref = inp.reference
-    if ref is None:
-        file, entry = kernel.spec.reference.split(":", 1)
-        return {"entry": entry, "path": sandbox.workspace_path(kernel.folder / file)}
-    if "def " in ref or "\n" in ref:  # inline source
-        entry = inp.reference_entry or (kernel.spec.reference.split(":", 1)[1] if kernel else inp.entry)
-        if not entry:
-            raise AgentError("reference= is source code: give reference_entry= (the function to call)")
-        return {"entry": entry, "source": ref}
-    if ":" not in ref:
-        raise AgentError(f"reference={ref!r} must be 'file.py:function' or Python source")
-    file, entry = ref.split(":", 1)
-    base = kernel.folder if kernel and (kernel.folder / file).is_file() else workspace.root
-    return {"entry": entry, "path": _workspace_file(str(base / file), workspace, sandbox)}
-
-
-def _workspace_file(path: str, workspace, sandbox) -> str:
-    try:
-        return sandbox.workspace_path(workspace.file(path))
-    except WorkspaceError as exc:
-        raise AgentError(str(exc)) from None
+    with as_agent_error(WorkspaceError):
+        if inp.reference is None:
+            return impl_code(kernel, REFERENCE, allow_reference=True).payload(sandbox.workspace_path)
+        default_entry = split_ref(kernel.spec.reference)[1] if kernel else inp.entry
+        try:
+            code = ref_or_source(workspace, inp.reference, kernel, inp.reference_entry or default_entry)
+        except CodeRefError as exc:
+            raise AgentError(f"reference=: {exc}; give 'file.py:function', or Python source with "
+                             "reference_entry= (the function to call)") from None
+    return code.payload(sandbox.workspace_path)
 
 
 def _check_shape(shape: dict, args: list[dict]) -> None:

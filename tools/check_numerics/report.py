@@ -6,7 +6,7 @@ import io
 import json
 
 
-def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: str | None) -> str:
+def summary(name: str, verdict: str, cases: list, findings: list) -> str:
     failed = [c for c in cases if c.verdict != "pass"]
     errors = [f for f in findings if f.severity == "error"]
     worst = max((c for c in cases if c.errors), default=None, key=_badness)
@@ -19,17 +19,7 @@ def summary(name: str, verdict: str, cases: list, findings: list, hypothesis: st
                      f"({worst.tolerance_source}), worst element {e.worst_index}")
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
-    line = "; ".join(parts)
-    if hypothesis:
-        if verdict == "pass":
-            line += (f". Hypothesis {hypothesis!r}: supported if it predicts the candidate computes the reference's "
-                     "function within tolerance on these cases; contradicted if it predicts a numerical difference")
-        elif verdict == "fail":
-            line += (f". Hypothesis {hypothesis!r}: the evidence shows the candidate does NOT match the reference "
-                     "(see cases and findings); supported only if it predicted this difference")
-        else:
-            line += f". Hypothesis {hypothesis!r}: untested, the test itself is degenerate (see findings)"
-    return line
+    return "; ".join(parts)
 
 
 def _badness(case) -> tuple:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
 from ..common.cases import MAX_NUMERICS_CASES
 
@@ -58,7 +59,8 @@ class PartitionInput(BaseModel):
 class Input(ToolInput):
     kernel: str | None = Field(default=None, description="Kernel name from list_kernels; supplies reference, shapes, "
                                "dtypes, tolerances, partition and forbidden ops.")
-    impl: str | None = Field(default=None, description="Implementation of the kernel to check (default 'triton').")
+    impl: str | None = Field(default=None, description="Implementation of the kernel to check (default: "
+                             f"{DEFAULT_IMPL_RULE}).")
     source: str | None = Field(default=None, description="Candidate as inline Python source (with entry=).")
     path: str | None = Field(default=None, description="Candidate as a workspace file (with entry=).")
     entry: str | None = Field(default=None, description="Function to call in source/path.")

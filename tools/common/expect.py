@@ -80,6 +80,15 @@ class Catalogue:
     def function_names(self) -> set[str]:
         return {signature.split("(")[0] for signature in self.functions} | set(BUILTIN_FUNCTIONS)
 
+    def names(self) -> str:
+        """The names alone, for a tool's description."""
+        parts = [", ".join(self.fields)]
+        if self.scoped:
+            parts.append(f"per {self.scope_kind}: " + ", ".join(self.scoped))
+        if self.functions:
+            parts.append("functions: " + ", ".join(self.functions))
+        return "; ".join(p for p in parts if p)
+
     def listing(self) -> str:
         """The names one can use, for error messages and tool descriptions."""
         parts = [f"{n} ({d})" for n, d in self.fields.items()]

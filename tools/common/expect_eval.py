@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..base import AgentError
+from .errors import AgentError
 
 MAX_CONDITION_CHARS = 500
 CONSTANT_NAMES = {"true": True, "false": False, "True": True, "False": False}

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from ...sandbox.job import Job
+from ...sandbox.worker.protocol import OP_PEAKS
 from ..base import ToolContext
 
 PEAKS_FILE = "peaks.json"
@@ -80,7 +81,7 @@ async def device_peaks(ctx: ToolContext, fingerprint: dict | None = None, *,
         if cached is not None:
             return cached, f"measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(cached['measured_at']))}, cached"
     await ctx.progress(0, 1, "measuring this device's ceilings once (copy bandwidth, matmul rate)")
-    res = await ctx.sandbox.run(Job(op="peaks", kind="timing", timeout_s=PEAKS_TIMEOUT_S), progress=ctx.progress)
+    res = await ctx.sandbox.run(Job(op=OP_PEAKS, kind="timing", timeout_s=PEAKS_TIMEOUT_S), progress=ctx.progress)
     record = _validated(res.result) if res.ok else None
     if record is None:
         why = f"the peaks job {res.status}: {res.error or 'malformed result'}"

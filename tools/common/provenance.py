@@ -16,7 +16,7 @@ from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
 
-from ...sandbox.worker.ops.peaks import cpu_model  # stdlib-only at import
+from ...sandbox.worker.shared import cpu_model
 
 
 @lru_cache(maxsize=64)

@@ -15,7 +15,7 @@ import numpy as np
 
 # The worker stops sampling with this same estimator, so "stopped at 0.5%" and the
 # reported standard error agree. It lives worker-side (numpy only) and is imported here.
-from infra_agent.sandbox.worker.ops.microbench import median_rel_se
+from ...sandbox.worker.shared import median_rel_se
 
 Verdict = Literal["faster", "slower", "inconclusive"]
 

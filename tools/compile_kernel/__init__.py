@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..base import AgentError, Tool, ToolContext
 from . import jobs, plan
+from .expect_fields import CATALOGUE, facts
 from .judge import judge
 from .occupancy import Target
 from .report import describe, describe_changes, diff, emitted_arch, notes
@@ -33,13 +34,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
         base = next((b for b in base_kernels if b.name == kernels[0].name), base_kernels[0])
         out.diff = diff(base, kernels[0])
+        out._baseline_kernel = base
         summary += f"; vs {out.baseline}: {describe_changes(out.diff)}"
     if cached:
         summary += " (cached)"
-    if inp.hypothesis:
-        summary += f". Hypothesis '{inp.hypothesis}': judge it by the numbers above"
-        if out.diff:
-            summary += " and the diff"
     out.summary = summary
     return out
 
@@ -77,6 +75,8 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    expect_catalogue=CATALOGUE,
+    expect_facts=facts,
     read_only=True,
     idempotent=True,
 )

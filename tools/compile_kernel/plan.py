@@ -9,7 +9,10 @@ import functools
 from dataclasses import asdict
 from pathlib import Path
 
-from ..base import AgentError, ToolContext
+from ...sandbox.worker.protocol import OP_COMPILE, OP_COMPILE_CUDA
+from ...kernels.coderef import CodeRef, impl_code, resolve_code
+from ...kernels.workspace import WorkspaceError
+from ..base import AgentError, ToolContext, as_agent_error
 from .cache import cache_key
 from .occupancy import DEFAULT_TARGET, TARGETS, Target, local_target
 from .schema import Input
@@ -28,37 +31,18 @@ def resolve_target(name: str | None) -> Target:
 def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
     """The job: op, payload and the text that identifies it in the cache."""
     ws = ctx.workspace
-    if inp.source is not None and inp.path is not None:
-        raise AgentError("give source= or path=, not both")
     spec_kernel = ws.kernel(inp.kernel) if inp.kernel else None
-    if spec_kernel is not None and inp.impl is None:
-        impls = spec_kernel.spec.impls
-        inp = inp.model_copy(update={"impl": "triton" if "triton" in impls else next(iter(impls), None)})
-    launcher = inp.launcher
-    if inp.source is not None:
-        code, host_file, file_name = inp.source, None, "candidate.cu" if _looks_cuda(inp, inp.source) else "candidate.py"
-    elif inp.path is not None:
-        host_file = ws.file(inp.path)
-        code, file_name = ws.read_text(host_file), str(host_file.relative_to(Path(ws.root).resolve()))
-    elif spec_kernel is not None:
-        ref = spec_kernel.spec.impls.get(inp.impl)
-        if ref is None:
-            raise AgentError(f"kernel {inp.kernel!r} has no impl {inp.impl!r}; it has: "
-                             f"{', '.join(spec_kernel.spec.impls)}")
-        host_file = spec_kernel.source_of(ref)
-        code, file_name = host_file.read_text(), f"{inp.kernel}/{host_file.name}"
-    else:
-        raise AgentError("name the code: kernel= (a spec), or source=/path= (Triton or CUDA C++)")
-    where = {"source": code} if host_file is None else {"path": ctx.sandbox.workspace_path(host_file)}
-    language = inp.language or ("cuda" if _looks_cuda(inp, code) or file_name.endswith((".cu", ".cuh")) else "triton")
-
+    with as_agent_error(WorkspaceError):
+        code = resolve_code(ws, kernel=spec_kernel, impl=inp.impl, source=inp.source, path=inp.path,
+                            entry=inp.entry, what="code (Triton or CUDA C++)", require_entry=False)
+        # with source=/path= and kernel=, the variant is launched like the spec's impl
+        spec_impl = impl_code(spec_kernel, inp.impl) if spec_kernel is not None else None
+    text = code.text()
+    file_name = _file_name(code, text, inp, Path(ws.root).resolve())
+    where = {k: v for k, v in code.payload(ctx.sandbox.workspace_path).items() if k != "entry"}
+    language = inp.language or ("cuda" if _looks_cuda(inp, text) or file_name.endswith((".cu", ".cuh")) else "triton")
     if language == "cuda":
-        if target.backend != "cuda":
-            raise AgentError(f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
-                             "kernel for AMD targets, or target= an sm_* architecture")
-        payload = {**where, "file_name": file_name, "arch": target.name, "flags": inp.nvcc_flags}
-        return {"op": "compile_cuda", "language": language, "payload": payload,
-                "key": cache_key("cuda", code, payload, target.name, inp.entry)}
+        return _cuda_job(inp, target, text, where, file_name)
 
     payload = {**where, "file_name": file_name, "entry": inp.entry,
                "target": plan_target_payload(target),
@@ -67,16 +51,33 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
         payload["constexprs"] = inp.constexprs
     if inp.signature is not None:
         payload["signature"] = inp.signature
-    elif spec_kernel is not None:
+    elif spec_impl is not None:
         spec = spec_kernel.spec
-        impl_fn = spec.impls[inp.impl].split(":", 1)[1] if inp.impl in spec.impls else None
-        payload["launch"] = {"launcher": launcher or impl_fn, "args": [asdict(a) for a in spec.args],
+        payload["launch"] = {"launcher": inp.launcher or spec_impl.entry, "args": [asdict(a) for a in spec.args],
                              "shape": _example_shape(spec, inp.shape), "dtype": inp.dtype or spec.dtypes[0]}
     else:
         raise AgentError("give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
                          "spec, so the launcher can run on its example shapes and infer them")
-    return {"op": "compile", "language": language, "payload": payload,
-            "key": cache_key("triton", code, payload, target.name, inp.entry)}
+    return {"op": OP_COMPILE, "language": language, "payload": payload,
+            "key": cache_key("triton", text, payload, target.name, inp.entry)}
+
+
+def _cuda_job(inp: Input, target: Target, text: str, where: dict, file_name: str) -> dict:
+    if target.backend != "cuda":
+        raise AgentError(f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
+                         "kernel for AMD targets, or target= an sm_* architecture")
+    payload = {**where, "file_name": file_name, "arch": target.name, "flags": inp.nvcc_flags}
+    return {"op": OP_COMPILE_CUDA, "language": "cuda", "payload": payload,
+            "key": cache_key("cuda", text, payload, target.name, inp.entry)}
+
+
+def _file_name(code: CodeRef, text: str, inp: Input, root: Path) -> str:
+    """How diagnostics name the file: 'candidate.py'/.cu for source, else its workspace path."""
+    if code.source is not None:
+        return "candidate.cu" if _looks_cuda(inp, text) else "candidate.py"
+    if code.kernel is not None:
+        return f"{code.kernel}/{code.path.name}"
+    return str(code.path.relative_to(root))
 
 
 def _example_shape(spec, given: dict[str, int] | None) -> dict[str, int]:

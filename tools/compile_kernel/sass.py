@@ -57,15 +57,18 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
 
 _SASS_SECTION = re.compile(r"^\s*\.section\s+\.text\.([\w$.]+),")
 # "/*0170*/   @!P1 LDG.E.128 R4, desc[UR8][R14.64] ;" -> "LDG.E.128"
-_SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Za-z0-9_.]*)")
+_SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*)")
+# "HFMA2.MMA R5, -RZ, RZ, 0, 0": -0 * 0 + constant, the compiler's way to put a constant (often
+# zero) in a register on the otherwise idle MMA pipe: a move, not half-precision math.
+_HFMA2_CONSTANT = re.compile(r"^\s*R\w+,\s*-RZ,\s*RZ,")
 
 MIX_CLASSES = (
-    "tensor_core_mma", "ffma", "fmul", "fadd", "half_fma", "mufu", "global_load", "global_store",
+    "tensor_core_mma", "ffma", "fmul", "fadd", "half_fma", "move", "mufu", "global_load", "global_store",
     "async_copy", "bulk_copy", "shared_load", "shared_store", "local_load", "local_store", "barrier",
 )
 _SASS_CLASS = {
     "FFMA": "ffma", "FFMA2": "ffma", "FMUL": "fmul", "FMUL2": "fmul", "FADD": "fadd", "FADD2": "fadd",
-    "HFMA2": "half_fma", "MUFU": "mufu", "LDG": "global_load", "STG": "global_store",
+    "HFMA2": "half_fma", "MOV": "move", "UMOV": "move", "MUFU": "mufu", "LDG": "global_load", "STG": "global_store",
     "LDGSTS": "async_copy",  # cp.async: global -> shared without registers (sm_80+)
     "UBLKCP": "bulk_copy", "UTMALDG": "bulk_copy", "UTMASTG": "bulk_copy", "UTMAPF": "bulk_copy",
     "UBLKRED": "bulk_copy", "UTMAREDG": "bulk_copy",  # TMA / bulk copies (sm_90+)
@@ -75,8 +78,10 @@ _SASS_CLASS = {
 _WIDTH_BITS = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128, "256": 256}
 
 
-def _sass_class(opcode: str) -> str | None:
+def _sass_class(opcode: str, operands: str = "") -> str | None:
     base = opcode.split(".", 1)[0]
+    if opcode.startswith("IMAD.MOV") or (base == "HFMA2" and _HFMA2_CONSTANT.match(operands)):
+        return "move"  # RZ * RZ + x and -RZ * RZ + constant: moves in arithmetic clothing
     if base.endswith("MMA"):  # HMMA, IMMA, DMMA, HGMMA, QGMMA, IGMMA, BGMMA, UTC*MMA, OMMA
         return "tensor_core_mma"
     return _SASS_CLASS.get(base)
@@ -101,7 +106,7 @@ def classify_sass(text: str) -> dict[str, dict]:
         opcode = m.group(1)
         if opcode.startswith("NOP"):
             continue
-        _count(current, _sass_class(opcode), opcode)
+        _count(current, _sass_class(opcode, m.group(2)), opcode)
     return out
 
 
@@ -134,36 +139,31 @@ _AMD_WIDTH = {"ubyte": 8, "sbyte": 8, "byte": 8, "ushort": 16, "sshort": 16, "sh
               "b96": 96, "b128": 128}
 
 
+# (opcode prefixes, class), first match wins; direct-to-LDS loads before plain loads.
+_AMD_CLASSES = (
+    (("v_mfma", "v_smfmac", "v_wmma"), "tensor_core_mma"),
+    (("v_fma_f32", "v_fmac_f32", "v_pk_fma_f32"), "ffma"),
+    (("v_mul_f32", "v_pk_mul_f32"), "fmul"),
+    (("v_add_f32", "v_sub_f32", "v_pk_add_f32"), "fadd"),
+    (("v_pk_fma_f16", "v_fma_f16", "v_pk_fma_bf16"), "half_fma"),
+    (("v_mov_", "s_mov_"), "move"),
+    (("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_"), "mufu"),  # the MUFU counterpart
+    (("global_load_lds", "buffer_load_lds"), "async_copy"),
+    (("global_load", "buffer_load"), "global_load"),
+    (("global_store", "buffer_store"), "global_store"),
+    (("ds_read", "ds_load"), "shared_load"),
+    (("ds_write", "ds_store"), "shared_store"),
+    (("scratch_load",), "local_load"),
+    (("scratch_store",), "local_store"),
+)
+
+
 def _amd_class(op: str) -> str | None:
-    if op.startswith(("v_mfma", "v_smfmac", "v_wmma")):
-        return "tensor_core_mma"
-    if op.startswith(("v_fma_f32", "v_fmac_f32", "v_pk_fma_f32")):
-        return "ffma"
-    if op.startswith(("v_mul_f32", "v_pk_mul_f32")):
-        return "fmul"
-    if op.startswith(("v_add_f32", "v_sub_f32", "v_pk_add_f32")):
-        return "fadd"
-    if op.startswith(("v_pk_fma_f16", "v_fma_f16", "v_pk_fma_bf16")):
-        return "half_fma"
-    if op.startswith(("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_")):
-        return "mufu"  # transcendental unit, the MUFU counterpart
-    if op.startswith(("global_load_lds", "buffer_load_lds")) or (op.startswith("buffer_load") and "lds" in op):
-        return "async_copy"  # direct-to-LDS loads
-    if op.startswith(("global_load", "buffer_load")):
-        return "global_load"
-    if op.startswith(("global_store", "buffer_store")):
-        return "global_store"
-    if op.startswith(("ds_read", "ds_load")):
-        return "shared_load"
-    if op.startswith(("ds_write", "ds_store")):
-        return "shared_store"
-    if op.startswith("scratch_load"):
-        return "local_load"
-    if op.startswith("scratch_store"):
-        return "local_store"
     if op == "s_barrier":
         return "barrier"
-    return None
+    if op.startswith("buffer_load") and "lds" in op:
+        return "async_copy"  # direct-to-LDS loads
+    return next((cls for prefixes, cls in _AMD_CLASSES if op.startswith(prefixes)), None)
 
 
 def classify_amdgcn(text: str) -> dict:

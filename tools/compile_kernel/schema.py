@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from ..base import ToolInput, ToolOutput
 from .occupancy import DEFAULT_TARGET, TARGETS
@@ -37,7 +37,10 @@ class InstructionMix(BaseModel):
     ffma: int = Field(0, description="FP32 fused multiply-add (FFMA; AMD v_fma/v_fmac_f32).")
     fmul: int = Field(0, description="FP32 multiplies.")
     fadd: int = Field(0, description="FP32 adds.")
-    half_fma: int = Field(0, description="Packed FP16/BF16 FMA (HFMA2), including HFMA2.MMA register moves.")
+    half_fma: int = Field(0, description="Packed FP16/BF16 FMA (HFMA2, AMD v_pk_fma_f16): half-precision math "
+                          "only; the constant-load idiom HFMA2.MMA Rx, -RZ, RZ, a, b counts as a move.")
+    move: int = Field(0, description="Register moves, whatever unit runs them: MOV, UMOV, IMAD.MOV (RZ * RZ + x) "
+                      "and HFMA2(.MMA) Rx, -RZ, RZ, a, b (loads a constant, often zero); AMD v_mov/s_mov. Not math.")
     mufu: int = Field(0, description="Special-function unit ops: exp2, rsqrt, rcp, sin... (MUFU; AMD v_exp/v_rsq...).")
     global_load: int = Field(0, description="Global memory loads (LDG; AMD global_load/buffer_load).")
     global_store: int = Field(0, description="Global memory stores (STG; AMD global_store/buffer_store).")
@@ -63,7 +66,8 @@ class KernelResources(BaseModel):
     shared_memory_bytes: int = Field(description="Shared memory (AMD: LDS) per block, static + dynamic, bytes.")
     static_shared_memory_bytes: int = Field(description="Declared in the binary (cuobjdump SHARED / AMD group "
                                             "segment), bytes per block.")
-    dynamic_shared_memory_bytes: int = Field(description="Requested at launch (Triton metadata.shared), bytes per block.")
+    dynamic_shared_memory_bytes: int = Field(description="Requested at launch (Triton metadata.shared), bytes per "
+                                             "block.")
     local_memory_bytes: int = Field(description="Local memory per thread outside the stack (cuobjdump LOCAL; AMD "
                                     "scratch per lane), bytes.")
     stack_frame_bytes: int | None = Field(None, description="Per-thread stack frame (ptxas), bytes; spills land here.")
@@ -144,3 +148,9 @@ class Output(ToolOutput):
     baseline: str | None = Field(None, description="What the diff compares against.")
     diff: list[Change] = Field(default_factory=list, description="Fields that differ from the baseline "
                                "(first kernel of each): registers, spills, smem, occupancy, instruction counts.")
+    # The baseline's kernel the diff compared against: what expect's baseline.<field> reads.
+    _baseline_kernel: KernelResources | None = PrivateAttr(default=None)
+
+    @property
+    def baseline_kernel(self) -> KernelResources | None:
+        return self._baseline_kernel

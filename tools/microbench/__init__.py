@@ -17,9 +17,10 @@ from ..base import AgentError, Tool, ToolContext
 from ..common.peaks import device_peaks
 from ..common.tolerance import resolve_tolerance
 from . import jobs, plan
+from .expect_fields import CATALOGUE, facts
 from .judge import overall, shape_result
-from .report import answer_hypothesis, cpu_counters, disturbances, plot_rows, summary, sweep_plot
-from .schema import Input, Output, ShapeResult
+from .report import cpu_counters, disturbances, plot_rows, summary, sweep_plot
+from .schema import Input, Output
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -57,9 +58,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     )
     if len(results) > 1:
         out.artifacts.append(ctx.artifact("microbench_sweep.png", sweep_plot(plot_rows(results))))
-    out.hypothesis_answer = _hypothesis_answer(inp, out.verdict if baseline else None, results)
-    out.summary = summary(spec.name, arms, results, out.verdict) + (f" Hypothesis: {out.hypothesis_answer}."
-                                                                    if out.hypothesis_answer else "")
+    out.summary = summary(spec.name, arms, results, out.verdict)
     return out
 
 
@@ -79,13 +78,6 @@ def _judge_spot_checks(*args) -> dict:
     return judge_spot_checks(*args)
 
 
-def _hypothesis_answer(inp: Input, verdict: str | None, results: list[ShapeResult]) -> str:
-    bounds = [(",".join(f"{k}={v}" for k, v in r.shape.items()), r.candidate.bound)
-              for r in results if r.candidate.bound]
-    mdes = [r.min_detectable_effect_pct for r in results if r.min_detectable_effect_pct is not None]
-    return answer_hypothesis(inp.hypothesis, verdict, bounds, max(mdes) if mdes else None)
-
-
 TOOL = Tool(
     name="microbench",
     title="Microbenchmark a kernel",
@@ -98,6 +90,8 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    expect_catalogue=CATALOGUE,
+    expect_facts=facts,
     read_only=True,
     idempotent=False,
     open_world=False,

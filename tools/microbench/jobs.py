@@ -7,24 +7,24 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...sandbox.job import Job, JobResult
+from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
 from ..base import AgentError, ToolContext
 from .plan import MIN_TIMED_CALLS, Code
 from .schema import TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: dict, shape: dict, device: str, index: int,
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str, index: int,
                      count: int, inp) -> tuple[dict, Path | None]:
     """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
     timeout_s = timing_timeout_s(inp)
-    env = {"TRITON_INTERPRET": "1"} if device == "cpu" else {}
     label = ",".join(f"{k}={v}" for k, v in shape.items())
 
     async def progress(done: float, total: float | None = None, message: str = "") -> None:
         await ctx.progress(index + 0.5, count, f"shape {index + 1}/{count} ({label}): {message}")
 
     await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
-    res: JobResult = await ctx.sandbox.run(Job(op="microbench", payload=payload, kind="timing",
-                                               timeout_s=timeout_s, env=env), progress=progress)
+    res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing",
+                                               timeout_s=timeout_s), progress=progress)
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
     raw = _checked_form(dict(res.result), arms)
@@ -83,9 +83,9 @@ def _job_failure(res: JobResult, shape: dict, timeout_s: float, budget_ms: float
     return f"the timing job at {shape} ended '{res.status}': {error}"
 
 
-async def run_spot_reference(ctx: ToolContext, payload: dict, kernel_name: str) -> Path:
+async def run_spot_reference(ctx: ToolContext, payload: ReferencePayload, kernel_name: str) -> Path:
     """The reference's outputs for the spot-checked input sets; the folder holding them."""
-    res = await ctx.sandbox.run(Job(op="reference", kind="run", timeout_s=300.0, payload=payload))
+    res = await ctx.sandbox.run(Job(op=OP_REFERENCE, kind="run", timeout_s=300.0, payload=payload))
     if not res.ok or res.out_dir is None:
         raise AgentError(f"the reference job for the spot-check failed ({res.status}: {res.error}); the spec's "
                          f"reference for {kernel_name} needs fixing before anything can be timed against it")

@@ -9,8 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...kernels.schema import ITEMSIZE, KernelSpec
+from ...kernels.coderef import REFERENCE, CodeRef, impl_code, resolve_code, spec_code
 from ...kernels.workspace import Kernel, WorkspaceError
-from ..base import AgentError, ToolContext
+from ...sandbox.worker.protocol import MicrobenchPayload, ReferencePayload, input_set_key
+from ...sandbox.worker.shared import meminfo_bytes
+from ..base import AgentError, ToolContext, as_agent_error
 from ..common.cases import MAX_MICROBENCH_SHAPES, check_case_count, distinct
 from ..common.seeds import trial_seed
 
@@ -73,7 +76,7 @@ def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: in
     numels = [math.prod(a.dims(shape)) for a in spec.args]
     set_bytes = sum(n * ITEMSIZE[a.dtype or dtype] for n, a in zip(numels, spec.args))
     need = 4 * set_bytes + 2 * 8 * sum(numels)
-    limits = [b for b in (_mem_available(), job_memory_bytes) if b]
+    limits = [b for b in (meminfo_bytes("MemAvailable"), job_memory_bytes) if b]
     available = min(limits) if limits else None
     if available is not None and need > 0.8 * available:
         raise AgentError(
@@ -83,76 +86,52 @@ def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: in
             "use smaller shapes")
 
 
-def _mem_available() -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def candidate_code(ctx: ToolContext, kernel: Kernel, inp) -> Code:
-    if inp.source is not None or inp.path is not None:
-        return _agent_code(ctx, "candidate", inp.source, inp.path, inp.entry, "entry")
-    return _impl_code(ctx, kernel, "candidate", inp.impl or next(iter(kernel.spec.impls)))
+    return _arm(ctx, "candidate", _resolve(ctx, kernel, inp.impl, inp.source, inp.path, inp.entry, "entry"))
 
 
 def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
     if inp.baseline_source is not None or inp.baseline_path is not None:
         if inp.baseline is not None:
             raise AgentError("give baseline (an impl or experiment id) or baseline_source/baseline_path, not both")
-        return _agent_code(ctx, "baseline", inp.baseline_source, inp.baseline_path,
-                           inp.baseline_entry or inp.entry, "baseline_entry")
+        return _arm(ctx, "baseline", _resolve(ctx, kernel, None, inp.baseline_source, inp.baseline_path,
+                                              inp.baseline_entry or inp.entry, "baseline_entry"))
     if inp.baseline is None:
         return None
-    if inp.baseline == "reference" or inp.baseline in kernel.spec.impls:
-        return _impl_code(ctx, kernel, "baseline", inp.baseline)
+    if inp.baseline == REFERENCE or inp.baseline in kernel.spec.impls:
+        return _arm(ctx, "baseline", _resolve(ctx, kernel, inp.baseline, None, None, None, "entry"))
     record = ctx.experiment(inp.baseline)
     if record is None:
         raise AgentError(f"baseline {inp.baseline!r} is neither an implementation of {kernel.spec.name} "
-                         f"({', '.join(['reference', *kernel.spec.impls])}) nor an experiment id "
+                         f"({', '.join([REFERENCE, *kernel.spec.impls])}) nor an experiment id "
                          "(list_experiments shows them)")
     args = record.get("arguments") or {}
     if (args.get("kernel") or record.get("kernel")) != kernel.spec.name:
         raise AgentError(f"experiment {inp.baseline} timed kernel {args.get('kernel')!r}, not "
                          f"{kernel.spec.name!r}: a baseline must compute the same function")
-    if args.get("source") is not None or args.get("path") is not None:
-        code = _agent_code(ctx, "baseline", args.get("source"), args.get("path"), args.get("entry"), "entry")
-    else:
-        code = _impl_code(ctx, kernel, "baseline", args.get("impl") or next(iter(kernel.spec.impls)))
+    code = _arm(ctx, "baseline", _resolve(ctx, kernel, args.get("impl"), args.get("source"), args.get("path"),
+                                          args.get("entry"), "entry"))
     return dataclasses.replace(code, label=f"experiment {inp.baseline} ({code.label})")
 
 
-def _impl_code(ctx: ToolContext, kernel: Kernel, name: str, impl: str) -> Code:
-    spec = kernel.spec
-    if impl == "reference":
-        ref = spec.reference
-    elif impl in spec.impls:
-        ref = spec.impls[impl]
+def _resolve(ctx: ToolContext, kernel: Kernel, impl: str | None, source: str | None, path: str | None,
+             entry: str | None, entry_field: str) -> CodeRef:
+    with as_agent_error(WorkspaceError):
+        return resolve_code(ctx.workspace, kernel=kernel, impl=impl, source=source, path=path, entry=entry,
+                            entry_field=entry_field, allow_reference=True)
+
+
+def _arm(ctx: ToolContext, name: str, code: CodeRef) -> Code:
+    """The arm `name` runs `code`; its label says what that is (impl, 'source', or the file)."""
+    if code.impl is not None:
+        label = code.impl
+    elif code.source is not None:
+        label = "source"
     else:
-        raise AgentError(f"{spec.name} has no implementation {impl!r}; it has: "
-                         f"{', '.join(['reference', *spec.impls])}")
-    file_name, entry = ref.split(":", 1)
-    return Code(name=name, label=impl, entry=entry, path=ctx.sandbox.workspace_path(kernel.folder / file_name),
-                is_reference=impl == "reference")
-
-
-def _agent_code(ctx: ToolContext, name: str, source: str | None, path: str | None, entry: str | None,
-                entry_field: str) -> Code:
-    if source is not None and path is not None:
-        raise AgentError(f"give source or path for the {name}, not both")
-    if not entry:
-        raise AgentError(f"{entry_field} is required with source/path: the function to call in that code")
-    if source is not None:
-        return Code(name=name, label="source", entry=entry, source=source)
-    try:
-        host = ctx.workspace.file(path)
-    except WorkspaceError as exc:
-        raise AgentError(str(exc)) from None
-    label = str(host.relative_to(ctx.workspace.root.resolve()))
-    return Code(name=name, label=label, entry=entry, path=ctx.sandbox.workspace_path(host))
+        label = str(code.path.relative_to(ctx.workspace.root.resolve()))
+    where = code.payload(ctx.sandbox.workspace_path)
+    return Code(name=name, label=label, entry=code.entry, source=where.get("source"), path=where.get("path"),
+                is_reference=code.is_reference)
 
 
 def _args_payload(spec: KernelSpec) -> list[dict]:
@@ -162,12 +141,11 @@ def _args_payload(spec: KernelSpec) -> list[dict]:
 def _make_inputs_payload(ctx: ToolContext, kernel: Kernel) -> dict | None:
     if not kernel.spec.make_inputs:
         return None
-    file_name, entry = kernel.spec.make_inputs.split(":", 1)
-    return {"entry": entry, "path": ctx.sandbox.workspace_path(kernel.folder / file_name)}
+    return spec_code(kernel, kernel.spec.make_inputs).payload(ctx.sandbox.workspace_path)
 
 
 def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: dict, dtype: str, index: int,
-                   inp) -> dict:
+                   inp) -> MicrobenchPayload:
     """The `microbench` op's payload for one shape; `input_seeds` also seed the spot-check's reference."""
     state = ctx.workspace.state_dir
     return {
@@ -190,13 +168,12 @@ def spot_check_calls(raw: dict, arms: list[Code]) -> tuple[list[dict], list[int]
 
 
 def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int],
-                           seeds: list[int]) -> dict:
+                           seeds: list[int]) -> ReferencePayload:
     """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
     spec = kernel.spec
-    ref_file, ref_entry = spec.reference.split(":", 1)
-    return {"reference": {"entry": ref_entry, "path": ctx.sandbox.workspace_path(kernel.folder / ref_file)},
-            "args": _args_payload(spec), "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
-            "items": [{"key": f"set{s}", "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
+    reference = impl_code(kernel, REFERENCE, allow_reference=True)
+    return {"reference": reference.payload(ctx.sandbox.workspace_path), "args": _args_payload(spec), "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
+            "items": [{"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
 
 
 def _int(x, default: int = -1) -> int:

@@ -1,12 +1,11 @@
 """microbench, step 4: the parts of the answer that are not statistics: what could disturb
-the numbers, the sweep plot, the summary line and the one that answers the hypothesis."""
+the numbers, the sweep plot and the summary line (the hypothesis is answered by `expect`)."""
 
 from __future__ import annotations
 
 import io
 import math
 import os
-import re
 from pathlib import Path
 
 from .plan import Code
@@ -85,58 +84,6 @@ def sweep_plot(rows: list[dict]) -> bytes:
     fig.savefig(buf, format="png", dpi=100)
     plt.close(fig)
     return buf.getvalue()
-
-
-# What a hypothesis predicts about speed, as the verdicts that would support it.
-_EXPECTATIONS = [
-    (re.compile(r"\b(no (?:change|difference)|same speed|neutral|unchanged|as fast as)\b", re.I), {"inconclusive"}),
-    (re.compile(r"\b(no slower|not slower|no regression|does not regress)\b", re.I), {"inconclusive", "faster"}),
-    (re.compile(r"\b(slower|regress\w*|more time|costs? time)\b", re.I), {"slower"}),
-    (re.compile(r"\b(faster|speed\s*up|speedup|quicker|reduc\w*|improv\w*|less time|lower latency)\b", re.I),
-     {"faster"}),
-]
-_BOUNDS = {"memory": re.compile(r"memory[- ]bound|bandwidth", re.I),
-           "compute": re.compile(r"compute[- ]bound|flop", re.I),
-           "latency": re.compile(r"latency[- ]bound|launch|overhead", re.I)}
-
-
-def answer_hypothesis(hypothesis: str | None, verdict: str | None, bounds: list[tuple[str, str]],
-                      mde_pct: float | None) -> str:
-    """Whether the evidence supports the hypothesis, judged on what it names (speed, bound).
-
-    `bounds` holds (shape label, bound class) per shape, smallest first.
-    """
-    if not hypothesis:
-        return ""
-    if verdict == "invalid":
-        return "cannot be judged: the timing is void (see spot_check / is_impossible)"
-    parts = []
-    expected = next((ok for pattern, ok in _EXPECTATIONS if pattern.search(hypothesis)), None)
-    if verdict is not None and expected is not None:
-        if verdict in expected:
-            parts.append(f"supported (measured {verdict})")
-        elif verdict in ("inconclusive", "mixed"):
-            noise = f" (minimal detectable effect ~{mde_pct:.1f}%)" if mde_pct is not None else ""
-            parts.append(f"not resolved: measured {verdict}{noise}")
-        else:
-            parts.append(f"contradicted (measured {verdict})")
-    for bound, pattern in _BOUNDS.items():
-        if pattern.search(hypothesis):
-            holds = [label for label, b in bounds if b == bound]
-            other = [f"{label}: {b}" for label, b in bounds if b != bound]
-            if not bounds:
-                parts.append(f"{bound}-bound claim not judged (no roofline: ceilings unavailable)")
-            elif not other:
-                parts.append(f"{bound}-bound claim supported at every shape")
-            elif not holds:
-                parts.append(f"{bound}-bound claim contradicted ({'; '.join(other)})")
-            else:
-                parts.append(f"{bound}-bound claim holds at {', '.join(holds)} only ({'; '.join(other)})")
-            break
-    if not parts:
-        return ("no baseline to judge a speed claim against; pass baseline=" if expected is not None and verdict is None
-                else "the hypothesis names neither a speed change nor a bound class; see the numbers")
-    return "; ".join(parts)
 
 
 def plot_rows(results: list[ShapeResult]) -> list[dict]:

@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
 from ..common.cases import MAX_MICROBENCH_SHAPES
 
@@ -21,7 +22,7 @@ class Input(ToolInput):
     kernel: str = Field(description="Kernel spec name (list_kernels): gives the inputs, the reference the "
                         "spot-checks compare against, and the cost model (FLOPs, bytes) for the roofline.")
     impl: str | None = Field(default=None, description="Which of the spec's implementations to time, or "
-                             "'reference'. Default: the spec's first implementation. Ignored with source/path.")
+                             f"'reference'. Default: {DEFAULT_IMPL_RULE}. Ignored with source/path.")
     source: str | None = Field(default=None, description="Inline Python defining the candidate (instead of impl).")
     path: str | None = Field(default=None, description="Workspace-relative file holding the candidate.")
     entry: str | None = Field(default=None, description="Function to call in source/path; takes the spec's "
@@ -53,6 +54,9 @@ class Input(ToolInput):
     cuda_graph: bool = Field(default=False, description="CUDA only: capture each call in a CUDA graph and time "
                              "replays (for launch-bound kernels). Fails clearly if the code cannot be captured.")
 
+
+    def has_baseline(self) -> bool:
+        return any(v is not None for v in (self.baseline, self.baseline_source, self.baseline_path))
 
 class ArmResult(BaseModel):
     code: str = Field(description="What ran: impl name, 'source', a path, or an experiment id.")
@@ -113,4 +117,3 @@ class Output(ToolOutput):
     ceilings: dict = Field(description="The peaks used for the roofline, with their source (measured/datasheet).")
     timer: str = Field(description="How each call was timed.")
     disturbances: list[str] = Field(description="What besides the code could have moved the numbers.")
-    hypothesis_answer: str = Field(default="", description="Whether the evidence supports the hypothesis.")

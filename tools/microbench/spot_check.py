@@ -9,6 +9,7 @@ from pathlib import Path
 
 import torch
 
+from ...sandbox.worker.protocol import input_set_key, reference_file
 from ...sandbox.worker.tensors import load_tensors
 from ..common.error_metrics import rel_l2
 from ..common.tolerance import ResolvedTolerance
@@ -61,7 +62,7 @@ def _load_pair(call: dict, sets: list[int], out_dir: Path, ref_dir: Path) -> tup
     name, s = str(call.get("file", "")), int(call["input_set"])
     if "/" in name or ".." in name or s not in sets:
         raise ValueError(f"bad file name {name!r}")
-    return _ordered(load_tensors(out_dir / name)), _ordered(load_tensors(ref_dir / f"set{s}.ref.pt"))
+    return _ordered(load_tensors(out_dir / name)), _ordered(load_tensors(ref_dir / reference_file(input_set_key(s))))
 
 
 def _within(out: torch.Tensor, ref: torch.Tensor, err: float, tol: ResolvedTolerance) -> bool:

@@ -11,7 +11,8 @@ import platform
 import sys
 
 from ..context import JobContext
-from .peaks import cpu_model, fingerprint
+from ..shared import cpu_model
+from .peaks import fingerprint
 
 
 def run(payload: dict, ctx: JobContext) -> dict:

@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from ..context import JobContext
+from ..protocol import MicrobenchPayload, spot_check_file
+from ..shared import median_rel_se, meminfo_bytes
 
 # Captured before any candidate code is imported (the op module is imported first).
 _now_ns = time.perf_counter_ns
@@ -43,30 +45,9 @@ MIN_SAMPLES = 10
 WARMUP_WINDOW = 5  # calls per arm compared window against window
 WARMUP_STABLE = 0.10  # a window's median within 10% of the previous one: warmed up
 WARMUP_MAX_FRACTION = 0.25  # of the budget
-Z95 = 1.959963984540054
 
 
-def median_rel_se(samples) -> float:
-    """Standard error of the median / median, from order statistics (distribution-free).
-
-    The 95% confidence interval of a median runs between the order statistics of rank
-    n/2 -+ 1.96*sqrt(n)/2 (the binomial argument); its half-width / 1.96 is the
-    standard error. Skew and outliers do not inflate it the way they inflate the SD.
-    """
-    x = np.sort(np.asarray(samples, dtype=np.float64))
-    n = x.size
-    if n < 3:
-        return math.inf
-    half = Z95 * math.sqrt(n) / 2
-    lo = max(0, int(math.floor(n / 2 - half)) - 1)
-    hi = min(n - 1, int(math.ceil(n / 2 + half)) - 1)
-    median = float(np.median(x))
-    if median <= 0:
-        return math.inf
-    return float((x[hi] - x[lo]) / (2 * Z95) / median)
-
-
-def run(payload: dict, ctx: JobContext) -> dict:
+def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
     import torch
 
     from ..loader import check_arity, load_entry
@@ -163,8 +144,7 @@ def _check_memory(device: str, need: int) -> None:
 
         free, _ = torch.cuda.mem_get_info()
     else:
-        free = next((int(line.split()[1]) * 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-                     if line.startswith("MemAvailable:")), None)
+        free = meminfo_bytes("MemAvailable")
     if free is not None and need > 0.9 * free:
         raise MemoryError(f"the input sets need {need / 2**30:.2f} GiB and the {device} has "
                           f"{free / 2**30:.2f} GiB free: use smaller shapes")
@@ -210,7 +190,7 @@ class _Arm:
 
         saved = []
         for k, entry in enumerate(self._reservoir):
-            name = f"spot_{self.name}_{k}.pt"
+            name = spot_check_file(self.name, k)
             save_tensors(ctx.out_dir / name, {str(i): t for i, t in enumerate(entry["outputs"])})
             saved.append({"arm": self.name, "iteration": entry["iteration"], "input_set": entry["input_set"],
                           "file": name})

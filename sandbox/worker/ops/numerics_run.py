@@ -17,9 +17,9 @@ Per trial, in this order (the call index counts across the whole job):
 
 and, last, ``recheck``: the first trial's inputs again (state carried across calls).
 
-Written to out_dir: ``<key>.out.pt``, ``<key>.inputs_after.pt`` (inputs after the
-first call: the parent hashes them against its own copy), ``<key>.repeat.pt``,
-``<key>.rank<r>.pt``. Saved outputs are plain tensors over the output's real storage,
+Written to out_dir (names: sandbox/worker/protocol.py): ``<key>.out.pt``,
+``<key>.inputs_after.pt`` (inputs after the first call: the parent hashes them against
+its own copy), ``<key>.repeat.pt``, ``<key>.rank<r>.pt``. Saved outputs are plain tensors over the output's real storage,
 so a tensor subclass cannot show the parent different values than it holds.
 """
 
@@ -31,6 +31,8 @@ import torch
 
 from ..context import JobContext
 from ..loader import check_arity, load_entry
+from ..protocol import (CALL_FIRST, CALL_RECHECK, CALL_REPEAT, NumericsRunPayload, call_rank, inputs_after_file,
+                        inputs_file, output_file)
 from ..tensors import load_tensors, save_tensors
 from .reference import OpAudit
 
@@ -40,7 +42,7 @@ WATCHED = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing.asse
            "torch.load", "numpy.allclose", "numpy.testing.assert_allclose", "numpy.array_equal")
 
 
-def run(payload: dict, ctx: JobContext) -> dict:
+def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     watched_before = _watched()
     launches = _count_triton_launches()
     cand = payload["candidate"]
@@ -56,17 +58,17 @@ def run(payload: dict, ctx: JobContext) -> dict:
     for i, (key, inputs) in enumerate(zip(keys, trials)):
         for buf, t in zip(buffers, inputs):
             buf.copy_(t)
-        calls.append(_call(fn, buffers, key, "first", len(calls), launches, ctx, inputs_after=True))
+        calls.append(_call(fn, buffers, key, CALL_FIRST, len(calls), launches, ctx, inputs_after=True))
         if payload.get("repeat", True):
-            calls.append(_call(fn, [t.clone() for t in inputs], key, "repeat", len(calls), launches, ctx))
+            calls.append(_call(fn, [t.clone() for t in inputs], key, CALL_REPEAT, len(calls), launches, ctx))
         if partition:
             for rank, shard in enumerate(_shards(inputs, partition)):
-                calls.append(_call(fn, shard, key, f"rank{rank}", len(calls), launches, ctx))
+                calls.append(_call(fn, shard, key, call_rank(rank), len(calls), launches, ctx))
         ctx.progress(i + 1, len(keys), f"candidate {key}")
     if payload.get("repeat", True):
         # the first trial's inputs once more, last: a kernel right at first and wrong
         # later fails here, on inputs it already got right (an input-dependent bug cannot)
-        calls.append(_call(fn, [t.clone() for t in trials[0]], keys[0], "recheck", len(calls), launches, ctx))
+        calls.append(_call(fn, [t.clone() for t in trials[0]], keys[0], CALL_RECHECK, len(calls), launches, ctx))
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
     return {"is_triton": _uses_triton(fn), "calls": calls, "tampered": tampered}
@@ -103,9 +105,9 @@ def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> di
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         fact["outputs"] = [_output_facts(o, inputs) for o in outs]
         plain = {str(j): p for j, o in enumerate(outs) if (p := _plain_view(o)) is not None}
-        save_tensors(ctx.out_dir / f"{key}.{'out' if kind == 'first' else kind}.pt", plain)
+        save_tensors(ctx.out_dir / output_file(key, kind), plain)
     if inputs_after:
-        save_tensors(ctx.out_dir / f"{key}.inputs_after.pt", {str(j): t for j, t in enumerate(inputs)})
+        save_tensors(ctx.out_dir / inputs_after_file(key), {str(j): t for j, t in enumerate(inputs)})
     return fact
 
 
@@ -166,7 +168,7 @@ def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tens
 
 
 def _load_inputs(ctx: JobContext, key: str) -> list[torch.Tensor]:
-    data = load_tensors(ctx.in_dir / f"{key}.inputs.pt")
+    data = load_tensors(ctx.in_dir / inputs_file(key))
     return [data[str(j)].to(ctx.device) for j in range(len(data))]
 
 

@@ -9,7 +9,7 @@ a buffer that fits in L2 (cache bandwidth: the physical floor for data that stay
 cache), and a float32 torch matmul. CUDA: a large device-to-device copy and a large
 matmul per dtype, timed with events.
 
-Also the device helpers other ops share: `fingerprint`, `cpu_model`, `cache_bytes`, `clocks`.
+Also the device helpers other ops share: `fingerprint`, `cache_bytes`, `clocks`.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 from ..context import JobContext
+from ..shared import cpu_model, meminfo_bytes
 
 REPEATS = 7
 
@@ -58,7 +59,7 @@ def fingerprint(device: str) -> dict:
         })
     else:
         info["name"] = info["cpu"]
-        info["memory_bytes"] = _meminfo_bytes("MemTotal")
+        info["memory_bytes"] = meminfo_bytes("MemTotal")
     return info
 
 
@@ -102,26 +103,6 @@ def clocks(device: str) -> dict:
     if governor.is_file():
         out["governor"] = governor.read_text().strip()
     return out
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
-def _meminfo_bytes(key: str) -> int | None:
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def _best_seconds(fn, repeats: int = REPEATS, inner: int = 1) -> float:

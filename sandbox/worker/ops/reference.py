@@ -23,10 +23,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..context import JobContext
 from ..loader import load_entry
+from ..protocol import ReferencePayload, inputs_file, reference_file
 from ..tensors import dtype_of, make_inputs, save_tensors
 
 
-def run(payload: dict, ctx: JobContext) -> dict:
+def run(payload: ReferencePayload, ctx: JobContext) -> dict:
     ref = payload["reference"]
     reference = load_entry(ctx, entry=ref["entry"], source=ref.get("source"), path=ref.get("path"),
                            module_name="reference")
@@ -42,8 +43,8 @@ def run(payload: dict, ctx: JobContext) -> dict:
         with OpAudit() as audit:
             outputs, compute_dtype = call_reference(reference, ref["entry"], inputs, item,
                                                     use_float64=payload.get("float64", True))
-        save_tensors(ctx.out_dir / f"{item['key']}.inputs.pt", {str(j): t for j, t in enumerate(inputs)})
-        save_tensors(ctx.out_dir / f"{item['key']}.ref.pt", {str(j): t for j, t in enumerate(outputs)})
+        save_tensors(ctx.out_dir / inputs_file(item["key"]), {str(j): t for j, t in enumerate(inputs)})
+        save_tensors(ctx.out_dir / reference_file(item["key"]), {str(j): t for j, t in enumerate(outputs)})
         facts[item["key"]] = {
             "compute_dtype": compute_dtype,
             "inputs": [_describe(t) for t in inputs],

@@ -19,7 +19,9 @@ pytestmark = pytest.mark.anyio
 
 async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
     out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}, {"M": 2, "N": 64}],
-                     dtypes=["float32", "float16"], trials=2, hypothesis="the Triton rmsnorm matches the reference")
+                     dtypes=["float32", "float16"], trials=2, hypothesis="the Triton rmsnorm matches the reference",
+                     expect=["verdict == 'pass'", "error_to_tolerance <= 0.5", "partitioned_vs_unpartitioned_rel_l2 == 0",
+                             "len(error_finding_codes) == 0"])
     assert out["verdict"] == "pass" and len(out["cases"]) == 4
     case = out["cases"][0]
     assert case["tolerance_source"] == "spec" and case["tolerance_rel_l2"] == 1e-5
@@ -27,7 +29,10 @@ async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
     assert case["partition"]["is_within_tolerance"] and case["partition"]["partitioned_vs_unpartitioned_rel_l2"] == 0
     assert len(case["seeds"]) == 2 and case["seeds"][0] != case["seeds"][1]
     assert case["triton_launches"] == 2 and "aten::pow" not in case["aten_ops"]  # the kernel, not the library
-    assert "supported" in out["summary"] and "PASS" in out["summary"]
+    answer = out["hypothesis_answer"]
+    assert answer["answer"] == "supported" and [c["answer"] for c in answer["conditions"]] == ["supported"] * 4
+    assert [c["scope"] for c in answer["conditions"][1]["comparisons"]] == [c["case"] for c in out["cases"]]
+    assert "PASS" in out["summary"] and "Expect: supported (4 of 4 conditions hold)" in out["summary"]
     assert {a.rsplit("/", 1)[1] for a in out["artifacts"]} == {"worst_cases.json", "error_histogram.png"}
     again = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}], dtypes=["float32"],
                        trials=2, partition=False)
@@ -37,8 +42,11 @@ async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
 
 async def test_off_by_one_mask_fails_at_the_last_element(shared_client):
     out = await call(shared_client, "check_numerics", kernel="vector_add", source=OFF_BY_ONE_MASK, entry="vector_add",
-                     shapes=[{"N": 300}], dtypes=["float32"], trials=2)
+                     shapes=[{"N": 300}], dtypes=["float32"], trials=2,
+                     expect=['"unwritten_output" in finding_codes', "verdict == 'pass'"])
     assert out["verdict"] == "fail"
+    assert [c["answer"] for c in out["hypothesis_answer"]["conditions"]] == ["supported", "contradicted"]
+    assert out["hypothesis_answer"]["answer"] == "contradicted"
     errors = out["cases"][0]["errors"]
     assert errors["worst_index"] == [299] and errors["first_mismatch_indices"] == [[299]]
     assert errors["num_mismatches"] == 1 and errors["nonfinite_mismatches"] == 1
@@ -88,6 +96,9 @@ async def test_tolerance_argument_and_dtype_default_are_reported(shared_client):
      r"(?s)the candidate raised on case N=16 float32, trial 0.*candidate.py\", line 2, in f.*KeyError: 'nope'"),
     ({"kernel": "vector_add", "dtypes": ["int3"]}, "dtype 'int3' is not checkable"),
     ({"kernel": "nope"}, "unknown kernel 'nope'"),
+    ({"kernel": "vector_add", "expect": ["rel_l2 < 1"]}, r"names rel_l2,.*rel_l2_error \(per case"),
+    ({"kernel": "vector_add", "expect": ["rel_l2_error < baseline.rel_l2_error"]}, "has no baseline"),
+    ({"kernel": "vector_add", "expect": ["verdict = 'pass'"]}, "compare with '=='"),
 ])
 async def test_bad_input_is_a_clear_error(shared_client, args, message):
     with pytest.raises(ToolCallError, match=message):
@@ -111,8 +122,12 @@ async def test_a_locked_kernel_with_a_modified_reference_cannot_pass(client, wor
 
 async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(shared_client):
     out = await call(shared_client, "check_numerics", kernel="vector_add", reference="def zero(x, y):\n    return x * 0\n",
-                     reference_entry="zero", shapes=[{"N": 64}], dtypes=["float32"], trials=1)
+                     reference_entry="zero", shapes=[{"N": 64}], dtypes=["float32"], trials=1,
+                     expect=["rel_l2_error <= 1e-6", "max_abs_error >= 0"])
     assert out["verdict"] == "inconclusive" and out["cases"][0]["errors"]["rel_l2_error"] is None
+    answer = out["hypothesis_answer"]  # relative error against an all-zero reference is undefined
+    assert [c["answer"] for c in answer["conditions"]] == ["inconclusive", "supported"]
+    assert answer["answer"] == "inconclusive" and "rel_l2_error has no value" in out["summary"]
     assert [f["code"] for f in out["findings"]] == ["degenerate_reference"]
     mutating = "def vector_add(x, y):\n    out = x + y\n    y.mul_(0.5)\n    return out\n"
     out = await call(shared_client, "check_numerics", kernel="vector_add", source=mutating, entry="vector_add",

@@ -234,21 +234,30 @@ def test_cuda_cpp_error_names_the_line(compiler):
 
 @pytest.mark.anyio
 async def test_tool_compiles_caches_and_diffs(client):
-    first = await call(client, "compile_kernel", kernel="rmsnorm", target="sm_90a", hypothesis="fits in 32 regs")
+    first = await call(client, "compile_kernel", kernel="rmsnorm", target="sm_90a", hypothesis="fits in 32 regs",
+                       expect=["registers_per_thread <= 32", "spill_stores_bytes == 0 and local_store == 0"])
     (k,) = first["kernels"]
     assert first["cached"] is False and first["arch"] == "sm_90a" and k["registers_per_thread"] > 0
     assert first["notes"] == []  # every number came from the compiler's own reports
     assert any(uri.endswith("/kernel.sass") for uri in first["artifacts"])
-    assert first["summary"].startswith("sm_90a: rmsnorm_kernel") and "fits in 32 regs" in first["summary"]
+    assert first["summary"].startswith("sm_90a: rmsnorm_kernel")
+    assert first["hypothesis_answer"]["answer"] == ("supported" if k["registers_per_thread"] <= 32 else "contradicted")
+    assert first["hypothesis_answer"]["conditions"][0]["comparisons"][0]["left"] == k["registers_per_thread"]
 
     again = await call(client, "compile_kernel", kernel="rmsnorm", target="sm_90a")
     assert again["cached"] is True and again["kernels"] == first["kernels"] and "(cached)" in again["summary"]
     assert any(uri.endswith("/kernel.sass") for uri in again["artifacts"])
 
     fewer = await call(client, "compile_kernel", kernel="rmsnorm", target="sm_90a", num_warps=4,
-                       baseline=first["experiment_id"])
+                       baseline=first["experiment_id"],
+                       expect=["num_warps == baseline.num_warps / 4", "threads_per_block > baseline.threads_per_block",
+                               "sgprs <= baseline.sgprs"])
     moved = {c["field"]: c for c in fewer["diff"]}
     assert moved["num_warps"]["baseline"] == 16 and moved["num_warps"]["candidate"] == 4
+    answer = fewer["hypothesis_answer"]  # sgprs: AMD only, so null on sm_90a and nothing to decide
+    assert [c["answer"] for c in answer["conditions"]] == ["supported", "contradicted", "inconclusive"]
+    assert answer["answer"] == "contradicted" and answer["conditions"][0]["comparisons"][0]["right"] == 4
+    assert "sgprs has no value" in answer["conditions"][2]["comparisons"][0]["reason"]
     assert first["experiment_id"] in fewer["baseline"] and "vs " in fewer["summary"]
 
     # the agent's variant of a spec kernel: launched like the spec, diffed against the original
@@ -287,6 +296,12 @@ async def test_tool_baseline_source_and_amd(client):
 async def test_tool_bad_inputs_are_clear_errors(client):
     with pytest.raises(ToolCallError, match="unknown target 'sm_99'.*sm_90a"):
         await call(client, "compile_kernel", kernel="rmsnorm", target="sm_99")
+    with pytest.raises(ToolCallError, match=r"names registers,.*registers_per_thread \(NVIDIA: 32-bit"):
+        await call(client, "compile_kernel", kernel="rmsnorm", expect=["registers <= 64"])
+    with pytest.raises(ToolCallError, match="no baseline; pass baseline="):
+        await call(client, "compile_kernel", kernel="rmsnorm", expect=["ffma < baseline.ffma"])
+    with pytest.raises(ToolCallError, match="Subscript"):
+        await call(client, "compile_kernel", kernel="rmsnorm", expect=["kernels[0] == 1"])
     with pytest.raises(ToolCallError, match="no @triton.jit function 'nope'"):
         await call(client, "compile_kernel", kernel="rmsnorm", entry="nope", target="sm_80")
     sig = {"signature": {"x_ptr": "*fp32"}, "target": "sm_80"}

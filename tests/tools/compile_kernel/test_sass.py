@@ -44,6 +44,12 @@ SASS = """\
         /*01f0*/                   MUFU.RSQ R5, R5 ;
         /*0200*/                   STG.E.64 desc[UR8][R2.64], R4 ;
         /*0210*/                   NOP ;
+        /*0220*/                   HFMA2.MMA R7, -RZ, RZ, 0, 0 ;
+        /*0230*/                   HFMA2.MMA R9, -RZ, RZ, 1.875, 0 ;
+        /*0240*/                   IMAD.MOV.U32 R11, RZ, RZ, c[0x0][0x210] ;
+        /*0250*/                   MOV R13, 0x3f800000 ;
+        /*0260*/                   HFMA2 R4, R4.H0_H0, R6.H0_H0, R8 ;
+        /*0270*/                   HFMA2.MMA R10, R4, R6, -RZ ;
 """
 
 AMDGCN = """\
@@ -88,7 +94,9 @@ def test_sass_classes_and_widths():
     assert mix["global_load"] == 3 and mix["global_load_bits"] == {"128": 1, "32": 1, "16": 1}
     assert mix["global_store_bits"] == {"64": 1}
     assert (mix["local_load"], mix["local_store"], mix["barrier"], mix["mufu"], mix["ffma"]) == (1, 1, 1, 1, 1)
-    assert mix["total"] == 11  # NOP not counted
+    assert mix["total"] == 17  # NOP not counted
+    # the zero/constant idiom and IMAD.MOV are moves; HFMA2 on registers is half math
+    assert mix["move"] == 4 and mix["half_fma"] == 2
 
 
 def test_amdgcn_metadata_and_mix():

@@ -19,7 +19,9 @@ FIRST_CALLS_ONLY = ("import torch\n_N = [0]\ndef add(x, y):\n    _N[0] += 1\n"
 
 async def test_a_b_against_the_reference_with_roofline_and_spot_check(client):
     out = await call(client, "microbench", kernel="vector_add", source=TORCH_ADD, entry="add", baseline="reference",
-                     shapes=[{"N": 65536}], budget_ms=400, hypothesis="plain torch add is no slower than the reference")
+                     shapes=[{"N": 65536}], budget_ms=400, hypothesis="plain torch add is no slower than the reference",
+                     expect=["median_ms <= 100 * baseline.median_ms", "median_ms <= 0.001 * baseline.median_ms",
+                             "spot_check == 'passed'"])
     shape = out["shapes"][0]
     cand, base = shape["candidate"], shape["baseline"]
     assert cand["n"] == base["n"] >= 5
@@ -33,7 +35,13 @@ async def test_a_b_against_the_reference_with_roofline_and_spot_check(client):
     assert cand["achieved_gbps"] == pytest.approx(shape["bytes_per_call"] / cand["median_ms"] / 1e6)
     assert out["ceilings"]["source"] == "measured" and out["ceilings"]["copy_gbps"] > 0
     assert out["device"]["device"] == "cpu" and any("load average" in d for d in out["disturbances"])
-    assert out["hypothesis_answer"]  # the hypothesis named a speed change: it gets an answer
+    answer = out["hypothesis_answer"]  # judged over the ratio's CI: far thresholds decide either way
+    assert [c["answer"] for c in answer["conditions"]] == ["supported", "contradicted", "supported"]
+    assert answer["answer"] == "contradicted" and "Expect: contradicted, 'median_ms <= 0.001" in out["summary"]
+    first = answer["conditions"][0]["comparisons"][0]
+    assert first["scope"] == "N=65536 float32" and first["right"] == pytest.approx(100 * base["median_ms"])
+    assert first["left_interval"] == pytest.approx([shape["ci_low"] * base["median_ms"],
+                                                    shape["ci_high"] * base["median_ms"]])
 
 
 async def test_precomputed_output_is_under_the_physical_floor(client):
@@ -48,11 +56,15 @@ async def test_precomputed_output_is_under_the_physical_floor(client):
 
 async def test_correct_only_on_first_calls_fails_the_spot_check(client):
     out = await call(client, "microbench", kernel="vector_add", source=FIRST_CALLS_ONLY, entry="add",
-                     baseline_source=TORCH_ADD, shapes=[{"N": 4096}], budget_ms=300)
+                     baseline_source=TORCH_ADD, shapes=[{"N": 4096}], budget_ms=300,
+                     expect=["median_ms <= 0.95 * baseline.median_ms"])
     shape = out["shapes"][0]
     assert shape["candidate"]["spot_check"] == "failed", shape["candidate"]["spot_check_detail"]
     assert shape["baseline"]["spot_check"] == "passed"
     assert shape["verdict"] == "invalid"
+    # a void timing decides no speed claim
+    assert out["hypothesis_answer"]["answer"] == "inconclusive"
+    assert "median_ms has no value" in out["hypothesis_answer"]["conditions"][0]["comparisons"][0]["reason"]
 
 
 async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(client, workspace: Path):
@@ -83,6 +95,9 @@ async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(
     ({"baseline": "nonexistent"}, "neither an implementation"),
     ({"dtype": "int8"}, "not one of vector_add's dtypes"),
     ({"cuda_graph": True}, "needs a CUDA device"),
+    ({"expect": ["median_ms < baseline.median_ms"]}, "no baseline; pass baseline="),
+    ({"expect": ["median_time < 1"]}, r"names median_time.*offers: verdict.*median_ms \(per shape"),
+    ({"expect": ["median_ms <"]}, "malformed"),
 ])
 async def test_bad_input_is_refused_with_what_to_do(client, args, message):
     if "cuda_graph" in args:

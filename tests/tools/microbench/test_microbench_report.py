@@ -1,24 +1,36 @@
-"""The non-statistical parts of a microbench answer: hypothesis answers, disturbances, plot."""
+"""The non-statistical parts of a microbench answer: expect over its numbers, disturbances, plot."""
 
-from infra_agent.tools.microbench.report import answer_hypothesis, cpu_counters, disturbances, sweep_plot
+import pytest
 
-
-def test_speed_claims_are_judged_against_the_verdict():
-    assert answer_hypothesis("tiling makes it faster", "faster", ["memory"], 1.0).startswith("supported")
-    assert answer_hypothesis("tiling makes it faster", "slower", ["memory"], 1.0).startswith("contradicted")
-    assert "not resolved" in answer_hypothesis("tiling makes it faster", "inconclusive", [], 3.0)
-    assert answer_hypothesis("the rewrite is no slower", "faster", [], 1.0).startswith("supported")
-    assert answer_hypothesis("the rewrite is no slower", "slower", [], 1.0).startswith("contradicted")
-    assert "void" in answer_hypothesis("tiling makes it faster", "invalid", [], 1.0)
-    assert answer_hypothesis(None, "faster", [], 1.0) == ""
+from infra_agent.tools.common.expect import judge
+from infra_agent.tools.microbench.expect_fields import CATALOGUE, facts
+from infra_agent.tools.microbench.report import cpu_counters, disturbances, sweep_plot
+from infra_agent.tools.microbench.schema import ArmResult, Input, Output, ShapeResult
 
 
-def test_bound_claims_are_judged_against_the_bound_class():
-    both = [("N=10", "memory"), ("N=20", "memory")]
-    assert "memory-bound claim supported" in answer_hypothesis("it is memory-bound", None, both, None)
-    assert "compute-bound claim contradicted" in answer_hypothesis("still compute-bound", None, both, None)
-    mixed = [("N=10", "latency"), ("N=1000000", "memory")]
-    assert "holds at N=1000000 only" in answer_hypothesis("memory-bound when large", None, mixed, None)
+def _arm(code: str, median_ms: float) -> ArmResult:
+    return ArmResult(code=code, n=50, median_ms=median_ms, mean_ms=median_ms, p10_ms=0.9 * median_ms,
+                     p90_ms=1.1 * median_ms, iqr_ms=0.1 * median_ms, cv=0.05, median_rel_se_pct=0.5,
+                     spot_check="passed")
+
+
+def _ab_output(ci: tuple[float, float]) -> Output:
+    shape = ShapeResult(shape={"N": 4096}, dtype="float32", flops_per_call=4096, bytes_per_call=49152,
+                        stop_reason="budget", warmup_calls=5, warmup_stable=True, num_input_sets=4,
+                        candidate=_arm("triton", 0.93), baseline=_arm("reference", 1.0), ratio=0.93,
+                        ci_low=ci[0], ci_high=ci[1], min_detectable_effect_pct=3.0, verdict="faster")
+    return Output(verdict="faster", shapes=[shape], device={}, clocks={}, ceilings={}, timer="", disturbances=[])
+
+
+@pytest.mark.parametrize("ci, expected", [((0.90, 0.94), "supported"), ((0.91, 0.99), "inconclusive"),
+                                          ((0.96, 0.99), "contradicted")])
+def test_a_b_conditions_are_judged_by_the_ratio_ci(ci, expected):
+    inp = Input(kernel="rmsnorm", baseline="reference")
+    answer = judge(["median_ms <= 0.95 * baseline.median_ms"], facts(inp, _ab_output(ci)), CATALOGUE)
+    assert answer.answer == expected  # the same call as the ratio's CI against 0.95
+    assert judge(["ratio <= 0.95"], facts(inp, _ab_output(ci)), CATALOGUE).answer == expected
+    cmp = answer.conditions[0].comparisons[0]
+    assert cmp.left == 0.93 and cmp.left_interval == pytest.approx(list(ci)) and cmp.right == pytest.approx(0.95)
 
 
 def test_disturbances_name_the_load_and_the_cpu_caveat():

@@ -1,0 +1,155 @@
+"""The wire protocol across the trust boundary: what a job's payload holds, per op, and
+what files a job writes. Both sides import this module, so the rule is written once.
+
+Stdlib only: ``tools/`` (the judge, in the server) imports it, and so does every worker
+op. ``tools/`` may import this module and ``sandbox.worker.shared``, never an op module
+(``sandbox.worker.ops.*``): a test enforces it. Payloads are JSON; the types below
+document them (TypedDict), they do not validate them: a worker's answer is checked for
+form by the tool that reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+# ---- ops (modules under sandbox/worker/ops/) -----------------------------------------
+
+OP_REFERENCE = "reference"
+OP_NUMERICS_RUN = "numerics_run"
+OP_MICROBENCH = "microbench"
+OP_COMPILE = "compile"
+OP_COMPILE_CUDA = "compile_cuda"
+OP_PEAKS = "peaks"
+OP_DEVICE_PROBE = "device_probe"
+
+
+# ---- what names code in a payload --------------------------------------------------
+
+class CodePayload(TypedDict, total=False):
+    """A function the worker loads: `entry` in a workspace file (`path`, as the job sees
+    it) or in inline `source`."""
+
+    entry: str
+    path: str | None
+    source: str | None
+
+
+class ArgPayload(TypedDict):
+    """One positional argument as kernels/schema.py's Arg declares it."""
+
+    name: str
+    shape: list[str | int]
+    dtype: str | None
+    distribution: str
+    low: int
+    high: int
+
+
+# ---- reference: seeded inputs and the reference's outputs -----------------------------
+
+class ReferenceItem(TypedDict, total=False):
+    key: str  # names the files: inputs_file(key), reference_file(key)
+    shape: dict[str, int]
+    dtype: str
+    seed: int
+    distribution: str | None
+
+
+class ReferencePayload(TypedDict):
+    reference: CodePayload
+    args: list[ArgPayload]
+    make_inputs: CodePayload | None  # the spec's own generator, (shape, dtype, generator) -> list
+    items: list[ReferenceItem]
+    float64: bool  # run the reference in float64 where the dtype allows
+
+
+# ---- numerics_run: the candidate on saved inputs ---------------------------------------
+
+class PartitionPayload(TypedDict, total=False):
+    args: dict[str, int]  # input index (as text) -> split dim
+    num_parts: int
+    combine: Literal["concat", "sum"]
+    out_dim: int
+    names: dict[str, int]  # argument name -> split dim (for people)
+    sum_order: list[int]
+
+
+class NumericsRunPayload(TypedDict):
+    candidate: CodePayload
+    keys: list[str]  # trials of one case, in order; their inputs are inputs_file(key) in in/
+    repeat: bool  # each trial twice (determinism) and a final RECHECK
+    partition: PartitionPayload | None
+
+
+# The calls numerics_run makes, per trial in this order, and once at the end.
+CALL_FIRST = "first"  # the trial's inputs copied into the SAME buffers every trial
+CALL_REPEAT = "repeat"  # fresh copies of the same inputs: bitwise determinism
+CALL_RECHECK = "recheck"  # the first trial's inputs again, last: state carried across calls
+COMPARED_CALLS = (CALL_FIRST, CALL_REPEAT, CALL_RECHECK)  # judged against the reference
+
+
+def call_rank(rank: int) -> str:
+    """The call kind of simulated tensor-parallel rank `rank` (its shard of the inputs)."""
+    return f"rank{rank}"
+
+
+def is_rank_call(kind: str) -> bool:
+    return kind.startswith("rank") and kind[4:].isdigit()
+
+
+# ---- microbench: raw timing samples -----------------------------------------------------
+
+class ArmPayload(TypedDict):
+    name: str  # "candidate" or "baseline"
+    entry: str
+    source: str | None
+    path: str | None
+
+
+class MicrobenchPayload(TypedDict, total=False):
+    arms: list[ArmPayload]  # 1 or 2; the first is the candidate
+    args: list[ArgPayload]
+    shape: dict[str, int]
+    dtype: str
+    make_inputs: CodePayload | None
+    input_seeds: list[int]  # one per input set (at most this many sets)
+    budget_ms: float
+    target_rel_se: float
+    max_samples: int
+    num_spot_checks: int
+    order_seed: int
+    cuda_graph: bool
+    cpu_threads: int
+    flush_bytes: int | None
+
+
+# ---- the files a job writes (out/) and reads (in/) --------------------------------------
+
+def inputs_file(key: str) -> str:
+    """The inputs of trial `key` (reference op writes them; numerics_run reads them)."""
+    return f"{key}.inputs.pt"
+
+
+def reference_file(key: str) -> str:
+    """The reference's outputs for trial `key`."""
+    return f"{key}.ref.pt"
+
+
+def output_file(key: str, kind: str) -> str:
+    """The candidate's outputs of one call of numerics_run."""
+    return f"{key}.{'out' if kind == CALL_FIRST else kind}.pt"
+
+
+def inputs_after_file(key: str) -> str:
+    """Trial `key`'s inputs as they were after the FIRST call (mutation check)."""
+    return f"{key}.inputs_after.pt"
+
+
+def spot_check_file(arm: str, k: int) -> str:
+    """The outputs of microbench's k-th spot-checked timed call of `arm`."""
+    return f"spot_{arm}_{k}.pt"
+
+
+def input_set_key(index: int) -> str:
+    """The reference item key of microbench input set `index` (for the spot-check)."""
+    return f"set{index}"

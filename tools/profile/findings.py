@@ -1,0 +1,91 @@
+"""profile's findings: what to act on, the layer it lives in, and the next cheapest experiment."""
+
+from __future__ import annotations
+
+from . import judge
+from .jobs import Watch
+from .judge import Evidence
+from .schema import Contention, Finding, OverlapStat
+
+NO_OVERLAP_BELOW = 0.1  # overlap fraction (either side's) under which two range sets "never" ran together
+BUSY_ENOUGH = 0.05  # each set's ranges open at least this share of the window for that to mean anything
+GIL_WAIT_FROM = 0.3  # share of the waiter's range time blocked on a futex while the other set ran
+GIL_HELD_FROM = 0.3  # share of the window the other thread was sampled holding the GIL
+
+
+def contention(ev: Evidence, watch: Watch, pairs: list[tuple[str, str]], rate_hz: int) -> Contention:
+    waits = [w for a, b in pairs for w in judge.gil_waits(ev, a, b) + judge.gil_waits(ev, b, a)]
+    if watch.spy is not None and not watch.spy.error:
+        spy = f"py-spy record --gil --nonblocking at {rate_hz} Hz (GIL holder read from the interpreter's memory)"
+    else:
+        spy = f"not run: {watch.spy.error if watch.spy is not None else watch.problem or 'sampling off'}"
+    samples = watch.proc.num_samples if watch.proc is not None else 0
+    return Contention(
+        method="from the host, outside the job: /proc/<pid>/task/<tid>/stat and wchan read ~1000 times a second "
+               "(state R = on a CPU or runnable; asleep on a futex = waiting for the GIL or a lock), plus the GIL "
+               "holder sampled by py-spy; both on CLOCK_MONOTONIC, the clock the job's ranges use",
+        proc_samples=samples, gil_sampler=spy, waits=waits,
+        limits="A futex wait is the GIL or a lock: it is read as the GIL only when the other thread was sampled "
+               "holding the GIL for much of the window (py-spy counts samples per thread, without times, so the "
+               "holder share is over the whole window, not per range). State samples miss events shorter than "
+               "~1 ms; a stretch of under 2.5 ms on a CPU between two futex waits counts as the wait (a GIL "
+               f"waiter's periodic re-check); the holder is sampled every {1000 / rate_hz:.1f} ms.")
+
+
+def findings(ev: Evidence, overlaps: list[OverlapStat], cont: Contention | None, watch: Watch,
+             raw: dict, sampled: bool) -> list[Finding]:
+    out = [f for o in overlaps for f in _no_overlap(ev, o, cont)]
+    if sampled and watch.proc is None:
+        out.append(Finding(code="threads_not_sampled", layer="profiler", message=f"threads were not watched from "
+                           f"outside: {watch.problem}", evidence="no host samples",
+                           next_experiment="overlap used the raw intervals; GIL findings need host sampling "
+                           "(the server must run as root or with CAP_SYS_PTRACE, with py-spy installed)"))
+    left = [t for t in raw.get("alive_after_return") or [] if isinstance(t, dict)]
+    if left:
+        names = ", ".join(f"{t.get('name')} ({t.get('tid')})" for t in left[:5])
+        out.append(Finding(code="threads_left_running", layer="workload",
+                           message=f"threads still running when the entry returned: {names}; their work after "
+                           "the window is not in this profile (they were killed with the job)",
+                           evidence="threading.enumerate() after the entry returned",
+                           next_experiment="join the threads the step starts before the entry returns"))
+    if raw.get("ranges_dropped"):
+        out.append(Finding(code="ranges_dropped", layer="profiler", message=f"{raw['ranges_dropped']} ranges "
+                           "past the recorder's cap were counted but not kept", evidence="range recorder cap",
+                           next_experiment="profile a shorter step or put spans around coarser work"))
+    return out
+
+
+def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[Finding]:
+    fractions = [f for f in (o.a_overlap_fraction, o.b_overlap_fraction) if f is not None]
+    busy = min(o.a_in_ranges_ms, o.b_in_ranges_ms) * 1e6 / ev.window_ns
+    if set(o.a_threads) & set(o.b_threads) or not fractions or busy < BUSY_ENOUGH \
+            or min(fractions) >= NO_OVERLAP_BELOW:
+        return []
+    waits = [w for w in (cont.waits if cont else []) if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}]
+    worst = max(waits, key=lambda w: w.fraction, default=None)
+    said = (f"`{o.b}` ({', '.join(o.b_threads)}) overlapped `{o.a}` ({', '.join(o.a_threads)}) "
+            f"{100 * (o.b_overlap_fraction or 0):.1f}% of its {o.b_active_ms:.0f} ms, `{o.a}` overlapped `{o.b}` "
+            f"{100 * (o.a_overlap_fraction or 0):.1f}% of its {o.a_active_ms:.0f} ms ({o.basis} time; both sets' "
+            f"ranges were open {o.a_in_ranges_ms:.0f} and {o.b_in_ranges_ms:.0f} ms of the {ev.window_ns / 1e6:.0f} ms "
+            "window)")
+    rerun = f"rerun this profile with expect [\"overlap_fraction('{o.a}', '{o.b}') >= 0.5\"]"
+    if worst is None or worst.fraction < GIL_WAIT_FROM or worst.holder_gil_share < GIL_HELD_FROM:
+        return [Finding(code="no_overlap", layer="scheduling", message=said + "; no GIL holder explains it",
+                        evidence=f"overlap sweep over {o.basis} intervals" + (f"; {cont.gil_sampler}" if cont else ""),
+                        next_experiment="check what each thread waits for (a lock, a queue, an event) and "
+                        f"start the work of one while the other runs; {rerun}")]
+    holder_tid = int(worst.holder.rsplit("(", 1)[1].rstrip(")"))
+    doing = judge.holder_activity(ev, holder_tid, worst.holder_ranges)
+    if doing == "running":
+        fix = (f"the holder runs Python inside `{worst.holder_ranges}`: move that work into one native or torch "
+               "call that releases the GIL (one tensor copy instead of a per-block Python loop), or into another "
+               "process")
+    else:
+        fix = (f"the holder waits ({doing}) inside `{worst.holder_ranges}` with the GIL held: release the GIL in "
+               "the native call (Py_BEGIN_ALLOW_THREADS / py::gil_scoped_release; ctypes.CDLL, not PyDLL)")
+    message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window (most "
+               f"often at {worst.holder_gil_site}) while {worst.waiter} sat blocked on it "
+               f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time, inside `{worst.holder_ranges}`")
+    return [Finding(code="gil_contention", layer="python/GIL", message=message,
+                    evidence=f"{cont.gil_sampler}; waiter blocked on a futex per /proc samples ({cont.proc_samples} "
+                    f"rounds); {cont.limits}", next_experiment=f"{fix}; then {rerun}")]

@@ -1,0 +1,172 @@
+"""profile's input and output: the field descriptions are the agent's manual."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, PrivateAttr
+
+from ..base import ToolInput, ToolOutput
+from ..common.expect import Catalogue, Facts
+
+
+class Input(ToolInput):
+    kernel: str | None = Field(default=None, description="Target (a): a kernel spec (list_kernels). Its calls run "
+                               "on the spec's inputs; pick the code with impl (or 'reference') or source/path+entry.")
+    impl: str | None = Field(default=None, description="With kernel: the implementation to profile, or 'reference'. "
+                             "Default: the spec's first implementation.")
+    shape: dict[str, int] | None = Field(default=None, description="With kernel: the named sizes, e.g. "
+                                         "{'M': 64, 'N': 256}. Default: the spec's first shape for this device.")
+    dtype: str | None = Field(default=None, description="With kernel: input dtype (default: the spec's first).")
+    calls: int = Field(default=10, ge=1, le=10_000, description="With kernel: calls profiled (after one warm-up).")
+    source: str | None = Field(default=None, description="Inline Python: the kernel candidate (with kernel) or, "
+                               "without kernel, target (b): a workload whose entry runs one step of a stack "
+                               "(threads of its own allowed) and returns when the step is done.")
+    path: str | None = Field(default=None, description="Workspace-relative file instead of source.")
+    entry: str | None = Field(default=None, description="Function to call in source/path (required with them).")
+    workload_args: list = Field(default_factory=list, description="Workload only: JSON values passed positionally "
+                                "to entry.")
+    handle: str | None = Field(default=None, description="Target (c): a running serve handle from launch_serve, "
+                               "profiled through the engine's /start_profile and /stop_profile for duration_s "
+                               "while a load runs. Not available yet: this server has no serving tools.")
+    duration_s: float | None = Field(default=None, gt=0, description="With handle: seconds to profile under load.")
+    ranges: list[str] | None = Field(default=None, description="Named ranges to report (names or regular "
+                                     "expressions, e.g. 'dispatch|combine'); each must match a range that ran, "
+                                     "else the error lists the ranges seen. Default: every range.")
+    overlap: list[list[str]] = Field(default_factory=list, description="Pairs of range sets to compare, each set a "
+                                     "regular expression over range names, e.g. [['kv_transfer', "
+                                     "'dispatch|combine']]. Per pair: time each was active, time both were, "
+                                     "overlap fraction of each, longest stretch of one without the other.")
+    top_k: int = Field(default=15, ge=1, le=200, description="Rows in each op table.")
+    sample_threads: bool = Field(default=True, description="Watch the job's threads from outside (thread states "
+                                 "from /proc at ~1 kHz, the GIL holder with py-spy): needed for running-time "
+                                 "overlap and the GIL findings. Adds ~0.5 s to attach.")
+    gil_sample_hz: int = Field(default=500, ge=10, le=2000, description="py-spy's GIL-holder sampling rate, Hz.")
+    timeout_s: float = Field(default=60.0, gt=0, le=600, description="Wall-clock limit for the job, seconds: a "
+                             "workload still running then is killed with everything it started.")
+
+
+class OpRow(BaseModel):
+    name: str = Field(description="Op name (aten::..., or a record_function name).")
+    input_shapes: str = Field(description="Input shapes of this group, as torch.profiler prints them.")
+    count: int = Field(description="Calls in the window.")
+    self_ms: float = Field(description="Time in the op itself, children excluded, ms (summed over threads).")
+    total_ms: float = Field(description="Time in the op including the ops it called, ms.")
+    self_pct: float = Field(description="self_ms as % of the profiled window's wall time (can pass 100 with "
+                            "several threads).")
+    total_pct: float = Field(description="total_ms as % of the window's wall time.")
+
+
+class RangeStat(BaseModel):
+    name: str = Field(description="Range name.")
+    source: Literal["span", "record_function"] = Field(description="span: the stdlib helper (ia_worker.ranges); "
+                                                       "record_function: torch.profiler.record_function.")
+    threads: list[str] = Field(description="Threads it ran on, as 'name (tid)'.")
+    count: int = Field(description="How many times it ran.")
+    total_ms: float = Field(description="Summed wall time, ms.")
+    mean_ms: float = Field(description="Mean wall time per occurrence, ms.")
+    on_cpu_ms: float | None = Field(default=None, description="Summed on-CPU time of its thread inside it, ms "
+                                    "(time.thread_time; span only).")
+
+
+class ThreadStat(BaseModel):
+    tid: int = Field(description="Thread id as the job sees it (threading.get_native_id()).")
+    name: str = Field(description="Thread name (threading) or kernel comm.")
+    wall_in_ranges_ms: float = Field(description="Wall time inside any named range (union), ms.")
+    on_cpu_ms: float | None = Field(description="On-CPU time (user+system) during the window, ms, from "
+                                    "/proc/<pid>/task/<tid>/stat (10 ms ticks) or inside ranges when unsampled.")
+    busy_fraction: float | None = Field(description="Share of the window it was on a CPU (host samples: state R "
+                                        "minus run-queue waits), else on_cpu_ms / window; 0..1.")
+    state_fractions: dict[str, float] = Field(default_factory=dict, description="Share of the window in each "
+                                              "sampled state: running (on a CPU), cpu_wait (runnable, queued for a "
+                                              "CPU), futex (asleep on a futex: the GIL or a lock), sleep "
+                                              "(nanosleep), io (another named wait), other; empty when unsampled.")
+    gil_held_fraction: float | None = Field(default=None, description="Share of the window py-spy sampled it "
+                                            "holding the GIL (samples / rate x window), 0..1; null when py-spy "
+                                            "did not run.")
+
+
+class OverlapStat(BaseModel):
+    a: str = Field(description="First range set (regular expression).")
+    b: str = Field(description="Second range set.")
+    a_threads: list[str] = Field(description="Threads A's ranges ran on.")
+    b_threads: list[str] = Field(description="Threads B's ranges ran on.")
+    basis: Literal["running", "intervals"] = Field(description="running: range time minus the time its thread "
+                                                   "made no progress (blocked on a futex: the GIL or a lock; or "
+                                                   "queued for a CPU), from host samples; intervals: the ranges' "
+                                                   "wall intervals as recorded.")
+    a_in_ranges_ms: float = Field(description="Wall time A's ranges were open (merged intervals), ms.")
+    b_in_ranges_ms: float = Field(description="Wall time B's ranges were open, ms.")
+    a_active_ms: float = Field(description="Time A was active on the basis above (merged), ms.")
+    b_active_ms: float = Field(description="Time B was active, ms.")
+    both_ms: float = Field(description="Time both were active, ms.")
+    a_overlap_fraction: float | None = Field(description="both_ms / a_active_ms: share of A's time B ran too.")
+    b_overlap_fraction: float | None = Field(description="both_ms / b_active_ms.")
+    longest_a_without_b_ms: float = Field(description="Longest stretch with A active and B not, ms.")
+    longest_b_without_a_ms: float = Field(description="Longest stretch with B active and A not, ms.")
+    interval_a_overlap_fraction: float | None = Field(description="The same fraction over the raw wall intervals "
+                                                      "(a thread waiting for the GIL inside a range counts).")
+
+
+class GilWait(BaseModel):
+    holder: str = Field(description="Thread sampled holding the GIL, 'name (tid)'.")
+    waiter: str = Field(description="Thread blocked on a futex meanwhile.")
+    waiter_ranges: str = Field(description="The waiter's range set during which this was measured.")
+    holder_ranges: str = Field(description="The holder's range set.")
+    fraction: float = Field(description="Share of the waiter's range time it sat blocked on a futex while the "
+                            "holder's ranges were open, 0..1 (/proc samples).")
+    holder_gil_share: float = Field(description="Share of the window the holder was sampled holding the GIL, 0..1 "
+                                    "(py-spy samples / rate x window).")
+    holder_gil_site: str = Field(description="Where the holder held the GIL most often: 'function (file:line)'.")
+
+
+class Contention(BaseModel):
+    method: str = Field(description="How threads were watched, in words.")
+    proc_samples: int = Field(description="/proc sampling rounds over the job's lifetime.")
+    gil_sampler: str = Field(description="'py-spy <version> at N Hz', or why it did not run.")
+    waits: list[GilWait] = Field(default_factory=list, description="GIL holder/waiter pairs per overlap pair.")
+    limits: str = Field(description="What this evidence cannot tell.")
+
+
+class Finding(BaseModel):
+    code: str = Field(description="Stable code, e.g. 'no_overlap', 'gil_contention', 'threads_not_profiled'.")
+    layer: str = Field(description="Where the problem lives: 'python/GIL', 'native call', 'scheduling', ...")
+    message: str = Field(description="What was seen, with numbers.")
+    evidence: str = Field(description="What the statement rests on and its limits.")
+    next_experiment: str = Field(description="The cheapest next experiment that would confirm or fix it.")
+
+
+class Output(ToolOutput):
+    target: str = Field(description="What ran: 'kernel rmsnorm (reference)', 'workload file.py:fn'.")
+    window_ms: float = Field(description="Wall time of the profiled window, ms.")
+    top_ops_by_self: list[OpRow] = Field(description="Top ops by self time (grouped by name and input shapes).")
+    top_ops_by_total: list[OpRow] = Field(description="Top ops by total time (children included).")
+    gpu_kernels: list[dict] = Field(default_factory=list, description="CUDA kernels (name, count, total_us) from "
+                                    "CUPTI when the job ran on a GPU.")
+    gpu_note: str = Field(default="", description="Why GPU kernel times are absent, when they are.")
+    ops_threads: list[int] = Field(description="Thread ids torch.profiler recorded ops on (all threads are "
+                                   "recorded: profile_all_threads).")
+    ranges: list[RangeStat] = Field(description="Every named range that ran (or those named in ranges=).")
+    threads: list[ThreadStat] = Field(description="Per thread: wall in ranges, on-CPU time, busy fraction, states.")
+    overlaps: list[OverlapStat] = Field(default_factory=list, description="One per overlap pair.")
+    contention: Contention | None = Field(default=None, description="Host-side thread and GIL sampling.")
+    findings: list[Finding] = Field(default_factory=list, description="What to act on, each with the layer and "
+                                    "the next cheapest experiment.")
+    finding_codes: list[str] = Field(default_factory=list, description="The findings' codes.")
+    num_threads: int = Field(default=0, description="Threads seen (with ranges, or sampled from the host).")
+    _overlap_fraction: Any = PrivateAttr(default=None)  # (a, b) -> fraction, for expect's overlap_fraction()
+
+
+CATALOGUE = Catalogue(
+    fields={"window_ms": "profiled wall time, ms", "finding_codes": "the findings' codes (a list)",
+            "num_threads": "threads seen"},
+    functions={"overlap_fraction(a, b)": "share of range set a's active time during which set b was active too, "
+               "0..1 (running basis when threads were sampled); a and b are range names or regexes, "
+               "e.g. overlap_fraction('kv_transfer', 'dispatch|combine') >= 0.5"},
+)
+
+
+def expect_facts(inp: Input, out: Output) -> Facts:
+    return Facts(fields={"window_ms": out.window_ms, "finding_codes": out.finding_codes,
+                         "num_threads": out.num_threads},
+                 functions={"overlap_fraction": lambda a, b: out._overlap_fraction(str(a), str(b))})
