@@ -38,6 +38,7 @@ from .limits import (
     fit_reply,
     record_arguments,
     record_hypothesis,
+    utf8_text,
 )
 from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
@@ -171,7 +172,7 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
     ctx = CallContext(state, experiment_id, mcp_context)
 
     def fail(message: str) -> ToolError:
-        message = clip_text(message, MAX_ERROR_CHARS)
+        message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
         state.ledger.close_error(experiment_id, message, ctx.artifacts)
         return ToolError(f"{message} [experiment {experiment_id}]")
 

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .limits import utf8_text
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -106,8 +108,8 @@ class Ledger:
                 cur = self._conn.execute(
                     "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
                     "device_fingerprint, device, pid, started_at, status) VALUES (?,?,?,?,?,?,?,?,?,?, 'running')",
-                    (tool, kernel, hypothesis, json.dumps(arguments, sort_keys=True, default=str), git_commit,
-                     git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time()),
+                    (tool, utf8_text(kernel), utf8_text(hypothesis), json.dumps(arguments, sort_keys=True, default=str),
+                     git_commit, git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time()),
                 )
                 experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
                 self._conn.execute("UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid))
@@ -141,7 +143,7 @@ class Ledger:
         self._write(
             "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, ended_at=?, "
             "duration_s=? - started_at WHERE id=?",
-            (status, result, error, json.dumps(artifacts), ended, ended, experiment_id),
+            (status, result, utf8_text(error), json.dumps(artifacts), ended, ended, experiment_id),
         )
 
     def get(self, experiment_id: str) -> dict | None:

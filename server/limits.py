@@ -20,6 +20,12 @@ MAX_FULL_REPLY_CHARS = 64_000_000  # the reply.json artifact a truncated reply p
 ENVELOPE = ("experiment_id", "summary", "artifacts")  # never cut: they say where the rest is
 
 
+def utf8_text(value: str | None) -> str | None:
+    """Text that encodes as UTF-8 (what SQLite and every transport need): a lone UTF-16
+    surrogate, which an in-process client can send inside an object key, becomes its escape."""
+    return value.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(value, str) else value
+
+
 def clip_text(text: str, limit: int) -> str:
     """`text` cut to `limit` characters, saying how long it was."""
     if len(text) <= limit:

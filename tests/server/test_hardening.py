@@ -97,8 +97,11 @@ async def test_free_text_is_bounded_in_arguments_errors_and_the_ledger(client, s
     assert f"at most {MAX_CODE_CHARS} characters" in text
     text = await _error(client, "compile_kernel", kernel="vector_add", nvcc_flags=["-O3"] * 1000)
     assert "at most 64 items" in text
+    # a lone surrogate (only an in-process client can send one) is refused, and recorded
+    text = await _error(client, "list_kernels", hypothesis="a\ud800b")
+    assert "hypothesis" in text
     # even a rejected call is on record, clipped: no 1 MB row, no 1 MB hypothesis column
-    rows = server.state.ledger.query(limit=4)
+    rows = server.state.ledger.query(limit=5)
     assert all(len(json.dumps(r["arguments"])) <= MAX_STORED_ARGUMENTS_CHARS for r in rows)
     assert all(r["hypothesis"] is None or len(r["hypothesis"]) <= MAX_TEXT_CHARS for r in rows)
     assert all(len(r["error"]) <= MAX_ERROR_CHARS for r in rows)

@@ -76,9 +76,11 @@ def _call_line(rid: int, arguments_json: str, tool: str = "list_kernels") -> byt
 
 def test_stdio_answers_rejected_lines_and_sigterm_interrupts_the_running_call(workspace):
     """One server for both (a server start costs seconds): the raw lines first, then SIGTERM."""
+    stale = _plant_stale_cgroup_folders()
     server = StdioServer(workspace, "--shutdown-grace", "1")
     try:
         server.initialize()
+        assert not any(p.exists() for p in stale), "a dead server's cgroup folders survived the start-up"
         for rid, line in [(11, _call_line(11, '{"hypothesis":"\\ud800"}')),  # a lone surrogate, escaped
                           (12, _call_line(12, '{"hypothesis":' + DEEP + "}")),
                           (13, _call_line(13, '{"limit":' + HUGE_INT + "}", "list_experiments"))]:
@@ -134,6 +136,18 @@ def _cgroup_folders_of(pid: int) -> list[Path]:
     bases = CgroupManager().bases.values()  # this process's cgroups; the server's sit beside them
     return [p for b in bases for p in b.parent.glob(f"{_PREFIX}{pid}-*")] + \
            [p for b in bases for p in b.parent.glob(f"{_PREFIX}server-{pid}")]
+
+
+def _plant_stale_cgroup_folders() -> list[Path]:
+    """Folders as a SIGKILLed server leaves them: named after a pid that no longer exists."""
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    planted = []
+    for base in CgroupManager().bases.values():
+        folder = base.parent / f"{_PREFIX}{gone.pid}-1"
+        (folder / "job-x").mkdir(parents=True, exist_ok=True)
+        planted.append(folder)
+    return planted
 
 
 def _assert_stopped_cleanly(proc: subprocess.Popen, workspace: Path) -> None:

@@ -27,9 +27,10 @@ async def test_a_runaway_is_killed_at_its_limit_and_the_slot_is_free_again(clien
     text = str(info.value)
     assert "killed at its 3 s limit (timeout_s" in text and "internal error" not in text
     # the next timing job gets the (only) timing slot: it runs, and fails for its own reason
-    with pytest.raises(ToolCallError, match="raised during timing.*boom"):
+    with pytest.raises(ToolCallError, match="raised during timing.*boom") as info:
         await call(client, "microbench", kernel="vector_add", shapes=[{"N": 1024}], budget_ms=100,
                    source=RAISES, entry="f")
+    assert "ia_worker" not in str(info.value)  # the agent's frames, not the worker harness's
 
 
 async def test_too_many_shapes_are_refused_with_the_cap(client):
