@@ -49,7 +49,9 @@ $(NODE_DIR)/.installed:
 run: setup
 	$(VENV)/bin/infra-agent serve --http --host $(HOST) --port $(PORT)
 
+# Style first (ruff, configured in pyproject.toml): seconds, and it names the line to fix.
 test: setup node
+	$(PY) -m ruff check .
 	$(PY) -m pytest -q
 
 bench: setup

@@ -70,7 +70,8 @@ async def main(reps: int, budget_ms: float) -> int:
                     shape = out["shapes"][0]
                     runs[name].append({**shape, "disturbances": out["disturbances"]})
                     print(f"{name:13s} rep {rep:2d}: {shape['verdict']:12s} ratio {shape['ratio']:.4f} "
-                          f"[{shape['ci_low']:.4f}, {shape['ci_high']:.4f}] mde {shape['min_detectable_effect_pct']:.2f}% "
+                          f"[{shape['ci_low']:.4f}, {shape['ci_high']:.4f}] mde "
+                          f"{shape['min_detectable_effect_pct']:.2f}% "
                           f"n={shape['candidate']['n']} stop={shape['stop_reason']} "
                           f"median={shape['candidate']['median_ms'] * 1e3:.1f}us", file=sys.stderr)
     finally:
@@ -89,7 +90,8 @@ async def main(reps: int, budget_ms: float) -> int:
         stops = {s: sum(r["stop_reason"] == s for r in rows) for s in {r["stop_reason"] for r in rows}}
         print(f"  {name:13s} {len(rows)} runs: verdicts {verdicts}; stop reasons {stops}; "
               f"median ratio {statistics.median(r['ratio'] for r in rows):.4f}; "
-              f"median minimal detectable effect {statistics.median(r['min_detectable_effect_pct'] for r in rows):.2f}%; "
+              f"median minimal detectable effect "
+              f"{statistics.median(r['min_detectable_effect_pct'] for r in rows):.2f}%; "
               f"median n {statistics.median(r['candidate']['n'] for r in rows):.0f}")
     print(f"  (a) A/A false faster/slower rate: {false_rate:.1%} (bar: <= 10%, nominal 5%) "
           f"{'PASS' if aa and false_rate <= 0.10 else 'FAIL'}")

@@ -52,13 +52,16 @@ async def main() -> None:
               f"{'ref err / tol':>13} verdict  check_s")
         for impl in ("tf32", "tf32x3"):
             t0 = time.perf_counter()
-            out = await check_numerics.run(check_numerics.Input(kernel="tp_linear", impl=impl, shapes=SHAPES, trials=3), ctx)
+            inp = check_numerics.Input(kernel="tp_linear", impl=impl, shapes=SHAPES, trials=3)
+            out = await check_numerics.run(inp, ctx)
             seconds = time.perf_counter() - t0
             for case in out.cases:
                 p = case.partition
                 shape = " ".join(f"{k}={v}" for k, v in case.shape.items())
-                print(f"{impl:7} {shape:22} {p.partitioned_vs_reference_rel_l2:11.3g} {p.unpartitioned_vs_reference_rel_l2:13.3g} "
-                      f"{p.partitioned_vs_unpartitioned_rel_l2:14.3g} {p.partitioned_vs_reference_rel_l2 / case.tolerance_rel_l2:13.3g} "
+                print(f"{impl:7} {shape:22} {p.partitioned_vs_reference_rel_l2:11.3g} "
+                      f"{p.unpartitioned_vs_reference_rel_l2:13.3g} "
+                      f"{p.partitioned_vs_unpartitioned_rel_l2:14.3g} "
+                      f"{p.partitioned_vs_reference_rel_l2 / case.tolerance_rel_l2:13.3g} "
                       f"{case.verdict:8} {seconds / len(out.cases):.1f}")
             print(f"  {impl}: {out.summary}")
     finally:

@@ -73,7 +73,8 @@ def sanitize_tree(root: Path) -> list[str]:
 def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     """(status, result, error) for a finished job."""
     if ending.timed_out:
-        return "timeout", {}, f"exceeded {ending.timeout_s:g} s wall-clock limit; the job and everything it started were killed"
+        return "timeout", {}, (f"exceeded {ending.timeout_s:g} s wall-clock limit; the job and everything it "
+                               "started were killed")
     if ending.output_exceeded:
         return "limit", {}, (f"{ending.output_exceeded} exceeded {_size(ending.output_cap_bytes)}; the job was killed "
                              "(print less, or write large data to files in out/)")
@@ -112,7 +113,8 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
             return "crashed", {}, "result.json is not a JSON object"
         return "ok", result, None
     if code == 0:
-        return "crashed", {}, "exited with code 0 without writing a result (os._exit? the process ended before the op returned)"
+        return "crashed", {}, ("exited with code 0 without writing a result (os._exit? the process ended before "
+                               "the op returned)")
     return "crashed", {}, f"exited with code {code} without writing a result"
 
 

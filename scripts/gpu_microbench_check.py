@@ -84,7 +84,8 @@ async def through_the_tool(aa_reps: int, allow_unsandboxed: bool) -> float:
                 if kernel == "vector_add":
                     c = out["ceilings"]
                     print(f"[2] device {out['device'].get('name')}; ceilings ({c.get('source')}): copy "
-                          f"{c.get('copy_gbps', 0):.0f} GB/s, matmul {c.get('matmul_tflops')} TFLOP/s; clocks {out['clocks']}")
+                          f"{c.get('copy_gbps', 0):.0f} GB/s, matmul {c.get('matmul_tflops')} TFLOP/s; clocks "
+                          f"{out['clocks']}")
                 for s in out["shapes"]:
                     cand = s["candidate"]
                     print(f"[2] {kernel:10s} {s['shape']}: triton median {cand['median_ms']:.4f} ms, "
@@ -92,7 +93,7 @@ async def through_the_tool(aa_reps: int, allow_unsandboxed: bool) -> float:
                           f"{cand['bound']}, spot-check {cand['spot_check']}, impossible={cand['is_impossible']}; "
                           f"vs reference ratio {s['ratio']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}] {s['verdict']}")
             verdicts = []
-            for rep in range(aa_reps):
+            for _ in range(aa_reps):
                 out = await call(client, kernel="vector_add", impl="triton", baseline="triton",
                                  shapes=[{"N": 1 << 24}], budget_ms=300)
                 s = out["shapes"][0]

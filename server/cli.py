@@ -66,7 +66,8 @@ def _build(workspace: Path | None, allow_unsandboxed: bool = False):
 def serve(
     workspace: WorkspaceOpt = None,
     http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
-    host: Annotated[str, typer.Option(help="HTTP bind address (loopback keeps DNS-rebinding protection on).")] = "127.0.0.1",
+    host: Annotated[str, typer.Option(
+        help="HTTP bind address (loopback keeps DNS-rebinding protection on).")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port.")] = 8765,
     token: Annotated[Optional[str], typer.Option(
         envvar="INFRA_AGENT_TOKEN", help="Require 'Authorization: Bearer TOKEN' on HTTP requests.")] = None,

@@ -6,7 +6,8 @@ from __future__ import annotations
 # The checks, cheapest first. Only the tools this server has are offered to the agent:
 # naming a tool that does not exist sends it into an error.
 CHECKS = (
-    ("compile_kernel", "does it compile for the target, and at what cost (registers, shared memory, spills, occupancy)?"),
+    ("compile_kernel", "does it compile for the target, and at what cost (registers, shared memory, spills, "
+                       "occupancy)?"),
     ("check_numerics", "does it compute the same function as the reference, within the dtype's tolerance?"),
     ("microbench", "how fast, how sure (confidence interval), how far from the hardware limit?"),
     ("profile", "where does the time go, what overlaps what?"),

@@ -8,11 +8,10 @@ way, so the answer separates "the code changed" from "the machine changed".
 
 from __future__ import annotations
 
-from typing import Any
-
 from pydantic import BaseModel, Field
 
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
+from .common.diff import Change, change, diff, flatten, is_number
 
 # Fields that differ between any two calls and say nothing about the result.
 IGNORED_PATHS = ("experiment_id", "artifacts", "summary")
@@ -22,20 +21,6 @@ MAX_ROWS = 200
 class Input(ToolInput):
     a: str = Field(description="Baseline experiment id (e.g. 'e00012-3f9a').")
     b: str = Field(description="Experiment id to compare against the baseline.")
-
-
-class Change(BaseModel):
-    path: str = Field(description="Dotted path of the field, e.g. 'shapes.0.median_ms' or 'kernel'.")
-    a: Any = Field(description="Value in experiment a (null: absent).")
-    b: Any = Field(description="Value in experiment b (null: absent).")
-
-
-class NumericChange(BaseModel):
-    path: str = Field(description="Dotted path of the numeric result field.")
-    a: float = Field(description="Value in experiment a, in the field's own unit.")
-    b: float = Field(description="Value in experiment b, in the field's own unit.")
-    delta: float = Field(description="b - a, in the field's unit.")
-    ratio: float | None = Field(description="b / a (null when a is 0); for times, < 1 means b is faster.")
 
 
 class CodeDiff(BaseModel):
@@ -57,10 +42,11 @@ class Output(ToolOutput):
     tool_b: str = Field(description="Tool of experiment b.")
     status_a: str = Field(description="Status of a (ok, error, interrupted, running).")
     status_b: str = Field(description="Status of b.")
-    input_changes: list[Change] = Field(description="Arguments that differ (hypothesis excluded).")
+    input_changes: list[Change] = Field(description="Arguments that differ (hypothesis excluded); before: a, after: b.")
     code: CodeDiff = Field(description="Whether the workspace code differed.")
     device: DeviceDiff = Field(description="Whether the machine or its software differed.")
-    numeric_changes: list[NumericChange] = Field(description="Numeric result fields whose value changed.")
+    numeric_changes: list[Change] = Field(description="Numeric result fields whose value changed (before: a, "
+                                          "after: b), with delta and ratio.")
     changed_strings: list[Change] = Field(description="Non-numeric result fields that changed (e.g. verdicts).")
     only_in_a: list[str] = Field(description="Result paths present only in a.")
     only_in_b: list[str] = Field(description="Result paths present only in b.")
@@ -68,53 +54,21 @@ class Output(ToolOutput):
     truncated: bool = Field(description=f"True when a list was cut at {MAX_ROWS} rows.")
 
 
-def flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """{'a': {'b': [1, 2]}} -> {'a.b.0': 1, 'a.b.1': 2}."""
-    if isinstance(value, dict):
-        items = value.items()
-    elif isinstance(value, list):
-        items = enumerate(value)
-    else:
-        return {prefix: value}
-    flat: dict[str, Any] = {}
-    for key, item in items:
-        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key)))
-    if not flat and prefix:
-        flat[prefix] = value  # keep empty containers visible
-    return flat
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
 def diff_results(ra: dict, rb: dict) -> dict:
-    fa, fb = flatten(ra or {}), flatten(rb or {})
-    keep = lambda p: not any(p == i or p.startswith(i + ".") for i in IGNORED_PATHS)  # noqa: E731
-    numeric, strings, unchanged = [], [], 0
-    for path in sorted(set(fa) & set(fb)):
-        if not keep(path):
-            continue
-        va, vb = fa[path], fb[path]
-        if va == vb:
-            unchanged += 1
-        elif _is_number(va) and _is_number(vb):
-            numeric.append(NumericChange(path=path, a=va, b=vb, delta=vb - va, ratio=vb / va if va else None))
-        else:
-            strings.append(Change(path=path, a=va, b=vb))
+    fa, fb = flatten(ra or {}, skip=IGNORED_PATHS), flatten(rb or {}, skip=IGNORED_PATHS)
+    both = sorted(set(fa) & set(fb))
+    changes = [change(path, fa[path], fb[path]) for path in both if fa[path] != fb[path]]
     return {
-        "numeric_changes": numeric,
-        "changed_strings": strings,
-        "only_in_a": [p for p in sorted(set(fa) - set(fb)) if keep(p)],
-        "only_in_b": [p for p in sorted(set(fb) - set(fa)) if keep(p)],
-        "num_unchanged": unchanged,
+        "numeric_changes": [c for c in changes if is_number(c.before) and is_number(c.after)],
+        "changed_strings": [c for c in changes if not (is_number(c.before) and is_number(c.after))],
+        "only_in_a": sorted(set(fa) - set(fb)),
+        "only_in_b": sorted(set(fb) - set(fa)),
+        "num_unchanged": len(both) - len(changes),
     }
 
 
 def diff_mappings(a: dict, b: dict, skip: tuple[str, ...] = ()) -> list[Change]:
-    fa, fb = flatten(a or {}), flatten(b or {})
-    return [Change(path=p, a=fa.get(p), b=fb.get(p)) for p in sorted(set(fa) | set(fb))
-            if p not in skip and fa.get(p) != fb.get(p)]
+    return sorted(diff(a or {}, b or {}, skip=skip), key=lambda c: c.field)
 
 
 def _get(ctx: ToolContext, experiment_id: str) -> dict:
@@ -141,10 +95,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                         changes=diff_mappings(ea.get("device") or {}, eb.get("device") or {}, skip=("hostname",)))
     inputs = diff_mappings(ea.get("arguments") or {}, eb.get("arguments") or {}, skip=("hypothesis",))
     moved = sorted(results["numeric_changes"], key=lambda c: -abs((c.ratio or 1.0) - 1.0))
-    headline = ", ".join(f"{c.path} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
-    summary = (f"{len(inputs)} input change(s); code {'same' if same_code else 'differs' if same_code is False else 'unknown'}; "
+    headline = ", ".join(f"{c.field} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
+    code_word = {True: "same", False: "differs", None: "unknown"}[same_code]
+    summary = (f"{len(inputs)} input change(s); code {code_word}; "
                f"device {'same' if device.same_device else 'differs'}; {len(results['numeric_changes'])} numeric "
-               f"and {len(results['changed_strings'])} other result field(s) moved" + (f": {headline}" if headline else ""))
+               f"and {len(results['changed_strings'])} other result field(s) moved")
+    if headline:
+        summary += f": {headline}"
     return Output(tool_a=ea["tool"], tool_b=eb["tool"], status_a=ea["status"], status_b=eb["status"],
                   input_changes=inputs, code=code, device=device, truncated=truncated, summary=summary, **results)
 

@@ -14,8 +14,8 @@ from pydantic import BaseModel, Field
 
 from ..sandbox.job import Job
 from ..sandbox.worker.protocol import OP_DEVICE_PROBE
-from .common import peaks, provenance
 from .base import Tool, ToolContext, ToolInput, ToolOutput
+from .common import peaks, provenance
 
 
 class Input(ToolInput):
@@ -57,7 +57,8 @@ class Output(ToolOutput):
         description="Measured ceilings of this device, as microbench's roofline uses them: copy_gbps "
         "(GB/s), cache_copy_gbps (GB/s, CPU), matmul_tflops per dtype (TFLOP/s), method, measured_at "
         "(Unix s); null when not measured yet (pass measure_peaks=true, or run microbench once).")
-    peaks_note: str = Field(default="", description="Where the ceilings came from: measured now, cached (when), or why none.")
+    peaks_note: str = Field(default="", description="Where the ceilings came from: measured now, cached (when), or "
+                                                    "why none.")
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:

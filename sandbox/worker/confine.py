@@ -100,7 +100,8 @@ def apply_landlock(read_only: list[str], read_write: list[str], devices: list[st
     if ruleset < 0:
         raise ConfineError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
-        for paths, rights in ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV)):
+        grants = ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV))
+        for paths, rights in grants:
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
         if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:

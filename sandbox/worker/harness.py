@@ -177,8 +177,8 @@ def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
     if is_our_fault:
         message = f"{message} (in the sandbox worker's own code: a bug in the server, not in your code)"
     errno_value = getattr(exc, "errno", None)
-    return {"type": type(exc).__name__, "message": message,
-            "errno": errno_value if isinstance(errno_value, int) else None,
+    errno_number = errno_value if isinstance(errno_value, int) else None
+    return {"type": type(exc).__name__, "message": message, "errno": errno_number,
             "traceback": "".join(traceback.format_list(mine))}
 
 

@@ -6,8 +6,7 @@ import dataclasses
 
 import pytest
 
-from infra_agent.kernels.coderef import (CodeRefError, default_impl, impl_code, ref_or_source, resolve_code,
-                                         spec_code)
+from infra_agent.kernels.coderef import CodeRefError, default_impl, impl_code, ref_or_source, resolve_code, spec_code
 from infra_agent.kernels.schema import split_ref
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, WorkspaceError, load_workspace
 

@@ -37,7 +37,8 @@ def test_missing_workspace_and_unknown_kernel_say_what_to_do(tmp_path):
     with pytest.raises(WorkspaceError, match="does not exist.*--workspace"):
         load_workspace(tmp_path / "nope")
     ws = load_workspace()
-    with pytest.raises(WorkspaceError, match="unknown kernel 'nope'; this workspace has: .*rmsnorm.*vector_add.*list_kernels"):
+    with pytest.raises(WorkspaceError, match="unknown kernel 'nope'; this workspace has: "
+                                             ".*rmsnorm.*vector_add.*list_kernels"):
         ws.kernel("nope")
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from infra_agent.sandbox import Job
 from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
+
+from infra_agent.sandbox import Job
 
 
 def test_segfault(sandbox):
@@ -67,7 +68,8 @@ def test_forged_result_links_are_removed(sandbox):
 
 
 def test_stdout_and_stderr_tails_come_back(sandbox):
-    res = sandbox.probe("import sys\ndef main():\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n    return 0\n")
+    res = sandbox.probe("import sys\ndef main():\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n   "
+                        " return 0\n")
     assert res.ok and res.stdout_tail == "to stdout\n" and res.stderr_tail == "to stderr\n"
 
 

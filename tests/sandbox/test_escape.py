@@ -9,16 +9,15 @@ skipped with the exact reason.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import time
 from pathlib import Path
 
 import pytest
-
-import importlib.util
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 import infra_agent.sandbox.runner as runner_module
-from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 TRY_READ = """
 def main(paths):

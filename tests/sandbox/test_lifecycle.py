@@ -14,12 +14,11 @@ import time
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import TEST_LIMITS, make_workspace, sandbox  # noqa: F401  (the fixture)
 
 import infra_agent.sandbox.isolation as isolation_module
 from infra_agent.sandbox import Job, Sandbox, SandboxError
 from infra_agent.sandbox.cgroups import CgroupManager
-
-from sandbox_helpers import TEST_LIMITS, make_workspace, sandbox  # noqa: F401  (the fixture)
 
 SLEEP = "import time\ndef main(seconds):\n    time.sleep(seconds)\n    return seconds\n"
 
@@ -155,7 +154,8 @@ SERVER_SCRIPT = textwrap.dedent("""
             "    ctypes.CDLL(None).prctl(15, b'ia-probe-sleep', 0, 0, 0)\\n"
             "    time.sleep(300)\\n"})))
         await asyncio.sleep(1.5)
-        print(json.dumps({"pids": sb.zygote_pids(), "cgroups": [str(b) for b in sb.cgroups.bases.values()]}), flush=True)
+        cgroups = [str(b) for b in sb.cgroups.bases.values()]
+        print(json.dumps({"pids": sb.zygote_pids(), "cgroups": cgroups}), flush=True)
         await job
 
     asyncio.run(main())
@@ -227,7 +227,8 @@ def _named(name: str) -> list[int]:
 
 def test_cancelled_call_kills_its_job(sandbox):
     """An agent that cancels a tool call leaves no job running."""
-    source = "import ctypes, time\ndef main():\n    ctypes.CDLL(None).prctl(15, b'ia-cancel-probe', 0, 0, 0)\n    time.sleep(60)\n"
+    source = ("import ctypes, time\ndef main():\n    ctypes.CDLL(None).prctl(15, b'ia-cancel-probe', 0, 0, 0)\n"
+              "    time.sleep(60)\n")
     future = asyncio.run_coroutine_threadsafe(sandbox.sb.run(Job(op="probe", payload={"source": source})),
                                               sandbox.runner.loop)
     deadline = time.monotonic() + 60

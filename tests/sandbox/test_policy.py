@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 from infra_agent.sandbox import Job
 from infra_agent.sandbox.cgroups import CgroupManager
@@ -14,7 +15,6 @@ from infra_agent.sandbox.outcome import Ending, judge
 from infra_agent.sandbox.policy import Layout, Limits, SandboxView
 from infra_agent.sandbox.slots import Slots
 from infra_agent.sandbox.worker import confine
-from sandbox_helpers import sandbox  # noqa: F401  (the fixture)
 
 
 def layout(tmp_path: Path, **kwargs) -> Layout:
@@ -63,7 +63,8 @@ def test_job_gets_its_own_home_and_caches(tmp_path):
     spec = view.job_spec(job_id="j1", op="noop", payload={}, env={}, device="cpu",
                          limits=Limits(memory_bytes=1 << 30), timeout_s=10)
     env = spec["env"]
-    for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH", "TORCHINDUCTOR_CACHE_DIR"):
+    for key in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCH_EXTENSIONS_DIR", "CUDA_CACHE_PATH",
+                "TORCHINDUCTOR_CACHE_DIR"):
         assert env[key].startswith("/jobs/j1/"), key
     assert env["TRITON_INTERPRET"] == "1" and env["CUDA_VISIBLE_DEVICES"] == ""  # no GPU: interpreted, always
     on_gpu = view.job_spec(job_id="j2", op="noop", payload={}, env={}, device="cuda",

@@ -23,7 +23,8 @@ def main():
             out[name] = str(e)
     with open("k.cu", "w") as f:
         f.write("__global__ void k(float* x) { x[threadIdx.x] += 1.0f; }\\n")
-    proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", "out/k.cubin", "k.cu"], capture_output=True, text=True)
+    proc = subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", "out/k.cubin", "k.cu"], capture_output=True,
+                          text=True)
     out["nvcc_cubin"] = [proc.returncode, proc.stderr[-400:]]
     return out
 """

@@ -52,7 +52,8 @@ def test_stops_on_target_standard_error_when_loose(ctx):
 
 
 def test_a_candidate_raising_mid_run_names_the_call(ctx):
-    flaky = ADD + "N = [0]\ndef bad(x, y):\n    N[0] += 1\n    if N[0] > 12:\n        raise ValueError('boom')\n    return x + y\n"
+    flaky = ADD + ("N = [0]\ndef bad(x, y):\n    N[0] += 1\n    if N[0] > 12:\n        raise ValueError('boom')\n"
+                   "    return x + y\n")
     arms = [{"name": "candidate", "entry": "bad", "source": flaky}]
     with pytest.raises(RuntimeError, match=r"candidate raised on call 13 .*ValueError: boom"):
         microbench.run(_payload(arms, budget_ms=2000.0, target_rel_se=1e-6), ctx)

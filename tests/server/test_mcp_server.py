@@ -8,6 +8,7 @@ import re
 
 import pytest
 from conftest import ToolCallError, call
+from mcp.shared.exceptions import MCPError
 from pydantic import Field
 
 from infra_agent.kernels.workspace import load_workspace
@@ -94,12 +95,14 @@ async def test_compare_experiments_reports_inputs_and_result_moves(client):
     a = await call(client, "describe_kernel", kernel="rmsnorm", include_source=False)
     b = await call(client, "describe_kernel", kernel="vector_add", include_source=False)
     cmp = await call(client, "compare_experiments", a=a["experiment_id"], b=b["experiment_id"])
-    assert {"path": "kernel", "a": "rmsnorm", "b": "vector_add"} in cmp["input_changes"]
+    assert {"field": "kernel", "before": "rmsnorm", "after": "vector_add", "delta": None, "ratio": None} \
+        in cmp["input_changes"]
     assert cmp["device"]["same_device"] is True and cmp["code"]["same_code"] is None
-    assert {"path": "name", "a": "rmsnorm", "b": "vector_add"} in cmp["changed_strings"]
+    assert {"field": "name", "before": "rmsnorm", "after": "vector_add", "delta": None, "ratio": None} \
+        in cmp["changed_strings"]
     # rmsnorm cpu shape 0 is 4x64 (1028 FLOPs), vector_add's is N=1000 (1000 FLOPs)
-    flops = next(c for c in cmp["numeric_changes"] if c["path"] == "shapes.0.flops")
-    assert flops["a"] == 1028 and flops["b"] == 1000 and flops["delta"] == -28
+    flops = next(c for c in cmp["numeric_changes"] if c["field"] == "shapes.0.flops")
+    assert flops["before"] == 1028 and flops["after"] == 1000 and flops["delta"] == -28
     assert flops["ratio"] == pytest.approx(1000 / 1028)
     assert cmp["num_unchanged"] > 0
     with pytest.raises(ToolCallError, match="no experiment"):
@@ -146,7 +149,7 @@ async def test_resources_experiments_and_artifacts(client, server):
     assert blob.mime_type == "image/png" and blob.blob
     with pytest.raises(ValueError):
         ctx.artifact("../escape.txt", "x")
-    with pytest.raises(Exception):
+    with pytest.raises(MCPError):
         await client.read_resource(f"artifact://{eid}/missing.txt")
 
 

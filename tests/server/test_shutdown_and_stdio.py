@@ -168,7 +168,6 @@ async def test_http_sigterm_interrupts_the_running_call_and_cleans_up(workspace)
     import anyio
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-
     from test_transports import _free_port, _wait_up
 
     port = _free_port()

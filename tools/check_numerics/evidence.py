@@ -13,12 +13,22 @@ from pathlib import Path
 
 import torch
 
-from ...sandbox.worker.protocol import (CALL_FIRST, COMPARED_CALLS, call_rank, inputs_after_file, inputs_file,
-                                       output_file, reference_file)
+from ...sandbox.worker.protocol import (
+    CALL_FIRST,
+    COMPARED_CALLS,
+    call_rank,
+    inputs_after_file,
+    inputs_file,
+    output_file,
+    reference_file,
+)
 from ...sandbox.worker.tensors import load_tensors
 from ..base import AgentError
 from ..common.error_metrics import compare, rel_l2
 from ..common.tolerance import ResolvedTolerance
+
+# The dtypes a reference's traced output may name (anything else falls back to the case's).
+OUTPUT_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
 
 
 @dataclass
@@ -47,7 +57,7 @@ class CaseEvidence:
         native = self.ref_facts.get(key, {}).get("native_outputs")
         if isinstance(native, list) and j < len(native) and isinstance(native[j], dict):
             dtype = str(native[j].get("dtype"))
-            if dtype in ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool"):
+            if dtype in OUTPUT_DTYPES:
                 return dtype
         return self.out_dtype if ref.is_floating_point() else str(ref.dtype).removeprefix("torch.")
 
@@ -188,13 +198,18 @@ def _clean_output(o: dict) -> dict:
              "is_plain": o.get("is_plain") is True, "has_storage": o.get("has_storage") is True}
     if clean["is_tensor"]:
         clean.update(shape=[int(d) for d in list(o.get("shape") or [])[:16]], dtype=str(o.get("dtype")),
-                     device=str(o.get("device")), aliases_inputs=[int(i) for i in list(o.get("aliases_inputs") or [])[:64]])
+                     device=str(o.get("device")),
+                     aliases_inputs=[int(i) for i in list(o.get("aliases_inputs") or [])[:64]])
     return clean
 
 
 def _worse_partition(a: dict, b: dict) -> bool:
-    key = lambda r: (not r["is_within_tolerance"], r["partitioned_vs_unpartitioned_rel_l2"], r["partitioned_vs_reference_rel_l2"])
-    return key(a) > key(b)
+    return _partition_badness(a) > _partition_badness(b)
+
+
+def _partition_badness(r: dict) -> tuple:
+    return (not r["is_within_tolerance"], r["partitioned_vs_unpartitioned_rel_l2"],
+            r["partitioned_vs_reference_rel_l2"])
 
 
 def _badness(e: dict) -> tuple:

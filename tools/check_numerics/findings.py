@@ -93,7 +93,6 @@ def _unwritten(ev, _):
 
 
 def _mutation(ev, _):
-
     for key in ev.keys:
         after = ev.inputs_after.get(key)
         if after is None:
@@ -101,7 +100,9 @@ def _mutation(ev, _):
         for j, (before, now) in enumerate(zip(ev.inputs[key], after)):
             if now is None or now.shape != before.shape or not torch.equal(_bits(now), _bits(before)):
                 name = ev.arg_names[j] if j < len(ev.arg_names) else str(j)
-                changed = int((_bits(now) != _bits(before)).sum()) if now is not None and now.shape == before.shape else before.numel()
+                changed = before.numel()
+                if now is not None and now.shape == before.shape:
+                    changed = int((_bits(now) != _bits(before)).sum())
                 return [_f(ev, "input_mutation", "error",
                            f"argument {name!r} was modified by the call ({changed} elements changed): a kernel must "
                            "not write its inputs (the caller's tensors, and later calls, see the damage)")]
@@ -114,29 +115,32 @@ def _output_facts(ev, _):
         outs = call.get("outputs") or []
         refs = ev.refs[call["key"]]
         if len(outs) != len(refs):
-            found.append(_f(ev, "wrong_output", "error", f"returned {len(outs)} outputs, the reference returns {len(refs)}"))
+            found.append(_f(ev, "wrong_output", "error", f"returned {len(outs)} outputs, the reference returns "
+                                                         f"{len(refs)}"))
         for j, (o, ref) in enumerate(zip(outs, refs)):
             if not o.get("is_tensor") or not o.get("is_plain") or not o.get("has_storage"):
                 found.append(_f(ev, "not_plain_tensor", "error",
-                                f"output {j} is a {o.get('type')} (plain torch.Tensor: {o.get('is_plain')}, real storage: "
+                                f"output {j} is a {o.get('type')} (plain torch.Tensor: {o.get('is_plain')}, real "
+                                f"storage: "
                                 f"{o.get('has_storage')}): a tensor subclass or lazy wrapper can compute on access or "
                                 "fool comparisons; its raw storage was compared instead"))
             elif o.get("aliases_inputs"):
                 names = [ev.arg_names[i] if i < len(ev.arg_names) else str(i) for i in o["aliases_inputs"]]
                 found.append(_f(ev, "output_aliases_input", "error",
-                                f"output {j} shares memory with input {', '.join(map(repr, names))}: the kernel returned "
+                                f"output {j} shares memory with input {', '.join(map(repr, names))}: the kernel "
+                                f"returned "
                                 "its input or a view of it instead of a fresh result"))
             expected = (list(ref.shape), ev.output_dtype(call["key"], j, ref), ev.device)
             got = (o.get("shape"), o.get("dtype"), o.get("device"))
             if o.get("is_tensor") and got != expected:
-                found.append(_f(ev, "wrong_output", "error", f"output {j} is shape/dtype/device {got}, expected {expected}"))
+                found.append(_f(ev, "wrong_output", "error", f"output {j} is shape/dtype/device {got}, expected "
+                                                             f"{expected}"))
         if found:
             return found
     return found
 
 
 def _determinism(ev, _):
-
     for key in ev.keys:
         a, b = ev.outputs.get((key, CALL_FIRST)), ev.outputs.get((key, CALL_REPEAT))
         if not a or not b:
@@ -152,25 +156,24 @@ def _determinism(ev, _):
 
 
 def _caching_and_state(ev, _):
-
     for prev, key in zip(ev.keys, ev.keys[1:]):
         a, b = ev.outputs.get((prev, CALL_FIRST)), ev.outputs.get((key, CALL_FIRST))
         same_ref = all(torch.equal(x, y) for x, y in zip(ev.refs[prev], ev.refs[key]))
         # a correct answer for trial t-1, returned again for trial t's new values
-        if a and b and not same_ref and ev.call_passes(prev, CALL_FIRST) and all(
-                x is not None and y is not None and x.shape == y.shape and torch.equal(_bits(x), _bits(y)) for x, y in zip(a, b)):
+        if a and b and not same_ref and ev.call_passes(prev, CALL_FIRST) and _same_bits(a, b):
             return [_f(ev, "result_caching", "error",
-                       f"trial {ev.keys.index(key)} returned trial {ev.keys.index(prev)}'s output bit for bit although its inputs "
-                       "differ (same buffers and shapes, new values): a result cached by data pointer or shape")]
+                       f"trial {ev.keys.index(key)} returned trial {ev.keys.index(prev)}'s output bit for bit "
+                       "although its inputs differ (same buffers and shapes, new values): a result cached by data "
+                       "pointer or shape")]
     # The same inputs right once and wrong later: the answer depends on the call count.
     first = ev.keys[0]
-    if ev.call_passes(first, CALL_FIRST) and (first, CALL_RECHECK) in ev.errors and not ev.call_passes(first, CALL_RECHECK):
+    if _passed_then_failed(ev, first, CALL_RECHECK):
         n = len([c for c in ev.calls if c["kind"] != CALL_RECHECK]) + 1
         return [_f(ev, "stateful_output", "error",
                    f"trial 0's inputs matched the reference on call 1 and not when run again as call {n}: the result "
                    "depends on how many times the kernel was called (correct for the first k calls, then garbage)")]
     for key in ev.keys:
-        if ev.call_passes(key, CALL_FIRST) and (key, CALL_REPEAT) in ev.errors and not ev.call_passes(key, CALL_REPEAT):
+        if _passed_then_failed(ev, key, CALL_REPEAT):
             return [_f(ev, "stateful_output", "error",
                        f"trial {ev.keys.index(key)}: the first call matched the reference and the second, on the same "
                        "inputs, did not: state carried from call to call")]
@@ -188,12 +191,14 @@ def _op_audit(ev, forbidden_ops):
         launch_errors += [str(e) for e in call.get("triton_launch_errors") or []]
     banned = sorted(op for op in ops if op in forbidden_ops)
     if banned:
-        found.append(_f(ev, "forbidden_op", "error", f"dispatched {', '.join(banned)}, which the kernel spec forbids in an "
+        found.append(_f(ev, "forbidden_op", "error", f"dispatched {', '.join(banned)}, which the kernel spec forbids "
+                                                     f"in an "
                         "implementation (the library op, not a custom kernel, did the work)"))
     library = sorted(op for op in ops if op not in MEMORY_OPS)
     if launch_errors:
         found.append(_f(ev, "fallback_to_library", "error",
-                        f"a Triton launch raised ({launch_errors[0]}) and the call still returned, via {', '.join(library) or 'other code'}: "
+                        f"a Triton launch raised ({launch_errors[0]}) and the call still returned, via "
+                        f"{', '.join(library) or 'other code'}: "
                         "a try/except fallback hides the kernel's failure"))
     elif ev.is_triton and launches == 0 and library:  # a Triton module that never launched
         found.append(_f(ev, "fallback_to_library", "error", f"no Triton kernel was launched; the result came from "
@@ -242,19 +247,35 @@ def _degenerate(ev, _):
     found = []
     for key in ev.keys:
         facts = ev.ref_facts.get(key, {})
-        zero_inputs = [ev.arg_names[i] for i, f in enumerate(facts.get("inputs", [])) if f.get("all_zero") and i < len(ev.arg_names)]
+        zero_inputs = [ev.arg_names[i] for i, f in enumerate(facts.get("inputs", []))
+                       if f.get("all_zero") and i < len(ev.arg_names)]
         flat_refs = [j for j, f in enumerate(facts.get("outputs", [])) if f.get("is_constant")]
         if zero_inputs or flat_refs:
-            what = f"inputs {zero_inputs} are all zero" if zero_inputs else f"reference output {flat_refs[0]} has no variance"
+            if zero_inputs:
+                what = f"inputs {zero_inputs} are all zero"
+            else:
+                what = f"reference output {flat_refs[0]} has no variance"
             return [_f(ev, "degenerate_reference", "error",
-                       f"{what} (trial {ev.keys.index(key)}): a constant answer would pass, so this case proves nothing; "
-                       "use other shapes, distribution or inputs")]
+                       f"{what} (trial {ev.keys.index(key)}): a constant answer would pass, so this case proves "
+                       "nothing; use other shapes, distribution or inputs")]
         for j, o in enumerate(ev.outputs.get((key, CALL_FIRST)) or []):
-            if o is not None and o.numel() > 1 and bool((o == o.reshape(-1)[0]).all()) and not ev.call_passes(key, CALL_FIRST):
+            is_constant = o is not None and o.numel() > 1 and bool((o == o.reshape(-1)[0]).all())
+            if is_constant and not ev.call_passes(key, CALL_FIRST):
                 found.append(_f(ev, "constant_output", "error", f"output {j} is the constant {float(o.reshape(-1)[0])} "
                                 "everywhere while the reference varies: a placeholder result"))
                 return found
     return found
+
+
+def _same_bits(a: list, b: list) -> bool:
+    """Every output of two calls present, of one shape, and equal bit for bit."""
+    return all(x is not None and y is not None and x.shape == y.shape and torch.equal(_bits(x), _bits(y))
+               for x, y in zip(a, b))
+
+
+def _passed_then_failed(ev, key: str, later: str) -> bool:
+    """The first call of `key` matched the reference and the `later` call on the same inputs did not."""
+    return ev.call_passes(key, CALL_FIRST) and (key, later) in ev.errors and not ev.call_passes(key, later)
 
 
 def _bits(t):

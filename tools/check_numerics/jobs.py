@@ -9,8 +9,14 @@ import shutil
 from pathlib import Path
 
 from ...sandbox.job import Job, JobResult
-from ...sandbox.worker.protocol import (OP_NUMERICS_RUN, OP_REFERENCE, NumericsRunPayload, ReferencePayload,
-                                       inputs_file, reference_file)
+from ...sandbox.worker.protocol import (
+    OP_NUMERICS_RUN,
+    OP_REFERENCE,
+    NumericsRunPayload,
+    ReferencePayload,
+    inputs_file,
+    reference_file,
+)
 from ..base import AgentError, Sandbox
 from .plan import Case, Plan
 

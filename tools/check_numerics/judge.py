@@ -59,7 +59,8 @@ def _case_report(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding])
                                    partitioned_vs_unpartitioned_rel_l2=None, partitioned_vs_unpartitioned_max_abs=None,
                                    is_within_tolerance=False)
         else:
-            part = PartitionReport(**meta, **{k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields})
+            numbers = {k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields}
+            part = PartitionReport(**meta, **numbers)
             if not row["is_within_tolerance"]:
                 found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
                     f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "

@@ -152,10 +152,12 @@ def _check_shape(shape: dict, args: list[dict]) -> None:
         numel = 1
         for d in dims:
             if not isinstance(d, int) or d <= 0:
-                raise AgentError(f"shape {shape}: argument {a['name']} gets size {dims}; sizes must be positive integers")
+                raise AgentError(f"shape {shape}: argument {a['name']} gets size {dims}; sizes must be positive "
+                                 f"integers")
             numel *= d
         if numel > MAX_ELEMENTS_PER_ARG:
-            raise AgentError(f"shape {shape}: argument {a['name']} has {numel} elements, more than {MAX_ELEMENTS_PER_ARG}; "
+            raise AgentError(f"shape {shape}: argument {a['name']} has {numel} elements, more than "
+                             f"{MAX_ELEMENTS_PER_ARG}; "
                              "numerics need coverage, not size: use smaller shapes")
 
 
@@ -168,7 +170,8 @@ def _partition(inp, spec, args: list[dict]) -> dict | None:
         if spec is None or spec.partition is None:
             raise AgentError("partition=true but the kernel spec declares no partition; pass "
                              "partition={args: {name: dim}, num_parts, combine, out_dim}")
-        split, parts, combine, out_dim = dict(spec.partition.args), spec.partition.num_parts, spec.partition.combine, spec.partition.out_dim
+        sp = spec.partition
+        split, parts, combine, out_dim = dict(sp.args), sp.num_parts, sp.combine, sp.out_dim
         order = list(range(parts))
     else:
         split, parts, combine, out_dim = dict(p.args), p.num_parts, p.combine, p.out_dim

@@ -37,7 +37,8 @@ class ArgInput(BaseModel):
     name: str = Field(description="Positional argument name.")
     shape: list[str | int] = Field(description="Dimension names (sized by each shape) or fixed ints, e.g. ['M', 'N'].")
     dtype: str | None = Field(default=None, description="Pinned dtype (e.g. 'int32'); null takes the case dtype.")
-    distribution: Literal["normal", "uniform", "positive", "int"] = Field(default="normal", description="How values are drawn.")
+    distribution: Literal["normal", "uniform", "positive", "int"] = Field(default="normal",
+                                                                        description="How values are drawn.")
     low: int = Field(default=0, ge=-2**62, le=2**62, description="Integer arguments: smallest value drawn.")
     high: int = Field(default=2**16, ge=-2**62, le=2**62, description="Integer arguments: one past the largest "
                       "value drawn.")
@@ -67,10 +68,12 @@ class Input(ToolInput):
     reference: str | None = Field(default=None, description="Override the reference: 'file.py:fn' (kernel folder or "
                                   "workspace root) or Python source. On a locked kernel the verdict cannot pass.")
     reference_entry: str | None = Field(default=None, description="Function name when reference= is source.")
-    args: list[ArgInput] | None = Field(default=None, description="Argument declarations for ad-hoc code without kernel=.")
-    shapes: list[dict[str, int]] | None = Field(default=None, description="Named sizes per case, e.g. [{'M': 4, 'N': 64}]; "
-                                                "default: the spec's CPU or GPU set. Repeats are dropped; at most "
-                                                f"{MAX_NUMERICS_CASES} cases (shapes x dtypes) per call.")
+    args: list[ArgInput] | None = Field(default=None, description="Argument declarations for ad-hoc code "
+                                        "without kernel=.")
+    shapes: list[dict[str, int]] | None = Field(default=None, description="Named sizes per case, e.g. "
+                                                "[{'M': 4, 'N': 64}]; default: the spec's CPU or GPU set. Repeats "
+                                                f"are dropped; at most {MAX_NUMERICS_CASES} cases (shapes x dtypes) "
+                                                "per call.")
     dtypes: list[str] | None = Field(default=None, description="float32, float16, bfloat16, float64, or tf32 (float32 "
                                      "tensors judged at TF32 tolerance); default: the spec's.")
     trials: int = Field(default=3, ge=1, le=20, description="Fresh random inputs per case (each its own seed).")
@@ -78,9 +81,11 @@ class Input(ToolInput):
                                     "overriding spec and dtype defaults (reported as source 'argument'); at most 1 "
                                     "(an all-zero output is already at 1).")
     distribution: Literal["normal", "uniform", "large", "tiny", "constant_row"] | None = Field(
-        default=None, description="Value distribution of float inputs: N(0,1), U[-1,1), x1e4, x1e-4, first row constant.")
-    partition: bool | PartitionInput | None = Field(default=None, description="Simulated tensor-parallel ranks: true for "
-                                                    "the spec's partition, false for none, or an explicit one; default: the spec's if any.")
+        default=None, description="Value distribution of float inputs: N(0,1), U[-1,1), x1e4, x1e-4, "
+        "first row constant.")
+    partition: bool | PartitionInput | None = Field(default=None, description="Simulated tensor-parallel ranks: "
+                                                    "true for the spec's partition, false for none, or an explicit "
+                                                    "one; default: the spec's if any.")
     checks: list[CheckName] | None = Field(default=None, description="Integrity checks to run (default all): "
                                            + ", ".join(CHECKS) + ".")
     timeout_s: float = Field(default=300, gt=0, le=3600, description="Wall-clock limit per case job, in seconds.")
@@ -95,13 +100,16 @@ class ErrorStats(BaseModel):
     ulp_p50: float = Field(description="Median error in ULPs of the output dtype at the reference value.")
     ulp_p99: float = Field(description="99th-percentile error in ULPs of the output dtype.")
     ulp_max: float = Field(description="Largest error in ULPs of the output dtype.")
-    num_mismatches: int = Field(description="Elements whose error exceeds tolerance x (|ref| + rms(ref)), or NaN/Inf where ref is finite.")
+    num_mismatches: int = Field(description="Elements whose error exceeds tolerance x (|ref| + rms(ref)), or NaN/Inf "
+                                            "where ref is finite.")
     first_mismatch_indices: list[list[int]] = Field(description="Up to 5 mismatching element indices, in order.")
-    nonfinite_mismatches: int = Field(description="Elements NaN/Inf in the candidate but not in the reference (or vice versa).")
+    nonfinite_mismatches: int = Field(description="Elements NaN/Inf in the candidate but not in the reference (or "
+                                                  "vice versa).")
     candidate_nan_count: int = Field(description="NaN elements in the candidate's output.")
     candidate_inf_count: int = Field(description="Inf elements in the candidate's output.")
     reference_nonfinite_count: int = Field(description="NaN/Inf elements in the reference.")
-    worst_index: list[int] = Field(description="Index of the worst element (first non-finite mismatch, else largest scaled error).")
+    worst_index: list[int] = Field(description="Index of the worst element (first non-finite mismatch, else largest "
+                                               "scaled error).")
     worst_candidate: float | None = Field(description="Candidate value there (null if NaN/Inf).")
     worst_reference: float | None = Field(description="Reference value there (float64).")
     trial: int = Field(description="Trial (0-based) these numbers come from: the worst one.")
@@ -114,26 +122,31 @@ class PartitionReport(BaseModel):
     combine: str = Field(description="'concat' or 'sum'.")
     sum_order: list[int] = Field(description="Order the ranks' outputs were added in ('sum').")
     partitioned_vs_reference_rel_l2: float | None = Field(description="Ranks combined vs float64 reference (rel L2).")
-    unpartitioned_vs_reference_rel_l2: float | None = Field(description="One call on the whole input vs reference (rel L2).")
+    unpartitioned_vs_reference_rel_l2: float | None = Field(description="One call on the whole input vs reference "
+                                                                        "(rel L2).")
     partitioned_vs_unpartitioned_rel_l2: float | None = Field(description="Ranks combined vs one whole call (rel L2).")
     partitioned_vs_unpartitioned_max_abs: float | None = Field(description="Largest |partitioned - unpartitioned|.")
-    most_divergent_index: list[int] = Field(default_factory=list, description="Element where partitioned and unpartitioned differ most.")
+    most_divergent_index: list[int] = Field(default_factory=list, description="Element where partitioned and "
+                                                                              "unpartitioned differ most.")
     most_divergent_partitioned: float | None = Field(default=None, description="Partitioned value there.")
     most_divergent_unpartitioned: float | None = Field(default=None, description="Unpartitioned value there.")
     most_divergent_reference: float | None = Field(default=None, description="Reference value there.")
-    is_within_tolerance: bool = Field(description="Partitioned within tolerance of both the reference and the unpartitioned call.")
+    is_within_tolerance: bool = Field(description="Partitioned within tolerance of both the reference and the "
+                                                  "unpartitioned call.")
 
 
 class CaseReport(BaseModel):
     case: str = Field(description="Shape and dtype, e.g. 'M=4 N=64 float32'.")
     shape: dict[str, int] = Field(description="Named sizes.")
     dtype: str = Field(description="Case dtype.")
-    verdict: Literal["pass", "fail", "inconclusive"] = Field(description="This case's verdict (numerics and error findings).")
+    verdict: Literal["pass", "fail", "inconclusive"] = Field(description="This case's verdict (numerics and error "
+                                                                         "findings).")
     tolerance_rel_l2: float = Field(description="Relative L2 tolerance applied.")
     tolerance_max_abs: float | None = Field(description="Absolute tolerance applied, if any.")
     tolerance_source: str = Field(description="'argument', 'spec' or 'dtype default'.")
     tolerance_why: str = Field(description="Why the tolerance is that size.")
-    seeds: list[int] = Field(description="Seed of each trial's inputs (reproduce with these; the next ones are unpredictable).")
+    seeds: list[int] = Field(description="Seed of each trial's inputs (reproduce with these; the next ones are "
+                                         "unpredictable).")
     trial_rel_l2: list[float | None] = Field(description="Each trial's rel L2 error (null: unusable output).")
     errors: ErrorStats | None = Field(description="The worst trial's error numbers (null: no usable output).")
     partition: PartitionReport | None = Field(default=None, description="Partition equivalence, when run.")
@@ -146,7 +159,8 @@ class CaseReport(BaseModel):
 class LockReport(BaseModel):
     locked: bool = Field(description="A human locked this kernel's acceptance criteria (infra-agent lock).")
     locked_at: str | None = Field(default=None, description="When (UTC).")
-    problems: list[str] = Field(default_factory=list, description="What differs from the lock; any makes the verdict fail.")
+    problems: list[str] = Field(default_factory=list, description="What differs from the lock; any makes the verdict "
+                                                                  "fail.")
 
 
 class Finding(BaseModel):
@@ -163,7 +177,8 @@ class Finding(BaseModel):
 
 class Output(ToolOutput):
     verdict: Literal["pass", "fail", "inconclusive"] = Field(description="'pass' only if every case passes and no "
-                                                             "error finding; 'inconclusive' when the test is degenerate.")
+                                                             "error finding; 'inconclusive' when the test is "
+                                                             "degenerate.")
     candidate: str = Field(description="What was checked.")
     device: str = Field(description="'cuda' or 'cpu' (Triton interpreted).")
     cases: list[CaseReport] = Field(description="One per (shape, dtype).")

@@ -32,12 +32,12 @@ def compare(candidate, reference, out_dtype: str, rel_l2_tol: float) -> dict:
     mismatch = nonfinite | (diff > rel_l2_tol * (r_abs + rms))
     ulp = diff / ulp_size(r_abs, out_dtype)
     ulp_both = ulp[both]
-    worst_flat = int(nonfinite.reshape(-1).nonzero()[0, 0]) if bool(nonfinite.any()) else int(score.reshape(-1).argmax()) if c.numel() else 0
+    worst_flat = _worst_index(nonfinite, score)
     mismatch_idx = mismatch.reshape(-1).nonzero()[:NUM_FIRST_MISMATCHES, 0].tolist()
     return {
         "max_abs_error": float(diff.max()) if c.numel() else 0.0,
-        "max_rel_error": float((diff / r_abs.clamp_min(1e-300))[both & (r_abs > 0)].max()) if bool((both & (r_abs > 0)).any()) else 0.0,
-        "rel_l2_error": diff_norm / ref_norm if ref_norm > 0 else (0.0 if diff_norm == 0 else float("inf")),
+        "max_rel_error": _max_rel_error(diff, r_abs, both),
+        "rel_l2_error": _ratio_of_norms(diff_norm, ref_norm),
         "ulp_p50": _quantile(ulp_both, 0.5),
         "ulp_p99": _quantile(ulp_both, 0.99),
         "ulp_max": float(ulp_both.max()) if ulp_both.numel() else 0.0,
@@ -53,6 +53,29 @@ def compare(candidate, reference, out_dtype: str, rel_l2_tol: float) -> dict:
     }
 
 
+def _worst_index(nonfinite, score) -> int:
+    """Flat index of the worst element: the first non-finite mismatch, else the largest scaled error."""
+    if bool(nonfinite.any()):
+        return int(nonfinite.reshape(-1).nonzero()[0, 0])
+    if score.numel():
+        return int(score.reshape(-1).argmax())
+    return 0
+
+
+def _max_rel_error(diff, r_abs, both) -> float:
+    nonzero = both & (r_abs > 0)
+    if not bool(nonzero.any()):
+        return 0.0
+    return float((diff / r_abs.clamp_min(1e-300))[nonzero].max())
+
+
+def _ratio_of_norms(num: float, den: float) -> float:
+    """num / den; 0 when both are 0, inf when only the denominator is."""
+    if den > 0:
+        return num / den
+    return 0.0 if num == 0 else float("inf")
+
+
 def rel_l2(a, b) -> float:
     """||a - b|| / ||b|| over elements finite in both (inf when a has NaN where b has not)."""
     a, b = a.double(), b.double()
@@ -60,7 +83,7 @@ def rel_l2(a, b) -> float:
         return float("inf")
     both = torch.isfinite(a) & torch.isfinite(b)
     num, den = float((a - b)[both].norm()), float(b[both].norm())
-    return num / den if den > 0 else (0.0 if num == 0 else float("inf"))
+    return _ratio_of_norms(num, den)
 
 
 def ulp_size(magnitude, dtype: str):

@@ -11,8 +11,7 @@ from pathlib import Path
 
 from ..base import AgentError
 from .occupancy import Target, occupancy
-from .sass import (classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log,
-                   parse_resource_usage)
+from .sass import classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log, parse_resource_usage
 from .schema import DEFAULT_CUDA_THREADS, Input, InstructionMix, KernelResources, Occupancy
 
 

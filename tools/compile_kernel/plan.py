@@ -9,9 +9,9 @@ import functools
 from dataclasses import asdict
 from pathlib import Path
 
-from ...sandbox.worker.protocol import OP_COMPILE, OP_COMPILE_CUDA
 from ...kernels.coderef import CodeRef, impl_code, resolve_code
 from ...kernels.workspace import WorkspaceError
+from ...sandbox.worker.protocol import OP_COMPILE, OP_COMPILE_CUDA
 from ..base import AgentError, ToolContext, as_agent_error
 from .cache import cache_key
 from .occupancy import DEFAULT_TARGET, TARGETS, Target, local_target

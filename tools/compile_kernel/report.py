@@ -7,36 +7,18 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from .schema import Change, KernelResources
+from ..common.diff import Change
+from ..common.diff import diff as diff_fields
+from .schema import KernelResources
 
-_NOT_DIFFED = {"name", "signature", "occupancy.blocks_by"}
-
-
-def _flatten(data: dict, prefix: str = "") -> dict:
-    flat = {}
-    for key, value in data.items():
-        path = f"{prefix}{key}"
-        if path in _NOT_DIFFED:
-            continue
-        if isinstance(value, dict):
-            flat.update(_flatten(value, path + "."))
-        else:
-            flat[path] = value
-    return flat
+_NOT_DIFFED = ("name", "signature", "occupancy.blocks_by")
+_COUNTS = ("instruction_mix.", "constexprs.")  # absent on one side: 0 of them
 
 
 def diff(baseline: KernelResources, candidate: KernelResources) -> list[Change]:
-    """Every field that differs; counts absent on one side count as 0."""
-    base, cand = _flatten(baseline.model_dump()), _flatten(candidate.model_dump())
-    changes = []
-    for field in list(dict.fromkeys([*cand, *base])):
-        zero = 0 if any(field.startswith(p) for p in ("instruction_mix.", "constexprs.")) else None
-        b, c = base.get(field, zero), cand.get(field, zero)
-        if b == c:
-            continue
-        numeric = isinstance(b, (int, float)) and isinstance(c, (int, float)) and not isinstance(b, bool)
-        changes.append(Change(field=field, baseline=b, candidate=c, delta=round(c - b, 3) if numeric else None))
-    return changes
+    """Every field that differs (before: the baseline, after: this compile)."""
+    return diff_fields(baseline.model_dump(), candidate.model_dump(), skip=_NOT_DIFFED, absent_as_zero=_COUNTS,
+                       keep_empty=False)
 
 
 def describe(target: str, k: KernelResources) -> str:
@@ -63,7 +45,7 @@ def describe_changes(changes: list[Change]) -> str:
         if label is None or ch.delta is None:
             continue
         if ch.field.startswith("instruction_mix."):
-            parts.append(f"{label} {ch.baseline:g}→{ch.candidate:g}")
+            parts.append(f"{label} {ch.before:g}→{ch.after:g}")
         else:
             parts.append(f"{ch.delta:+g} {label}")
     if not changes:

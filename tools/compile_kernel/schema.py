@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, PrivateAttr
 
 from ..base import ToolInput, ToolOutput
+from ..common.diff import Change
 from .occupancy import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -84,15 +85,6 @@ class KernelResources(BaseModel):
     instruction_mix: InstructionMix
     signature: dict[str, str] = Field(default_factory=dict, description="Argument types compiled for.")
     constexprs: dict = Field(default_factory=dict, description="Compile-time constants compiled with.")
-
-
-class Change(BaseModel):
-    field: str = Field(description="Dotted path of what moved, e.g. 'registers_per_thread', "
-                       "'instruction_mix.tensor_core_mma', 'occupancy.occupancy_pct'.")
-    baseline: float | str | None = Field(description="Value in the baseline.")
-    candidate: float | str | None = Field(description="Value in this compile.")
-    delta: float | None = Field(description="candidate - baseline for numbers; None for text.")
-
 
 
 class Input(ToolInput):

@@ -13,8 +13,8 @@ from .plan import MIN_TIMED_CALLS, Code
 from .schema import TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str, index: int,
-                     count: int, inp) -> tuple[dict, Path | None]:
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
+                     index: int, count: int, inp) -> tuple[dict, Path | None]:
     """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
     timeout_s = timing_timeout_s(inp)
     label = ",".join(f"{k}={v}" for k, v in shape.items())

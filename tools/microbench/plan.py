@@ -6,10 +6,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-from ...kernels.schema import ITEMSIZE, KernelSpec
 from ...kernels.coderef import REFERENCE, CodeRef, impl_code, resolve_code, spec_code
+from ...kernels.schema import ITEMSIZE, KernelSpec
 from ...kernels.workspace import Kernel, WorkspaceError
 from ...sandbox.worker.protocol import MicrobenchPayload, ReferencePayload, input_set_key
 from ...sandbox.worker.shared import meminfo_bytes
@@ -172,7 +171,8 @@ def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype:
     """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
     spec = kernel.spec
     reference = impl_code(kernel, REFERENCE, allow_reference=True)
-    return {"reference": reference.payload(ctx.sandbox.workspace_path), "args": _args_payload(spec), "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
+    return {"reference": reference.payload(ctx.sandbox.workspace_path), "args": _args_payload(spec),
+            "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
             "items": [{"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
 
 

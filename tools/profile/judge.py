@@ -191,9 +191,10 @@ def gil_waits(ev: Evidence, holder_set: str, waiter_set: str) -> list[GilWait]:
             theirs = iv.merge([(r.start_ns, r.end_ns) for r in holders if r.tid == holder])
             both_open = iv.intersect(mine, theirs)
             blocked = iv.intersect(both_open, ev.futex.get(waiter, []))
+            could_run = iv.subtract(mine, ev.states.get(waiter, {}).get("cpu_wait", []))  # the OS's share is not ours
             waits.append(GilWait(
                 holder=ev.label(holder), waiter=ev.label(waiter), waiter_ranges=waiter_set, holder_ranges=holder_set,
-                fraction=_ratio(iv.total(blocked), iv.total(mine)) or 0.0,
+                fraction=_ratio(iv.total(blocked), iv.total(could_run)) or 0.0,
                 holder_gil_share=ev.gil_share(holder) or 0.0, holder_gil_site=ev.gil.get(holder, {}).get("site", "")))
     return waits
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 
+from .intervals import intersect
 from .judge import Evidence
 from .schema import Output
 
@@ -41,6 +42,7 @@ def perfetto_trace(ev: Evidence, op_events: list, pid: int) -> str:
             events.append(_complete(str(e.get("name"))[:200], "cpu_op", pid, int(e.get("tid") or 0),
                                     e["start_ns"] - t0, e["end_ns"] - e["start_ns"]))
     for tid, runs in ev.futex.items():
+        runs = intersect(runs, [ev.window])  # the samplers start before the window (while the job waits)
         events.append(_meta(pid, FUTEX_TRACK + tid, f"{ev.label(tid)} blocked on futex (/proc)"))
         events += [_complete("futex wait", "state", pid, FUTEX_TRACK + tid, s - t0, e - s) for s, e in runs]
     return json.dumps({"traceEvents": events, "displayTimeUnit": "ms"})
@@ -74,7 +76,7 @@ def timeline_png(ev: Evidence) -> bytes:
                     if r.tid == tid and r.name == name]
             if bars:
                 ax.broken_barh(bars, (y + 0.3, 0.6), facecolors=colors[name], label=name)
-        runs = ev.futex.get(tid, [])
+        runs = intersect(ev.futex.get(tid, []), [ev.window])
         if runs:
             ax.broken_barh([((s - t0) / 1e6, (e - s) / 1e6) for s, e in runs], (y + 0.05, 0.2), facecolors="red")
         share = ev.gil_share(tid)
@@ -88,7 +90,7 @@ def timeline_png(ev: Evidence) -> bytes:
             seen.add(label)
             handles.append((handle, label))
     if handles:
-        ax.legend(*zip(*handles, strict=True), loc="upper right", fontsize=8)
+        ax.legend(*zip(*handles, strict=True), loc="center left", bbox_to_anchor=(1.0, 0.5), fontsize=8)
     fig.tight_layout()
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png")

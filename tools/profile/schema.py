@@ -94,7 +94,8 @@ class OverlapStat(BaseModel):
     basis: Literal["running", "intervals"] = Field(description="running: range time minus the time its thread "
                                                    "made no progress (blocked on a futex: the GIL or a lock; or "
                                                    "queued for a CPU), from host samples; intervals: the ranges' "
-                                                   "wall intervals as recorded.")
+                                                   "wall intervals as recorded. On a host with fewer free cores "
+                                                   "than busy threads, running overlap is bounded by the cores.")
     a_in_ranges_ms: float = Field(description="Wall time A's ranges were open (merged intervals), ms.")
     b_in_ranges_ms: float = Field(description="Wall time B's ranges were open, ms.")
     a_active_ms: float = Field(description="Time A was active on the basis above (merged), ms.")
@@ -113,8 +114,8 @@ class GilWait(BaseModel):
     waiter: str = Field(description="Thread blocked on a futex meanwhile.")
     waiter_ranges: str = Field(description="The waiter's range set during which this was measured.")
     holder_ranges: str = Field(description="The holder's range set.")
-    fraction: float = Field(description="Share of the waiter's range time it sat blocked on a futex while the "
-                            "holder's ranges were open, 0..1 (/proc samples).")
+    fraction: float = Field(description="Share of the waiter's range time (less its waits for a CPU) it sat "
+                            "blocked on a futex while the holder's ranges were open, 0..1 (/proc samples).")
     holder_gil_share: float = Field(description="Share of the window the holder was sampled holding the GIL, 0..1 "
                                     "(py-spy samples / rate x window).")
     holder_gil_site: str = Field(description="Where the holder held the GIL most often: 'function (file:line)'.")

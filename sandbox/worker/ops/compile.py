@@ -137,9 +137,11 @@ def _plan(module, payload: dict):
 
     signature = dict(payload.get("signature") or {})
     if not signature:
-        raise SetupError("give signature= (e.g. {\"x_ptr\": \"*fp32\", \"N\": \"i32\"}) or a kernel spec to infer it from")
+        raise SetupError("give signature= (e.g. {\"x_ptr\": \"*fp32\", \"N\": \"i32\"}) or a kernel spec to infer it "
+                         "from")
     fn = next((k for k in kernels if k.__name__ == entry), None) if entry else \
-        next((k for k in kernels if set(k.arg_names) == set(signature) | set(payload.get("constexprs") or {})), kernels[0])
+        next((k for k in kernels if set(k.arg_names) == set(signature) | set(payload.get("constexprs") or {})),
+             kernels[0])
     constexprs = dict(payload.get("constexprs") or {})
     for p in fn.params:
         if p.is_constexpr:

@@ -30,7 +30,6 @@ import gc
 import math
 import random
 import time
-from pathlib import Path
 
 import numpy as np
 

@@ -19,8 +19,9 @@ and, last, ``recheck``: the first trial's inputs again (state carried across cal
 
 Written to out_dir (names: sandbox/worker/protocol.py): ``<key>.out.pt``,
 ``<key>.inputs_after.pt`` (inputs after the first call: the parent hashes them against
-its own copy), ``<key>.repeat.pt``, ``<key>.rank<r>.pt``. Saved outputs are plain tensors over the output's real storage,
-so a tensor subclass cannot show the parent different values than it holds.
+its own copy), ``<key>.repeat.pt``, ``<key>.rank<r>.pt``. Saved outputs are plain
+tensors over the output's real storage, so a tensor subclass cannot show the parent
+different values than it holds.
 """
 
 from __future__ import annotations
@@ -31,8 +32,16 @@ import torch
 
 from ..context import JobContext
 from ..loader import check_arity, load_entry
-from ..protocol import (CALL_FIRST, CALL_RECHECK, CALL_REPEAT, NumericsRunPayload, call_rank, inputs_after_file,
-                        inputs_file, output_file)
+from ..protocol import (
+    CALL_FIRST,
+    CALL_RECHECK,
+    CALL_REPEAT,
+    NumericsRunPayload,
+    call_rank,
+    inputs_after_file,
+    inputs_file,
+    output_file,
+)
 from ..tensors import load_tensors, save_tensors
 from .reference import OpAudit
 

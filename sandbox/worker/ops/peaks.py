@@ -143,7 +143,8 @@ def _cpu_peaks(torch, payload: dict, ctx: JobContext) -> dict:
         "cache_copy_gbps": 2 * small.numel() * 4 / cache_s / 1e9,
         "matmul_tflops": {"float32": 2 * n**3 / mm_s / 1e12},
         "threads": torch.get_num_threads(),
-        "method": f"{torch.get_num_threads()} thread(s), best of {REPEATS}: torch copy of {dram_bytes >> 20} MiB (> LLC {llc >> 20} MiB), "
+        "method": f"{torch.get_num_threads()} thread(s), best of {REPEATS}: torch copy of {dram_bytes >> 20} MiB (> "
+                  f"LLC {llc >> 20} MiB), "
                   f"copy of 256 KiB x200, float32 torch.mm {n}x{n}",
     }
 

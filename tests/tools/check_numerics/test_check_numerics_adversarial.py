@@ -30,7 +30,8 @@ async def test_each_trick_is_named(shared_client, name):
     ("tp_linear", "tf32x3", ["float32"]),
 ])
 async def test_honest_kernels_have_no_findings(shared_client, kernel, impl, dtypes):
-    out = await call(shared_client, "check_numerics", kernel=kernel, impl=impl, shapes=SHAPES[kernel], dtypes=dtypes, trials=2)
+    out = await call(shared_client, "check_numerics", kernel=kernel, impl=impl, shapes=SHAPES[kernel], dtypes=dtypes,
+                     trials=2)
     assert out["findings"] == [], out["findings"]
     assert out["verdict"] == "pass" and all(c["verdict"] == "pass" for c in out["cases"])
 
@@ -46,7 +47,8 @@ async def test_an_input_dependent_bug_is_not_called_a_trick(shared_client):
 async def test_unwritten_integer_outputs_are_found_too(shared_client):
     args = [{"name": "x", "shape": ["N"], "dtype": "int32", "distribution": "int", "low": 0, "high": 100}]
     out = await call(shared_client, "check_numerics", source="import torch\ndef f(x):\n    out = torch.empty_like(x)\n"
-                     "    out[:-1] = x[:-1] * 2\n    return out\n", entry="f", reference="def ref(x):\n    return x * 2\n",
+                     "    out[:-1] = x[:-1] * 2\n    return out\n", entry="f", reference="def ref(x):\n    return x * "
+                                                                                         "2\n",
                      reference_entry="ref", args=args, shapes=[{"N": 40}], trials=1)
     assert out["verdict"] == "fail" and [f["code"] for f in out["findings"]] == ["unwritten_output"]
     assert "first at [39]" in out["findings"][0]["message"] and out["cases"][0]["errors"]["worst_index"] == [39]

@@ -23,7 +23,8 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
     assert "NOT match" in tf32["summary"]
 
     fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
-                       partition={"args": {"x": 1, "w": 1}, "num_parts": 4, "combine": "sum", "sum_order": [3, 1, 0, 2]})
+                       partition={"args": {"x": 1, "w": 1}, "num_parts": 4, "combine": "sum",
+                                  "sum_order": [3, 1, 0, 2]})
     part3 = fixed["cases"][0]["partition"]
     assert fixed["verdict"] == "pass" and part3["is_within_tolerance"] and fixed["findings"] == []
     assert part3["sum_order"] == [3, 1, 0, 2]
@@ -33,7 +34,8 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
 async def test_a_wrong_partition_strategy_is_a_mismatch(shared_client):
     # rmsnorm normalises each row over N: splitting N across ranks changes the function.
     out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 4, "N": 64}], dtypes=["float32"],
-                     trials=1, partition={"args": {"x": 1, "weight": 0}, "num_parts": 2, "combine": "concat", "out_dim": 1})
+                     trials=1, partition={"args": {"x": 1, "weight": 0}, "num_parts": 2, "combine": "concat",
+                                          "out_dim": 1})
     part = out["cases"][0]["partition"]
     assert out["verdict"] == "fail" and not part["is_within_tolerance"]
     assert part["unpartitioned_vs_reference_rel_l2"] < 1e-6 < 1e-2 < part["partitioned_vs_unpartitioned_rel_l2"]

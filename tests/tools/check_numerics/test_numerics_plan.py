@@ -4,9 +4,9 @@ import pytest
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 from infra_agent.tools.base import AgentError
-from infra_agent.tools.check_numerics.schema import Input
-from infra_agent.tools.check_numerics.plan import make_plan
 from infra_agent.tools.check_numerics.lock import lock_kernel
+from infra_agent.tools.check_numerics.plan import make_plan
+from infra_agent.tools.check_numerics.schema import Input
 
 
 class PathsAsIs:

@@ -15,15 +15,14 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from conftest import ToolCallError, call
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 from infra_agent.sandbox.worker.context import JobContext
-from infra_agent.tools.compile_kernel.plan import plan_target_payload
 from infra_agent.tools.compile_kernel.judge import amd_kernels, nvidia_kernels
-from infra_agent.tools.compile_kernel.report import format_diagnostic, notes
 from infra_agent.tools.compile_kernel.occupancy import TARGETS
-
-from conftest import ToolCallError, call
+from infra_agent.tools.compile_kernel.plan import plan_target_payload
+from infra_agent.tools.compile_kernel.report import format_diagnostic, notes
 
 KERNELS = Path(__file__).parent / "compile_kernels"
 
@@ -253,7 +252,7 @@ async def test_tool_compiles_caches_and_diffs(client):
                        expect=["num_warps == baseline.num_warps / 4", "threads_per_block > baseline.threads_per_block",
                                "sgprs <= baseline.sgprs"])
     moved = {c["field"]: c for c in fewer["diff"]}
-    assert moved["num_warps"]["baseline"] == 16 and moved["num_warps"]["candidate"] == 4
+    assert moved["num_warps"]["before"] == 16 and moved["num_warps"]["after"] == 4
     answer = fewer["hypothesis_answer"]  # sgprs: AMD only, so null on sm_90a and nothing to decide
     assert [c["answer"] for c in answer["conditions"]] == ["supported", "contradicted", "inconclusive"]
     assert answer["answer"] == "contradicted" and answer["conditions"][0]["comparisons"][0]["right"] == 4
@@ -267,7 +266,7 @@ async def test_tool_compiles_caches_and_diffs(client):
     changed = await call(client, "compile_kernel", kernel="vector_add", source=variant, target="sm_80",
                          baseline=original["experiment_id"])
     moved = {c["field"]: c for c in changed["diff"]}
-    assert (moved["constexprs.BLOCK_SIZE"]["baseline"], moved["constexprs.BLOCK_SIZE"]["candidate"]) == (1024, 256)
+    assert (moved["constexprs.BLOCK_SIZE"]["before"], moved["constexprs.BLOCK_SIZE"]["after"]) == (1024, 256)
 
 
 @pytest.mark.anyio
@@ -281,8 +280,8 @@ async def test_tool_baseline_source_and_amd(client):
                   constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16})
     out = await call(client, "compile_kernel", source=cand, baseline=base, **common)
     moved = {c["field"]: c for c in out["diff"]}
-    assert moved["instruction_mix.tensor_core_mma"]["baseline"] == 0
-    assert moved["instruction_mix.tensor_core_mma"]["candidate"] > 0
+    assert moved["instruction_mix.tensor_core_mma"]["before"] == 0
+    assert moved["instruction_mix.tensor_core_mma"]["after"] > 0
     assert "tensor-core MMA 0→" in out["summary"]
 
     amd = await call(client, "compile_kernel", source=cand, **{**common, "target": "gfx942"})

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from infra_agent.tools.compile_kernel.report import describe_changes, diff
-from infra_agent.tools.compile_kernel.schema import KernelResources
 from infra_agent.tools.compile_kernel.occupancy import LIMITS, TARGETS, occupancy
-from infra_agent.tools.compile_kernel.sass import (classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log,
-                                    parse_resource_usage)
+from infra_agent.tools.compile_kernel.report import describe_changes, diff
+from infra_agent.tools.compile_kernel.sass import (
+    classify_amdgcn,
+    classify_sass,
+    parse_amdgcn_metadata,
+    parse_ptxas_log,
+    parse_resource_usage,
+)
+from infra_agent.tools.compile_kernel.schema import KernelResources
 
 PTXAS_LOG = """\
 ptxas-blackwell info    : 0 bytes gmem
@@ -145,8 +150,8 @@ def test_diff_lists_only_what_moved():
                                                              "tensor_core_ops": {"HGMMA.64x64x16.F32": 8}})
     changes = {c.field: c for c in diff(a, b)}
     assert changes["registers_per_thread"].delta == -16
-    assert changes["instruction_mix.tensor_core_mma"].baseline == 0
-    assert changes["instruction_mix.tensor_core_ops.HGMMA.64x64x16.F32"].candidate == 8
+    assert changes["instruction_mix.tensor_core_mma"].before == 0
+    assert changes["instruction_mix.tensor_core_ops.HGMMA.64x64x16.F32"].after == 8
     assert "instruction_mix.ffma" not in changes
     text = describe_changes(diff(a, b))
     assert "-16 regs" in text and "tensor-core MMA 0→8" in text

@@ -4,7 +4,6 @@
 from pathlib import Path
 
 import pytest
-
 from conftest import ToolCallError, call
 
 pytestmark = pytest.mark.anyio
@@ -111,7 +110,8 @@ async def test_bad_input_is_refused_with_what_to_do(client, args, message):
 
 
 async def test_a_candidate_raising_mid_run_is_a_clear_error(client):
-    flaky = "_N = [0]\ndef add(x, y):\n    _N[0] += 1\n    if _N[0] > 20:\n        raise RuntimeError('boom')\n    return x + y\n"
+    flaky = ("_N = [0]\ndef add(x, y):\n    _N[0] += 1\n    if _N[0] > 20:\n        raise RuntimeError('boom')\n"
+             "    return x + y\n")
     with pytest.raises(ToolCallError, match=r"raised during timing.*call 21.*boom"):
         await call(client, "microbench", kernel="vector_add", source=flaky, entry="add",
                    shapes=[{"N": 4096}], budget_ms=2000, target_rel_se_pct=0.001)
