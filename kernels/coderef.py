@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from .schema import split_ref
-from .workspace import Kernel, Workspace, WorkspaceError
+from .workspace import Kernel, Workspace, WorkspaceError, read_source
 
 DEFAULT_IMPL_RULE = "'triton' if the spec has it, else its first implementation"
 REFERENCE = "reference"  # the impl name that means the spec's reference
@@ -38,7 +38,7 @@ class CodeRef:
 
     def text(self) -> str:
         """The code itself (inline source, or the file's text)."""
-        return self.source if self.source is not None else self.path.read_text()
+        return self.source if self.source is not None else read_source(self.path)
 
     def payload(self, workspace_path: Callable[[Path], str]) -> dict:
         """How a job names it ({"entry", "path"} or {"entry", "source"}); `workspace_path`

@@ -30,6 +30,9 @@ from pathlib import Path
 from .schema import KernelSpec, split_ref
 
 CONFIG_NAME = "infra-agent.toml"
+STATE_FOLDER = ".infra-agent"  # <workspace>/.infra-agent: ledger, seed secret, caches, jobs
+MAX_FILE_BYTES = 1_000_000  # a source file a tool reads or hands to a job
+MAX_PATH_CHARS, MAX_NAME_BYTES = 1_024, 255  # as Linux's PATH_MAX/NAME_MAX, minus slack
 EMBEDDED_ROOT = Path(__file__).resolve().parent
 
 
@@ -90,26 +93,50 @@ class Workspace:
 
     def file(self, path: str | Path) -> Path:
         """An existing file of this workspace, absolute or workspace-relative: sandboxed
-        code sees only the workspace, so anything outside it is refused here."""
-        root = self.root.resolve()
-        host = (root / path).resolve()  # an absolute `path` replaces root
-        if not host.is_relative_to(root):
-            raise WorkspaceError(f"{path} is outside the workspace {root}; sandboxed code sees only "
-                                 "workspace files: give a workspace-relative path")
-        if not host.is_file():
-            raise WorkspaceError(f"no such file in the workspace: {path}")
+        code sees only the workspace, so anything outside it is refused here, and so is
+        the server's own state folder (ledger, seed secret, caches) wherever it lies."""
+        host, shown = self._resolve(path, "a source file")
+        try:
+            is_file = host.is_file()
+            size = host.stat().st_size if is_file else 0
+        except OSError as exc:
+            raise WorkspaceError(f"cannot open {shown}: {exc.strerror or type(exc).__name__}; give a "
+                                 "workspace-relative path to a readable source file") from None
+        if not is_file:
+            raise WorkspaceError(f"no such file in the workspace: {shown}")
+        if size > MAX_FILE_BYTES:
+            raise WorkspaceError(f"{shown} is {size} bytes; source files are at most {MAX_FILE_BYTES} bytes")
         return host
 
+    def read_text(self, path: str | Path) -> str:
+        """A workspace source file's text (checked as `file` does)."""
+        return read_source(self.file(path), shown=path)
+
     def folder(self, path: str | Path) -> Path:
-        """An existing folder of this workspace (a model checkpoint), never the server's state folder."""
-        root = self.root.resolve()
-        host = (root / path).resolve()
-        if not host.is_relative_to(root) or host.is_relative_to(self.state_dir.resolve()):
-            raise WorkspaceError(f"{path} is not a folder of the workspace {root}: engines see only workspace "
-                                 "files; put the model folder in the workspace and give its relative path")
+        """An existing folder of this workspace (a model checkpoint for an engine), checked as `file` is."""
+        host, shown = self._resolve(path, "a folder")
         if not host.is_dir():
-            raise WorkspaceError(f"no such folder in the workspace: {path}")
+            raise WorkspaceError(f"no such folder in the workspace: {shown}")
         return host
+
+    def _resolve(self, path: str | Path, what: str) -> tuple[Path, str]:
+        """(host path, excerpt for messages) of a workspace path, refusing what lies outside the
+        workspace or in the server's state folder."""
+        shown = excerpt(path)
+        _check_path_text(str(path), shown)
+        root = self.root.resolve()
+        try:
+            host = (root / path).resolve()  # an absolute `path` replaces root
+            if host.is_relative_to(self.state_dir.resolve()) or STATE_FOLDER in host.relative_to(root).parts:
+                raise WorkspaceError(f"{shown} is in the server's state folder, which no tool reads; "
+                                     f"give {what} of the workspace")
+        except ValueError:  # relative_to: outside the root
+            raise WorkspaceError(f"{shown} is outside the workspace {root}; sandboxed code sees only "
+                                 "workspace files: give a workspace-relative path") from None
+        except OSError as exc:
+            raise WorkspaceError(f"cannot open {shown}: {exc.strerror or type(exc).__name__}; give a "
+                                 f"workspace-relative path to {what}") from None
+        return host, shown
 
     def kernel(self, name: str) -> Kernel:
         if name in self.kernels:
@@ -117,9 +144,44 @@ class Workspace:
         known = ", ".join(sorted(self.kernels)) or "none"
         hint = f" (spec errors: {self.errors})" if self.errors else ""
         raise WorkspaceError(
-            f"unknown kernel {name!r}; this workspace has: {known}{hint}. "
+            f"unknown kernel {excerpt(name)}; this workspace has: {known}{hint}. "
             "Call list_kernels to see them, or pass source= with entry= for ad-hoc code."
         )
+
+
+def read_source(host: Path, shown: str | Path | None = None) -> str:
+    """The text of a source file a tool reads on the host. The error never quotes the
+    file's bytes (it may not be source at all): only the agent's own path is echoed."""
+    shown = excerpt(shown if shown is not None else host.name)
+    try:
+        return host.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise WorkspaceError(f"{shown} is not UTF-8 text (bad byte at offset {exc.start}); "
+                             "give a Python, Triton or CUDA source file") from None
+    except OSError as exc:
+        raise WorkspaceError(f"cannot read {shown}: {exc.strerror or type(exc).__name__}") from None
+
+
+def excerpt(value: object, limit: int = 80) -> str:
+    """An argument as an error message quotes it: short and printable (the agent must
+    recognise what it sent, not read it back), and never the content of a file."""
+    text = value if isinstance(value, str) else str(value)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return repr(text) if len(text) <= limit else f"{text[:limit]!r}... ({len(text)} chars)"
+
+
+def _check_path_text(text: str, shown: str) -> None:
+    if "\x00" in text:
+        raise WorkspaceError(f"path {shown} contains a NUL byte; give a plain workspace-relative path")
+    if len(text) > MAX_PATH_CHARS:
+        raise WorkspaceError(f"path {shown} is longer than {MAX_PATH_CHARS} characters")
+    try:
+        parts = [p.encode("utf-8") for p in Path(text).parts]
+    except UnicodeEncodeError:
+        raise WorkspaceError(f"path {shown} is not valid UTF-8 text") from None
+    if any(len(p) > MAX_NAME_BYTES for p in parts):
+        raise WorkspaceError(f"path {shown} has a component longer than {MAX_NAME_BYTES} bytes (the file-name "
+                             "limit); give an existing workspace file")
 
 
 def load_workspace(root: str | Path | None = None) -> Workspace:

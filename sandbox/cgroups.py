@@ -275,6 +275,13 @@ class CgroupManager:
         self._enabled = False
 
 
+def remove_stale_cgroups() -> list[Path]:
+    """At server start-up: remove the cgroup folders of servers that are gone (a SIGKILL
+    leaves them), before this server's first job rather than at it."""
+    manager = CgroupManager()
+    return manager.remove_stale() if manager.available else []
+
+
 def _write(path: Path, value: str) -> None:
     path.write_text(value)
 

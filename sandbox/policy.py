@@ -105,6 +105,9 @@ class SandboxView:
 
     def workspace_path(self, host_path: Path) -> str:
         rel = Path(host_path).resolve().relative_to(self.layout.workspace.resolve())
+        if any(rel.is_relative_to(hidden) for hidden in self.layout.workspace_hidden):
+            # masked in the job's view anyway; refusing here keeps a planner from naming it
+            raise ValueError(f"{rel} is in a folder hidden from jobs (the server's state)")
         return str(Path(self.workspace_root) / rel)
 
     # --- the zygote ---------------------------------------------------------------------

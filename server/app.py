@@ -27,9 +27,19 @@ from pydantic import ConfigDict, ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import AgentError, Tool, run_tool
+from ..tools.base import MAX_NAME_CHARS, AgentError, Tool, run_tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState, run_link
+from .limits import (
+    MAX_ERROR_CHARS,
+    MAX_FULL_REPLY_CHARS,
+    MAX_REPLY_CHARS,
+    clip_text,
+    fit_reply,
+    record_arguments,
+    record_hypothesis,
+    utf8_text,
+)
 from .prompts import check_order, register_prompts
 from .resources import mime_type_of, recent_experiment_resources, register_resources
 
@@ -149,56 +159,83 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
 
 def _make_handler(tool: Tool, state: ServerState):
     async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
-        link = run_link(_mcp_context)
-        experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, link)
-        ctx = CallContext(state, experiment_id, _mcp_context)
-
-        def fail(message: str) -> ToolError:
-            state.ledger.close_error(experiment_id, message, ctx.artifacts)
-            return ToolError(f"{message} [experiment {experiment_id}]")
-
-        try:
-            ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
-            inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
-        except ValidationError as exc:
-            raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
-        except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
-            raise fail(str(exc)) from None
-        try:
-            out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
-            out.experiment_id = experiment_id
-            out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
-            result = out.model_dump(mode="json")
-        except ToolError as exc:
-            raise fail(str(exc)) from None
-        except AGENT_ERRORS as exc:
-            raise fail(str(exc)) from None
-        except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
-            log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
-            raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
-                       f"{type(exc).__name__}: {exc}") from None
-        except BaseException:  # cancelled: keep the ledger honest, then let it unwind
-            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
-            raise
-        state.ledger.close_ok(experiment_id, result, out.artifacts)
-        # The text block mirrors the structured result for clients that ignore
-        # structuredContent; compact JSON keeps it cheap in the model's context.
-        text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
-        return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result)
+        if state.stopping:
+            raise ToolError("the server is shutting down and takes no new calls; call again once it is back")
+        with state.in_flight():
+            return await _handle(tool, state, arguments, _mcp_context)
 
     return handler
 
 
+async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: Any) -> CallToolResult:
+    experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, run_link(mcp_context))
+    ctx = CallContext(state, experiment_id, mcp_context)
+
+    def fail(message: str) -> ToolError:
+        message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
+        state.ledger.close_error(experiment_id, message, ctx.artifacts)
+        return ToolError(f"{message} [experiment {experiment_id}]")
+
+    try:
+        ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
+        inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
+    except ValidationError as exc:
+        raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
+    except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
+        raise fail(str(exc)) from None
+    try:
+        out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
+        out.experiment_id = experiment_id
+        out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
+        result = _bounded_reply(tool, out.model_dump(mode="json"), ctx)
+    except ToolError as exc:
+        raise fail(str(exc)) from None
+    except AGENT_ERRORS as exc:
+        raise fail(str(exc)) from None
+    except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
+        log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
+        raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
+                   f"{type(exc).__name__}: {clip_text(str(exc), 500)}") from None
+    except BaseException:  # cancelled: keep the ledger honest, then let it unwind
+        if state.stopping:
+            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
+        else:
+            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
+        raise
+    state.ledger.close_ok(experiment_id, result, result["artifacts"])
+    # The text block mirrors the structured result for clients that ignore
+    # structuredContent; compact JSON keeps it cheap in the model's context.
+    text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result)
+
+
+def _bounded_reply(tool: Tool, result: dict, ctx: CallContext) -> dict:
+    """The result, cut to MAX_REPLY_CHARS when it is longer; the whole one is then an
+    artifact the summary names (and the cut reply still matches the output schema)."""
+    fitted, note = fit_reply(result)
+    if note is None:
+        return result
+    full = json.dumps(result, ensure_ascii=False, indent=1)
+    uri = ctx.artifact("reply.json", clip_text(full, MAX_FULL_REPLY_CHARS))
+    fitted["artifacts"] = list(dict.fromkeys([*fitted["artifacts"], uri]))
+    fitted["summary"] = f"{clip_text(fitted['summary'], 2_000)} [{note}; the full result is {uri}]"
+    try:
+        tool.output_model.model_validate(fitted)
+    except ValidationError:
+        raise AgentError(f"the result is {len(full)} chars, over the {MAX_REPLY_CHARS}-char reply cap, and "
+                         f"cannot be cut to fit its schema; read the full result at {uri}") from None
+    return fitted
+
+
 def _open_experiment(tool: Tool, state: ServerState, arguments: dict, run: dict | None) -> str:
     kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
-    hypothesis = arguments.get("hypothesis")
     commit, diff_hash = provenance.git_state(state.workspace.root)
     facts = provenance.device_facts()
     return state.ledger.open(
         tool=tool.name,
-        arguments=arguments,
-        kernel=kernel if isinstance(kernel, str) else None,
-        hypothesis=hypothesis if isinstance(hypothesis, str) else None,
+        arguments=record_arguments(arguments),
+        kernel=clip_text(kernel, MAX_NAME_CHARS) if isinstance(kernel, str) else None,
+        hypothesis=record_hypothesis(arguments.get("hypothesis")),
         git_commit=commit,
         git_diff_sha256=diff_hash,
         device=facts,

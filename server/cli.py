@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import clients, render
+from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
                   help="An MCP tool server for optimising an inference stack: compile kernels, check numerics, "
@@ -72,9 +73,14 @@ def serve(
         envvar="INFRA_AGENT_TOKEN", help="Require 'Authorization: Bearer TOKEN' on HTTP requests.")] = None,
     allow_unsandboxed: Annotated[bool, typer.Option(
         "--allow-unsandboxed", help="Run agent code even when no isolation (bwrap) is available.")] = False,
+    shutdown_grace: Annotated[float, typer.Option(
+        "--shutdown-grace", min=0, max=600,
+        help="Seconds running calls may finish after SIGTERM before they are cancelled (marked interrupted).")
+    ] = SHUTDOWN_GRACE_S,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = _build(workspace, allow_unsandboxed)
+    _remove_stale_cgroups()
     if http:
         from .http import bind, serve_http
 
@@ -82,16 +88,26 @@ def serve(
             sock = bind(host, port)
         except OSError as exc:
             raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
-        anyio.run(serve_http, server, sock, token)
+        anyio.run(serve_http, server, sock, token, shutdown_grace)
     else:
-        anyio.run(_serve_stdio, server)
+        from .stdio import serve_stdio
+
+        anyio.run(serve_stdio, server, shutdown_grace)
 
 
-async def _serve_stdio(server) -> None:
+def _remove_stale_cgroups() -> None:
+    """Servers killed without a shutdown leave cgroup folders: remove them before serving."""
     try:
-        await server.run_stdio_async()
-    finally:
-        await server.aclose()
+        from ..sandbox.cgroups import remove_stale_cgroups
+    except ImportError:
+        return
+    try:
+        removed = remove_stale_cgroups()
+    except OSError as exc:  # cgroups are a sandbox layer; device_info reports their absence
+        err.print(f"[yellow]warning:[/] could not clean stale cgroups: {escape(str(exc))}", soft_wrap=True)
+        return
+    if removed:
+        err.print(f"removed {len(removed)} cgroup folder(s) left by servers that are gone", highlight=False)
 
 
 @app.command("tools")

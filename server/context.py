@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
 import shutil
 import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+
+import anyio
 
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
 from .ledger import Ledger
@@ -51,6 +55,25 @@ class ServerState:
         self._engines: Any = None
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
+        self.stopping = False  # set at shutdown: new calls are refused, running ones get a grace period
+        self._num_in_flight = 0
+
+    @contextlib.contextmanager
+    def in_flight(self) -> Iterator[None]:
+        """Counts one running tool call (what a shutdown waits for)."""
+        self._num_in_flight += 1
+        try:
+            yield
+        finally:
+            self._num_in_flight -= 1
+
+    async def drain(self, grace_s: float) -> bool:
+        """Stop taking calls and wait up to `grace_s` for the running ones; True if none is left."""
+        self.stopping = True
+        deadline = time.monotonic() + grace_s
+        while self._num_in_flight and time.monotonic() < deadline:
+            await anyio.sleep(0.05)
+        return self._num_in_flight == 0
 
     def refresh_workspace(self) -> Workspace:
         """The workspace as it is now: reloaded when its config or a spec.py changed,
@@ -104,6 +127,8 @@ class ServerState:
             await self._sandbox.aclose()
             self._sandbox = None
         if self._ledger is not None:
+            # a call cut off by the shutdown never reached its own close: say so
+            self._ledger.interrupt_running("the server shut down before this call finished")
             self._ledger.close()
             self._ledger = None
 

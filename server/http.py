@@ -12,6 +12,7 @@ import uvicorn
 from rich.console import Console
 
 from . import clients
+from .stdio import SHUTDOWN_GRACE_S
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 MCP_PATH = "/mcp"
@@ -57,11 +58,29 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-async def serve_http(server, sock: socket.socket, token: str | None) -> None:
+class _GracefulServer(uvicorn.Server):
+    """uvicorn's server, told about our calls: on SIGTERM new calls are refused, running
+    ones get `timeout_graceful_shutdown` seconds, then uvicorn cancels them (their rows
+    become interrupted), and the sandbox and ledger close before uvicorn re-raises the
+    signal (which would end the process before any `finally` of ours ran)."""
+
+    def __init__(self, config: uvicorn.Config, mcp_server):
+        super().__init__(config)
+        self.mcp_server = mcp_server
+
+    async def shutdown(self, sockets=None) -> None:
+        self.mcp_server.state.stopping = True
+        try:
+            await super().shutdown(sockets)
+        finally:
+            await self.mcp_server.aclose()
+
+
+async def serve_http(server, sock: socket.socket, token: str | None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
     host, port = sock.getsockname()[:2]
     app = build_app(server, host, token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on")
-    uv = uvicorn.Server(config)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=grace_s)
+    uv = _GracefulServer(config, server)
     try:
         await _announce(server, host, port, token)
         await uv.serve(sockets=[sock])

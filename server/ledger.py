@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .limits import utf8_text
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -124,9 +126,9 @@ class Ledger:
                     "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
                     "device_fingerprint, device, pid, started_at, status, run_id, run_step, run_model) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?, 'running', ?,?,?)",
-                    (tool, kernel, hypothesis, json.dumps(arguments, sort_keys=True, default=str), git_commit,
-                     git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time(),
-                     run.get("run_id"), run.get("step"), run.get("model")),
+                    (tool, utf8_text(kernel), utf8_text(hypothesis), json.dumps(arguments, sort_keys=True, default=str),
+                     git_commit, git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time(),
+                     utf8_text(run.get("run_id")), run.get("step"), utf8_text(run.get("model"))),
                 )
                 experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
                 self._conn.execute("UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid))
@@ -142,13 +144,25 @@ class Ledger:
     def close_error(self, experiment_id: str, error: str, artifacts: list[str]) -> None:
         self._close(experiment_id, "error", None, error, artifacts)
 
+    def close_interrupted(self, experiment_id: str, why: str) -> None:
+        """A call the server stopped (shutdown) before it finished."""
+        self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, duration_s=? - started_at "
+                    "WHERE id=? AND status='running'", (why, time.time(), time.time(), experiment_id))
+
+    def interrupt_running(self, why: str) -> int:
+        """Mark this process's calls still ``running`` as interrupted (at shutdown); how many."""
+        cur = self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, "
+                          "duration_s=? - started_at WHERE status='running' AND pid=?",
+                          (why, time.time(), time.time(), os.getpid()))
+        return cur.rowcount
+
     def _close(self, experiment_id: str, status: str, result: str | None, error: str | None,
                artifacts: list[str]) -> None:
         ended = time.time()
         self._write(
             "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, ended_at=?, "
             "duration_s=? - started_at WHERE id=?",
-            (status, result, error, json.dumps(artifacts), ended, ended, experiment_id),
+            (status, result, utf8_text(error), json.dumps(artifacts), ended, ended, experiment_id),
         )
 
     def get(self, experiment_id: str) -> dict | None:

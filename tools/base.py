@@ -19,16 +19,31 @@ ledger, artifacts). Tools raise ``AgentError`` for anything the agent caused or 
 
 from __future__ import annotations
 
+import math
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+import annotated_types
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..kernels.workspace import MAX_PATH_CHARS, excerpt
 from .common.answer import catalogue_of, facts_of, summary_line
 from .common.errors import AgentError  # noqa: F401 - re-exported: tools import it from here
 from .common.expect import LANGUAGE, Catalogue, Facts, HypothesisAnswer, check, judge, parse
+
+# Argument limits, the same for every tool (README "Limits" lists them). A field that
+# declares its own max_length keeps it; every other field gets the limit of its kind.
+MAX_TEXT_CHARS = 2_000  # hypothesis: one sentence, stored in every ledger row
+MAX_NAME_CHARS = 256  # kernel, impl, entry, dtype, target, ids and every other short string
+# path, *_path: MAX_PATH_CHARS (1,024; each component at most 255 bytes, as on Linux)
+MAX_CODE_CHARS = 200_000  # source, reference, baseline, *_source: inline code
+MAX_ITEMS = 64  # items in any list or keys in any object, at any depth
+MAX_NESTED_CHARS = 1_024  # a string inside a list or object (flags, dims, names)
+MAX_DEPTH = 8  # nesting of lists and objects inside one argument
+MAX_NUMBER = 1e15  # magnitude of any number a field does not bound more tightly
+CODE_FIELDS = frozenset({"source", "reference", "baseline"})
 
 if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
     from ..sandbox.job import Job, JobResult
@@ -43,8 +58,83 @@ def as_agent_error(*kinds: type[Exception]):
         raise AgentError(str(exc)) from None
 
 
+def _limit_for(name: str) -> int:
+    if name == "hypothesis":
+        return MAX_TEXT_CHARS
+    if name in CODE_FIELDS or name.endswith("_source"):
+        return MAX_CODE_CHARS
+    if name == "path" or name.endswith("_path"):
+        return MAX_PATH_CHARS
+    return MAX_NAME_CHARS
+
+
+def _kinds(annotation: Any) -> set[type]:
+    """The JSON kinds a field's annotation admits (str, list, dict, int, float)."""
+    origin = get_origin(annotation)
+    if origin is None:
+        return {annotation} if annotation in (str, list, dict, int, float) else set()
+    if origin in (list, dict, tuple, set):
+        return {list if origin in (list, tuple, set) else dict}
+    return set().union(*(_kinds(a) for a in get_args(annotation)))
+
+
+def _bound_field(name: str, info: Any) -> bool:
+    """Give one field the default limits of its kind; True if anything was added."""
+    have = {type(m) for m in info.metadata}
+    kinds, added = _kinds(info.annotation), []
+    if kinds & {str, list, dict} and annotated_types.MaxLen not in have:
+        added.append(annotated_types.MaxLen(_limit_for(name) if str in kinds else MAX_ITEMS))
+    if kinds & {int, float} and not have & {annotated_types.Le, annotated_types.Lt}:
+        added.append(annotated_types.Le(MAX_NUMBER))
+    if kinds & {int, float} and not have & {annotated_types.Ge, annotated_types.Gt}:
+        added.append(annotated_types.Ge(-MAX_NUMBER))
+    info.metadata.extend(added)
+    return bool(added)
+
+
+def _check_nested(value: Any, where: str, depth: int) -> None:
+    """Bounds for what the schema of a top-level field does not reach: strings, lists
+    and objects inside it, and non-finite numbers anywhere."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where}: numbers must be finite (got {value}); NaN and Infinity are not accepted")
+    if isinstance(value, str):
+        if depth and len(value) > MAX_NESTED_CHARS:
+            raise ValueError(f"{where}: a string inside a list or object is at most {MAX_NESTED_CHARS} chars "
+                             f"(got {len(value)})")
+        return
+    if not isinstance(value, (list, dict)):
+        return
+    if depth >= MAX_DEPTH:
+        raise ValueError(f"{where}: nested deeper than {MAX_DEPTH} levels; arguments are flat data")
+    if len(value) > MAX_ITEMS:
+        raise ValueError(f"{where}: at most {MAX_ITEMS} items (got {len(value)})")
+    items = value.items() if isinstance(value, dict) else enumerate(value)
+    for key, item in items:
+        _check_nested(key, f"{where}.<key>", depth + 1)
+        _check_nested(item, f"{where}[{excerpt(key, 20) if isinstance(key, str) else key}]", depth + 1)
+
+
 class ToolInput(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Base of every tool's input. Subclasses get the limits above on every field that
+    sets none itself (they appear in the input schema as maxLength/maxItems/maximum),
+    and NaN/Infinity are refused in every number, nested ones included."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        changed = [_bound_field(name, info) for name, info in cls.model_fields.items()]
+        if any(changed):
+            cls.model_rebuild(force=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bounded(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            for name, value in data.items():
+                _check_nested(value, str(name)[:40], 0)
+        return data
 
     hypothesis: str | None = Field(
         default=None,

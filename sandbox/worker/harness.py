@@ -149,15 +149,33 @@ def _run_op(spec: dict) -> None:
         _write_json(job_dir / ERROR_FILE, describe_exception(exc, [str(job_dir), str(workspace or job_dir)]))
 
 
+# Exceptions that, raised by the harness's own code with no frame of the agent's on the
+# stack, mean a bug of ours rather than something wrong with the job (a bad entry name,
+# bad source and bad arguments come as ValueError, TypeError, SyntaxError, ImportError...).
+OUR_FAULTS = (AssertionError, AttributeError, IndexError, KeyError, NameError, UnboundLocalError,
+              ZeroDivisionError, RecursionError)
+# the package as imported (/opt/ia/ia_worker in bwrap, a symlink without) and its real folder
+_HARNESS_ROOTS = tuple({str(Path(__file__).parent) + os.sep, str(Path(__file__).resolve().parent) + os.sep})
+
+
 def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
-    """Type, message and the frames from the agent's files (not torch's or triton's)."""
+    """Type, message and the frames from the agent's files (not torch's, triton's or the
+    harness's). Harness frames are shown only when the fault is ours: then they are what
+    a bug report needs, and the message says so."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if any(f.filename.startswith(root + os.sep) for root in agent_roots)]
-    if frames and (not mine or mine[-1] is not frames[-1]):
-        mine.append(frames[-1])  # where it was finally raised, even inside a library
+    ours = [f for f in frames if f.filename.startswith(_HARNESS_ROOTS)]
+    last = frames[-1] if frames else None
+    is_our_fault = bool(frames) and not mine and last in ours and isinstance(exc, OUR_FAULTS)
+    if is_our_fault:
+        mine = ours
+    elif last is not None and last not in mine and last not in ours:
+        mine.append(last)  # where it was finally raised, inside a library the agent called
     message = str(exc)
     if isinstance(exc, SystemExit):
         message = f"the code called sys.exit({exc.code!r})"
+    if is_our_fault:
+        message = f"{message} (in the sandbox worker's own code: a bug in the server, not in your code)"
     errno_value = getattr(exc, "errno", None)
     errno_number = errno_value if isinstance(errno_value, int) else None
     return {"type": type(exc).__name__, "message": message, "errno": errno_number,

@@ -89,7 +89,12 @@ def test_cannot_read_reference_outputs_or_ledger(sandbox):
     secret = state / "refs" / "secret.pt"
     secret.parent.mkdir(parents=True, exist_ok=True)
     secret.write_text("reference outputs")
-    res = sandbox.probe(TRY_READ, [sandbox.sb.workspace_path(secret), sandbox.sb.workspace_path(state), str(secret)])
+    # the planner refuses to name the state folder at all; the job's own view masks it too
+    with pytest.raises(ValueError, match="hidden from jobs"):
+        sandbox.sb.workspace_path(secret)
+    in_view = Path(sandbox.sb.view.workspace_root) / state.relative_to(sandbox.sb.workspace)
+    res = sandbox.probe(TRY_READ, [str(in_view / "refs" / "secret.pt"), str(in_view), str(secret),
+                                   str(in_view / "seed-secret"), str(in_view / "ledger.sqlite")])
     assert res.ok, res.error
     assert _denied(res.result["value"]), res.result["value"]
     # while the rest of the workspace is readable

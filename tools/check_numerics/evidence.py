@@ -23,6 +23,7 @@ from ...sandbox.worker.protocol import (
     reference_file,
 )
 from ...sandbox.worker.tensors import load_tensors
+from ..base import AgentError
 from ..common.error_metrics import compare, rel_l2
 from ..common.tolerance import ResolvedTolerance
 
@@ -144,6 +145,10 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                         combined = combined + shards[r]  # an all-reduce in the given order, in the output dtype
                 else:
                     combined = torch.cat(shards, dim=partition["out_dim"])
+            except IndexError:  # torch.cat's "dimension out of range": the agent's out_dim
+                raise AgentError(f"partition out_dim={partition['out_dim']} does not exist in output {j}, which has "
+                                 f"{shards[0].dim()} dimensions; give out_dim in [-{shards[0].dim()}, "
+                                 f"{shards[0].dim() - 1}]") from None
             except RuntimeError:
                 continue  # shard shapes that cannot combine; reported as shapes below
             if tuple(combined.shape) != tuple(ref.shape) or tuple(first[j].shape) != tuple(ref.shape):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from ...kernels.coderef import REFERENCE, CodeRefError, impl_code, ref_or_source, resolve_code, spec_code, split_ref
 from ...kernels.workspace import WorkspaceError
 from ..base import AgentError, as_agent_error
+from ..common.cases import MAX_NUMERICS_CASES, check_case_count, distinct
 from ..common.tolerance import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tolerance
 from .lock import LockStatus, check_lock
 
@@ -62,10 +63,11 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     candidate, name = _candidate(inp, kernel, workspace, sandbox)
     reference = _reference(inp, kernel, workspace, sandbox)
     args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
-    shapes = [dict(s) for s in inp.shapes] if inp.shapes else _default_shapes(spec, device)
+    shapes = distinct([dict(s) for s in inp.shapes]) if inp.shapes else _default_shapes(spec, device)
     if not shapes:
         raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
-    dtypes = inp.dtypes or (list(spec.dtypes) if spec else ["float32"])
+    dtypes = distinct(inp.dtypes or (list(spec.dtypes) if spec else ["float32"]))
+    check_case_count(len(shapes) * len(dtypes), MAX_NUMERICS_CASES, "cases (shapes x dtypes)")
     for shape in shapes:
         _check_shape(shape, args)
         total = sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args) * inp.trials

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field
 
 from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
+from ..common.cases import MAX_NUMERICS_CASES
 
 # check name (the `checks` input) -> finding codes it controls
 CHECKS: dict[str, tuple[str, ...]] = {
@@ -38,16 +39,19 @@ class ArgInput(BaseModel):
     dtype: str | None = Field(default=None, description="Pinned dtype (e.g. 'int32'); null takes the case dtype.")
     distribution: Literal["normal", "uniform", "positive", "int"] = Field(default="normal",
                                                                         description="How values are drawn.")
-    low: int = Field(default=0, description="Integer arguments: smallest value drawn.")
-    high: int = Field(default=2**16, description="Integer arguments: one past the largest value drawn.")
+    low: int = Field(default=0, ge=-2**62, le=2**62, description="Integer arguments: smallest value drawn.")
+    high: int = Field(default=2**16, ge=-2**62, le=2**62, description="Integer arguments: one past the largest "
+                      "value drawn.")
 
 
 class PartitionInput(BaseModel):
-    args: dict[str, int] = Field(description="Argument name -> dimension split across ranks; others are replicated.")
+    args: dict[str, int] = Field(min_length=1, max_length=64, description="Argument name -> dimension split "
+                                 "across ranks (at least one); others are replicated.")
     num_parts: int = Field(default=2, ge=2, le=64, description="Number of simulated tensor-parallel ranks.")
     combine: Literal["concat", "sum"] = Field(default="concat", description="'concat' rank outputs along out_dim, or "
                                               "'sum' them in rank order in the output dtype (an all-reduce).")
-    out_dim: int = Field(default=0, description="Output dimension for 'concat'.")
+    out_dim: int = Field(default=0, ge=-64, le=63, description="Output dimension for 'concat' (negative counts "
+                         "from the last; must exist in the output).")
     sum_order: list[int] | None = Field(default=None, description="For 'sum': the order ranks are added in, a "
                                         "permutation of 0..num_parts-1 (default rank order); float addition is not "
                                         "associative, so the order is part of the all-reduce's numerics.")
@@ -67,12 +71,15 @@ class Input(ToolInput):
     args: list[ArgInput] | None = Field(default=None, description="Argument declarations for ad-hoc code "
                                         "without kernel=.")
     shapes: list[dict[str, int]] | None = Field(default=None, description="Named sizes per case, e.g. "
-                                                "[{'M': 4, 'N': 64}]; default: the spec's CPU or GPU set.")
+                                                "[{'M': 4, 'N': 64}]; default: the spec's CPU or GPU set. Repeats "
+                                                f"are dropped; at most {MAX_NUMERICS_CASES} cases (shapes x dtypes) "
+                                                "per call.")
     dtypes: list[str] | None = Field(default=None, description="float32, float16, bfloat16, float64, or tf32 (float32 "
                                      "tensors judged at TF32 tolerance); default: the spec's.")
     trials: int = Field(default=3, ge=1, le=20, description="Fresh random inputs per case (each its own seed).")
-    tolerance: float | None = Field(default=None, gt=0, description="Relative L2 tolerance for every case, overriding "
-                                    "spec and dtype defaults (reported as source 'argument').")
+    tolerance: float | None = Field(default=None, gt=0, le=1.0, description="Relative L2 tolerance for every case, "
+                                    "overriding spec and dtype defaults (reported as source 'argument'); at most 1 "
+                                    "(an all-zero output is already at 1).")
     distribution: Literal["normal", "uniform", "large", "tiny", "constant_row"] | None = Field(
         default=None, description="Value distribution of float inputs: N(0,1), U[-1,1), x1e4, x1e-4, "
         "first row constant.")

@@ -10,12 +10,13 @@ from ...sandbox.job import Job, JobResult
 from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
 from ..base import AgentError, ToolContext
 from .plan import MIN_TIMED_CALLS, Code
+from .schema import TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
 
 async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
                      index: int, count: int, inp) -> tuple[dict, Path | None]:
     """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
-    timeout_s = 120.0 + 3 * inp.budget_ms / 1e3
+    timeout_s = timing_timeout_s(inp)
     label = ",".join(f"{k}={v}" for k, v in shape.items())
 
     async def progress(done: float, total: float | None = None, message: str = "") -> None:
@@ -30,6 +31,12 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
     _check_enough_calls(raw, arms, shape, inp.budget_ms)
     raw["_seeds"] = payload["input_seeds"]  # ours, not the worker's
     return raw, res.out_dir
+
+
+def timing_timeout_s(inp) -> float:
+    """The timing job's limit: the agent's timeout_s, else derived from the budget (the
+    harness stops sampling at the budget; past the limit a call never returned)."""
+    return inp.timeout_s if inp.timeout_s is not None else TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET * inp.budget_ms / 1e3
 
 
 def _checked_form(raw: dict, arms: list[Code]) -> dict:
@@ -63,9 +70,10 @@ def _check_enough_calls(raw: dict, arms: list[Code], shape: dict, budget_ms: flo
 def _job_failure(res: JobResult, shape: dict, timeout_s: float, budget_ms: float) -> str:
     error = (res.error or res.stderr_tail[-800:] or "no message").strip()
     if res.status == "timeout":
-        return (f"the timing job at {shape} passed its {timeout_s:.0f} s limit (budget_ms={budget_ms:g}): "
-                "a single call is far too slow at this size (the Triton interpreter on CPU is ~1000x slower "
-                "than a GPU); use smaller shapes")
+        return (f"the timing job at {shape} was killed at its {timeout_s:g} s limit (timeout_s; budget_ms="
+                f"{budget_ms:g}): a call did not return in time, so nothing was timed (an endless loop, or one "
+                "call far too slow at this size: the Triton interpreter on CPU is ~1000x slower than a GPU). "
+                "Check the code with check_numerics, use smaller shapes, or raise timeout_s")
     if "MemoryError" in error or "out of memory" in error.lower():
         return f"out of memory at {shape}: {error}. Use smaller shapes"
     if "raised on call" in error:

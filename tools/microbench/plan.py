@@ -13,6 +13,7 @@ from ...kernels.workspace import Kernel, WorkspaceError
 from ...sandbox.worker.protocol import MicrobenchPayload, ReferencePayload, input_set_key
 from ...sandbox.worker.shared import meminfo_bytes
 from ..base import AgentError, ToolContext, as_agent_error
+from ..common.cases import MAX_MICROBENCH_SHAPES, check_case_count, distinct
 from ..common.seeds import trial_seed
 
 NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
@@ -58,7 +59,9 @@ def shapes_of(spec: KernelSpec, shapes: list[dict] | None, device: str) -> list[
         if missing or bad:
             raise AgentError(f"shape {shape} must give positive integer sizes for {names} "
                              f"(missing {missing}, not positive {bad}); e.g. {dict(spec.shapes['cpu'][0])}")
-    return [dict(s) for s in shapes]
+    unique = distinct([dict(s) for s in shapes])
+    check_case_count(len(unique), MAX_MICROBENCH_SHAPES, "shapes")
+    return unique
 
 
 def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: int | None) -> None:

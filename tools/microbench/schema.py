@@ -11,6 +11,11 @@ from pydantic import BaseModel, Field
 
 from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
+from ..common.cases import MAX_MICROBENCH_SHAPES
+
+MAX_BUDGET_MS = 60_000.0  # one minute of timing per shape
+TIMEOUT_BASE_S = 30.0  # default timeout_s = TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET x budget (s)
+TIMEOUT_PER_BUDGET = 2.0
 
 
 class Input(ToolInput):
@@ -30,16 +35,21 @@ class Input(ToolInput):
     baseline_entry: str | None = Field(default=None, description="Baseline function name (default: entry).")
     shapes: list[dict[str, int]] | None = Field(default=None, description="Shapes to time, e.g. "
                                                 "[{'M': 4096, 'N': 4096}]; several make a sweep with a plot. "
-                                                "Default: the spec's shapes for this device.")
+                                                "Default: the spec's shapes for this device. Repeats are dropped; "
+                                                f"at most {MAX_MICROBENCH_SHAPES} shapes per call.")
     dtype: str | None = Field(default=None, description="Input dtype (one of the spec's dtypes; default the first).")
-    budget_ms: float = Field(default=2000.0, description="Wall-clock timing budget per shape in milliseconds, "
-                             "warm-up included (must be > 0). Sampling stops earlier once the median is "
-                             "known to target_rel_se_pct.")
-    target_rel_se_pct: float = Field(default=0.5, gt=0, description="Stop when the standard error of each "
+    budget_ms: float = Field(default=2000.0, gt=0, le=MAX_BUDGET_MS, description="Wall-clock timing budget per "
+                             "shape in milliseconds, warm-up included (0 < budget_ms <= 60000). Sampling stops "
+                             "earlier once the median is known to target_rel_se_pct.")
+    timeout_s: float | None = Field(default=None, gt=0, le=3600, description="Wall-clock limit per shape's timing "
+                                    "job, in seconds; the job is killed there and its timing slot freed. Default: "
+                                    f"{TIMEOUT_BASE_S:g} s (loading the code, a first call under the Triton "
+                                    f"interpreter) + {TIMEOUT_PER_BUDGET:g} x budget_ms.")
+    target_rel_se_pct: float = Field(default=0.5, gt=0, le=50, description="Stop when the standard error of each "
                                      "median is below this percentage of the median.")
-    flops_per_call: float | None = Field(default=None, ge=0, description="Override the spec's FLOPs per call "
+    flops_per_call: float | None = Field(default=None, ge=0, le=1e18, description="Override the spec's FLOPs per call "
                                          "(floating-point operations), applied to every shape.")
-    bytes_per_call: float | None = Field(default=None, ge=0, description="Override the spec's bytes moved per "
+    bytes_per_call: float | None = Field(default=None, ge=0, le=1e18, description="Override the spec's bytes moved per "
                                          "call (bytes), applied to every shape.")
     cuda_graph: bool = Field(default=False, description="CUDA only: capture each call in a CUDA graph and time "
                              "replays (for launch-bound kernels). Fails clearly if the code cannot be captured.")

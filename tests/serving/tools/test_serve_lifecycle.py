@@ -109,7 +109,7 @@ async def test_bad_arguments(client, echo_workspace):
                    criteria=["ttft_p50 <= 1.05 * baseline.ttft_p50"])
     with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-nope'"):
         await call(client, "serve_benchmark", handle="serve-nope")
-    with pytest.raises(ToolCallError, match="not a folder of the workspace"):
+    with pytest.raises(ToolCallError, match="outside the workspace"):
         await call(client, "launch_serve", engine="transformers", args={"model": "/etc"})
     with pytest.raises(ToolCallError, match="not installed"):
         await call(client, "launch_serve", engine="vllm", args={"model": "."})

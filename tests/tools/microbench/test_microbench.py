@@ -86,8 +86,9 @@ async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(
 
 
 @pytest.mark.parametrize("args, message", [
-    ({"budget_ms": 0}, "budget_ms must be > 0"),
-    ({"budget_ms": -5}, "budget_ms must be > 0"),
+    ({"budget_ms": 0}, "budget_ms: Input should be greater than 0"),
+    ({"budget_ms": -5}, "budget_ms: Input should be greater than 0"),
+    ({"budget_ms": 1e308}, "budget_ms: Input should be less than or equal to 60000"),
     ({"shapes": [{"N": 1 << 40}]}, "GiB"),
     ({"shapes": [{"M": 3}]}, "positive integer sizes"),
     ({"baseline": "nonexistent"}, "neither an implementation"),
