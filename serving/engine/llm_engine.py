@@ -11,9 +11,24 @@ from pathlib import Path
 
 from .block_manager import BlockManager
 from .config import EngineArgs, ModelConfig
+from .ranges import named_range
 from .scheduler import Scheduler
 from .sequence import SamplingParams, Sequence
 from .tokenizer import IncrementalDetokenizer, load_tokenizer
+
+
+@dataclass
+class Handover:
+    """A prefilled request on its way from a prefill engine to a decode engine."""
+
+    request_id: str
+    token_ids: list[int]  # prompt + the first sampled token
+    num_prompt_tokens: int
+    params: SamplingParams
+    kv: list  # per layer (k, v) [num_prompt_tokens, Hkv, D]
+    num_emitted_chars: int
+    times: dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
+    handed_over_at: float = 0.0
 
 
 @dataclass
@@ -89,9 +104,7 @@ class LLMEngine:
 
     # -- the loop -----------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        from torch.profiler import record_function  # named ranges that `profile` and traces show
-
-        with record_function("schedule"):
+        with named_range("schedule"):
             batch = self.scheduler.schedule()
         if not batch:
             return []
@@ -99,9 +112,9 @@ class LLMEngine:
         for item in batch:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
-        with record_function("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
+        with named_range("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
             sampled = self.runner.run(batch)
-        with record_function("postprocess"):
+        with named_range("postprocess"):
             updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
             self.num_steps += 1
             return [self._output(seq) for seq in updated]
@@ -129,6 +142,36 @@ class LLMEngine:
             seq.finished_time = now
             self._live.pop(seq.request_id, None)
         return RequestOutput(seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason, itl)
+
+    # -- disaggregated serving: hand a prefilled request over to another engine ---------------
+    def hand_over(self, request_id: str) -> Handover:
+        """Take a request that just got its first token out of this engine, with its prompt's K/V."""
+        seq, detok = self._live.pop(request_id)
+        kv = self.runner.read_kv(seq.block_table, seq.num_prompt_tokens)
+        times = {k: getattr(seq, k) for k in ("arrival_time", "first_scheduled_time", "first_token_time",
+                                              "last_token_time")}
+        self.scheduler.finish(seq, "handed_over")
+        return Handover(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.params, kv, detok.num_emitted,
+                        times, time.monotonic())
+
+    def adopt(self, h: Handover) -> Sequence | None:
+        """Continue a handed-over request here; None when there is no room yet (try later)."""
+        seq = Sequence(h.token_ids[:h.num_prompt_tokens], h.params, h.request_id)
+        seq.token_ids = list(h.token_ids)
+        if len(self.scheduler.running) >= self.scheduler.max_num_seqs or \
+                not self.block_manager.can_grow(seq, h.num_prompt_tokens):
+            return None
+        self.block_manager.grow(seq, h.num_prompt_tokens)
+        self.runner.write_kv(seq.block_table, h.kv)
+        seq.num_computed_tokens = h.num_prompt_tokens
+        for k, v in h.times.items():
+            setattr(seq, k, v)
+        self.scheduler.adopt(seq)
+        detok = IncrementalDetokenizer(self.tokenizer)
+        detok.update(seq.output_token_ids)
+        detok.num_emitted = h.num_emitted_chars
+        self._live[seq.request_id] = (seq, detok)
+        return seq
 
     # -- offline use --------------------------------------------------------------------
     def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]) -> list[dict]:

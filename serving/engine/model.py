@@ -42,6 +42,7 @@ class LlamaModel:
         self.lm_head = self.embed if cfg.tie_word_embeddings else w["lm_head.weight"]
         self.layers = [self._fuse_layer(w, f"model.layers.{i}.") for i in range(cfg.num_hidden_layers)]
         self.cos, self.sin = _rope_tables(cfg, device, self.embed.dtype)
+        self.comm = None  # disaggregated prefill: a native dispatch/combine around each MLP (disagg.NativeComm)
 
     @staticmethod
     def _fuse_layer(w: dict, p: str) -> dict:
@@ -91,8 +92,13 @@ class LlamaModel:
         return out.view(T, hq * d) @ layer["o"].T
 
     def _mlp(self, x, layer):
+        if self.comm is not None:
+            self.comm.dispatch()
         gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
-        return (F.silu(gate) * up) @ layer["down"].T
+        out = (F.silu(gate) * up) @ layer["down"].T
+        if self.comm is not None:
+            self.comm.combine()
+        return out
 
 
 def _prefill_attention(q, k_blocks, v_blocks, chunk: PrefillChunk, group: int):

@@ -99,5 +99,18 @@ class ModelRunner:
             row += item.num_tokens
         return AttentionBatch(self._long(slots), len(decodes), table, seq_lens, chunks)
 
+    def read_kv(self, block_table: list[int], num_tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The first num_tokens tokens' K and V, per layer: [num_tokens, Hkv, D] each (model dtype)."""
+        ids = self._long(block_table[:-(-num_tokens // self.block_size)])
+        return [tuple(t.flatten(0, 1)[:num_tokens].clone() for t in cache.blocks(ids)) for cache in self.kv_caches]
+
+    def write_kv(self, block_table: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Store per-layer K and V of positions 0..n-1 into a sequence's blocks."""
+        n = kv[0][0].shape[0]
+        slots = self._long([block_table[p // self.block_size] * self.block_size + p % self.block_size
+                            for p in range(n)])
+        for cache, (k, v) in zip(self.kv_caches, kv, strict=True):
+            cache.store(k.to(self.device), v.to(self.device), slots)
+
     def _long(self, values: list[int]) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=self.device)

@@ -99,6 +99,13 @@ class Scheduler:
             budget -= n
         return batch
 
+    def adopt(self, seq: Sequence) -> None:
+        """Take a sequence whose prompt K/V another engine computed (disaggregated decode):
+        its blocks are allocated and filled, num_computed_tokens set by the caller."""
+        assert seq.block_table and seq.num_computed_tokens > 0
+        seq.status = Status.RUNNING
+        self.running.append(seq)
+
     def _preempt(self, seq: Sequence) -> None:
         self.bm.free_seq(seq)
         seq.status = Status.WAITING

@@ -5,6 +5,7 @@ with the zoo's Triton kernels (interpreted) instead of the torch references."""
 from __future__ import annotations
 
 import pytest
+
 from infra_agent.serving.engine import EngineArgs, SamplingParams
 
 MAX_NEW = 10

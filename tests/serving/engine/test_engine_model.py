@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from engine_helpers import build_tiny_checkpoint
+
 from infra_agent.serving.engine import EngineArgs, SamplingParams
 from infra_agent.serving.engine.tokenizer import ByteTokenizer
 

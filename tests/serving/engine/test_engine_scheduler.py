@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from infra_agent.serving.engine.block_manager import BlockManager
 from infra_agent.serving.engine.scheduler import Scheduler
 from infra_agent.serving.engine.sequence import SamplingParams, Sequence, Status

@@ -1,0 +1,184 @@
+"""Output tokens/s of the built-in engine vs `transformers serve --continuous-batching` vs a
+static-batch `generate` loop, at 1, 8 and 32 concurrent streaming requests, in one run, on
+the same checkpoint (a small Llama built here: 4 layers, hidden 256, random weights).
+
+    .venv/bin/python bench/engine_throughput.py [--max-tokens 64] [--rounds 2] [--json out.json]
+
+Each concurrency level sends `rounds * C` requests through C streaming clients (each
+client sends its next request when the previous one ends). Output tokens are the
+server's `usage.completion_tokens` when it sends usage, else the streamed text
+re-tokenised (the rule `vllm bench serve` uses); the report says which. The static loop
+runs `generate` on batches of C prompts (left padding, greedy, no EOS stop) in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+CONCURRENCY = (1, 8, 32)
+WORDS = "the quick brown fox jumps over a lazy dog while paged caches store keys and values".split()
+
+
+def prompts(n: int) -> list[str]:
+    return [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(12 + i % 7)) for i in range(n)]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start(cmd: list[str], ready: str, timeout_s: float = 180) -> tuple[subprocess.Popen, str]:
+    """Start a server; return it and the URL from its ready line (or the --port we gave)."""
+    log = tempfile.NamedTemporaryFile("w+", suffix=".log", delete=False)
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = Path(log.name).read_text()
+        match = re.search(ready, text)
+        if match:
+            return proc, match.group(1)
+        if proc.poll() is not None:
+            raise RuntimeError(f"{cmd[0]} exited:\n{text[-2000:]}")
+        time.sleep(0.2)
+    proc.kill()
+    raise RuntimeError(f"{cmd} not ready after {timeout_s} s: {Path(log.name).read_text()[-2000:]}")
+
+
+def wait_healthy(url: str, timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(url + "/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{url}/health never answered 200")
+
+
+async def one_request(client, url, body, tokenizer) -> tuple[int, str]:
+    text, usage_tokens = "", None
+    async with client.stream("POST", url + "/v1/completions", json=body) as response:
+        response.raise_for_status()
+        async for line in response.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            event = json.loads(line[6:])
+            if event.get("usage"):
+                usage_tokens = event["usage"]["completion_tokens"]
+            for choice in event.get("choices") or []:
+                text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
+    if usage_tokens is not None:
+        return usage_tokens, "usage"
+    return len(tokenizer.encode(text, add_special_tokens=False)), "re-tokenised"
+
+
+async def load(url: str, model: str, concurrency: int, rounds: int, max_tokens: int, extra: dict, tokenizer):
+    todo = prompts(concurrency * rounds)
+    counts, rules = [], set()
+
+    async def client_loop(client, mine):
+        for p in mine:
+            body = {"model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+                    "stream_options": {"include_usage": True}} | extra
+            n, rule = await one_request(client, url, body, tokenizer)
+            counts.append(n)
+            rules.add(rule)
+
+    limits = httpx.Limits(max_connections=concurrency + 4)
+    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+        await one_request(client, url, {"model": model, "prompt": "warm up", "max_tokens": 4, "stream": True}
+                          | extra, tokenizer)
+        t0 = time.perf_counter()
+        await asyncio.gather(*(client_loop(client, todo[i::concurrency]) for i in range(concurrency)))
+        elapsed = time.perf_counter() - t0
+    return {"output_tokens": sum(counts), "seconds": elapsed, "tokens_per_s": sum(counts) / elapsed,
+            "count_rule": "/".join(sorted(rules))}
+
+
+def static_loop(folder: Path, concurrency: int, rounds: int, max_tokens: int) -> dict:
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
+    tok.pad_token = tok.eos_token
+    model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+    todo = prompts(concurrency * rounds)
+    model.generate(**tok(["warm up"], return_tensors="pt"), max_new_tokens=4, do_sample=False)
+    t0, total = time.perf_counter(), 0
+    for i in range(0, len(todo), concurrency):
+        batch = tok(todo[i:i + concurrency], return_tensors="pt", padding=True)
+        out = model.generate(**batch, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+                             pad_token_id=tok.pad_token_id)
+        total += (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
+    elapsed = time.perf_counter() - t0
+    return {"output_tokens": total, "seconds": elapsed, "tokens_per_s": total / elapsed, "count_rule": "exact"}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--engine-args", default="", help="extra args for the built-in engine")
+    ns = ap.parse_args()
+    from transformers import AutoTokenizer
+
+    from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+    folder = build_tiny_checkpoint(Path(tempfile.mkdtemp()) / "bench-llama", hidden_size=256, num_layers=4,
+                                   num_heads=8, num_kv_heads=4, intermediate_size=688, max_positions=1024,
+                                   initializer_range=0.02)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    results: dict[str, dict] = {"builtin": {}, "transformers_serve": {}, "static_generate": {}}
+
+    builtin, url = start([sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder),
+                          "--port", "0", "--max-num-seqs", "32", "--num-blocks", "1024",
+                          *ns.engine_args.split()], r"ready at (http://\S+)")
+    port = free_port()
+    tf = subprocess.Popen([str(Path(sys.executable).with_name("transformers")), "serve", str(folder), "--device",
+                           "cpu", "--continuous-batching", "--port", str(port), "--host", "127.0.0.1"],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    tf_url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(tf_url)
+        for c in CONCURRENCY:  # the three side by side per level, so machine load drifts hit all alike
+            results["builtin"][c] = asyncio.run(load(url, "bench-llama", c, ns.rounds, ns.max_tokens,
+                                                     {"ignore_eos": True}, tokenizer))
+            results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, ns.rounds, ns.max_tokens,
+                                                                {}, tokenizer))
+            results["static_generate"][c] = static_loop(folder, c, ns.rounds, ns.max_tokens)
+            for k in results:
+                print(k, c, results[k][c], file=sys.stderr)
+    finally:
+        for proc in (builtin, tf):
+            proc.terminate()
+            proc.wait()
+
+    print(f"{'concurrency':>11} {'builtin tok/s':>14} {'tf serve tok/s':>15} {'static tok/s':>13} "
+          f"{'vs tf serve':>11} {'vs static':>10}")
+    for c in CONCURRENCY:
+        b, t, s = (results[k][c]["tokens_per_s"] for k in ("builtin", "transformers_serve", "static_generate"))
+        print(f"{c:>11} {b:>14.1f} {t:>15.1f} {s:>13.1f} {b / t:>10.2f}x {b / s:>9.2f}x")
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

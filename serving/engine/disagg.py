@@ -1,0 +1,183 @@
+"""Disaggregated serving in miniature: a prefill worker, a KV-transfer thread and a decode
+worker, each its own thread, in one process.
+
+- The prefill worker runs an LLMEngine up to each request's first token. Its model calls
+  a native "communication" step around every layer's MLP (`dispatch`, `combine`: a stand-in
+  for DeepEP's all-to-all), which is libc's `usleep` loaded through `ctypes.PyDLL` (the call
+  keeps the GIL) or `ctypes.CDLL` (it releases it): engine arg `comm_releases_gil`.
+- The KV-transfer thread moves each prefilled request's K/V through a swappable transfer
+  (`TRANSFERS`): "bytes" serialises block by block like a network send, "clone" copies.
+- The decode worker adopts handed-over requests into its own LLMEngine and decodes them.
+
+Every phase is a torch.profiler named range: prefill, decode, dispatch, combine,
+kv_transfer, schedule (threads named prefill-worker, kv-transfer, decode-worker).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from .config import EngineArgs
+from .llm_engine import Handover, LLMEngine, RequestOutput
+from .ranges import named_range
+from .sequence import SamplingParams
+
+
+class NativeComm:
+    """dispatch/combine as one native call each: libc usleep(comm_us)."""
+
+    def __init__(self, comm_us: int, releases_gil: bool):
+        lib = ctypes.CDLL(None) if releases_gil else ctypes.PyDLL(None)
+        self._usleep = lib.usleep
+        self._usleep.argtypes = [ctypes.c_uint]
+        self.comm_us = comm_us
+
+    def dispatch(self) -> None:
+        with named_range("dispatch"):
+            self._usleep(self.comm_us)
+
+    def combine(self) -> None:
+        with named_range("combine"):
+            self._usleep(self.comm_us)
+
+
+def bytes_transfer(kv: list) -> list:
+    """As a network send would: each block of each layer to bytes and back, one message per
+    block (the time.sleep(0) stands for the send syscall, which releases the GIL)."""
+    import torch
+
+    out = []
+    for k, v in kv:
+        moved = []
+        for t in (k, v):
+            pieces = []
+            for block in t.split(16):
+                data = block.contiguous().numpy().tobytes()
+                time.sleep(0)
+                pieces.append(torch.frombuffer(bytearray(data), dtype=t.dtype).view(block.shape))
+            moved.append(torch.cat(pieces))
+        out.append(tuple(moved))
+    return out
+
+
+def clone_transfer(kv: list) -> list:
+    return [(k.clone(), v.clone()) for k, v in kv]
+
+
+TRANSFERS = {"bytes": bytes_transfer, "clone": clone_transfer}
+
+
+@dataclass
+class DisaggArgs:
+    comm_releases_gil: bool = True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
+    comm_us: int = 500  # microseconds per dispatch and per combine call
+    transfer: str = "bytes"  # a key of TRANSFERS
+    kv_transfer: bool = True  # False: prefill only (each request ends at its first token)
+    decode: bool = True  # False: transferred K/V is dropped (measures prefill + transfer alone)
+    engine: EngineArgs = field(default_factory=EngineArgs)
+
+
+class DisaggregatedEngine:
+    def __init__(self, args: DisaggArgs):
+        if args.transfer not in TRANSFERS:
+            raise ValueError(f"transfer {args.transfer!r} is not one of {sorted(TRANSFERS)}")
+        self.args = args
+        self.prefill = LLMEngine(args.engine)
+        self.prefill.runner.model.comm = NativeComm(args.comm_us, args.comm_releases_gil)
+        self.decode = LLMEngine(args.engine)
+        self._transfer = TRANSFERS[args.transfer]
+        self._prefill_inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._handovers: queue.SimpleQueue = queue.SimpleQueue()
+        self._decode_inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self.outputs: queue.SimpleQueue = queue.SimpleQueue()  # RequestOutput, from both workers
+        self.kv_transfer_times_s: list[float] = []  # prefill done -> adopted by the decode worker
+        self.prefill_busy_s = 0.0  # time the prefill worker spent in steps
+        self.num_prefill_tokens = 0
+        self.num_transferred = 0
+        self.last_prefill_at = 0.0  # time.perf_counter() when the prefill worker last produced a first token
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=fn, name=name, daemon=True) for fn, name in (
+            (self._prefill_loop, "prefill-worker"), (self._transfer_loop, "kv-transfer"),
+            (self._decode_loop, "decode-worker"))]
+        for t in self._threads:
+            t.start()
+
+    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str) -> None:
+        if not self.args.kv_transfer:
+            params = replace(params, max_tokens=1)
+        self._prefill_inbox.put((self.prefill.encode(prompt), params, request_id))
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+
+    # -- workers --------------------------------------------------------------------------
+    def _prefill_loop(self) -> None:
+        while not self._stop.is_set():
+            while not self._prefill_inbox.empty():
+                ids, params, request_id = self._prefill_inbox.get()
+                self.prefill.add_request(ids, params, request_id)
+            if not self.prefill.has_work():
+                time.sleep(0.001)
+                continue
+            t0 = time.perf_counter()
+            outs = self.prefill.step()
+            for out in outs:
+                self.outputs.put(out)
+                if not out.finished:  # first token done: the rest is the decode worker's
+                    self._handovers.put(self.prefill.hand_over(out.request_id))
+            self.prefill_busy_s += time.perf_counter() - t0
+            self.num_prefill_tokens += sum(o.seq.num_prompt_tokens for o in outs)
+            if outs:
+                self.last_prefill_at = time.perf_counter()
+
+    def _transfer_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                h: Handover = self._handovers.get(timeout=0.05)
+            except queue.Empty:
+                continue
+            with named_range("kv_transfer"):
+                h.kv = self._transfer(h.kv)
+            self.num_transferred += 1
+            if self.args.decode:
+                self._decode_inbox.put(h)
+
+    def _decode_loop(self) -> None:
+        pending: list[Handover] = []
+        while not self._stop.is_set():
+            while not self._decode_inbox.empty():
+                pending.append(self._decode_inbox.get())
+            pending = [h for h in pending if not self._adopt(h)]
+            if not self.decode.has_work():
+                time.sleep(0.001)
+                continue
+            for out in self.decode.step():
+                self.outputs.put(out)
+
+    def _adopt(self, h: Handover) -> bool:
+        if self.decode.adopt(h) is None:
+            return False
+        self.kv_transfer_times_s.append(time.monotonic() - h.handed_over_at)
+        return True
+
+    # -- offline use ----------------------------------------------------------------------
+    def generate(self, prompts: list[str | list[int]], params: SamplingParams, timeout_s: float = 300) -> list[dict]:
+        ids = [f"d{i}" for i in range(len(prompts))]
+        for rid, p in zip(ids, prompts, strict=True):
+            self.add_request(p, params, rid)
+        done: dict[str, RequestOutput] = {}
+        texts = dict.fromkeys(ids, "")
+        deadline = time.monotonic() + timeout_s
+        while len(done) < len(ids):
+            out = self.outputs.get(timeout=max(deadline - time.monotonic(), 0.001))
+            texts[out.request_id] += out.text_delta
+            if out.finished:
+                done[out.request_id] = out
+        return [{"text": texts[r], "token_ids": done[r].seq.output_token_ids, "finish_reason": done[r].finish_reason}
+                for r in ids]
