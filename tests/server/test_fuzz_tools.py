@@ -10,7 +10,11 @@ server serves them all; it must answer a plain call at the end.
 Counts: EXAMPLES_PER_TOOL (12) schema-valid draws plus BROKEN_PER_TOOL (6) broken
 ones for each of the 8 tools: 144 calls, derandomized (the same draws every run).
 `device_info.measure_peaks` is pinned to false: true starts a measurement of several
-seconds per draw, which is microbench's and device_info's own tests' business.
+seconds per draw, which is microbench's and device_info's own tests' business. The serving
+tools are pinned to cheap paths for the same reason (every other field is still drawn and
+validated): launch_serve to a `command` engine that exits at once, serve_benchmark to a
+handle that does not exist (so no draw starts an engine or sends thousands of requests);
+their real runs are tests/serving/tools' business.
 """
 
 from __future__ import annotations
@@ -28,7 +32,9 @@ from infra_agent.server.limits import MAX_ERROR_CHARS
 
 EXAMPLES_PER_TOOL = 12
 BROKEN_PER_TOOL = 6
-PINNED = {"device_info": {"measure_peaks": False}}
+PINNED = {"device_info": {"measure_peaks": False},
+          "launch_serve": {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
+          "serve_benchmark": {"handle": "serve-fuzz", "engine": None}}
 
 
 def _broken(schema: dict) -> st.SearchStrategy[dict]:
