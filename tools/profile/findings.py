@@ -88,7 +88,8 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
                "the native call (Py_BEGIN_ALLOW_THREADS / py::gil_scoped_release; ctypes.CDLL, not PyDLL)")
     message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window (most "
                f"often at {worst.holder_gil_site}) while {worst.waiter} sat blocked on it "
-               f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time, inside `{worst.holder_ranges}`")
+               f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time (measured while "
+               f"{worst.holder} was inside `{worst.holder_ranges}`)")
     return [Finding(code="gil_contention", layer="python/GIL", message=message,
                     evidence=f"{cont.gil_sampler}; waiter blocked on a futex per /proc samples ({cont.proc_samples} "
                     f"rounds); {cont.limits}", next_experiment=f"{fix}; then {rerun}")]
