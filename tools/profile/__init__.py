@@ -19,7 +19,6 @@ from .jobs import check_result, run_profile_job
 from .plan import make_plan
 from .schema import CATALOGUE, Input, Output, expect_facts
 
-
 GPU_NOTE = ("kernel times from CUPTI; Nsight Compute speed-of-light and memory metrics are not collected by this "
             "tool yet (scripts/gpu_profile_check.py says whether this host lets ncu read the counters)")
 
