@@ -10,8 +10,8 @@ Layers (each probed; a missing one is reported, never silently skipped): bwrap
 namespaces around a warm zygote (policy.py, launcher.py, worker/zygote.py); per job,
 in the forked child itself, Landlock + seccomp + rlimits (worker/confine.py,
 worker/harness.py); per-job cgroups for memory, process count and a complete kill
-(cgroups.py). runner.py queues jobs and supervises one; outcome.py turns what a job
-left into a status. Without bwrap, `run` refuses unless allow_unsandboxed=True.
+(cgroups.py). runner.py queues jobs, spawn.py readies a job child, supervise.py watches
+one; outcome.py turns what a job left into a status. Without bwrap, `run` refuses unless allow_unsandboxed=True.
 """
 
 from .isolation import Isolation

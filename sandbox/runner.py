@@ -1,43 +1,36 @@
 """The Sandbox: queue a job, run it in a fresh child of the warm zygote, return raw results.
 
-A child is prepared before its job arrives (the spare): the zygote forks it with the
-job's stdout/stderr pipes and its own socket; it says hello (the kernel stamps its pid)
-and we move it into new cgroups. One job, in order: wait for a slot of its kind; take
-the spare (and start the next); make the job's folder (in/, out/, home, caches) and
-job.json; send the child its folder; it confines itself and says which layers hold;
-watch it with a wall-clock timeout, output and disk caps, and progress; kill everything
-left in its cgroup; judge what it left (outcome.py).
+A child is prepared before its job arrives (the spare, spawn.py): the zygote forks it,
+it moves into new cgroups and confines itself. One job, in order: wait for a slot of its
+kind; take the spare (and start the next); copy its inputs and write job.json into the
+child's folder; tell it to run; watch it with a wall-clock timeout, output and disk caps
+and progress, kill everything left in its cgroup, and judge what it left (supervise.py,
+outcome.py).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import socket
 import time
-import uuid
 from pathlib import Path
-from typing import Awaitable, Callable
 
-from . import outcome
-from .cgroups import CgroupError, CgroupManager
-from .child import Child, json_or_empty, recv, wait_done
+from .cgroups import CgroupManager
+from .child import Child
+from .errors import SandboxError
 from .isolation import INSTALL_HINT, Isolation, probe
 from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
 from .slots import Slots
+from .spawn import spawn_child
 from .state import prepare_state
-from .streams import Capture, DiskWatch, ProgressTail
+from .supervise import Progress, supervise
 
-Progress = Callable[[float, "float | None", str], Awaitable[None]]
+__all__ = ["Sandbox", "SandboxError"]
+
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
-
-
-class SandboxError(Exception):
-    """The sandbox itself failed or refused (not the agent's code): the message says what to do."""
 
 
 class Sandbox:
@@ -62,8 +55,7 @@ class Sandbox:
             "memory_bytes": lim.memory_bytes if self.cgroups.available else None,
             "num_processes": lim.num_processes if self.cgroups.available else None,
             "file_bytes": lim.file_bytes, "folder_bytes": lim.disk_bytes, "output_bytes": lim.output_bytes,
-            "network": "none (no network namespace route; only UNIX sockets)" if self.isolation.sandboxed
-            else "UNIX sockets only" if "seccomp" in self.isolation.layers else "unrestricted"}
+            "network": _network_reach(self.isolation)}
         self.view = SandboxView(layout, sandboxed=self.isolation.sandboxed)
         self._zygote: Zygote | None = None
         self._zygote_lock: asyncio.Lock | None = None
@@ -139,51 +131,8 @@ class Sandbox:
     async def _prepare_child(self) -> Child:
         """A fresh child of the zygote, in its own new cgroups and job folder, confined, waiting for a job."""
         zygote = await self._ensure_zygote()
-        job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
         self._prune_job_dirs()
-        host_dir = self.view.layout.jobs_dir / job_id
-        for sub in ("in", "out", "home", "tmp", "shm", "cache/triton", "cache/torch_extensions", "cache/cuda"):
-            (host_dir / sub).mkdir(parents=True)
-        cgroup = None
-        if self.cgroups.available:
-            try:
-                cgroup = self.cgroups.create(job_id, self.limits.memory_bytes, self.limits.num_processes)
-            except CgroupError as exc:
-                raise SandboxError(str(exc)) from None
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        err_r, err_w = os.pipe2(os.O_CLOEXEC)
-        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        mine.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
-        mine.setblocking(False)
-        child = Child(job_id, host_dir, zygote, self.cgroups, cgroup, mine, out_r, err_r)
-        try:
-            try:
-                child.exited = await zygote.spawn(job_id, [out_w, err_w, theirs.fileno()])
-            finally:
-                for fd in (out_w, err_w):
-                    os.close(fd)
-                theirs.close()
-            hello = await recv(mine)
-            if hello is None:
-                raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
-            if cgroup is not None:
-                cgroup.add(hello[1])
-            policy = self.view.confinement(job_id, landlock="landlock" in self.isolation.layers,
-                                           seccomp="seccomp" in self.isolation.layers)
-            mine.send(json.dumps({"job_dir": self.view.job_dir(job_id), "confine": policy}).encode())
-            reply = await recv(mine)
-            message = json_or_empty(reply[0]) if reply else {}
-            if "confined" not in message:
-                reason = message.get("confine_error", "the job child died while confining itself")
-                raise SandboxError(f"could not confine a job child ({reason}); no agent code ran")
-        except BaseException as exc:  # cancelled (aclose) or failed: leave nothing behind
-            child.discard()
-            if isinstance(exc, ZygoteDied):
-                raise SandboxError(f"{exc}; zygote log:\n{zygote.log_tail()}") from None
-            if isinstance(exc, OSError):
-                raise SandboxError(f"cannot move the job child into its cgroup: {exc}") from None
-            raise
-        return child
+        return await spawn_child(zygote, self.view, self.cgroups, self.limits, self.isolation)
 
     async def _take_child(self) -> Child:
         """The spare child if it is still good, else a new one; then start the next spare."""
@@ -229,7 +178,7 @@ class Sandbox:
                 raise
             child.used = True
             try:
-                return await self._supervise(child, job, child.host_dir, progress)
+                return await supervise(child, job, self.limits, progress)
             finally:
                 child.discard()
         raise SandboxError(f"job children keep dying before they start; zygote log:\n{self._zygote_log_tail()}")
@@ -241,50 +190,6 @@ class Sandbox:
         dirs = sorted(self.view.layout.jobs_dir.iterdir())
         for old in dirs[:-KEEP_JOB_DIRS]:
             shutil.rmtree(old, ignore_errors=True)
-
-    async def _supervise(self, child: Child, job: Job, host_dir: Path, progress: Progress | None) -> JobResult:
-        stdout = Capture(child.out_r, self.limits.output_bytes, self.limits.tail_bytes)
-        stderr = Capture(child.err_r, self.limits.output_bytes, self.limits.tail_bytes)
-        child.out_r = child.err_r = -1  # the captures own and close them now
-        ending = outcome.Ending(wait_status=None, timeout_s=job.timeout_s, output_cap_bytes=self.limits.output_bytes,
-                                memory_limit_bytes=self.limits.memory_bytes, num_processes=self.limits.num_processes)
-        tail = ProgressTail(host_dir / "progress.jsonl", progress)
-        disk = DiskWatch(host_dir, self.limits.disk_bytes, self.limits.max_files)
-        ending.disk_cap = (self.limits.disk_bytes, self.limits.max_files)
-        started = time.monotonic()
-        try:
-            done = asyncio.ensure_future(wait_done(child.sock))
-            watchers = [done, child.exited, stdout.exceeded, stderr.exceeded, disk.exceeded]
-            finished, _ = await _wait_first(watchers, job.timeout_s, [tail.poll, disk.poll])
-            ending.done = done in finished and done.result()
-            ending.timed_out = not finished
-            if stdout.exceeded in finished or stderr.exceeded in finished:
-                ending.output_exceeded = "stdout" if stdout.exceeded in finished else "stderr"
-            if disk.exceeded in finished:
-                ending.disk_exceeded = (disk.num_bytes, disk.num_files)
-            if ending.timed_out or ending.output_exceeded or ending.disk_exceeded:
-                await child.kill()
-            elif not ending.done or child.cgroup is None:
-                try:  # the wait status says how it ended (without cgroups it is also how we know it ended)
-                    ending.wait_status = (await asyncio.wait_for(child.exited, 10.0))["status"]
-                except (ZygoteDied, asyncio.TimeoutError):
-                    pass
-            done.cancel()
-        finally:
-            wall_s = time.monotonic() - started
-            if child.cgroup is not None or not (ending.done or ending.wait_status is not None):
-                await child.kill()  # what is left (daemons, stray threads), or all of it if we were cancelled
-            if child.cgroup is not None:
-                ending.oom_kills, ending.pids_limit_hits = child.cgroup.oom_kills(), child.cgroup.pids_limit_hits()
-            await stdout.finish()
-            await stderr.finish()
-            await tail.poll()
-        removed = outcome.sanitize_tree(host_dir / "out")
-        status, result, error = outcome.judge(ending, host_dir)
-        if removed:
-            error = (error + "\n" if error else "") + f"removed from out/ (not plain files): {', '.join(removed[:10])}"
-        return JobResult(status=status, result=result, out_dir=host_dir / "out", error=error,
-                         stdout_tail=stdout.tail(), stderr_tail=stderr.tail(), wall_s=wall_s)
 
     def zygote_pids(self) -> list[int]:
         """Host pids of the zygote's process tree (empty when none runs): for tests and ops."""
@@ -305,16 +210,10 @@ class Sandbox:
         self.cgroups.close()
 
 
-async def _wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[set, set]:
-    """Wait for the first future to finish (or the timeout), running the pollers meanwhile."""
-    deadline = time.monotonic() + timeout_s
-    pending = set(futures)
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return set(), pending
-        done, pending = await asyncio.wait(pending, timeout=min(left, 0.25), return_when=asyncio.FIRST_COMPLETED)
-        if done:
-            return done, pending
-        for poll in pollers:
-            await poll()
+def _network_reach(isolation: Isolation) -> str:
+    """What a job can reach over the network, in words."""
+    if isolation.sandboxed:
+        return "none (no network namespace route; only UNIX sockets)"
+    if "seccomp" in isolation.layers:
+        return "UNIX sockets only"
+    return "unrestricted"

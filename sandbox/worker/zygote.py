@@ -98,6 +98,9 @@ def _warm_imports() -> None:
     import torch  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
+    # Tracing on the meta device (the reference's native output dtypes) and the first
+    # TorchDispatchMode dispatch import dynamo lazily: 2-3 s in every forked job, once here.
+    import torch._dynamo  # noqa: F401
 
     from . import context, loader, tensors  # noqa: F401
     from . import ops

@@ -98,3 +98,14 @@ def test_a_spec_input_generator_is_used_when_declared(ctx, tmp_path):
     out = microbench.run(_payload(arms, n=64, make_inputs={"entry": "make", "path": str(gen)}), ctx)
     saved = load_tensors(ctx.out_dir / out["spot_checks"][0]["file"])
     assert bool((saved["0"] == 4.0).all())  # 2 + 2: the generator's inputs, not make_inputs' draws
+
+
+def test_minor_page_faults_are_counted_per_arm_during_timed_calls(ctx):
+    # 4 MiB of fresh anonymous pages touched on every call (unmapped again when it returns)
+    fresh = ("import mmap\ndef add(x, y):\n    m = mmap.mmap(-1, 1 << 22)\n    m.write(b'1' * (1 << 22))\n"
+             "    m.close()\n    return x + y\n")
+    arms = [{"name": "candidate", "entry": "add", "source": fresh}, {"name": "baseline", "entry": "add", "source": ADD}]
+    out = microbench.run(_payload(arms, budget_ms=300.0), ctx)
+    per_call = {name: arm["minor_faults"] / len(arm["samples_ns"]) for name, arm in out["arms"].items()}
+    assert per_call["candidate"] >= 500  # ~1024 pages of 4 KiB per call
+    assert per_call["baseline"] < 50

@@ -51,3 +51,17 @@ def test_the_server_starts_without_importing_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"the server's import path imported {out.stdout.strip()}"
+
+
+def test_tools_folder_lists_the_tools_at_a_glance():
+    """Every entry of tools/ is a tool (a module, or a package whose __init__ defines TOOL),
+    or one of the shared homes; discovery finds a TOOL in both forms."""
+    from infra_agent.server.app import discover_tools
+
+    shared = {"__init__", "base", "common"}
+    entries = {p.stem if p.suffix == ".py" else p.name for p in TOOLS.iterdir()
+               if (p.suffix == ".py" or (p / "__init__.py").is_file())}
+    found = discover_tools()
+    assert entries - shared == set(found), "tools/ holds something that is neither a tool nor shared"
+    assert (TOOLS / "check_numerics" / "__init__.py").is_file() and "check_numerics" in found  # a package
+    assert (TOOLS / "list_kernels.py").is_file() and "list_kernels" in found  # a module

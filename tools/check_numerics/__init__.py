@@ -39,17 +39,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     reports, series, partition_rows = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
         ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
-        for case in plan.cases:
-            await ctx.progress(case.index + 1, total, f"case {case.label}")
-            res = await jobs.run_case(plan, case, sandbox, ref_dir, enabled, inp.timeout_s)
-            # torch work on possibly large tensors: off the event loop, so the server keeps serving
-            report, row, case_found, errors = await anyio.to_thread.run_sync(
-                _judge_case, plan, case, res, ref_dir, ref_items, enabled, device)
-            findings += case_found
-            reports.append(report)
-            partition_rows[case.label] = row
-            if errors is not None:
-                series[case.label] = errors
+        judged = await _run_cases(ctx, plan, ref_dir, ref_items, enabled, inp.timeout_s, total)
+    for case, (report, row, case_found, errors) in zip(plan.cases, judged, strict=True):
+        findings += case_found
+        reports.append(report)
+        partition_rows[case.label] = row
+        if errors is not None:
+            series[case.label] = errors
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if series:
@@ -60,6 +56,36 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts,
                   summary=summary(plan.candidate_name, verdict, reports, findings))
+
+
+async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, enabled: set[str], timeout_s: float,
+                     total: int) -> list[tuple]:
+    """Every case's job at once (the sandbox's slots decide how many run together), each judged as
+    it finishes; results in plan order. As if run in order: a failing case stops the cases after
+    it, the ones before it finish, and the earliest failure is the error."""
+    judged: list = [None] * len(plan.cases)
+    failures: dict[int, Exception] = {}
+    scopes = [anyio.CancelScope() for _ in plan.cases]
+
+    async def run_and_judge(i: int, case) -> None:
+        with scopes[i]:
+            try:
+                res = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s)
+                # torch work on possibly large tensors: off the event loop, so the server keeps serving
+                judged[i] = await anyio.to_thread.run_sync(_judge_case, plan, case, res, ref_dir, ref_items,
+                                                           enabled, ctx.sandbox.device)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, unwrapped, the earliest first
+                failures[i] = exc
+                for later in scopes[i + 1:]:
+                    later.cancel()
+
+    async with anyio.create_task_group() as group:
+        for i, case in enumerate(plan.cases):
+            await ctx.progress(case.index + 1, total, f"case {case.label}")
+            group.start_soon(run_and_judge, i, case)
+    if failures:
+        raise failures[min(failures)]
+    return judged
 
 
 def _judge_case(*args):

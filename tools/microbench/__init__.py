@@ -19,7 +19,7 @@ from ..common.tolerance import resolve_tolerance
 from . import jobs, plan
 from .expect_fields import CATALOGUE, facts
 from .judge import overall, shape_result
-from .report import cpu_counters, disturbances, plot_rows, summary, sweep_plot
+from .report import cpu_counters, disturbances, page_fault_notes, plot_rows, summary, sweep_plot
 from .schema import Input, Output
 
 
@@ -39,7 +39,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         arms.append(baseline)
 
     before = cpu_counters()
-    results, raw, ceilings, peaks_note = [], {}, None, ""
+    results, raw, ceilings, peaks_note, faults = [], {}, None, "", []
     for i, shape in enumerate(shapes):
         payload = plan.timing_payload(ctx, kernel, arms, shape, dtype, i, inp)
         raw, out_dir = await jobs.time_shape(ctx, arms, payload, shape, device, i, len(shapes), inp)
@@ -47,6 +47,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             ceilings, peaks_note = await device_peaks(ctx, raw["device"])
         checks = await _spot_check(ctx, kernel, raw, out_dir, shape, dtype, arms)
         results.append(shape_result(spec, inp, shape, dtype, raw, arms, checks, ceilings, i))
+        faults += page_fault_notes(shape, arms, raw)
         await ctx.progress(i + 1, len(shapes), f"shape {i + 1}/{len(shapes)} done: {results[-1].verdict}")
     after = cpu_counters()
 
@@ -54,7 +55,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         verdict=overall([r.verdict for r in results]), shapes=results, device=raw["device"],
         clocks=dict(raw.get("clocks") or {}),
         ceilings={**{k: v for k, v in (ceilings or {}).items() if k not in ("device", "clocks")}, "note": peaks_note},
-        timer=str(raw.get("timer", "")), disturbances=disturbances(device, before, after, raw.get("threads")),
+        timer=str(raw.get("timer", "")),
+        disturbances=disturbances(device, before, after, raw.get("threads")) + faults,
     )
     if len(results) > 1:
         out.artifacts.append(ctx.artifact("microbench_sweep.png", sweep_plot(plot_rows(results))))

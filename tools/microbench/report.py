@@ -20,7 +20,7 @@ def cpu_counters() -> dict | None:
         return None
     values = [int(v) for v in fields]
     names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
-    return dict(zip(names, values + [0] * (len(names) - len(values))))
+    return dict(zip(names, values + [0] * (len(names) - len(values)), strict=False))  # newer kernels add fields
 
 
 def disturbances(device: str, before: dict | None, after: dict | None, threads: int | None) -> list[str]:
@@ -53,6 +53,34 @@ def disturbances(device: str, before: dict | None, after: dict | None, threads: 
     return notes
 
 
+# Minor page faults per timed call above this: the call touches fresh pages (a new large
+# allocation the allocator did not recycle), so its time includes the kernel's page-fault work.
+FAULTS_PER_CALL_NOTABLE = 1.0
+
+
+def page_fault_notes(shape: dict, arms: list[Code], raw: dict) -> list[str]:
+    """Minor page faults per timed call, per arm (counted by the worker with getrusage)."""
+    label = ",".join(f"{k}={v}" for k, v in shape.items())
+    parts, fresh = [], False
+    for arm in arms:
+        stats = raw["arms"][arm.name]
+        calls = len(stats["samples_ns"])
+        if not calls or not isinstance(stats.get("minor_faults"), int):
+            continue
+        per_call = stats["minor_faults"] / calls
+        fresh = fresh or per_call > FAULTS_PER_CALL_NOTABLE
+        parts.append(f"{arm.label} {per_call:.3g}")
+    if not parts:
+        return []
+    note = f"minor page faults per timed call at {label}: {', '.join(parts)}"
+    if fresh:
+        note += ("; calls touch fresh pages, so times include page-fault work (the cold-allocation regime, "
+                 "several times slower than a warm loop for large outputs)")
+    else:
+        note += " (warm-loop regime: the allocator recycles memory between calls)"
+    return [note]
+
+
 def sweep_plot(rows: list[dict]) -> bytes:
     """PNG: median time (p10-p90 bars) and % of roofline vs bytes moved, per arm.
 
@@ -68,7 +96,8 @@ def sweep_plot(rows: list[dict]) -> bytes:
         pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
         x = [p["bytes"] for p in pts]
         med = [p["median_ms"] for p in pts]
-        err = [[m - p["p10_ms"] for m, p in zip(med, pts)], [p["p90_ms"] - m for m, p in zip(med, pts)]]
+        err = [[m - p["p10_ms"] for m, p in zip(med, pts, strict=True)],
+               [p["p90_ms"] - m for m, p in zip(med, pts, strict=True)]]
         ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
         if all(p["pct_roofline"] is not None for p in pts):
             ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)

@@ -19,6 +19,9 @@ from .jobs import check_result, run_profile_job
 from .plan import make_plan
 from .schema import CATALOGUE, Input, Output, expect_facts
 
+GPU_NOTE = ("kernel times from CUPTI; Nsight Compute speed-of-light and memory metrics are not collected by this "
+            "tool yet (scripts/gpu_profile_check.py says whether this host lets ncu read the counters)")
+
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     plan = make_plan(inp, ctx)
@@ -39,7 +42,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out = Output(
         target=plan.target, window_ms=ev.window_ns / 1e6, top_ops_by_self=by_self, top_ops_by_total=by_total,
         gpu_kernels=[k for k in raw.get("gpu_kernels") or [] if isinstance(k, dict)][: inp.top_k],
-        gpu_note="" if raw.get("cuda_activities") else "no GPU in this sandbox: CPU ops only (no CUPTI kernels)",
+        gpu_note=GPU_NOTE if raw.get("cuda_activities") else "no GPU in this sandbox: CPU ops only (no CUPTI kernels)",
         ops_threads=ops_threads, ranges=judge.range_stats(ev, plan.range_filters), threads=judge.thread_stats(ev),
         overlaps=overlaps, contention=contention, findings=found, finding_codes=[f.code for f in found])
     out.num_threads = len(out.threads)

@@ -20,10 +20,13 @@ def contention(ev: Evidence, watch: Watch, pairs: list[tuple[str, str]], rate_hz
     else:
         spy = f"not run: {watch.spy.error if watch.spy is not None else watch.problem or 'sampling off'}"
     samples = watch.proc.num_samples if watch.proc is not None else 0
+    priority = "at real-time priority" if watch.proc is not None and watch.proc.realtime else \
+        "at normal priority (on a busy host it may see transitions late)"
     return Contention(
-        method="from the host, outside the job: /proc/<pid>/task/<tid>/stat and wchan read ~1000 times a second "
-               "(state R = on a CPU or runnable; asleep on a futex = waiting for the GIL or a lock), plus the GIL "
-               "holder sampled by py-spy; both on CLOCK_MONOTONIC, the clock the job's ranges use",
+        method="from the host, outside the job: /proc/<pid>/task/<tid>/{stat,wchan,schedstat} read ~1000 times a "
+               f"second by a sampler thread {priority} (state R less run-queue waits = on a CPU; asleep on a "
+               "futex = waiting for the GIL or a lock), on CLOCK_MONOTONIC, the clock the job's ranges use; plus "
+               "the GIL holder counted per thread by py-spy",
         proc_samples=samples, gil_sampler=spy, waits=waits,
         limits="A futex wait is the GIL or a lock: it is read as the GIL only when the other thread was sampled "
                "holding the GIL for much of the window (py-spy counts samples per thread, without times, so the "
@@ -85,7 +88,8 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
                "the native call (Py_BEGIN_ALLOW_THREADS / py::gil_scoped_release; ctypes.CDLL, not PyDLL)")
     message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window (most "
                f"often at {worst.holder_gil_site}) while {worst.waiter} sat blocked on it "
-               f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time, inside `{worst.holder_ranges}`")
+               f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time (measured while "
+               f"{worst.holder} was inside `{worst.holder_ranges}`)")
     return [Finding(code="gil_contention", layer="python/GIL", message=message,
                     evidence=f"{cont.gil_sampler}; waiter blocked on a futex per /proc samples ({cont.proc_samples} "
                     f"rounds); {cont.limits}", next_experiment=f"{fix}; then {rerun}")]

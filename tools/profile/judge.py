@@ -79,7 +79,7 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
     names = {_int(k): _str(v.get("name")) for k, v in (raw.get("threads") or {}).items() if isinstance(v, dict)}
     names.update(_span_thread_names(raw.get("ranges") or {}))
     cpu = {_int(k): _int(v.get("cpu_ns")) - _int(v.get("cpu_first_ns")) for k, v in (raw.get("threads") or {}).items()
-           if isinstance(v, dict)}
+           if isinstance(v, dict) and "cpu_ns" in v}  # a thread no poll saw has a name, not a time
     ev = Evidence(window=window, ranges=[r for r in ranges if r.end_ns >= r.start_ns], names=names, cpu_ns=cpu)
     if watch.proc is not None:
         ev.sampled = True

@@ -45,7 +45,7 @@ def host_pid_of(job_pid: int, candidates: list[int]) -> int | None:
     """The host pid, among `candidates`, of the process that is `job_pid` in its own namespace."""
     for pid in candidates:
         ns = _nspid(Path(f"/proc/{pid}/status"))
-        if ns and ns[-1] == job_pid and len(ns) > 1:
+        if ns and ns[-1] == job_pid:  # without a PID namespace the two are the same number
             return pid
     return None
 

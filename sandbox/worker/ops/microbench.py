@@ -29,6 +29,7 @@ from __future__ import annotations
 import gc
 import math
 import random
+import resource
 import time
 
 import numpy as np
@@ -39,6 +40,7 @@ from ..shared import median_rel_se, meminfo_bytes
 
 # Captured before any candidate code is imported (the op module is imported first).
 _now_ns = time.perf_counter_ns
+_getrusage = resource.getrusage
 
 MIN_SAMPLES = 10
 WARMUP_WINDOW = 5  # calls per arm compared window against window
@@ -90,7 +92,8 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
         "warmup": warmup,
         "stop_reason": stop_reason,
         "elapsed_ms": (_now_ns() - t_start) / 1e6,
-        "arms": {arm.name: {"samples_ns": arm.samples, "calls": arm.calls} for arm in arms},
+        "arms": {arm.name: {"samples_ns": arm.samples, "calls": arm.calls, "minor_faults": arm.minor_faults}
+                 for arm in arms},
         "spot_checks": spot_checks,
         "timer": timer.description,
         "threads": torch.get_num_threads(),
@@ -155,6 +158,7 @@ class _Arm:
         self.fn = fn
         self.samples: list[int] = []
         self.calls = 0
+        self.minor_faults = 0  # page faults during timed calls: touching fresh (unmapped) pages
         self.graphs = None  # per input set: (CUDAGraph, static outputs) when replaying
         self._k = num_spot_checks
         self._seen = 0  # timed calls offered to the reservoir
@@ -256,7 +260,9 @@ def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadline_ns: 
             order = arms if len(arms) == 1 or rng.random() < 0.5 else arms[::-1]
             for arm in order:
                 set_index = index % len(sets)
+                faults = _getrusage(resource.RUSAGE_SELF).ru_minflt
                 elapsed, outputs = arm.call(timer, sets, set_index)
+                arm.minor_faults += _getrusage(resource.RUSAGE_SELF).ru_minflt - faults
                 arm.samples.append(elapsed)
                 t_offer = _now_ns()
                 arm.offer(pick, iteration, set_index, outputs)

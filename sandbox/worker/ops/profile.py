@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from pathlib import Path
@@ -179,7 +180,8 @@ def _children() -> list[int]:
 
 class ThreadWatcher:
     """Names and on-CPU times (/proc/self/task, first and last seen) of this process's threads,
-    polled every 20 ms, so threads that end before the window does still appear."""
+    polled every 20 ms, so threads that end before the window does still appear; a thread too
+    short-lived for a poll still gives its name to a one-shot threading.setprofile hook."""
 
     def __init__(self) -> None:
         self.threads: dict[str, dict] = {}
@@ -187,12 +189,19 @@ class ThreadWatcher:
         self.thread = threading.Thread(target=self._loop, name="profile-watcher", daemon=True)
 
     def start(self) -> None:
+        threading.setprofile(self._name_hook)  # threads started from now on announce themselves once
         self.thread.start()
 
     def stop(self) -> None:
+        threading.setprofile(None)
         self._stop.set()
         self.thread.join()
         self._poll()
+
+    def _name_hook(self, frame, event, arg) -> None:
+        sys.setprofile(None)  # once per thread: its first event
+        me = threading.current_thread()
+        self.threads.setdefault(str(me.native_id), {"name": me.name})
 
     def _loop(self) -> None:
         while not self._stop.wait(0.02):
@@ -209,7 +218,8 @@ class ThreadWatcher:
             except OSError:
                 continue
             cpu_ns = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // CLOCK_TICKS
-            entry = self.threads.setdefault(str(tid), {"name": names.get(tid, ""), "cpu_first_ns": cpu_ns})
+            entry = self.threads.setdefault(str(tid), {"name": names.get(tid, "")})
+            entry.setdefault("cpu_first_ns", cpu_ns)
             entry["cpu_ns"] = cpu_ns
             if names.get(tid):
                 entry["name"] = names[tid]

@@ -45,3 +45,17 @@ def test_sweep_plot_is_a_png():
     rows = [{"arm": arm, "bytes": b, "median_ms": m, "p10_ms": m * 0.9, "p90_ms": m * 1.2, "pct_roofline": p}
             for arm in ("candidate", "baseline") for b, m, p in ((1e3, 0.01, 1.0), (1e6, 0.5, 20.0))]
     assert sweep_plot(rows)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_page_faults_per_call_name_the_regime():
+    from infra_agent.tools.microbench.plan import Code
+    from infra_agent.tools.microbench.report import page_fault_notes
+
+    arms = [Code(name="candidate", label="triton", entry="f"), Code(name="baseline", label="reference", entry="g")]
+    raw = {"arms": {"candidate": {"samples_ns": [1] * 100, "minor_faults": 102400},
+                    "baseline": {"samples_ns": [1] * 100, "minor_faults": 3}}}
+    (note,) = page_fault_notes({"M": 2048, "N": 2048}, arms, raw)
+    assert "M=2048,N=2048: triton 1.02e+03, reference 0.03" in note and "fresh pages" in note
+    raw["arms"]["candidate"]["minor_faults"] = 0
+    assert "warm-loop regime" in page_fault_notes({"N": 8}, arms, raw)[0]
+    assert page_fault_notes({"N": 8}, arms[:1], {"arms": {"candidate": {"samples_ns": [1]}}}) == []

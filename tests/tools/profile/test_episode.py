@@ -3,23 +3,26 @@
 A compute thread (prefill-0) calls a native wait (fixtures/native_wait.c, 20 ms) in a loop
 inside `dispatch`; a transfer thread (kv-0) copies KV blocks in a Python loop inside
 `kv_transfer`. Through ctypes.PyDLL the GIL stays held across the native call; through
-ctypes.CDLL it is released. Measured on this machine (2 cores shared with ~8 agents,
-load average 6-8), four runs each:
+ctypes.CDLL it is released. Measured on this machine (2 cores shared with ~8 agents, load
+average 6-8), six runs each of the current code:
 
-- PyDLL: `dispatch` overlapped `kv_transfer` 1.1-2.4% of its running time, `kv_transfer`
-  overlapped `dispatch` 11-21% of its (only 53-110 ms of ~1.1 s); kv-0 sat blocked on a
-  futex 72% of its kv_transfer time while prefill-0 was sampled holding the GIL 70% of the
-  window, at the line of the native call: finding gil_contention, expect contradicted.
-- CDLL: `kv_transfer` overlapped `dispatch` 74-81% of its running time; no finding; expect
+- PyDLL: `dispatch` overlapped `kv_transfer` 1.4-2.5% of its ~840 ms running time, and
+  `kv_transfer` overlapped `dispatch` 11-12% of its 140-185 ms (of a ~1.2 s window); kv-0 sat
+  blocked on a futex 72-83% of its kv_transfer time while prefill-0 was sampled holding the
+  GIL 65-82% of the window, at the native call's line: finding gil_contention; expect
+  `overlap_fraction('kv_transfer', 'dispatch') >= 0.5` contradicted.
+- CDLL: `kv_transfer` overlapped `dispatch` 65-81% of its running time; no finding; expect
   supported.
-- The raw wall intervals overlap 99.5% in both: a thread waiting for the GIL inside a range
-  still has it open, which is why overlap is judged on running time.
+- The raw wall intervals overlap 99.5-99.8% in both: a thread waiting for the GIL inside a
+  range still has it open, which is why overlap is judged on running time.
 
 A second pair: prefill-0 runs pure Python inside `dispatch` while kv-0 copies the blocks as a
-pure Python loop, or as one torch call (which releases the GIL). Measured: Python loop: kv-0
-sampled holding the GIL 37-48% of the window (at _copy_blocks_python), prefill-0 blocked on
-it 16-55% of dispatch; torch call: kv-0 holds the GIL 0.7-3% of the window (its copy runs in
-C++), prefill-0 blocked on it under 21%.
+pure Python loop, or as one torch call (which releases the GIL). Measured, four runs: Python
+loop: kv-0 sampled holding the GIL 37-51% of the window (at _copy_blocks_python), prefill-0
+blocked on a futex 43-55% of dispatch; torch call: kv-0 holds the GIL 1-10% (its copy runs
+in C++), prefill-0 blocked 2-30%. Both threads need a CPU here, so on this overloaded host
+their running overlap is low either way (5-23%) and the findings vary between runs; what the
+test asserts is who holds the GIL.
 """
 
 import base64
@@ -107,7 +110,7 @@ async def test_copy_as_a_python_loop_holds_the_gil_one_torch_call_does_not(profi
         outs[copy] = await call(profile_client, "profile", path="episode.py", entry="copy_episode",
                                 workload_args=[copy], overlap=PAIR)
     kv = {c: next(t for t in o["threads"] if t["name"] == "kv-0") for c, o in outs.items()}
-    assert kv["python"]["gil_held_fraction"] > 0.2 > 0.1 > kv["torch"]["gil_held_fraction"]
+    assert kv["python"]["gil_held_fraction"] > 0.3 and kv["torch"]["gil_held_fraction"] < 0.2
     waits = {c: next(w for w in o["contention"]["waits"] if w["waiter"].startswith("prefill-0"))
              for c, o in outs.items()}
     assert "_copy_blocks_python" in waits["python"]["holder_gil_site"]

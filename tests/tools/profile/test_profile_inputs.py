@@ -19,6 +19,19 @@ def step():
     with span("kv_transfer"):
         bytes(1000)
 """
+TWO_THREADS = """
+import threading
+import torch
+
+def step():
+    def side():
+        with torch.profiler.record_function("side_range"):
+            torch.ones(64, 64).sum()
+    t = threading.Thread(target=side, name="side-0")
+    t.start()
+    t.join()
+    torch.zeros(8).add(1)
+"""
 HANG = """
 import threading, time
 
@@ -49,6 +62,15 @@ async def test_zoo_kernel_top_ops_are_the_references_ops(profile_client):
     assert out["ranges"][0]["name"] == "call" and out["ranges"][0]["count"] == 5
     assert out["contention"] is None and "CPU ops only" in out["gpu_note"]
     assert out["target"].startswith("kernel rmsnorm (reference")
+
+
+async def test_record_function_ranges_and_ops_of_a_second_thread_are_recorded(profile_client):
+    out = await call(profile_client, "profile", source=TWO_THREADS, entry="step", sample_threads=False)
+    (side,) = [r for r in out["ranges"] if r["name"] == "side_range"]
+    assert side["source"] == "record_function" and side["count"] == 1 and side["threads"][0].startswith("side-0")
+    assert len(out["ops_threads"]) == 2  # torch ops from the entry's thread and from side-0
+    names = {row["name"] for row in out["top_ops_by_total"]}
+    assert {"aten::ones", "aten::sum", "aten::add"} <= names
 
 
 async def test_an_entry_that_does_not_exist_lists_what_the_file_defines(profile_client):
