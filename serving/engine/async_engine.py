@@ -9,6 +9,7 @@ bookkeeping stays single-threaded.
 from __future__ import annotations
 
 import asyncio
+import json
 import queue
 import threading
 import time
@@ -126,27 +127,29 @@ class AsyncEngine:
             self._deliver(request_id, RuntimeError(f"the engine step failed: {type(exc).__name__}: {exc}"))
 
     # -- profiling (runs on the engine thread, so the trace sees the engine's ops) ----------
+    # The same recording window as the profile tool's sandbox op (sandbox/worker/recorder.py):
+    # torch.profiler on every thread, the named ranges, thread names and CPU times, written as
+    # raw JSON that tools/profile judges like a job's result; the torch trace is kept beside it.
     def _start_profile(self) -> str:
-        import torch.profiler as tp
+        from ...sandbox.worker.recorder import Window
 
         if self.profile_dir is None:
             raise ValueError("profiling is off: start the engine with --profile-dir DIR")
         if self._profiler is not None:
             raise ValueError("a profile is already running: POST /stop_profile first")
-        activities = [tp.ProfilerActivity.CPU]
-        if self.engine.runner.device.type == "cuda":
-            activities.append(tp.ProfilerActivity.CUDA)
-        self._profiler = tp.profile(activities=activities, record_shapes=False, with_stack=False)
-        self._profiler.__enter__()
+        self._profiler = Window(self.engine.runner.device.type)
+        self._profiler.start()
         return "started"
 
-    def _stop_profile(self) -> str:
+    def _stop_profile(self) -> dict:
         if self._profiler is None:
             raise ValueError("no profile is running: POST /start_profile first")
-        profiler, self._profiler = self._profiler, None
-        profiler.__exit__(None, None, None)
+        window, self._profiler = self._profiler, None
         folder = Path(self.profile_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        path = folder / f"engine-trace-{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}.json"
-        profiler.export_chrome_trace(str(path))
-        return str(path)
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S')}-{time.monotonic_ns() % 10**6}"
+        trace = folder / f"engine-trace-{stamp}.json"
+        raw = window.stop(folder, keep_trace=trace)
+        profile = folder / f"profile-{stamp}.json"
+        profile.write_text(json.dumps(raw))
+        return {"trace": str(trace), "profile": str(profile)}

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..base import Tool, ToolContext
 from . import findings as find
 from . import judge, report
-from .jobs import check_result, run_profile_job
+from .jobs import check_result, run_profile_job, run_serve_window
 from .plan import make_plan
 from .schema import CATALOGUE, Input, Output, expect_facts
 
@@ -25,10 +25,15 @@ GPU_NOTE = ("kernel times from CUPTI; Nsight Compute speed-of-light and memory m
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     plan = make_plan(inp, ctx)
+    trace = None
     with tempfile.TemporaryDirectory(prefix="infra-agent-profile-") as scratch:
-        result, watch = await run_profile_job(ctx, plan, sample=inp.sample_threads, gil_hz=inp.gil_sample_hz,
-                                              scratch=Path(scratch))
-    raw = check_result(result, plan)
+        if plan.payload["target"] == "serve":
+            raw, watch, trace = await run_serve_window(ctx, plan, sample=inp.sample_threads,
+                                                       gil_hz=inp.gil_sample_hz, scratch=Path(scratch))
+        else:
+            result, watch = await run_profile_job(ctx, plan, sample=inp.sample_threads, gil_hz=inp.gil_sample_hz,
+                                                  scratch=Path(scratch))
+            raw = check_result(result, plan)
 
     ev = judge.evidence(raw, watch)
     judge.check_names(ev, plan.range_filters, "ranges")
@@ -50,6 +55,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     pid = int(raw.get("pid") or 0) if isinstance(raw.get("pid"), int) else 0
     out.artifacts = [ctx.artifact("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
                      ctx.artifact("timeline.png", report.timeline_png(ev))]
+    if trace is not None:
+        out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
     out.summary = report.summary(out)
     return out
 
@@ -62,7 +69,8 @@ TOOL = Tool(
         "inputs; impl= or source=/path=+entry=), or a workload: path=/source= + entry= (a function that runs one "
         "step of a stack and may start threads; it runs in the sandbox under the usual limits; mark phases with "
         "`from ia_worker.ranges import span` + `with span('dispatch'):` or torch.profiler.record_function). "
-        "handle= (a running serve) is not available yet. Returns top ops by self and total time (torch.profiler, "
+        "handle= (a running builtin engine from launch_serve: a window of duration_s under a load, through its "
+        "/start_profile and /stop_profile). Returns top ops by self and total time (torch.profiler, "
         "all threads, grouped by input shapes), per-thread wall time in ranges, on-CPU time and states, overlap "
         "between range sets (overlap=[['kv_transfer', 'dispatch|combine']]: merged-interval sweep over the time "
         "each range's thread made progress, i.e. was not blocked on a futex (the GIL, a lock) nor queued for a "

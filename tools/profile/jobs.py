@@ -91,3 +91,127 @@ def check_result(result: JobResult, plan: Plan) -> dict:
                          "that were still there when it returned: profile measures one process. Use threads, or "
                          "wait for the children inside the entry; they have been killed")
     return raw
+
+
+# -- target (c): a running built-in engine ----------------------------------------------------
+
+MAX_PROFILE_BYTES = 64 << 20  # the engine's raw window (untrusted): a larger file is refused
+
+
+async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int,
+                           scratch: Path) -> tuple[dict, Watch, Path | None]:
+    """Open the engine's profiling window, keep `load_concurrency` requests in flight for
+    duration_s, close it; the raw window (the same format as the profile op's) comes back from
+    a file in the engine's own folder. Returns (raw, what the host saw, the engine's torch trace)."""
+    from ..common.engines import get_engine
+
+    engine = get_engine(ctx, plan.payload["handle"])
+    if engine.adapter.name != "builtin":
+        raise AgentError(f"profile(handle=) reads the built-in engine's profiling window; the {engine.adapter.name} "
+                         "engine's /start_profile writes only its own torch trace. Profile a workload that runs one "
+                         "step of that stack instead, or launch_serve the builtin engine")
+    watch = Watch()
+    host_pid = _engine_pid(engine)
+    if sample:
+        if host_pid is None:
+            watch.problem = "the engine's process was not found in its cgroup; threads were not sampled"
+        else:
+            watch.proc = ProcSampler(host_pid)
+            watch.proc.start()
+            watch.spy = PySpy(host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s)
+    try:
+        # closing the window exports every op the engine ran (tens of thousands a second): seconds, not ms
+        async with engine.client(timeout_s=max(120.0, plan.timeout_s)) as client:
+            await _post(client, "/start_profile", engine)
+            await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
+            await _load(engine, plan.payload["duration_s"], plan.payload["load_concurrency"])
+            paths = await _post(client, "/stop_profile", engine)
+    finally:
+        await asyncio.to_thread(_stop, watch)
+    raw = _read_window(engine, paths.get("profile"))
+    trace = _inside(engine, paths.get("trace"))
+    return raw, watch, trace
+
+
+async def _post(client, path: str, engine) -> dict:
+    import httpx
+
+    try:
+        resp = await client.post(path)
+    except httpx.HTTPError as exc:
+        raise AgentError(f"the engine did not answer {path} ({type(exc).__name__}); its log ends:\n"
+                         f"{engine.log_tail(1500)}") from None
+    if resp.status_code != 200:
+        raise AgentError(f"the engine refused {path} (HTTP {resp.status_code}): {resp.text[:300]}")
+    try:
+        return resp.json() if isinstance(resp.json(), dict) else {}
+    except ValueError:
+        return {}
+
+
+async def _load(engine, duration_s: float, concurrency: int) -> None:
+    """Keep `concurrency` short requests in flight until the window's time is up."""
+    import time
+
+    from ...serving.loadgen import Arrivals, Endpoint, random_requests, run_benchmark
+
+    if concurrency == 0:
+        await asyncio.sleep(duration_s)
+        return
+    from ..serve_benchmark.jobs import served_model
+
+    ep = Endpoint("http://engine", model=await served_model(engine), uds=engine.socket_path,
+                  extra_body=engine.adapter.request_extras(ignore_eos=True))
+    requests = random_requests(concurrency, input_len=32, output_len=16, seed=0)
+    deadline = time.monotonic() + duration_s
+    while time.monotonic() < deadline:
+        await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency)),
+                               timeout=max(deadline - time.monotonic(), 0) + 30)
+
+
+def _engine_pid(engine) -> int | None:
+    """The engine process's host pid: in its cgroup, neither bwrap nor the engine host."""
+    members = engine.cgroup.procs() if engine.cgroup is not None else set()
+    for pid in sorted(members):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"infra_agent.serving.engine" in cmdline:
+            return pid
+    return None
+
+
+def _inside(engine, reported: object) -> Path | None:
+    """A file the engine reported, as a host path inside the engine's own folder (else None)."""
+    if not isinstance(reported, str) or not reported:
+        return None
+    rel = Path(reported)
+    if rel.is_absolute():
+        try:  # the path as the engine sees its folder (/jobs/<name>/...) or, unsandboxed, the host path
+            rel = rel.relative_to(engine.folder) if rel.is_relative_to(engine.folder) else \
+                rel.relative_to(Path("/jobs") / engine.folder.name)
+        except ValueError:
+            return None
+    host = (engine.folder / rel).resolve()
+    return host if host.is_relative_to(engine.folder.resolve()) and host.is_file() else None
+
+
+def _read_window(engine, reported: object) -> dict:
+    import json
+
+    path = _inside(engine, reported)
+    if path is None:
+        raise AgentError("the engine's /stop_profile named no profile file in its folder (is it the built-in "
+                         "engine, started with --profile-dir?)")
+    if path.stat().st_size > MAX_PROFILE_BYTES:
+        raise AgentError(f"the engine's profile is {path.stat().st_size} bytes (cap {MAX_PROFILE_BYTES}): "
+                         "profile a shorter duration_s")
+    try:
+        raw = json.loads(path.read_text())
+    except ValueError:
+        raise AgentError("the engine's profile file is not JSON") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("window"), dict) or not isinstance(raw.get("ranges"),
+                                                                                              dict):
+        raise AgentError("the engine's profile file is malformed")
+    return raw

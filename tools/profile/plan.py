@@ -11,10 +11,7 @@ from ..base import AgentError, ToolContext
 from .schema import Input
 
 ATTACH_WAIT_S = 0.6  # the job waits this long after announcing its pid, so the host samplers see the whole window
-NO_SERVING = ("no serving tools in this server yet: profile(handle=...) will profile a running engine from "
-              "launch_serve through its /start_profile and /stop_profile endpoints for duration_s while a load "
-              "runs. For now profile a workload instead: path= (or source=) + entry= naming a function that runs "
-              "one step of the stack, threads included")
+DEFAULT_SERVE_S = 3.0  # a serve window: a few hundred engine steps on a CPU
 
 
 @dataclass(frozen=True)
@@ -28,14 +25,20 @@ class Plan:
 
 
 def make_plan(inp: Input, ctx: ToolContext) -> Plan:
-    if inp.handle is not None:
-        raise AgentError(NO_SERVING)
-    if inp.duration_s is not None:
-        raise AgentError("duration_s applies to a serve handle only (not available yet); a workload runs until "
-                         "its entry returns, a kernel target for `calls` calls")
     overlap = [_pair(p) for p in inp.overlap]
     for pattern in inp.ranges or []:
         _regex(pattern, "ranges")
+    if inp.handle is not None:
+        if inp.kernel or inp.source or inp.path:
+            raise AgentError("give handle= (a running engine) or a kernel/workload target, not both")
+        duration = inp.duration_s or DEFAULT_SERVE_S
+        payload = {"target": "serve", "handle": inp.handle, "duration_s": duration,
+                   "load_concurrency": inp.load_concurrency}
+        return Plan(target=f"engine {inp.handle}", payload=payload, timeout_s=duration + inp.timeout_s, env={},
+                    overlap=overlap, range_filters=list(inp.ranges or []))
+    if inp.duration_s is not None:
+        raise AgentError("duration_s applies to handle= (a running engine); a workload runs until its entry "
+                         "returns, a kernel target for `calls` calls")
     device = getattr(ctx.sandbox, "device", "cpu")
     if inp.kernel is not None:
         code, target, kernel_payload = _kernel_target(inp, ctx, device)

@@ -26,10 +26,15 @@ class Input(ToolInput):
     entry: str | None = Field(default=None, description="Function to call in source/path (required with them).")
     workload_args: list = Field(default_factory=list, description="Workload only: JSON values passed positionally "
                                 "to entry.")
-    handle: str | None = Field(default=None, description="Target (c): a running serve handle from launch_serve, "
-                               "profiled through the engine's /start_profile and /stop_profile for duration_s "
-                               "while a load runs. Not available yet: this server has no serving tools.")
-    duration_s: float | None = Field(default=None, gt=0, description="With handle: seconds to profile under load.")
+    handle: str | None = Field(default=None, description="Target (c): a running built-in engine from launch_serve, "
+                               "profiled through its /start_profile and /stop_profile for duration_s while a load "
+                               "runs (its engine thread, HTTP threads and any KV-transfer thread; ranges such as "
+                               "prefill, decode, schedule, dispatch, combine, kv_transfer).")
+    duration_s: float | None = Field(default=None, gt=0, le=600, description="With handle: seconds to profile "
+                                     "under load (default 3).")
+    load_concurrency: int = Field(default=4, ge=0, le=256, description="With handle: requests kept in flight "
+                                  "during the window (random 32-token prompts, 16 tokens each); 0 sends none, when "
+                                  "you drive the load yourself (e.g. a serve_benchmark call at the same time).")
     ranges: list[str] | None = Field(default=None, description="Named ranges to report (names or regular "
                                      "expressions, e.g. 'dispatch|combine'); each must match a range that ran, "
                                      "else the error lists the ranges seen. Default: every range.")

@@ -60,3 +60,20 @@ async def test_builtin_metrics_regression_and_attribution(builtin_client):
     assert again["criteria"]["answer"] != "contradicted", again["criteria"]
     for h in (normal["handle"], slow["handle"]):
         await call(c, "stop_serve", handle=h)
+
+
+@pytest.mark.anyio
+async def test_profile_a_running_engine_under_load(builtin_client):
+    """profile(handle=): the engine's own window (the same recorder as a profile job) under a
+    load the tool drives, its threads watched from the host."""
+    c = builtin_client
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    out = await call(c, "profile", handle=eng["handle"], duration_s=1, load_concurrency=2, top_k=5,
+                     expect=["window_ms >= 900"])
+    names = {r["name"] for r in out["ranges"]}
+    assert {"schedule", "prefill", "decode"} <= names, names
+    assert out["top_ops_by_self"] and out["threads"]
+    assert out["hypothesis_answer"]["answer"] == "supported"
+    assert any(a.endswith("/engine-torch-trace.json") for a in out["artifacts"])
+    assert any(a.endswith("/trace.perfetto.json") for a in out["artifacts"])
+    await call(c, "stop_serve", handle=eng["handle"])

@@ -104,9 +104,12 @@ async def test_a_workload_that_forks_is_refused_and_its_child_killed(profile_cli
     await _nothing_left_running(profile_server)
 
 
-async def test_a_serve_handle_is_not_available_yet(profile_client):
-    with pytest.raises(ToolCallError, match="no serving tools in this server yet"):
+async def test_a_serve_handle_must_name_a_running_engine(profile_client):
+    """The handle target itself is exercised in tests/serving/tools/test_serve_builtin.py."""
+    with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-1'"):
         await call(profile_client, "profile", handle="serve-1", duration_s=5)
+    with pytest.raises(ToolCallError, match="duration_s applies to handle="):
+        await call(profile_client, "profile", kernel="rmsnorm", duration_s=5)
     with pytest.raises(ToolCallError, match="give a target"):
         await call(profile_client, "profile")
 
