@@ -75,6 +75,7 @@ class EngineArgs:
     max_num_batched_tokens: int = 512  # token budget per step (prefill chunks + decodes)
     max_model_len: int | None = None  # prompt + output tokens per sequence; default: the model's limit
     kv_cache_dtype: str = "auto"  # auto: the model's dtype; int8 or fp8 (e4m3): the zoo's kv_quant codes + scales
+    quantization: str | None = None  # "w8a8": int8 weights (per channel) x int8 activations (per token)
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     kernels: dict[str, str] = field(default_factory=dict)  # op -> impl ("reference", "triton", "torch")

@@ -34,13 +34,20 @@ class AttentionBatch:
 
 
 class LlamaModel:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], ops, device: torch.device):
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], ops, device: torch.device,
+                 quantization: str | None = None):
         self.cfg, self.ops = cfg, ops
         w = {k: v.to(device) for k, v in weights.items()}
         self.embed = w["model.embed_tokens.weight"]
         self.norm = w["model.norm.weight"]
         self.lm_head = self.embed if cfg.tie_word_embeddings else w["lm_head.weight"]
         self.layers = [self._fuse_layer(w, f"model.layers.{i}.") for i in range(cfg.num_hidden_layers)]
+        if quantization == "w8a8":  # the decoder's linears; embeddings and the LM head stay in the model dtype
+            for layer in self.layers:
+                for name in ("qkv", "o", "gate_up", "down"):
+                    layer[name] = _quantize_weight(layer[name])
+        elif quantization is not None:
+            raise ValueError(f"quantization {quantization!r} is not supported: use w8a8 or leave it unset")
         self.cos, self.sin = _rope_tables(cfg, device, self.embed.dtype)
         self.comm = None  # disaggregated prefill: a native dispatch/combine around each MLP (disagg.NativeComm)
 
@@ -74,7 +81,9 @@ class LlamaModel:
     def _attention(self, x, layer, cos, sin, batch: AttentionBatch, cache):
         cfg, T = self.cfg, x.shape[0]
         d, hq, hkv = cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads
-        qkv = F.linear(x, layer["qkv"], layer["qkv_bias"])
+        qkv = self._linear(x, layer["qkv"])
+        if layer["qkv_bias"] is not None:
+            qkv = qkv + layer["qkv_bias"]
         q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
         q = _rope(q.view(T, hq, d), cos, sin)
         k = _rope(k.view(T, hkv, d), cos, sin)
@@ -89,16 +98,29 @@ class LlamaModel:
         for chunk in batch.prefills:
             rows = slice(chunk.row_start, chunk.row_start + chunk.num_tokens)
             out[rows] = _prefill_attention(q[rows], *cache.blocks(chunk.block_ids), chunk, hq // hkv)
-        return out.view(T, hq * d) @ layer["o"].T
+        return self._linear(out.view(T, hq * d), layer["o"])
 
     def _mlp(self, x, layer):
         if self.comm is not None:
             self.comm.dispatch()
-        gate, up = (x @ layer["gate_up"].T).chunk(2, dim=-1)
-        out = (F.silu(gate) * up) @ layer["down"].T
+        gate, up = self._linear(x, layer["gate_up"]).chunk(2, dim=-1)
+        out = self._linear(F.silu(gate) * up, layer["down"])
         if self.comm is not None:
             self.comm.combine()
         return out
+
+
+    def _linear(self, x, w):  # x [T, K], w [N, K] or (int8 [N, K], scale [N]) -> [T, N]
+        if not isinstance(w, tuple):
+            return x @ w.T
+        codes, scale = self.ops.quantize_activations(x)  # int8 [T, K], fp32 [T]: one scale per token
+        return self.ops.w8a8_gemm(codes, scale, *w).to(x.dtype)
+
+
+def _quantize_weight(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per output channel: scale = amax(|w|) / 127, codes = round(w / scale) (round half even)."""
+    scale = w.float().abs().amax(dim=1).clamp_min(1e-12) / 127.0
+    return torch.round(w.float() / scale[:, None]).clamp(-127, 127).to(torch.int8), scale.to(w.dtype)
 
 
 def _prefill_attention(q, k_blocks, v_blocks, chunk: PrefillChunk, group: int):

@@ -39,7 +39,9 @@ class ModelRunner:
             weights = load_checkpoint_weights(args.checkpoint, cfg, self.dtype)
         else:
             weights = random_weights(cfg, args.seed, self.dtype)
-        self.model = LlamaModel(cfg, weights, self.ops, self.device)
+        if args.quantization == "w8a8":
+            self.ops.enable_w8a8()
+        self.model = LlamaModel(cfg, weights, self.ops, self.device, args.quantization)
         self.kv_caches = self._make_kv_caches(args, cfg)
         self.sampler = Sampler(args.seed)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-ENGINE_OPS = ("rmsnorm", "paged_attention_decode", "kv_quant")
+ENGINE_OPS = ("rmsnorm", "paged_attention_decode", "kv_quant", "w8a8_gemm")
 
 
 class KernelOps:
@@ -34,6 +34,27 @@ class KernelOps:
         self.paged_attention_decode = self._resolve(
             "paged_attention_decode", kernels.get("paged_attention_decode", default), torch_paged_attention_decode)
         self._kv_quant_impl = kernels.get("kv_quant", default)
+        self._w8a8_impl = kernels.get("w8a8_gemm", default)
+        self._quantize_rows = None
+
+    def enable_w8a8(self) -> None:
+        """quantization=w8a8: the zoo's w8a8_gemm for the linears; activations quantised per
+        token with kv_quant's quantize_int8 (the same per-row int8 rule), else plain torch."""
+        self.w8a8_gemm = self._resolve("w8a8_gemm", self._w8a8_impl, torch_w8a8_gemm)
+        if "kv_quant" in self._ws.kernels:
+            self._quantize_rows = self.kv_quantizer("int8")[0]
+            del self.choices["kv_quant"]  # that entry names the KV cache's quantiser
+            self.choices["activation_quant"] = f"kv_quant:{self._kv_quant_impl} (int8 per token)"
+        else:
+            self.choices["activation_quant"] = "torch (the workspace has no kv_quant kernel)"
+
+    def quantize_activations(self, x):  # [T, K] -> (int8 [T, K], fp32 [T])
+        if self._quantize_rows is None:
+            scale = x.float().abs().amax(dim=1) / 127.0
+            safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+            return torch.round(x.float() / safe[:, None]).clamp(-127, 127).to(torch.int8), scale
+        codes, scale = self._quantize_rows(x[:, None, :])
+        return codes[:, 0, :], scale[:, 0]
 
     def kv_quantizer(self, kind: str):
         """(quantize, dequantize) for an "int8" or "fp8" cache: the zoo's kv_quant entries
@@ -111,6 +132,10 @@ def _rows_2d(fn):
     def rmsnorm(x, weight):
         return fn(x.contiguous(), weight)
     return rmsnorm
+
+
+def torch_w8a8_gemm(a, a_scale, w, w_scale):  # int8 [M, K], [M], int8 [N, K], [N] -> [M, N]
+    return ((a.float() @ w.float().T) * a_scale[:, None] * w_scale.float()[None, :]).to(w_scale.dtype)
 
 
 def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
