@@ -16,7 +16,7 @@ from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import get_engine, start_engine
 from . import jobs, plan, report
-from .judge import CATALOGUE, aggregate, attribution, facts, repeat_metrics
+from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
 
 
@@ -38,6 +38,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}
     out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
+                 latencies=latency_table(metrics, spread),
                  output_tokens_source=sources.pop() if len(sources) == 1 else "mixed")
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from ..common.expect import Catalogue, Facts, Measured
 from .jobs import Repeat
 from .phases import PHASE_METRIC
-from .schema import LATENCIES, STATS, PhaseChange, RepeatMetrics
+from .schema import LATENCIES, STATS, LatencyRow, PhaseChange, RepeatMetrics
 
 _STAT_KEY = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 COUNTS = ("completed", "failed", "request_throughput", "output_throughput", "total_token_throughput", "goodput",
@@ -89,6 +89,13 @@ def aggregate(repeats: list[RepeatMetrics]) -> tuple[dict[str, float | None], di
         medians[name] = statistics.median(values)
         spread[name] = [min(values), max(values)]
     return medians, spread
+
+
+def latency_table(metrics: dict, spread: dict) -> list[LatencyRow]:
+    return [LatencyRow(metric=lat, p50_range=spread.get(f"{lat}_p50"),
+                       **{s: None if metrics.get(f"{lat}_{s}") is None else round(metrics[f"{lat}_{s}"], 3)
+                          for s in STATS})
+            for lat in LATENCIES]
 
 
 def facts(metrics: dict, spread: dict, baseline: dict | None) -> Facts:

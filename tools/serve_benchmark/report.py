@@ -16,7 +16,7 @@ def summary(out: Output, baseline_id: str | None) -> str:
     for name, label in (("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT p50"), ("itl_p50", "ITL p50"),
                         ("e2el_p50", "E2EL p50")):
         if m.get(name) is not None:
-            parts.append(f"{label} {m[name]:.1f} ms")
+            parts.append(f"{label} {m[name]:.3g} ms")
     if m.get("output_throughput") is not None:
         parts.append(f"{m['output_throughput']:.1f} output tok/s")
     text = ", ".join(parts)

@@ -73,6 +73,15 @@ class PhaseChange(BaseModel):
     delta_pct: float | None = Field(description="delta / baseline, percent; null when baseline is 0.")
 
 
+class LatencyRow(BaseModel):
+    metric: str = Field(description="ttft, tpot, itl or e2el.")
+    mean: float | None = Field(description="Mean over requests (itl: over chunks), ms; median over repeats.")
+    p50: float | None = Field(description="Median, ms; median over repeats.")
+    p90: float | None = Field(description="90th percentile, ms; median over repeats.")
+    p99: float | None = Field(description="99th percentile, ms; median over repeats.")
+    p50_range: list[float] | None = Field(description="[min, max] of p50 over repeats, ms.")
+
+
 class RepeatMetrics(BaseModel):
     """One run of the workload (every latency in ms, throughputs per second)."""
 
@@ -104,6 +113,8 @@ class Output(ToolOutput):
                                              "request_throughput (per s), completed, failed, goodput, "
                                              "slo_attainment_pct, and the phases (queue_ms, prefill_ms, "
                                              "decode_ms, kv_transfer_ms, preemptions, prefix_cache_hit_rate).")
+    latencies: list[LatencyRow] = Field(default_factory=list, description="The latency metrics as a table (the same "
+                                        "numbers as metrics).")
     spread: dict[str, list[float]] = Field(default_factory=dict, description="[min, max] over repeats per "
                                            "metric: the interval criteria are judged with.")
     repeats: list[RepeatMetrics] = Field(description="Each run, in order.")
