@@ -7,10 +7,13 @@ import re
 import shutil
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
 from .ledger import Ledger
+
+if TYPE_CHECKING:  # imported lazily at run time (see ServerState.sandbox)
+    from ..sandbox import Sandbox
 
 ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -23,7 +26,7 @@ class ServerState:
         self.allow_unsandboxed = allow_unsandboxed
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
-        self._sandbox: Any = None
+        self._sandbox: Sandbox | None = None
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
 
@@ -50,7 +53,7 @@ class ServerState:
         return self.workspace.state_dir / "artifacts"
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> Sandbox:
         """The shared Sandbox, constructed on first use (imported lazily: the server
         starts without it, and tools that never run code never pay for it)."""
         if self._sandbox is None:
@@ -88,7 +91,7 @@ class CallContext:
         self.artifacts: list[str] = []
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> Sandbox:
         return self._state.sandbox
 
     def experiments(self, **filters: Any) -> list[dict]:
