@@ -34,6 +34,9 @@ class Job:
     inputs: dict[str, Path] = field(default_factory=dict)
     # extra environment for the job, e.g. {"TRITON_INTERPRET": "1"}
     env: dict[str, str] = field(default_factory=dict)
+    # Triton cache group (sandbox/triton_cache.py): jobs naming the same group share compiled
+    # kernels. One group per (call, code under test); never one for code of different trust.
+    triton_cache: str | None = None
 
 
 @dataclass
@@ -45,6 +48,7 @@ class JobResult:
     stdout_tail: str = ""
     stderr_tail: str = ""
     wall_s: float = 0.0  # from start to exit, excluding time queued
+    num_compiles: int = 0  # Triton cache entries (kernels, launchers) the job compiled itself
     queued_s: float = 0.0
 
     @property

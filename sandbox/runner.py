@@ -16,6 +16,7 @@ import shutil
 import time
 from pathlib import Path
 
+from . import triton_cache
 from .cgroups import CgroupManager
 from .child import Child
 from .errors import SandboxError
@@ -166,6 +167,7 @@ class Sandbox:
                         copy(src, child.host_dir / "in" / name)
                     except OSError as exc:
                         raise SandboxError(f"cannot copy input {name!r} from {src}: {exc}") from None
+                seeded = self._seed_triton_cache(job, child)
                 spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
                                           device=self.device, limits=self.limits, timeout_s=job.timeout_s)
                 (child.host_dir / "job.json").write_text(json.dumps(spec))
@@ -178,10 +180,23 @@ class Sandbox:
                 raise
             child.used = True
             try:
-                return await supervise(child, job, self.limits, progress)
+                result = await supervise(child, job, self.limits, progress)
+                result.num_compiles = self._keep_triton_cache(job, child, seeded)
+                return result
             finally:
                 child.discard()
         raise SandboxError(f"job children keep dying before they start; zygote log:\n{self._zygote_log_tail()}")
+
+    def _seed_triton_cache(self, job: Job, child: Child) -> set[str]:
+        if job.triton_cache is None:
+            return set()
+        return triton_cache.seed(self.state_dir / "triton-cache", job.triton_cache, child.host_dir / "cache/triton")
+
+    def _keep_triton_cache(self, job: Job, child: Child, seeded: set[str]) -> int:
+        cache = child.host_dir / "cache/triton"
+        if job.triton_cache is None:  # counted, not kept
+            return sum(1 for e in cache.iterdir() if not e.name.startswith(".")) if cache.is_dir() else 0
+        return triton_cache.keep(self.state_dir / "triton-cache", job.triton_cache, cache, seeded)
 
     def _zygote_log_tail(self) -> str:
         return self._zygote.log_tail() if self._zygote is not None else ""

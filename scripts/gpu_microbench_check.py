@@ -33,6 +33,7 @@ def same_buffer_copy(copy_gib: float) -> tuple[float, float]:
     import torch
     import triton.testing
 
+    from infra_agent.sandbox.worker import timing
     from infra_agent.sandbox.worker.context import JobContext
     from infra_agent.sandbox.worker.ops import microbench as op
 
@@ -44,8 +45,8 @@ def same_buffer_copy(copy_gib: float) -> tuple[float, float]:
     for sub in ("in", "out"):
         (job / sub).mkdir()
     ctx = JobContext(job_dir=job, in_dir=job / "in", out_dir=job / "out", workspace=None, device="cuda")
-    timer = op._CudaTimer(torch, None)
-    arms = [op._Arm("candidate", lambda t: out.copy_(t), num_spot_checks=0)]
+    timer = timing.CudaTimer(torch, None)
+    arms = [timing.Arm("candidate", lambda t: out.copy_(t), num_spot_checks=0)]
     sets = [(x,)]
     start = time.perf_counter_ns()
     budget_ns = 3e9

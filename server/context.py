@@ -9,12 +9,15 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import anyio
 
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
 from .ledger import Ledger
+
+if TYPE_CHECKING:  # imported lazily at run time (see ServerState.sandbox)
+    from ..sandbox import Sandbox
 
 ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -51,8 +54,8 @@ class ServerState:
         self.allow_unsandboxed = allow_unsandboxed
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
-        self._sandbox: Any = None
-        self._engines: Any = None
+        self._sandbox: Sandbox | None = None
+        self._engines: Any = None  # serving.lifecycle.Engines, made on first use
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
         self.stopping = False  # set at shutdown: new calls are refused, running ones get a grace period
@@ -98,7 +101,7 @@ class ServerState:
         return self.workspace.state_dir / "artifacts"
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> Sandbox:
         """The shared Sandbox, constructed on first use (imported lazily: the server
         starts without it, and tools that never run code never pay for it)."""
         if self._sandbox is None:
@@ -150,7 +153,7 @@ class CallContext:
         self.artifacts: list[str] = []
 
     @property
-    def sandbox(self) -> Any:
+    def sandbox(self) -> Sandbox:
         return self._state.sandbox
 
     def experiments(self, **filters: Any) -> list[dict]:

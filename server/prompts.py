@@ -23,8 +23,10 @@ def ladder(available: set[str]) -> str:
     steps = [f"{i}. {name:<16} - {what}" for i, (name, what) in
              enumerate(((n, w) for n, w in CHECKS if n in available), 1)]
     return "The checks, cheapest first (stop at the first one that answers the question):\n" + "\n".join(steps) + """
-Every call takes `hypothesis` (one sentence). Read the verdict, then say whether the
-evidence supports the hypothesis before choosing the next step. Never skip check_numerics
+Every call takes `hypothesis` (one sentence) and `expect`: the conditions over the tool's own
+output that the hypothesis predicts (e.g. ["median_ms <= 0.95 * baseline.median_ms"]);
+hypothesis_answer says supported, contradicted or inconclusive, with the numbers. Read it
+before choosing the next step. Never skip check_numerics
 before trusting a speed-up. list_experiments and compare_experiments show what was tried."""
 
 

@@ -98,7 +98,11 @@ def apply_landlock(read_only: list[str], read_write: list[str], devices: list[st
     handled = _fs_rights(abi)
     attr = _RulesetAttr(handled, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
                         (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
-    size = ctypes.sizeof(_RulesetAttr) if abi >= 6 else 16 if abi >= 4 else 8
+    size = 8  # landlock_ruleset_attr as ABI 1-3 know it: fs rights only
+    if abi >= 4:
+        size = 16  # + net rights
+    if abi >= 6:
+        size = ctypes.sizeof(_RulesetAttr)  # + scoped
     ruleset = _libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
     if ruleset < 0:
         raise ConfineError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")

@@ -43,9 +43,9 @@ def main() -> None:
     confine.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     confine.prctl(_PR_SET_CHILD_SUBREAPER, 1)
     _warm_imports()
-    from . import harness
-
     import torch
+
+    from . import harness
 
     if torch.cuda.is_initialized():  # a forked CUDA context is undefined behaviour: refuse to serve
         print("zygote: CUDA was initialised while importing; refusing to fork jobs", file=sys.stderr)
@@ -96,14 +96,14 @@ def _warm_imports() -> None:
     """What every job needs, imported once; CUDA stays uninitialised."""
     import numpy  # noqa: F401
     import torch  # noqa: F401
-    import triton  # noqa: F401
-    import triton.language  # noqa: F401
+
     # Tracing on the meta device (the reference's native output dtypes) and the first
     # TorchDispatchMode dispatch import dynamo lazily: 2-3 s in every forked job, once here.
     import torch._dynamo  # noqa: F401
+    import triton  # noqa: F401
+    import triton.language  # noqa: F401
 
-    from . import context, loader, tensors  # noqa: F401
-    from . import ops
+    from . import context, loader, ops, tensors  # noqa: F401
 
     for module in pkgutil.iter_modules(ops.__path__):
         try:

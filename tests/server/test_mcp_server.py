@@ -159,6 +159,7 @@ async def test_prompts_teach_the_loop(client):
     got = await client.get_prompt("optimize_kernel", {"kernel": "rmsnorm"})
     text = got.messages[0].content.text
     assert "rmsnorm" in text and "hypothesis" in text.lower()
+    assert "`expect`" in text and "hypothesis_answer" in text  # the one way a hypothesis is answered
     ladder = [text.index(f"{i}. {tool}") for i, tool in enumerate(
         ["compile_kernel", "check_numerics", "microbench"], start=1)]
     assert ladder == sorted(ladder)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import anyio
 
+from ...sandbox.triton_cache import TRUSTED_ZOO
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs
@@ -39,7 +40,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     reports, series, partition_rows = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
         ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
-        judged = await _run_cases(ctx, plan, ref_dir, ref_items, enabled, inp.timeout_s, total)
+        judged, compiles = await _run_cases(ctx, plan, ref_dir, ref_items, enabled, inp.timeout_s, total)
     for case, (report, row, case_found, errors) in zip(plan.cases, judged, strict=True):
         findings += case_found
         reports.append(report)
@@ -54,23 +55,26 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
-                  lock=lock, checks=sorted(enabled), artifacts=artifacts,
+                  lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.num_compiles + compiles,
                   summary=summary(plan.candidate_name, verdict, reports, findings))
 
 
 async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, enabled: set[str], timeout_s: float,
-                     total: int) -> list[tuple]:
+                     total: int) -> tuple[list[tuple], int]:
     """Every case's job at once (the sandbox's slots decide how many run together), each judged as
     it finishes; results in plan order. As if run in order: a failing case stops the cases after
     it, the ones before it finish, and the earliest failure is the error."""
     judged: list = [None] * len(plan.cases)
     failures: dict[int, Exception] = {}
+    compiles = [0] * len(plan.cases)
     scopes = [anyio.CancelScope() for _ in plan.cases]
+    group = cache_group(ctx, plan)
 
     async def run_and_judge(i: int, case) -> None:
         with scopes[i]:
             try:
-                res = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s)
+                res = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group)
+                compiles[i] = res.num_compiles
                 # torch work on possibly large tensors: off the event loop, so the server keeps serving
                 judged[i] = await anyio.to_thread.run_sync(_judge_case, plan, case, res, ref_dir, ref_items,
                                                            enabled, ctx.sandbox.device)
@@ -79,13 +83,21 @@ async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, ena
                 for later in scopes[i + 1:]:
                     later.cancel()
 
-    async with anyio.create_task_group() as group:
+    async with anyio.create_task_group() as tasks:
         for i, case in enumerate(plan.cases):
             await ctx.progress(case.index + 1, total, f"case {case.label}")
-            group.start_soon(run_and_judge, i, case)
+            tasks.start_soon(run_and_judge, i, case)
     if failures:
         raise failures[min(failures)]
-    return judged
+    return judged, sum(compiles)
+
+
+def cache_group(ctx: ToolContext, plan) -> str:
+    """The candidate's jobs of this call share one Triton cache (never the reference's, never another
+    call's); the built-in zoo's own kernels share a trusted one across calls (only zoo code runs there)."""
+    if ctx.workspace.is_embedded and plan.candidate.get("source") is None:
+        return TRUSTED_ZOO
+    return f"{ctx.experiment_id}:candidate"
 
 
 def _judge_case(*args):
@@ -101,9 +113,10 @@ TOOL = Tool(
     "seeded inputs per trial, compares with a float64 reference outside its process (max abs/rel, rel L2, ULP, "
     "mismatch indices, NaN/Inf) against a documented tolerance, and reports integrity findings: unwritten output, "
     "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, "
-    "lower precision, and partitioned (simulated tensor-parallel) vs unpartitioned divergence. Tolerance (relative L2): "
-    "the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 5e-4, "
-    "float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser tolerance.",
+    "lower precision, and partitioned (simulated tensor-parallel) vs unpartitioned divergence. Tolerance (relative "
+    "L2): the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 "
+    "5e-4, float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser "
+    "tolerance.",
     input_model=Input,
     output_model=Output,
     run=run,

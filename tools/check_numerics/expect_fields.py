@@ -25,6 +25,7 @@ CATALOGUE = Catalogue(
         "num_failed_cases": "Cases whose verdict is not 'pass'.",
         "is_locked": "True when a person locked this kernel's reference and tolerances.",
         "device": Output.model_fields["device"].description,
+        "triton_compiles": Output.model_fields["triton_compiles"].description,
     },
     scoped={
         "case_verdict": CaseReport.model_fields["verdict"].description,
@@ -48,6 +49,7 @@ def facts(inp: Input, out: Output) -> Facts:
         "num_failed_cases": sum(c.verdict != "pass" for c in out.cases),
         "is_locked": bool(out.lock and out.lock.locked),
         "device": out.device,
+        "triton_compiles": out.triton_compiles,
     }
     return Facts(fields=fields, scopes={c.case: _case_fields(c) for c in out.cases})
 

@@ -48,12 +48,13 @@ def _reference_payload(plan: Plan) -> ReferencePayload:
 
 
 async def run_case(plan: Plan, case: Case, sandbox: Sandbox, ref_dir: Path, enabled: set[str],
-                   timeout_s: float) -> JobResult:
+                   timeout_s: float, cache_group: str) -> JobResult:
     """The candidate on one case's inputs (every trial), in one fresh worker."""
     payload: NumericsRunPayload = {"candidate": plan.candidate, "keys": case.keys, "repeat": "determinism" in enabled,
                "partition": plan.partition}
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}
-    res = await sandbox.run(Job(op=OP_NUMERICS_RUN, payload=payload, timeout_s=timeout_s, inputs=inputs))
+    res = await sandbox.run(Job(op=OP_NUMERICS_RUN, payload=payload, timeout_s=timeout_s, inputs=inputs,
+                                triton_cache=cache_group))
     if res.status == "timeout":
         raise AgentError(f"the candidate timed out after {timeout_s:g} s on case {case.label}; use smaller shapes, "
                          "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)")

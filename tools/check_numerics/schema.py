@@ -185,5 +185,9 @@ class Output(ToolOutput):
     findings: list[Finding] = Field(description="Integrity findings, each naming the trick and where it showed.")
     lock: LockReport | None = Field(description="Pinned acceptance status (null: no kernel).")
     checks: list[str] = Field(description="Integrity checks that ran.")
+    triton_compiles: int = Field(default=0, description="Triton cache entries (kernels and their launchers) this "
+                                 "call's jobs compiled. On a GPU the candidate's jobs share one cache per call, and "
+                                 "the built-in zoo's kernels a trusted one across calls, so this counts distinct "
+                                 "kernels, not cases; 0 when Triton runs interpreted (CPU).")
 
 

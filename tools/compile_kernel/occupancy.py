@@ -127,10 +127,19 @@ def local_target() -> str | None:
             if out:
                 major, minor = out[0].split(".")
                 name = f"sm_{major}{minor}"
-                return name + "a" if f"{name}a" in TARGETS else name if name in TARGETS else None
+                return _known_target(name)
         if shutil.which("rocm_agent_enumerator"):
             out = subprocess.run(["rocm_agent_enumerator"], capture_output=True, text=True, timeout=10).stdout
             return next((g for g in out.split() if g in TARGETS), None)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None
+    return None
+
+
+def _known_target(name: str) -> str | None:
+    """The target for an sm_XY: its arch-specific 'a' variant where we have one (sm_90 -> sm_90a)."""
+    if f"{name}a" in TARGETS:
+        return f"{name}a"
+    if name in TARGETS:
+        return name
     return None

@@ -39,7 +39,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         arms.append(baseline)
 
     before = cpu_counters()
-    results, raw, ceilings, peaks_note, faults = [], {}, None, "", []
+    results, raw, ceilings, peaks_note, faults, compiles = [], {}, None, "", [], 0
     for i, shape in enumerate(shapes):
         payload = plan.timing_payload(ctx, kernel, arms, shape, dtype, i, inp)
         raw, out_dir = await jobs.time_shape(ctx, arms, payload, shape, device, i, len(shapes), inp)
@@ -48,6 +48,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         checks = await _spot_check(ctx, kernel, raw, out_dir, shape, dtype, arms)
         results.append(shape_result(spec, inp, shape, dtype, raw, arms, checks, ceilings, i))
         faults += page_fault_notes(shape, arms, raw)
+        compiles += raw["_compiles"]
         await ctx.progress(i + 1, len(shapes), f"shape {i + 1}/{len(shapes)} done: {results[-1].verdict}")
     after = cpu_counters()
 
@@ -56,7 +57,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         clocks=dict(raw.get("clocks") or {}),
         ceilings={**{k: v for k, v in (ceilings or {}).items() if k not in ("device", "clocks")}, "note": peaks_note},
         timer=str(raw.get("timer", "")),
-        disturbances=disturbances(device, before, after, raw.get("threads")) + faults,
+        disturbances=disturbances(device, before, after, raw.get("threads")) + faults, triton_compiles=compiles,
     )
     if len(results) > 1:
         out.artifacts.append(ctx.artifact("microbench_sweep.png", sweep_plot(plot_rows(results))))

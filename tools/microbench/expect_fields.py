@@ -26,6 +26,7 @@ CATALOGUE = Catalogue(
         "verdict": Output.model_fields["verdict"].description,
         "num_shapes": "Shapes timed.",
         "disturbances": Output.model_fields["disturbances"].description,
+        "triton_compiles": Output.model_fields["triton_compiles"].description,
     },
     scoped={
         **{name: ArmResult.model_fields[name].description + (_MEDIAN_NOTE if name == "median_ms" else "")
@@ -41,7 +42,8 @@ CATALOGUE = Catalogue(
 
 
 def facts(inp: Input, out: Output) -> Facts:
-    fields = {"verdict": out.verdict, "num_shapes": len(out.shapes), "disturbances": out.disturbances}
+    fields = {"verdict": out.verdict, "num_shapes": len(out.shapes), "disturbances": out.disturbances,
+              "triton_compiles": out.triton_compiles}
     scopes, baseline_scopes = {}, {}
     for r in out.shapes:
         label = " ".join(f"{k}={v}" for k, v in r.shape.items()) + f" {r.dtype}"

@@ -24,12 +24,14 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
 
     await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
     res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing",
-                                               timeout_s=timeout_s), progress=progress)
+                                               timeout_s=timeout_s, triton_cache=f"{ctx.experiment_id}:timing"),
+                                   progress=progress)  # one cache for this call's code under test, shapes share it
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
     raw = _checked_form(dict(res.result), arms)
     _check_enough_calls(raw, arms, shape, inp.budget_ms)
     raw["_seeds"] = payload["input_seeds"]  # ours, not the worker's
+    raw["_compiles"] = res.num_compiles  # the sandbox's count, not the worker's
     return raw, res.out_dir
 
 

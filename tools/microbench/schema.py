@@ -117,3 +117,6 @@ class Output(ToolOutput):
     ceilings: dict = Field(description="The peaks used for the roofline, with their source (measured/datasheet).")
     timer: str = Field(description="How each call was timed.")
     disturbances: list[str] = Field(description="What besides the code could have moved the numbers.")
+    triton_compiles: int = Field(default=0, description="Triton cache entries (kernels and their launchers) the "
+                                 "timing jobs compiled; the shapes of one call share one cache, so a kernel compiles "
+                                 "once per set of constexprs, not per shape. 0 when Triton runs interpreted (CPU).")

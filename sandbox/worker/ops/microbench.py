@@ -30,16 +30,16 @@ import gc
 import math
 import random
 import resource
-import time
 
 import numpy as np
 
 from ..context import JobContext
-from ..protocol import MicrobenchPayload, spot_check_file
+from ..protocol import MicrobenchPayload
 from ..shared import median_rel_se, meminfo_bytes
+from ..timing import Arm, CpuTimer, CudaTimer, now_ns
 
 # Captured before any candidate code is imported (the op module is imported first).
-_now_ns = time.perf_counter_ns
+_now_ns = now_ns
 _getrusage = resource.getrusage
 
 MIN_SAMPLES = 10
@@ -60,7 +60,7 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
         # thread, and one descheduled thread turns a 100 us call into a 30 ms one.
         torch.set_num_threads(int(payload.get("cpu_threads", 1)))
     info, clock = fingerprint(device), clocks(device)  # before candidate code: it cannot rewrite them
-    timer = _CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else _CpuTimer()
+    timer = CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else CpuTimer()
 
     sets, set_bytes = _input_sets(payload, ctx, device, cache_bytes(device))
     arms = []
@@ -68,7 +68,7 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
         fn = load_entry(ctx, entry=arm["entry"], source=arm.get("source"), path=arm.get("path"),
                         module_name=f"bench_{arm['name']}")
         check_arity(fn, len(sets[0]), arm["entry"])
-        arms.append(_Arm(arm["name"], fn, int(payload.get("num_spot_checks", 3))))
+        arms.append(Arm(arm["name"], fn, int(payload.get("num_spot_checks", 3))))
     if payload.get("cuda_graph"):
         if device != "cuda":
             raise ValueError("cuda_graph needs a CUDA device; this job runs on CPU")
@@ -152,80 +152,6 @@ def _check_memory(device: str, need: int) -> None:
                           f"{free / 2**30:.2f} GiB free: use smaller shapes")
 
 
-class _Arm:
-    def __init__(self, name: str, fn, num_spot_checks: int):
-        self.name = name
-        self.fn = fn
-        self.samples: list[int] = []
-        self.calls = 0
-        self.minor_faults = 0  # page faults during timed calls: touching fresh (unmapped) pages
-        self.graphs = None  # per input set: (CUDAGraph, static outputs) when replaying
-        self._k = num_spot_checks
-        self._seen = 0  # timed calls offered to the reservoir
-        self._reservoir: list[dict] = []
-
-    def call(self, timer, sets, index: int):
-        self.calls += 1
-        try:
-            if self.graphs is not None:
-                graph, outputs = self.graphs[index]
-                elapsed, _ = timer.time(graph.replay, ())
-                return elapsed, outputs
-            elapsed, out = timer.time(self.fn, sets[index])
-        except Exception as exc:
-            raise RuntimeError(f"{self.name} raised on call {self.calls} (input set {index}): "
-                               f"{type(exc).__name__}: {exc}") from exc
-        return elapsed, _as_tensors(out, self.name)
-
-    def offer(self, rng: random.Random, iteration: int, index: int, outputs) -> None:
-        """Reservoir sampling: every timed call is equally likely to end up checked."""
-        self._seen += 1
-        slot = len(self._reservoir) if len(self._reservoir) < self._k else rng.randrange(self._seen)
-        if slot < self._k:
-            entry = {"iteration": iteration, "input_set": index, "outputs": [t.detach().clone() for t in outputs]}
-            if slot == len(self._reservoir):
-                self._reservoir.append(entry)
-            else:
-                self._reservoir[slot] = entry
-
-    def save_spot_checks(self, ctx: JobContext) -> list[dict]:
-        from ..tensors import save_tensors
-
-        saved = []
-        for k, entry in enumerate(self._reservoir):
-            name = spot_check_file(self.name, k)
-            save_tensors(ctx.out_dir / name, {str(i): t for i, t in enumerate(entry["outputs"])})
-            saved.append({"arm": self.name, "iteration": entry["iteration"], "input_set": entry["input_set"],
-                          "file": name})
-        return saved
-
-    def capture_graphs(self, torch, sets) -> None:
-        self.graphs = []
-        side = torch.cuda.Stream()
-        for inputs in sets:
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):  # warm-up off the capture stream, as torch advises
-                self.fn(*inputs)
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            try:
-                with torch.cuda.graph(graph):
-                    out = self.fn(*inputs)
-            except Exception as exc:
-                raise RuntimeError(f"{self.name} cannot be captured in a CUDA graph (host syncs, "
-                                   f"allocations that vary, CPU work?): {type(exc).__name__}: {exc}") from exc
-            self.graphs.append((graph, _as_tensors(out, self.name)))
-
-
-def _as_tensors(out, name: str) -> list:
-    import torch
-
-    items = list(out) if isinstance(out, (tuple, list)) else [out]
-    if not items or not all(isinstance(t, torch.Tensor) for t in items):
-        raise TypeError(f"{name} returned {type(out).__name__}; return a tensor or a tuple of tensors")
-    return items
-
-
 def _warm_up(arms, sets, timer, deadline_ns: float) -> dict:
     """Call every arm until the median of its last window matches the one before."""
     times: dict[str, list[int]] = {arm.name: [] for arm in arms}
@@ -289,37 +215,3 @@ def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadline_ns: 
     finally:
         if gc_was_enabled:
             gc.enable()
-
-
-class _CpuTimer:
-    description = "time.perf_counter_ns around each call (CPU)"
-
-    def time(self, fn, args):
-        t0 = _now_ns()
-        out = fn(*args)
-        t1 = _now_ns()
-        return t1 - t0, out
-
-
-class _CudaTimer:
-    """Device events; the L2 flushed before, the whole device synchronised inside."""
-
-    def __init__(self, torch, flush_bytes: int | None):
-        props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        l2 = int(getattr(props, "L2_cache_size", 0) or 0)
-        size = int(flush_bytes or max(2 * l2, 256 << 20))
-        self._flush = torch.empty(size, dtype=torch.int8, device="cuda")
-        self._event = torch.cuda.Event
-        self._sync = torch.cuda.synchronize
-        self.description = (f"CUDA events, {size >> 20} MiB L2 flush before each call, "
-                            "torch.cuda.synchronize() before the end event")
-
-    def time(self, fn, args):
-        start, end = self._event(enable_timing=True), self._event(enable_timing=True)
-        self._flush.zero_()
-        start.record()
-        out = fn(*args)
-        self._sync()  # the whole device: work on side streams is counted
-        end.record()
-        end.synchronize()
-        return int(start.elapsed_time(end) * 1e6), out

@@ -3,6 +3,7 @@
 import math
 
 import pytest
+
 from infra_agent.tools.base import AgentError
 from infra_agent.tools.common.expect import Catalogue, ExpectError, Facts, HypothesisAnswer, Measured, check, judge
 
