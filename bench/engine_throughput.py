@@ -145,11 +145,13 @@ def main() -> int:
                                    num_heads=8, num_kv_heads=4, intermediate_size=688, max_positions=1024,
                                    initializer_range=0.02)
     tokenizer = AutoTokenizer.from_pretrained(folder)
-    results: dict[str, dict] = {"builtin": {}, "transformers_serve": {}, "static_generate": {}}
-
-    builtin, url = start([sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder),
-                          "--port", "0", "--max-num-seqs", "32", "--num-blocks", "1024",
-                          *ns.engine_args.split()], r"ready at (http://\S+)")
+    results: dict[str, dict] = {"builtin": {}, "builtin_torch_attention": {}, "transformers_serve": {},
+                                "static_generate": {}}
+    engine_cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder), "--port", "0",
+                  "--max-num-seqs", "32", "--num-blocks", "1024", *ns.engine_args.split()]
+    # the default (the zoo's reference kernels on CPU), and the engine's batched torch decode attention
+    builtin, url = start(engine_cmd, r"ready at (http://\S+)")
+    builtin_t, url_t = start(engine_cmd + ["--kernels", "paged_attention_decode=torch"], r"ready at (http://\S+)")
     port = free_port()
     tf = subprocess.Popen([str(Path(sys.executable).with_name("transformers")), "serve", str(folder), "--device",
                            "cpu", "--continuous-batching", "--port", str(port), "--host", "127.0.0.1"],
@@ -160,21 +162,24 @@ def main() -> int:
         for c in CONCURRENCY:  # the three side by side per level, so machine load drifts hit all alike
             results["builtin"][c] = asyncio.run(load(url, "bench-llama", c, ns.rounds, ns.max_tokens,
                                                      {"ignore_eos": True}, tokenizer))
+            results["builtin_torch_attention"][c] = asyncio.run(load(url_t, "bench-llama", c, ns.rounds,
+                                                                     ns.max_tokens, {"ignore_eos": True}, tokenizer))
             results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, ns.rounds, ns.max_tokens,
                                                                 {}, tokenizer))
             results["static_generate"][c] = static_loop(folder, c, ns.rounds, ns.max_tokens)
             for k in results:
                 print(k, c, results[k][c], file=sys.stderr)
     finally:
-        for proc in (builtin, tf):
+        for proc in (builtin, builtin_t, tf):
             proc.terminate()
             proc.wait()
 
-    print(f"{'concurrency':>11} {'builtin tok/s':>14} {'tf serve tok/s':>15} {'static tok/s':>13} "
-          f"{'vs tf serve':>11} {'vs static':>10}")
+    print(f"{'concurrency':>11} {'builtin':>8} {'builtin+torch attn':>19} {'tf serve':>9} {'static':>8} "
+          f"{'vs tf serve':>12} {'vs static':>10}  (tok/s; ratios: builtin / builtin+torch attn)")
     for c in CONCURRENCY:
-        b, t, s = (results[k][c]["tokens_per_s"] for k in ("builtin", "transformers_serve", "static_generate"))
-        print(f"{c:>11} {b:>14.1f} {t:>15.1f} {s:>13.1f} {b / t:>10.2f}x {b / s:>9.2f}x")
+        b, bt, t, s = (results[k][c]["tokens_per_s"] for k in results)
+        print(f"{c:>11} {b:>8.1f} {bt:>19.1f} {t:>9.1f} {s:>8.1f} {b / t:>5.2f}/{bt / t:<5.2f}x "
+              f"{b / s:>4.2f}/{bt / s:<4.2f}x")
     if ns.json:
         Path(ns.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
     try:
         asyncio.run(serve(ns))
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, OSError) as exc:  # bad args, checkpoint, or a port in use
         print(f"infra-agent engine: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

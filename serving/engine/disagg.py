@@ -19,7 +19,7 @@ import ctypes
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from .config import EngineArgs
 from .llm_engine import Handover, LLMEngine, RequestOutput
@@ -76,8 +76,9 @@ class DisaggArgs:
     comm_releases_gil: bool = True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
     comm_us: int = 500  # microseconds per dispatch and per combine call
     transfer: str = "bytes"  # a key of TRANSFERS
-    kv_transfer: bool = True  # False: prefill only (each request ends at its first token)
-    decode: bool = True  # False: transferred K/V is dropped (measures prefill + transfer alone)
+    # measurement switches (bench/engine_disagg_gil.py); with either off, requests never finish
+    kv_transfer: bool = True  # False: the transfer thread drops each hand-over without moving its K/V
+    decode: bool = True  # False: transferred K/V is dropped instead of decoded
     engine: EngineArgs = field(default_factory=EngineArgs)
 
 
@@ -107,8 +108,6 @@ class DisaggregatedEngine:
             t.start()
 
     def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str) -> None:
-        if not self.args.kv_transfer:
-            params = replace(params, max_tokens=1)
         self._prefill_inbox.put((self.prefill.encode(prompt), params, request_id))
 
     def shutdown(self) -> None:
@@ -141,6 +140,9 @@ class DisaggregatedEngine:
             try:
                 h: Handover = self._handovers.get(timeout=0.05)
             except queue.Empty:
+                continue
+            if not self.args.kv_transfer:
+                self.num_transferred += 1
                 continue
             with named_range("kv_transfer"):
                 h.kv = self._transfer(h.kv)

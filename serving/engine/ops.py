@@ -139,15 +139,17 @@ def torch_w8a8_gemm(a, a_scale, w, w_scale):  # int8 [M, K], [M], int8 [N, K], [
 
 
 def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
-    """One query token per sequence over its paged context.
+    """One query token per sequence over its paged context, all sequences in a few batched
+    matmuls (grouped-query heads as a view, no repeat).
     q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_table [B, max_blocks] int32;
     seq_lens [B] int32 -> [B, Hq, D]."""
     B, hq, d = q.shape
     hkv = k_cache.shape[2]
-    k = k_cache[block_table.long()].flatten(1, 2)  # [B, L, Hkv, D]
-    v = v_cache[block_table.long()].flatten(1, 2)
-    k, v = k.repeat_interleave(hq // hkv, dim=2), v.repeat_interleave(hq // hkv, dim=2)
-    scores = torch.einsum("bhd,blhd->bhl", q.float(), k.float()) * d ** -0.5
+    k = k_cache[block_table.long()].flatten(1, 2).float()  # [B, L, Hkv, D]
+    v = v_cache[block_table.long()].flatten(1, 2).float()
+    qg = q.float().view(B, hkv, hq // hkv, d)  # [B, Hkv, G, D]
+    scores = (qg @ k.permute(0, 2, 3, 1)) * d ** -0.5  # [B, Hkv, G, L]
     valid = torch.arange(k.shape[1], device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
-    scores = scores.masked_fill(~valid[:, None, :], float("-inf"))
-    return torch.einsum("bhl,blhd->bhd", scores.softmax(-1), v.float()).to(q.dtype)
+    scores = scores.masked_fill(~valid[:, None, None, :], float("-inf"))
+    out = scores.softmax(-1) @ v.transpose(1, 2)  # [B, Hkv, G, D]
+    return out.reshape(B, hq, d).to(q.dtype)

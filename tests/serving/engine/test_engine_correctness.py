@@ -102,5 +102,7 @@ def test_triton_kernels_agree_with_torch_references(tiny_checkpoint, prompt_ids,
     assert all(reference.runner.ops.choices[op] == f"{op}:reference" for op in ops)
     ids = prompt_ids[:4]
     assert [o["token_ids"] for o in reference.generate(ids, GREEDY)] == hf_tokens[:4]
+    plain = make_engine(tiny_checkpoint, kernels={"paged_attention_decode": "torch"})  # the engine's batched torch
+    assert [o["token_ids"] for o in plain.generate(ids, GREEDY)] == hf_tokens[:4]
     assert [o["token_ids"] for o in triton.generate(ids, GREEDY)] == \
         [o["token_ids"] for o in reference.generate(ids, GREEDY)]
