@@ -80,7 +80,12 @@ class EngineArgs:
     enable_prefix_caching: bool = True
     kernels: dict[str, str] = field(default_factory=dict)  # op -> impl ("reference", "triton", "torch")
     workspace: str | None = None  # kernel workspace folder; None: the built-in zoo
+    # A planted regression for tests and benches (tests/serving/tools, bench/serve_criteria_flips.py): sleep
+    # this long per prefill chunk, inside the prefill range, so TTFT and the prefill phase move and nothing else.
+    prefill_delay_ms: int = 0
 
     def __post_init__(self) -> None:
         if self.block_size < 1 or self.num_blocks < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, num_blocks, max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.prefill_delay_ms < 0:
+            raise ValueError("prefill_delay_ms must be >= 0")

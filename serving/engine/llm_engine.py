@@ -112,8 +112,11 @@ class LLMEngine:
         for item in batch:
             if item.seq.first_scheduled_time is None:
                 item.seq.first_scheduled_time = now
-        with named_range("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
+        num_prefill_chunks = sum(item.num_tokens > 1 for item in batch)
+        with named_range("prefill" if num_prefill_chunks else "decode"):
             sampled = self.runner.run(batch)
+            if self.args.prefill_delay_ms and num_prefill_chunks:  # the planted regression (EngineArgs)
+                time.sleep(self.args.prefill_delay_ms * num_prefill_chunks / 1e3)
         with named_range("postprocess"):
             updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
             self.num_steps += 1
