@@ -5,7 +5,7 @@ step holding the GIL (ctypes.PyDLL) vs releasing it (ctypes.CDLL)?
 
 Per rep and GIL mode, two runs of the same prompts on the disaggregated engine (seeded
 random model, 4 layers, hidden 256), identical but for the KV-transfer thread's work: it
-drops each hand-over, or moves its K/V with the "bytes" transfer (the prefill worker
+drops each hand-over, or moves its K/V with the `--transfer` implementation (the prefill worker
 extracts the K/V in both; `--decode` also decodes the moved requests). Prefill
 throughput = prompt tokens / (time of the last first token - start). The claim: with the GIL held the
 full run's prefill throughput is clearly (> 5%) below prefill-only; with it released it
@@ -27,7 +27,7 @@ WORDS = "the quick brown fox jumps over a lazy dog while paged caches store keys
 
 def run(releases_gil: bool, kv_transfer: bool, ns) -> float:
     engine_args = EngineArgs(num_blocks=1024, max_num_seqs=64, max_num_batched_tokens=256, seed=0)
-    e = DisaggregatedEngine(DisaggArgs(comm_releases_gil=releases_gil, comm_us=ns.comm_us, transfer="bytes",
+    e = DisaggregatedEngine(DisaggArgs(comm_releases_gil=releases_gil, comm_us=ns.comm_us, transfer=ns.transfer,
                                        kv_transfer=kv_transfer, decode=ns.decode, engine=engine_args))
     prompts = [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(30 + i % 11)) for i in range(ns.prompts)]
     params = SamplingParams(max_tokens=16, temperature=0, ignore_eos=True)
@@ -47,6 +47,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--comm-us", type=int, default=1000)
     ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--transfer", default="bytes", help="bytes (Python-bound, per-block messages) or clone (native)")
     ap.add_argument("--decode", action=argparse.BooleanOptionalAction, default=False,
                     help="also decode the transferred requests (default: drop the K/V after the transfer)")
     ns = ap.parse_args()
