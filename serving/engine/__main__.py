@@ -19,6 +19,17 @@ import sys
 from .config import EngineArgs
 
 
+def _field_help() -> dict[str, str]:
+    """Each EngineArgs field's trailing comment in config.py: one source for both manuals."""
+    import inspect
+    import re
+
+    from . import config
+
+    source = inspect.getsource(config.EngineArgs)
+    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+): [^=]+=.*?#(.*)$", source, re.M)}
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="infra-agent engine", description="the built-in serving engine (OpenAI API)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
@@ -26,17 +37,21 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
                    help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)")
     p.add_argument("--log-level", default="warning")
+    helps = _field_help()
     for f in dataclasses.fields(EngineArgs):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        text = f"{helps.get(f.name, '')} (default: {default})"
         if f.type in ("bool", bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default)
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helps.get(f.name))
         elif f.name == "kernels":
-            p.add_argument(flag, type=_kernels, default={},
-                           help='op=impl pairs or JSON: "rmsnorm=triton,paged_attention_decode=reference"')
+            p.add_argument(flag, type=_kernels, default={}, help='op=impl pairs or JSON, e.g. '
+                           '"rmsnorm=triton,paged_attention_decode=torch"; ops: rmsnorm, paged_attention_decode, '
+                           'kv_quant, w8a8_gemm; impls: reference, triton, torch (default: reference on CPU, '
+                           'triton on CUDA)')
         else:
             kind = int if isinstance(default, int) or "int" in str(f.type) else str
-            p.add_argument(flag, type=kind, default=default)
+            p.add_argument(flag, type=kind, default=default, help=text)
     return p
 
 
