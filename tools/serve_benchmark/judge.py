@@ -106,36 +106,54 @@ def facts(metrics: dict, spread: dict, baseline: dict | None) -> Facts:
     return Facts(fields=fields, baseline=Facts(fields=dict(baseline)) if baseline is not None else None)
 
 
-def attribution(metrics: dict, base: dict, *, ttft_key: str = "ttft_p50") -> tuple[list[PhaseChange], list[str]]:
-    changes = []
-    for name in PHASES:
-        b, c = base.get(name), metrics.get(name)
-        delta = c - b if b is not None and c is not None else None
-        pct = 100.0 * delta / b if delta is not None and b else None
-        changes.append(PhaseChange(phase=name.removesuffix("_ms"), metric=PHASE_METRIC[name.removesuffix("_ms")],
-                                   baseline=b, candidate=c, delta=delta, delta_pct=pct))
-    times = [c for c in changes if c.delta is not None and c.metric.endswith("_seconds") and c.phase != "engine_ttft"]
-    times.sort(key=lambda c: -abs(c.delta))
-    rest = [c for c in changes if c not in times]
-    if not times:
+# What each end-to-end latency is made of, engine-side: TTFT = queue + prefill (+ the KV hand-over
+# in disaggregated serving); TPOT and ITL are decode. A change is attributed among its own parts,
+# since one slow phase also stalls the others (a long prefill step delays every decode batched with it).
+PARTS = {"ttft_p50": ("TTFT p50", ("queue_ms", "prefill_ms", "kv_transfer_ms")),
+         "tpot_p50": ("TPOT p50", ("decode_ms",))}
+
+
+def attribution(metrics: dict, base: dict) -> tuple[list[PhaseChange], list[str]]:
+    """Per-phase changes (largest first) and findings: for TTFT and TPOT, how much each moved, which
+    of its phases moved most and the next cheapest experiment for that layer. The metric that moved
+    most comes first."""
+    changes = {name: _change(name, base.get(name), metrics.get(name)) for name in PHASES}
+    timed = sorted((c for name, c in changes.items() if name in PHASE_NAMES and c.delta is not None),
+                   key=lambda c: -abs(c.delta))
+    rest = [c for c in changes.values() if c not in timed]
+    if not timed:
         return rest, ["the engine exports no per-phase metrics (vLLM's request_*_time_seconds histograms), so no "
                       "phase can be named: profile the engine instead"]
-    b_ttft, c_ttft = base.get(ttft_key), metrics.get(ttft_key)
-    head = ""
-    if b_ttft and c_ttft is not None:
-        head = f"TTFT p50 {100 * (c_ttft - b_ttft) / b_ttft:+.0f}%: "
-    parts = ", ".join(f"{c.phase} {_pct(c)}" for c in times)
-    top = times[0]
-    findings = [f"{head}{parts}"]
-    if top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
-        findings.append(f"the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per "
-                        f"request); next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
-    else:
-        findings.append("no engine phase moved by 5% or more")
-    pre = next(c for c in rest if c.phase == "preemptions")
+    lines = []
+    for key, (label, parts) in PARTS.items():
+        b, c = base.get(key), metrics.get(key)
+        moved = [changes[p] for p in parts if changes[p].delta is not None]
+        if not b or c is None or not moved:
+            continue
+        rel = (c - b) / b
+        text = f"{label} {100 * rel:+.0f}%: " + ", ".join(f"{m.phase} {_pct(m)}" for m in moved)
+        top = max(moved, key=lambda m: abs(m.delta))
+        if top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
+            text += (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per request)"
+                     f"; next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
+        else:
+            text += "; none of its engine phases moved by 5% or more"
+        lines.append((abs(rel), text))
+    findings = [text for _, text in sorted(lines, key=lambda item: -item[0])]
+    pre = changes["preemptions"]
     if pre.candidate and pre.candidate > (pre.baseline or 0):
         findings.append(f"preemptions {pre.baseline or 0:g} -> {pre.candidate:g}: {NEXT_STEP['preemptions']}")
-    return times + rest, findings
+    return timed + rest, findings
+
+
+PHASE_NAMES = ("queue_ms", "prefill_ms", "decode_ms", "kv_transfer_ms")
+
+
+def _change(name: str, b: float | None, c: float | None) -> PhaseChange:
+    delta = c - b if b is not None and c is not None else None
+    pct = 100.0 * delta / b if delta is not None and b else None
+    phase = name.removesuffix("_ms")
+    return PhaseChange(phase=phase, metric=PHASE_METRIC[phase], baseline=b, candidate=c, delta=delta, delta_pct=pct)
 
 
 def _pct(c: PhaseChange) -> str:

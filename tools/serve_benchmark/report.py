@@ -27,8 +27,6 @@ def summary(out: Output, baseline_id: str | None) -> str:
             text += f" ({'; '.join(failing)})"
     if baseline_id and out.findings:
         text += f". vs {baseline_id}: {out.findings[0]}"
-        if len(out.findings) > 1:
-            text += f"; {out.findings[1]}"
     return text
 
 
