@@ -22,8 +22,8 @@ def histogram_png(series: dict[str, list[float]]) -> bytes:
         v = np.asarray(values, dtype=np.float64)
         v = np.clip(np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1)  # >= 10x off piles up at 1
         if v.size:
-            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=f"{label} ({np.sum(~np.isfinite(values))} "
-                                                                       f"NaN/Inf)")
+            label_n = f"{label} ({np.sum(~np.isfinite(values))} NaN/Inf)"
+            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=label_n)
             plotted += 1
     ax.set_xlabel("log10 per-element error, |cand - ref| / (|ref| + rms(ref))")
     ax.set_ylabel("elements")
