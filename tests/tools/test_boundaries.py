@@ -1,5 +1,6 @@
 """The trust boundary one floor down: the judge (tools/) never imports a worker op, and the
-server's import path stays free of torch (a server starts in ~1 s, a worker pays for torch)."""
+server's import path stays free of torch and matplotlib (a server starts in ~1 s; judges
+and plots import them in their own threads)."""
 
 from __future__ import annotations
 
@@ -43,11 +44,11 @@ def test_no_module_in_tools_imports_a_worker_op():
                            "module:\n" + "\n".join(offenders))
 
 
-def test_the_server_starts_without_importing_torch():
+def test_the_server_starts_without_importing_torch_or_matplotlib():
     code = ("import sys\n"
             "from infra_agent.server.app import build_server, discover_tools\n"
             "assert discover_tools(), 'no tools found'\n"
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))\n")
+            "print(sorted(m for m in ('torch', 'triton', 'matplotlib') if m in sys.modules))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", f"the server's import path imported {out.stdout.strip()}"

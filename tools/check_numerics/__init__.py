@@ -21,7 +21,7 @@ from ..common.seeds import trial_seed
 from . import jobs
 from .expect_fields import CATALOGUE, facts
 from .plan import make_plan
-from .report import histogram_png, summary, worst_json
+from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
 from .verdict import lock_findings, overall
 
@@ -50,7 +50,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if series:
-        artifacts.append(ctx.artifact("error_histogram.png", histogram_png(series)))
+        png = await anyio.to_thread.run_sync(_histogram_png, series)
+        artifacts.append(ctx.artifact("error_histogram.png", png))
     await ctx.progress(total, total, f"verdict {verdict}")
     lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
                                                      problems=plan.notes)
@@ -104,6 +105,12 @@ def _judge_case(*args):
     from . import judge  # torch-heavy: imported in the judge thread, never on the server's import path
 
     return judge.judge_case(*args)
+
+
+def _histogram_png(series: dict[str, list[float]]) -> bytes:
+    from ..common.plots import histogram_png  # matplotlib: imported in the report thread, not on the server's path
+
+    return histogram_png(series)
 
 
 TOOL = Tool(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 
@@ -29,37 +28,6 @@ def _badness(case) -> tuple:
     ratio = float("inf") if e.rel_l2_error is None else e.rel_l2_error / case.tolerance_rel_l2
     return (case.verdict == "fail", e.nonfinite_mismatches > 0, ratio)
 
-
-def histogram_png(series: dict[str, list[float]]) -> bytes:
-    """Per-element error, log10(|cand - ref| / (|ref| + rms(ref))), one line per case."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
-    plotted = 0
-    for label, values in series.items():
-        v = np.asarray(values, dtype=np.float64)
-        v = np.clip(np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1)  # >= 10x off piles up at 1
-        if v.size:
-            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=f"{label} ({np.sum(~np.isfinite(values))} "
-                                                                       f"NaN/Inf)")
-            plotted += 1
-    ax.set_xlabel("log10 per-element error, |cand - ref| / (|ref| + rms(ref))")
-    ax.set_ylabel("elements")
-    ax.set_yscale("log")
-    ax.set_title("check_numerics: per-element error (worst trial per case)")
-    if plotted:
-        ax.legend(fontsize=7, loc="upper left")
-    else:
-        ax.text(0.5, 0.5, "no finite errors to plot (all NaN/Inf)", ha="center", transform=ax.transAxes)
-    buf = io.BytesIO()
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.11)  # fixed margins: tight_layout costs ~0.3 s
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def worst_json(cases: list, partition_rows: dict) -> str:

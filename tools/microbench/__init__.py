@@ -19,7 +19,7 @@ from ..common.tolerance import resolve_tolerance
 from . import jobs, plan
 from .expect_fields import CATALOGUE, facts
 from .judge import overall, shape_result
-from .report import cpu_counters, disturbances, page_fault_notes, plot_rows, summary, sweep_plot
+from .report import cpu_counters, disturbances, page_fault_notes, plot_rows, summary
 from .schema import Input, Output
 
 
@@ -60,7 +60,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         disturbances=disturbances(device, before, after, raw.get("threads")) + faults, triton_compiles=compiles,
     )
     if len(results) > 1:
-        out.artifacts.append(ctx.artifact("microbench_sweep.png", sweep_plot(plot_rows(results))))
+        png = await anyio.to_thread.run_sync(_sweep_png, plot_rows(results))
+        out.artifacts.append(ctx.artifact("microbench_sweep.png", png))
     out.summary = summary(spec.name, arms, results, out.verdict)
     return out
 
@@ -73,6 +74,12 @@ async def _spot_check(ctx: ToolContext, kernel, raw: dict, out_dir, shape: dict,
         ref_dir = await jobs.run_spot_reference(ctx, payload, kernel.spec.name)
     tol = resolve_tolerance(dtype, kernel.spec.tolerances, None)
     return await anyio.to_thread.run_sync(_judge_spot_checks, arms, wanted, sets, out_dir, ref_dir, tol)
+
+
+def _sweep_png(rows: list[dict]) -> bytes:
+    from ..common.plots import sweep_png  # matplotlib: imported in the report thread, not on the server's path
+
+    return sweep_png(rows)
 
 
 def _judge_spot_checks(*args) -> dict:

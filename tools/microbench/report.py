@@ -3,7 +3,6 @@ the numbers, the sweep plot and the summary line (the hypothesis is answered by 
 
 from __future__ import annotations
 
-import io
 import math
 import os
 from pathlib import Path
@@ -80,39 +79,6 @@ def page_fault_notes(shape: dict, arms: list[Code], raw: dict) -> list[str]:
         note += " (warm-loop regime: the allocator recycles memory between calls)"
     return [note]
 
-
-def sweep_plot(rows: list[dict]) -> bytes:
-    """PNG: median time (p10-p90 bars) and % of roofline vs bytes moved, per arm.
-
-    rows: one per (shape, arm): {"arm", "bytes", "median_ms", "p10_ms", "p90_ms", "pct_roofline"}.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
-    for arm in sorted({r["arm"] for r in rows}):
-        pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
-        x = [p["bytes"] for p in pts]
-        med = [p["median_ms"] for p in pts]
-        err = [[m - p["p10_ms"] for m, p in zip(med, pts, strict=True)],
-               [p["p90_ms"] - m for m, p in zip(med, pts, strict=True)]]
-        ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
-        if all(p["pct_roofline"] is not None for p in pts):
-            ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)
-    ax_t.set(xscale="log", yscale="log", xlabel="bytes moved per call", ylabel="median time (ms), p10-p90",
-             title="time vs size")
-    ax_r.set(xscale="log", xlabel="bytes moved per call", ylabel="% of roofline (best possible time / time)",
-             title="% of roofline vs size")
-    for ax in (ax_t, ax_r):
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
 
 
 def plot_rows(results: list[ShapeResult]) -> list[dict]:

@@ -5,7 +5,7 @@ max(B / peak bandwidth, F / peak rate). That floor says three things: how close 
 kernel is to the hardware (percent of each ceiling), which ceiling binds (memory or
 compute; "latency" when the kernel is far from both, i.e. launch, interpreter or
 synchronisation overhead dominates), and whether the time is physically possible at
-all. Pure arithmetic; the ceilings come from tools/peaks.py.
+all. Pure arithmetic; the ceilings come from tools/common/peaks.py.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class Ceilings:
 
 
 def ceilings_for(peaks: dict, dtype: str) -> Ceilings:
-    """The ceilings that apply to one dtype, from a peaks record (see tools/peaks.py)."""
+    """The ceilings that apply to one dtype, from a peaks record (see tools/common/peaks.py)."""
     rates = peaks.get("matmul_tflops") or {}
     if not rates:
         raise ValueError("the peaks record has no matmul rate")

@@ -50,7 +50,7 @@ def run(payload: dict, ctx: JobContext) -> dict:
                 "multi_processor_count": int(props.multi_processor_count),
             })
         facts["cudnn"] = torch.backends.cudnn.version()
-    # the key measured ceilings are cached under (tools/peaks.py), so device_info can
+    # the key measured ceilings are cached under (tools/common/peaks.py), so device_info can
     # show them without measuring
     facts["peaks_fingerprint"] = fingerprint(ctx.device)
     return facts

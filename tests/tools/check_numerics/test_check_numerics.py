@@ -20,9 +20,8 @@ pytestmark = pytest.mark.anyio
 async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
     out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}, {"M": 2, "N": 64}],
                      dtypes=["float32", "float16"], trials=2, hypothesis="the Triton rmsnorm matches the reference",
-                     expect=["verdict == 'pass'", "error_to_tolerance <= 0.5", "partitioned_vs_unpartitioned_rel_l2 "
-                                                                               "== 0",
-                             "len(error_finding_codes) == 0"])
+                     expect=["verdict == 'pass'", "error_to_tolerance <= 0.5",
+                             "partitioned_vs_unpartitioned_rel_l2 == 0", "len(error_finding_codes) == 0"])
     assert out["verdict"] == "pass" and len(out["cases"]) == 4
     case = out["cases"][0]
     assert case["tolerance_source"] == "spec" and case["tolerance_rel_l2"] == 1e-5
@@ -89,8 +88,8 @@ async def test_tolerance_argument_and_dtype_default_are_reported(shared_client):
 @pytest.mark.parametrize("args, message", [
     ({"kernel": "rmsnorm", "shapes": [{"M": 4}]}, r"missing \['N'\]"),
     ({"kernel": "rmsnorm", "shapes": [{"M": 4, "N": 8, "K": 2}]}, r"unknown \['K'\]"),
-    ({"kernel": "vector_add", "source": "def f(x):\n    return x\n", "entry": "f"}, "cannot be called with 2 "
-                                                                                    "positional"),
+    ({"kernel": "vector_add", "source": "def f(x):\n    return x\n", "entry": "f"},
+     "cannot be called with 2 positional"),
     ({"kernel": "vector_add", "source": "def f(x, y):\n    return x + y\n", "entry": "g"}, "has no function 'g'"),
     ({"kernel": "vector_add", "reference": "def bad(x, y):\n    raise ValueError('boom')\n", "reference_entry": "bad"},
      "reference bad raised.*ValueError: boom"),
@@ -123,8 +122,8 @@ async def test_a_locked_kernel_with_a_modified_reference_cannot_pass(client, wor
 
 
 async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="vector_add", reference="def zero(x, y):\n    return x * "
-                                                                                     "0\n",
+    out = await call(shared_client, "check_numerics", kernel="vector_add",
+                     reference="def zero(x, y):\n    return x * 0\n",
                      reference_entry="zero", shapes=[{"N": 64}], dtypes=["float32"], trials=1,
                      expect=["rel_l2_error <= 1e-6", "max_abs_error >= 0"])
     assert out["verdict"] == "inconclusive" and out["cases"][0]["errors"]["rel_l2_error"] is None

@@ -1,4 +1,4 @@
-"""timing_stats on synthetic samples: summaries, the median's standard error, and the
+"""tools/common/stats.py on synthetic samples: summaries, the median's standard error, and the
 A/B interval's false-alarm and detection rates."""
 
 import numpy as np

@@ -69,7 +69,7 @@ def judge(raw: dict, out: Path, target: str):
 
 
 def cuobjdump_usage(cubin: Path) -> dict[str, dict[str, int]]:
-    """Independent of tools/sass.py: run cuobjdump here and read its fields."""
+    """Independent of tools/compile_kernel/sass.py: run cuobjdump here and read its fields."""
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"

@@ -3,8 +3,9 @@
 import pytest
 
 from infra_agent.tools.common.expect import judge
+from infra_agent.tools.common.plots import sweep_png
 from infra_agent.tools.microbench.expect_fields import CATALOGUE, facts
-from infra_agent.tools.microbench.report import cpu_counters, disturbances, sweep_plot
+from infra_agent.tools.microbench.report import cpu_counters, disturbances
 from infra_agent.tools.microbench.schema import ArmResult, Input, Output, ShapeResult
 
 
@@ -44,7 +45,7 @@ def test_disturbances_name_the_load_and_the_cpu_caveat():
 def test_sweep_plot_is_a_png():
     rows = [{"arm": arm, "bytes": b, "median_ms": m, "p10_ms": m * 0.9, "p90_ms": m * 1.2, "pct_roofline": p}
             for arm in ("candidate", "baseline") for b, m, p in ((1e3, 0.01, 1.0), (1e6, 0.5, 20.0))]
-    assert sweep_plot(rows)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sweep_png(rows)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_page_faults_per_call_name_the_regime():

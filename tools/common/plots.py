@@ -1,0 +1,70 @@
+"""Every PNG the kernel tools draw, in one module: matplotlib (about 0.5 s to import) is
+imported once, here, and this module only inside a report thread, never on the
+server's import path.
+"""
+
+from __future__ import annotations
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
+import numpy as np  # noqa: E402
+
+
+def histogram_png(series: dict[str, list[float]]) -> bytes:
+    """Per-element error, log10(|cand - ref| / (|ref| + rms(ref))), one line per case."""
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    plotted = 0
+    for label, values in series.items():
+        v = np.asarray(values, dtype=np.float64)
+        v = np.clip(np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1)  # >= 10x off piles up at 1
+        if v.size:
+            label_n = f"{label} ({np.sum(~np.isfinite(values))} NaN/Inf)"
+            ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=label_n)
+            plotted += 1
+    ax.set_xlabel("log10 per-element error, |cand - ref| / (|ref| + rms(ref))")
+    ax.set_ylabel("elements")
+    ax.set_yscale("log")
+    ax.set_title("check_numerics: per-element error (worst trial per case)")
+    if plotted:
+        ax.legend(fontsize=7, loc="upper left")
+    else:
+        ax.text(0.5, 0.5, "no finite errors to plot (all NaN/Inf)", ha="center", transform=ax.transAxes)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.11)  # fixed margins: tight_layout costs ~0.3 s
+    return _png(fig)
+
+
+def sweep_png(rows: list[dict]) -> bytes:
+    """PNG: median time (p10-p90 bars) and % of roofline vs bytes moved, per arm.
+
+    rows: one per (shape, arm): {"arm", "bytes", "median_ms", "p10_ms", "p90_ms", "pct_roofline"}.
+    """
+    fig, (ax_t, ax_r) = plt.subplots(1, 2, figsize=(10, 4))
+    for arm in sorted({r["arm"] for r in rows}):
+        pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
+        x = [p["bytes"] for p in pts]
+        med = [p["median_ms"] for p in pts]
+        err = [[m - p["p10_ms"] for m, p in zip(med, pts, strict=True)],
+               [p["p90_ms"] - m for m, p in zip(med, pts, strict=True)]]
+        ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
+        if all(p["pct_roofline"] is not None for p in pts):
+            ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)
+    ax_t.set(xscale="log", yscale="log", xlabel="bytes moved per call", ylabel="median time (ms), p10-p90",
+             title="time vs size")
+    ax_r.set(xscale="log", xlabel="bytes moved per call", ylabel="% of roofline (best possible time / time)",
+             title="% of roofline vs size")
+    for ax in (ax_t, ax_r):
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    return _png(fig, dpi=100)
+
+
+def _png(fig, **savefig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", **savefig)
+    plt.close(fig)
+    return buf.getvalue()
