@@ -10,12 +10,17 @@ agent would see.
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT
+
+# Hugging Face libraries never reach a hub from a test: tests build their own tiny models.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
 class ToolCallError(Exception):
@@ -58,3 +63,14 @@ async def call(client, tool: str, /, **args) -> dict:
         raise ToolCallError(" ".join(getattr(c, "text", str(c)) for c in result.content))
     assert result.structured_content is not None, f"{tool} returned no structured content"
     return result.structured_content
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    """A tiny Llama checkpoint (2 layers, hidden 64, a trained byte-level BPE tokenizer), built once
+    per session with serving/engine/tiny_checkpoint.py: nothing is downloaded."""
+    from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+    folder = tmp_path_factory.mktemp("tiny-llama")
+    build_tiny_checkpoint(folder)
+    return folder

@@ -56,3 +56,40 @@ def test_phases_are_named_ranges_on_their_threads(args):
     assert {"schedule", "prefill", "dispatch", "combine"} <= by_thread["prefill-worker"]
     assert {"kv_transfer"} == by_thread["kv-transfer"]
     assert {"schedule", "decode"} <= by_thread["decode-worker"]
+
+
+def test_disaggregated_engine_behind_the_http_api(tiny_checkpoint, unified):
+    import re
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from infra_agent.serving.engine.tokenizer import HFTokenizer
+
+    tokenizer = HFTokenizer(tiny_checkpoint)
+
+    cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(tiny_checkpoint), "--port", "0",
+           "--block-size", "8", "--num-blocks", "64", "--disaggregated", "--no-comm-releases-gil", "--comm-us", "100"]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    try:
+        url, deadline = None, time.monotonic() + 60
+        while url is None and time.monotonic() < deadline:
+            match = re.search(r"ready at (http://\S+)", proc.stderr.readline())
+            url = match.group(1) if match else None
+        assert url, "the disaggregated engine did not report readiness"
+        with httpx.Client(base_url=url, timeout=60) as http:
+            for prompt, expected in zip(PROMPTS[:2], unified[:2], strict=True):  # the unified engine's tokens
+                body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
+                answer = http.post("/v1/completions", json=body).json()
+                assert answer["usage"]["completion_tokens"] == len(expected)
+                assert answer["choices"][0]["text"] == tokenizer.decode(expected)
+            with http.stream("POST", "/v1/completions", json={"prompt": "Hi", "max_tokens": 60, "stream": True,
+                                                              "ignore_eos": True}) as response:
+                next(response.iter_lines())  # leave mid-stream: both workers drop it
+            metrics = http.get("/metrics").text
+        assert re.search(r'^infra_agent:kv_transfer_time_seconds_count\{[^}]*\} [1-9]', metrics, re.M)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

@@ -4,9 +4,9 @@ against Hugging Face, sampling seeds, stop strings and bad checkpoints."""
 from __future__ import annotations
 
 import pytest
-from engine_helpers import build_tiny_checkpoint
 
 from infra_agent.serving.engine import EngineArgs, SamplingParams
+from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 from infra_agent.serving.engine.tokenizer import ByteTokenizer
 
 

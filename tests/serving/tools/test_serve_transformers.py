@@ -3,14 +3,10 @@ checkpoint the test builds (a real third-party engine, sandboxed; nothing downlo
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
+from conftest import ToolCallError, call
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
-from conftest import ToolCallError, call  # noqa: E402
-from engine_helpers import build_tiny_checkpoint  # noqa: E402
+from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
 pytestmark = pytest.mark.slow
 
