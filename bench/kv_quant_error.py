@@ -24,6 +24,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported; a G
 import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
+
 from infra_agent.kernels.workspace import EMBEDDED_ROOT  # noqa: E402
 
 T, H, D = 1024, 8, 128  # tokens of one layer's cache, KV heads, head dim

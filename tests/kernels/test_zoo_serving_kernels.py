@@ -11,6 +11,7 @@ import shutil
 
 import pytest
 from conftest import call
+
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 
 pytestmark = pytest.mark.anyio
@@ -23,8 +24,9 @@ def anyio_backend():
 
 @pytest.fixture(scope="module")
 async def zoo_client(tmp_path_factory):
-    from infra_agent.server.app import build_server
     from mcp import Client
+
+    from infra_agent.server.app import build_server
 
     root = tmp_path_factory.mktemp("zoo") / "ws"
     shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -18,12 +18,13 @@ from typing import Callable
 
 import anyio
 import pytest
+from typer.testing import CliRunner
+
 from infra_agent.server.agent import AgentConfig, run_agent
 from infra_agent.server.agent.loop import LAST_TURN_NOTE
 from infra_agent.server.cli import app
 from infra_agent.server.clients import openai_tools
 from infra_agent.server.ledger import Ledger
-from typer.testing import CliRunner
 
 CANDIDATE = "import torch\n\ndef vector_add(x, y):\n    return torch.add(x, y)\n"
 FINAL_ANSWER = "torch.add matches the reference (check_numerics PASS); see the microbench experiments."
@@ -136,8 +137,9 @@ def test_a_scripted_session_runs_every_tool_and_records_the_run(workspace, tmp_p
     transcript = tmp_path / "run.jsonl"
 
     async def exported():  # export-tools' conversion, of the tool list an MCP client receives
-        from infra_agent.server.app import build_server
         from mcp import Client
+
+        from infra_agent.server.app import build_server
         server = build_server(workspace)
         try:
             async with Client(server) as client:

@@ -16,8 +16,9 @@ import time
 
 import httpx
 import pytest
-from infra_agent.server.cli import app
 from typer.testing import CliRunner
+
+from infra_agent.server.cli import app
 
 pytest.importorskip("infra_agent.serving.engine.api_server", reason="the built-in engine's HTTP API is not in "
                     "this checkout")
@@ -26,12 +27,13 @@ pytest.importorskip("infra_agent.serving.engine.api_server", reason="the built-i
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory):
     import torch
+    from safetensors.torch import save_file
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
     from infra_agent.server.agent.prompt import RUN_RULES
     from infra_agent.server.prompts import CHECKS
     from infra_agent.serving.engine.config import ModelConfig
     from infra_agent.serving.engine.weights import random_weights
-    from safetensors.torch import save_file
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     folder = tmp_path_factory.mktemp("agent-llama")
     tok = Tokenizer(models.BPE())

@@ -9,10 +9,11 @@ import sqlite3
 
 import pytest
 from conftest import call
+from typer.testing import CliRunner
+
 from infra_agent.server.cli import app
 from infra_agent.server.context import RUN_META_KEY
 from infra_agent.server.ledger import Ledger
-from typer.testing import CliRunner
 
 pytestmark = pytest.mark.anyio
 
