@@ -63,6 +63,22 @@ def sweep_png(rows: list[dict]) -> bytes:
     return _png(fig, dpi=100)
 
 
+def latency_ecdf_png(series: dict[str, tuple[list[float], list[float]]]) -> bytes:
+    """serve_benchmark: TTFT and ITL distributions (ECDFs), one line per run label (candidate, baseline)."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+    for ax, idx, title in ((axes[0], 0, "TTFT (ms)"), (axes[1], 1, "ITL per chunk (ms)")):
+        for label, values in series.items():
+            v = np.sort(np.asarray(values[idx], dtype=np.float64))
+            if v.size:
+                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{label} (n={v.size})")
+        ax.set_title(title)
+        ax.set_ylabel("fraction of samples")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.12, wspace=0.25)
+    return _png(fig, dpi=100)
+
+
 def _png(fig, **savefig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", **savefig)

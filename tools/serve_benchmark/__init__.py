@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 
+import anyio
+
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import get_engine, start_engine
@@ -48,7 +50,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
     records = [r.result.records for r in repeats]
     ctx.artifact("requests.jsonl", report.records_jsonl(records))
-    ctx.artifact("latency.png", report.latency_plot(records[-1], _baseline_records(ctx, inp.baseline)))
+    series = report.latency_series(records[-1], _baseline_records(ctx, inp.baseline))
+    ctx.artifact("latency.png", await anyio.to_thread.run_sync(report.latency_png, series))
     ctx.artifact("engine.log", engine.log_tail(200_000))
     out.summary = report.summary(out, inp.baseline)
     return out

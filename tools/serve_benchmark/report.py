@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 import json
 
 from ...serving.loadgen import RequestRecord
@@ -49,31 +48,17 @@ def records_jsonl(repeats_records: list[list[RequestRecord]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def latency_plot(candidate: list[RequestRecord], baseline: list[dict] | None) -> bytes:
-    """TTFT and ITL distributions (ECDFs), candidate vs baseline when there is one. PNG bytes."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
+def latency_series(candidate: list[RequestRecord], baseline: list[dict] | None) -> dict:
+    """(TTFT ms, ITL ms) samples of this run's last repeat, and of the baseline's when there is one."""
     series = {"candidate": ([1e3 * r.ttft_s for r in candidate if r.ok],
                             [1e3 * g for r in candidate if r.ok for g in r.itl_per_chunk_s()])}
     if baseline:
         series["baseline"] = ([r["ttft_ms"] for r in baseline if r.get("ok")],
                               [g for r in baseline if r.get("ok") for g in r.get("itl_ms", [])])
-    for ax, idx, title in ((axes[0], 0, "TTFT (ms)"), (axes[1], 1, "ITL per chunk (ms)")):
-        for label, values in series.items():
-            v = np.sort(np.asarray(values[idx]))
-            if v.size:
-                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{label} (n={v.size})")
-        ax.set_title(title)
-        ax.set_ylabel("fraction of samples")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=100)
-    plt.close(fig)
-    return buf.getvalue()
+    return series
+
+
+def latency_png(series: dict) -> bytes:
+    from ..common.plots import latency_ecdf_png  # matplotlib: imported in the report thread, not on the server's path
+
+    return latency_ecdf_png(series)
