@@ -37,6 +37,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--profile-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
                    help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)")
     p.add_argument("--log-level", default="warning")
+    p.add_argument("--disaggregated", action="store_true",
+                   help="prefill worker + KV-transfer thread + decode worker (disagg.py) instead of one engine")
+    p.add_argument("--comm-releases-gil", action=argparse.BooleanOptionalAction, default=True,
+                   help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL")
+    p.add_argument("--comm-us", type=int, default=500, help="disaggregated: microseconds per dispatch and combine")
+    p.add_argument("--kv-transfer-impl", default="bytes", help="disaggregated: bytes (per-block messages) or clone")
     helps = _field_help()
     for f in dataclasses.fields(EngineArgs):
         flag = "--" + f.name.replace("_", "-")
@@ -69,7 +75,14 @@ async def serve(ns: argparse.Namespace) -> None:
     from .llm_engine import LLMEngine
 
     args = EngineArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)})
-    engine = AsyncEngine(LLMEngine(args), profile_dir=ns.profile_dir)
+    if ns.disaggregated:
+        from .disagg import DisaggArgs, DisaggregatedEngine
+
+        core = DisaggregatedEngine(DisaggArgs(comm_releases_gil=ns.comm_releases_gil, comm_us=ns.comm_us,
+                                              transfer=ns.kv_transfer_impl, engine=args))
+    else:
+        core = LLMEngine(args)
+    engine = AsyncEngine(core, profile_dir=ns.profile_dir)
     sock = socket.socket(socket.AF_INET6 if ":" in ns.host else socket.AF_INET)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((ns.host, ns.port))

@@ -65,6 +65,8 @@ class AsyncEngine:
         self._stopping = True
         self._wake.set()
         self._thread.join(timeout=10)
+        if hasattr(self.engine, "shutdown"):  # disaggregated mode: its worker threads
+            self.engine.shutdown()
 
     def _send(self, command: tuple) -> None:
         self._inbox.put(command)

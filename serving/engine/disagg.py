@@ -100,6 +100,8 @@ class DisaggregatedEngine:
         self.num_prefill_tokens = 0
         self.num_transferred = 0
         self.last_prefill_at = 0.0  # time.perf_counter() when the prefill worker last produced a first token
+        self._aborted: set[str] = set()  # request ids; each worker drops them at its next turn
+        self._num_live = 0  # requests added and not yet finished or aborted (engine-loop thread only)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=fn, name=name, daemon=True) for fn, name in (
             (self._prefill_loop, "prefill-worker"), (self._transfer_loop, "kv-transfer"),
@@ -107,8 +109,12 @@ class DisaggregatedEngine:
         for t in self._threads:
             t.start()
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str) -> None:
-        self._prefill_inbox.put((self.prefill.encode(prompt), params, request_id))
+    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str,
+                    arrival_time: float | None = None) -> None:
+        ids = self.prefill.encode(prompt)
+        self.prefill.validate(ids, params)
+        self._num_live += 1
+        self._prefill_inbox.put((ids, params, request_id, arrival_time))
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -119,8 +125,10 @@ class DisaggregatedEngine:
     def _prefill_loop(self) -> None:
         while not self._stop.is_set():
             while not self._prefill_inbox.empty():
-                ids, params, request_id = self._prefill_inbox.get()
-                self.prefill.add_request(ids, params, request_id)
+                ids, params, request_id, arrival = self._prefill_inbox.get()
+                self.prefill.add_request(ids, params, request_id, arrival_time=arrival)
+            for request_id in list(self._aborted):
+                self.prefill.abort(request_id)
             if not self.prefill.has_work():
                 time.sleep(0.001)
                 continue
@@ -155,7 +163,9 @@ class DisaggregatedEngine:
         while not self._stop.is_set():
             while not self._decode_inbox.empty():
                 pending.append(self._decode_inbox.get())
-            pending = [h for h in pending if not self._adopt(h)]
+            for request_id in list(self._aborted):
+                self.decode.abort(request_id)
+            pending = [h for h in pending if h.request_id not in self._aborted and not self._adopt(h)]
             if not self.decode.has_work():
                 time.sleep(0.001)
                 continue
@@ -168,6 +178,63 @@ class DisaggregatedEngine:
         self.kv_transfer_times_s.append(time.monotonic() - h.handed_over_at)
         return True
 
+    # -- the surface AsyncEngine (the HTTP server's engine loop) uses ----------------------
+    @property
+    def model_name(self):
+        return self.prefill.model_name
+
+    @property
+    def tokenizer(self):
+        return self.prefill.tokenizer
+
+    @property
+    def max_model_len(self):
+        return self.prefill.max_model_len
+
+    @property
+    def runner(self):
+        return self.prefill.runner
+
+    @property
+    def scheduler(self):  # metrics: the decode side's queues and counters
+        return self.decode.scheduler
+
+    @property
+    def block_manager(self):
+        return self.decode.block_manager
+
+    def encode(self, prompt):
+        return self.prefill.encode(prompt)
+
+    def validate(self, ids, params) -> None:
+        self.prefill.validate(ids, params)
+
+    def has_work(self) -> bool:
+        return self._num_live > 0
+
+    def pop_kv_transfer_times(self) -> list[float]:
+        """Hand-over times (s) recorded since the last call, for the metrics histogram."""
+        times, self.kv_transfer_times_s = self.kv_transfer_times_s, []
+        return times
+
+    def abort(self, request_id: str) -> None:
+        """Both workers drop the request at their next turn (returns None: its blocks are
+        freed on the worker threads, not here)."""
+        self._aborted.add(request_id)
+        self._num_live -= 1
+
+    def step(self) -> list[RequestOutput]:
+        """The outputs both workers produced since the last call (waits up to 5 ms for one)."""
+        try:
+            outs = [self.outputs.get(timeout=0.005)]
+        except queue.Empty:
+            return []
+        while not self.outputs.empty():
+            outs.append(self.outputs.get())
+        outs = [o for o in outs if o.request_id not in self._aborted]
+        self._num_live -= sum(o.finished for o in outs)
+        return outs
+
     # -- offline use ----------------------------------------------------------------------
     def generate(self, prompts: list[str | list[int]], params: SamplingParams, timeout_s: float = 300) -> list[dict]:
         ids = [f"d{i}" for i in range(len(prompts))]
@@ -178,6 +245,7 @@ class DisaggregatedEngine:
         deadline = time.monotonic() + timeout_s
         while len(done) < len(ids):
             out = self.outputs.get(timeout=max(deadline - time.monotonic(), 0.001))
+            self._num_live -= out.finished
             texts[out.request_id] += out.text_delta
             if out.finished:
                 done[out.request_id] = out

@@ -129,7 +129,7 @@ class LLMEngine:
         seq.last_token_time = now
         _, detok = self._live[seq.request_id]
         before = len(detok.text)
-        detok.update(seq.output_token_ids)
+        detok.update(seq.output_token_ids, final=seq.is_finished)
         stops = seq.params.stop
         if stops and not seq.is_finished:
             hits = [i for i in (detok.text.find(s, max(0, before - len(s))) for s in stops) if i >= 0]

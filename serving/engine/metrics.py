@@ -72,6 +72,8 @@ class EngineMetrics:
             counter.inc(now - self._last[key])
             self._last[key] = now
         self.generation_tokens.inc(len(outputs))
+        for seconds in getattr(engine, "pop_kv_transfer_times", list)():  # disaggregated mode only
+            self.kv_transfer.observe(seconds)
         for out in outputs:
             if out.inter_token_latency_s is not None:
                 self.itl.observe(out.inter_token_latency_s)

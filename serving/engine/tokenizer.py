@@ -88,9 +88,9 @@ class IncrementalDetokenizer:
         self.text = ""
         self.num_emitted = 0  # characters of `text` already handed to the client
 
-    def update(self, ids: list[int]) -> str:
+    def update(self, ids: list[int], final: bool = False) -> str:
         full = self._tokenizer.decode(ids)
-        if full.endswith("\ufffd"):
+        if full.endswith("\ufffd") and not final:  # the last request's text is taken as it is
             return ""
         delta, self.text = full[len(self.text):], full
         return delta
