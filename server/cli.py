@@ -298,6 +298,14 @@ async def _run_agent(server, config, api_key):
         await server.aclose()
 
 
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+def engine(ctx: typer.Context) -> None:
+    """The built-in serving engine (OpenAI API): infra-agent engine [--checkpoint DIR] [--host H --port P] [...]."""
+    from ..serving.engine.__main__ import main as engine_main  # torch: imported only for this command
+
+    raise typer.Exit(engine_main(ctx.args))
+
+
 @app.command()
 def lock(
     kernel: Annotated[str, typer.Argument(help="Kernel whose reference and tolerances to pin.")],

@@ -39,20 +39,18 @@ def test_disaggregated_tokens_equal_the_unified_engine(args, unified, releases_g
 
 
 def test_phases_are_named_ranges_on_their_threads(args):
-    from infra_agent.serving.engine.ranges import start_recording, stop_recording
+    from infra_agent.sandbox.worker import ranges  # the range helper profile reads
 
     engine = DisaggregatedEngine(DisaggArgs(comm_us=100, engine=args))
     try:
-        start_recording()
+        ranges.start()
         engine.generate(PROMPTS[:2], GREEDY)
     finally:
-        trace = stop_recording()
+        recorded = ranges.stop()
         engine.shutdown()
-    threads = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["ph"] == "M"}
     by_thread: dict[str, set] = {}
-    for e in trace["traceEvents"]:
-        if e["ph"] == "X":
-            by_thread.setdefault(threads[e["tid"]], set()).add(e["name"])
+    for r in recorded["ranges"]:
+        by_thread.setdefault(r["thread"], set()).add(r["name"])
     assert {"schedule", "prefill", "dispatch", "combine"} <= by_thread["prefill-worker"]
     assert {"kv_transfer"} == by_thread["kv-transfer"]
     assert {"schedule", "decode"} <= by_thread["decode-worker"]
