@@ -4,10 +4,11 @@ the same checkpoint (a small Llama built here: 4 layers, hidden 256, random weig
 
     .venv/bin/python bench/engine_throughput.py [--max-tokens 64] [--rounds 2] [--json out.json]
 
-Each concurrency level sends `rounds * C` requests through C streaming clients (each
-client sends its next request when the previous one ends). Output tokens are the
-server's `usage.completion_tokens` when it sends usage, else the streamed text
-re-tokenised (the rule `vllm bench serve` uses); the report says which. The static loop
+Each concurrency level sends `rounds * C` requests through the project's load generator
+(serving/loadgen) in a closed loop of C streams (a stream sends its next request when the
+previous one ends). Output tokens are the server's `usage.completion_tokens` when it sends
+usage, else the streamed text re-tokenised (the rule `vllm bench serve` uses); the report
+says which. The static loop
 runs `generate` on batches of C prompts (left padding, greedy, no EOS stop) in this process.
 """
 
@@ -26,6 +27,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, PlainTokenizer, run_benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONCURRENCY = (1, 8, 32)
@@ -71,44 +74,17 @@ def wait_healthy(url: str, timeout_s: float = 180) -> None:
     raise RuntimeError(f"{url}/health never answered 200")
 
 
-async def one_request(client, url, body, tokenizer) -> tuple[int, str]:
-    text, usage_tokens = "", None
-    async with client.stream("POST", url + "/v1/completions", json=body) as response:
-        response.raise_for_status()
-        async for line in response.aiter_lines():
-            if not line.startswith("data: ") or line == "data: [DONE]":
-                continue
-            event = json.loads(line[6:])
-            if event.get("usage"):
-                usage_tokens = event["usage"]["completion_tokens"]
-            for choice in event.get("choices") or []:
-                text += choice.get("text") or (choice.get("delta") or {}).get("content") or ""
-    if usage_tokens is not None:
-        return usage_tokens, "usage"
-    return len(tokenizer.encode(text, add_special_tokens=False)), "re-tokenised"
-
-
-async def load(url: str, model: str, concurrency: int, rounds: int, max_tokens: int, extra: dict, tokenizer):
-    todo = prompts(concurrency * rounds)
-    counts, rules = [], set()
-
-    async def client_loop(client, mine):
-        for p in mine:
-            body = {"model": model, "prompt": p, "max_tokens": max_tokens, "temperature": 0, "stream": True,
-                    "stream_options": {"include_usage": True}} | extra
-            n, rule = await one_request(client, url, body, tokenizer)
-            counts.append(n)
-            rules.add(rule)
-
-    limits = httpx.Limits(max_connections=concurrency + 4)
-    async with httpx.AsyncClient(timeout=600, limits=limits) as client:
-        await one_request(client, url, {"model": model, "prompt": "warm up", "max_tokens": 4, "stream": True}
-                          | extra, tokenizer)
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client_loop(client, todo[i::concurrency]) for i in range(concurrency)))
-        elapsed = time.perf_counter() - t0
-    return {"output_tokens": sum(counts), "seconds": elapsed, "tokens_per_s": sum(counts) / elapsed,
-            "count_rule": "/".join(sorted(rules))}
+async def load(url: str, model: str, concurrency: int, rounds: int, max_tokens: int, extra: dict,
+               tokenizer: PlainTokenizer) -> dict:
+    """`rounds * C` requests through the project's load generator, C in flight (a closed loop)."""
+    requests = [BenchRequest(p, len(tokenizer.encode(p)), max_tokens) for p in prompts(concurrency * rounds)]
+    result = await run_benchmark(Endpoint(url, model=model, extra_body=extra), requests,
+                                 Arrivals(max_concurrency=concurrency), warmup=1, tokenizer=tokenizer, timeout_s=600)
+    m = result.metrics
+    if m.failed:
+        raise RuntimeError(f"{m.failed} requests failed against {url}: {m.errors}")
+    return {"output_tokens": sum(r.output_tokens for r in result.records), "seconds": result.duration_s,
+            "tokens_per_s": m.output_throughput, "count_rule": m.output_tokens_source}
 
 
 def static_loop(folder: Path, concurrency: int, rounds: int, max_tokens: int) -> dict:
@@ -137,14 +113,12 @@ def main() -> int:
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--engine-args", default="", help="extra args for the built-in engine")
     ns = ap.parse_args()
-    from transformers import AutoTokenizer
-
     from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
     folder = build_tiny_checkpoint(Path(tempfile.mkdtemp()) / "bench-llama", hidden_size=256, num_layers=4,
                                    num_heads=8, num_kv_heads=4, intermediate_size=688, max_positions=1024,
                                    initializer_range=0.02)
-    tokenizer = AutoTokenizer.from_pretrained(folder)
+    tokenizer = PlainTokenizer(folder)
     results: dict[str, dict] = {"builtin": {}, "builtin_torch_attention": {}, "transformers_serve": {},
                                 "static_generate": {}}
     engine_cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder), "--port", "0",
