@@ -27,9 +27,9 @@ class ToolCallError(Exception):
     """The tool answered with is_error=True; the message is the text the agent saw."""
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def anyio_backend():
-    return "asyncio"
+    return "asyncio"  # session-wide, so module-scoped async fixtures (zoo_client) can use it
 
 
 @pytest.fixture
@@ -46,6 +46,22 @@ async def server(workspace: Path):
 
     srv = build_server(workspace)
     yield srv
+    await srv.aclose()
+
+
+@pytest.fixture(scope="module")
+async def zoo_client(tmp_path_factory):
+    """One server per test module on its own copy of the zoo, for modules whose tests only read
+    (each call is its own experiment; the ledger is the module's)."""
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    root = tmp_path_factory.mktemp("zoo") / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    srv = build_server(root)
+    async with Client(srv) as c:
+        yield c
     await srv.aclose()
 
 

@@ -63,6 +63,7 @@ class EngineAdapter:
     profile_paths: ClassVar[tuple[str, str] | None] = None  # (start, stop), POST
     supported: ClassVar[frozenset[str]] = frozenset({"model", "served_model_name", "dtype", "extra_args"})
     installable_here: ClassVar[bool] = True  # False: a GPU build (argv tested, never started on a CPU host)
+    needs_model: ClassVar[bool] = False  # True: the engine has no model of its own without a checkpoint folder
 
     @property
     def health_path(self) -> str:
@@ -79,7 +80,8 @@ class EngineAdapter:
         self._check(args)
 
     def _check(self, args: EngineArgs) -> None:
-        pass
+        if self.needs_model and not args.model:
+            raise AdapterError(f"the {self.name} engine needs model= a local checkpoint folder in the workspace")
 
     def argv(self, args: EngineArgs, *, model: str | None, port: int, python: str) -> list[str]:
         """The engine's command line; `model` is the model folder as the engine sees it."""

@@ -3,7 +3,7 @@ tested by the argv and payloads it builds, never started here."""
 
 from __future__ import annotations
 
-from .base import AdapterError, EngineAdapter, EngineArgs, flag_if
+from .base import EngineAdapter, EngineArgs, flag_if
 
 
 class SglangAdapter(EngineAdapter):
@@ -14,10 +14,8 @@ class SglangAdapter(EngineAdapter):
                                            "enable_chunked_prefill", "max_num_seqs", "max_num_batched_tokens",
                                            "max_model_len"}
     installable_here = False
+    needs_model = True
 
-    def _check(self, args: EngineArgs) -> None:
-        if not args.model:
-            raise AdapterError("the sglang engine needs model= a local checkpoint folder")
 
     def _argv(self, args: EngineArgs, *, model, port, python):
         argv = [python, "-m", "sglang.launch_server", "--model-path", model, "--host", "127.0.0.1",

@@ -4,7 +4,7 @@ OpenAI schema, so no extension is ever sent to it; usage arrives in the last chu
 
 from __future__ import annotations
 
-from .base import AdapterError, EngineAdapter, EngineArgs, flag_if
+from .base import EngineAdapter, EngineArgs, flag_if
 
 
 class TransformersAdapter(EngineAdapter):
@@ -12,10 +12,8 @@ class TransformersAdapter(EngineAdapter):
     extensions = frozenset()
     metrics_path = None  # no Prometheus endpoint
     supported = EngineAdapter.supported | {"max_num_batched_tokens"}
+    needs_model = True
 
-    def _check(self, args: EngineArgs) -> None:
-        if not args.model:
-            raise AdapterError("the transformers engine needs model= a local checkpoint folder")
 
     def _argv(self, args: EngineArgs, *, model, port, python):
         argv = [python, "-m", "transformers.cli.transformers", "serve", model, "--host", "127.0.0.1",

@@ -3,7 +3,7 @@ is tested by the argv and payloads it builds, never started here."""
 
 from __future__ import annotations
 
-from .base import AdapterError, EngineAdapter, EngineArgs, bool_flag, flag_if
+from .base import EngineAdapter, EngineArgs, bool_flag, flag_if
 
 
 class VllmAdapter(EngineAdapter):
@@ -16,10 +16,8 @@ class VllmAdapter(EngineAdapter):
                                            "enable_chunked_prefill", "max_num_seqs", "max_num_batched_tokens",
                                            "max_model_len"}
     installable_here = False
+    needs_model = True
 
-    def _check(self, args: EngineArgs) -> None:
-        if not args.model:
-            raise AdapterError("the vllm engine needs model= a local checkpoint folder")
 
     def _argv(self, args: EngineArgs, *, model, port, python):
         argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",

@@ -7,33 +7,10 @@ A person should look at: the per-output-element counts printed by the compile te
 the numbers in kernels/kda_decode/README.md).
 """
 
-import shutil
-
 import pytest
 from conftest import call
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
-
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def zoo_client(tmp_path_factory):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    root = tmp_path_factory.mktemp("kda") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
-    async with Client(server) as client:
-        yield client
-    await server.aclose()
 
 
 @pytest.mark.parametrize("impl", ["fused", "vtiled"])

@@ -7,33 +7,10 @@ HGMMAs) and ieee on FFMA; all compile for gfx942.
 A person should look at: the two strict-check errors (the README's table).
 """
 
-import shutil
-
 import pytest
 from conftest import call
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
-
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def zoo_client(tmp_path_factory):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    root = tmp_path_factory.mktemp("matmul") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
-    async with Client(server) as client:
-        yield client
-    await server.aclose()
 
 
 def worst_error(out: dict) -> float:

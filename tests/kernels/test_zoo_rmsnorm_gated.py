@@ -3,33 +3,10 @@ the float64 reference with zero findings on the spec's CPU shapes and dtypes (ro
 across 2 ranks as well) and compiles for sm_90a and gfx942.
 """
 
-import shutil
-
 import pytest
 from conftest import call
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
-
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def zoo_client(tmp_path_factory):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    root = tmp_path_factory.mktemp("rmsnorm_gated") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
-    async with Client(server) as client:
-        yield client
-    await server.aclose()
 
 
 async def test_matches_the_reference_with_zero_findings(zoo_client):

@@ -7,33 +7,12 @@ small CPU sets (the Triton interpreter is slow); one trial per case keeps the fi
 (fresh seeds every run: repeated runs cover more inputs).
 """
 
-import shutil
-
 import pytest
 from conftest import call
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.kernels.workspace import load_workspace
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(scope="module")
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
-async def zoo_client(tmp_path_factory):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    root = tmp_path_factory.mktemp("zoo") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
-    async with Client(server) as client:
-        yield client
-    await server.aclose()
 
 
 def assert_clean_pass(out: dict, num_cases: int) -> None:
