@@ -69,10 +69,8 @@ def ensure_triton_interpreter() -> None:
 
 
 def import_file(file: Path, module_name: str):
-    """Import a file as a fresh module; its folder goes on sys.path for sibling imports."""
-    folder = str(file.parent)
-    if folder not in sys.path:
-        sys.path.insert(0, folder)
+    """Import a file as a fresh module; its folder goes first on sys.path for sibling imports."""
+    _prefer_siblings(Path(file).parent)
     spec = importlib.util.spec_from_file_location(module_name, file)
     if spec is None or spec.loader is None:
         raise LoadError(f"cannot import {file}")
@@ -80,6 +78,23 @@ def import_file(file: Path, module_name: str):
     sys.modules[module_name] = module
     spec.loader.exec_module(module)  # agent code runs here: exceptions propagate
     return module
+
+
+def _prefer_siblings(folder: Path) -> None:
+    """A kernel file imports its siblings by plain name (`from reference import EPS`): its own
+    folder goes first on sys.path, and a same-named module cached from another folder is
+    forgotten, so it never answers this file's import. A job loads one kernel, but the
+    built-in engine (and an in-process test run) loads several in one process."""
+    text = str(folder)
+    if text in sys.path:
+        sys.path.remove(text)
+    sys.path.insert(0, text)
+    here = folder.resolve()
+    for sibling in folder.glob("*.py"):
+        cached = sys.modules.get(sibling.stem)
+        origin = getattr(cached, "__file__", None)
+        if cached is not None and origin and Path(origin).resolve().parent != here:
+            del sys.modules[sibling.stem]
 
 
 def check_arity(fn: Callable, num_args: int, entry: str) -> None:

@@ -10,7 +10,6 @@ is plain torch written here. `KernelOps.choices` says what each op really runs.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -104,27 +103,11 @@ def _load(kernel, ref: str, module_name: str, interpret: bool):
         os.environ["TRITON_INTERPRET"] = "1"  # @triton.jit reads it at decoration time
         ensure_triton_interpreter()
     file, entry = kernel.entry_of(ref)
-    _forget_sibling_modules()
-    folder = str(Path(file).parent)
-    if folder in sys.path:
-        sys.path.remove(folder)
-    sys.path.insert(0, folder)  # this kernel's siblings ("reference", helpers) win
-    module = import_file(Path(file), module_name)
-    _forget_sibling_modules()
+    module = import_file(Path(file), module_name)  # the loader keeps each kernel's siblings apart
     fn = getattr(module, entry, None)
     if not callable(fn):
         raise LoadError(f"{file} has no function {entry!r}")
     return fn
-
-
-def _forget_sibling_modules() -> None:
-    """Kernel files import their siblings by plain name (`from reference import EPS`). A
-    sandbox worker loads one kernel per process; the engine loads several, so a sibling
-    cached from one kernel's folder must not answer another's import."""
-    for name, module in list(sys.modules.items()):
-        path = getattr(module, "__file__", None) or ""
-        if "." not in name and not name.startswith("infra_agent") and (Path(path).parent / "spec.py").is_file():
-            del sys.modules[name]
 
 
 def _rows_2d(fn):
