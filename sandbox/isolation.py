@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from .cgroups import CgroupManager
 from .policy import SandboxView
-from .worker import confine
+from .worker import confine, seccomp
 
 LAYER_ORDER = ("bwrap", "landlock", "seccomp", "cgroup", "rlimits")
 INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) "
@@ -62,7 +62,7 @@ def probe(view: SandboxView, cgroups: CgroupManager, timeout_s: float = 30.0) ->
     else:
         missing["landlock"] = "the kernel has no Landlock (Linux >= 5.13 with lsm=landlock)"
 
-    seccomp_reason = confine.seccomp_available()
+    seccomp_reason = seccomp.seccomp_available()
     if seccomp_reason is None:
         in_force.add("seccomp")
     else:

@@ -31,7 +31,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from . import confine
+from . import confine, seccomp
 
 EXIT_FILE = "exit.json"
 LOG_FILE = "engine.log"
@@ -54,7 +54,7 @@ def _confine(spec: dict) -> dict:
         layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"],
                                                         tcp_ports=(int(spec["port"]),))
     if spec.get("seccomp"):
-        layers["seccomp_instructions"] = confine.apply_seccomp(confine.build_seccomp_filter(allow_inet=True))
+        layers["seccomp_instructions"] = seccomp.apply_seccomp(seccomp.build_seccomp_filter(allow_inet=True))
     for which, value in ((resource.RLIMIT_FSIZE, spec["file_bytes"]), (resource.RLIMIT_NOFILE, spec["num_files"]),
                          (resource.RLIMIT_CORE, 0)):
         hard = resource.getrlimit(which)[1]

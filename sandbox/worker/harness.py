@@ -32,7 +32,7 @@ import sys
 import traceback
 from pathlib import Path
 
-from . import confine
+from . import confine, seccomp
 from .context import JobContext
 
 JOB_FILE = "job.json"
@@ -127,7 +127,7 @@ def _confine(policy: dict, seccomp_filter: bytes) -> dict:
         read_write = rules["read_write"] + sorted(private)
         layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], read_write, rules["devices"])
     if policy.get("seccomp"):
-        layers["seccomp_instructions"] = confine.apply_seccomp(seccomp_filter)
+        layers["seccomp_instructions"] = seccomp.apply_seccomp(seccomp_filter)
     return layers
 
 

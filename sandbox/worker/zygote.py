@@ -32,7 +32,7 @@ import socket
 import sys
 import traceback
 
-from . import confine
+from . import confine, seccomp
 
 _PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
 _MAX_MESSAGE = 65536
@@ -52,7 +52,7 @@ def main() -> None:
         sys.exit(3)
 
     try:
-        seccomp_filter, seccomp_error = confine.build_seccomp_filter(), None
+        seccomp_filter, seccomp_error = seccomp.build_seccomp_filter(), None
     except confine.ConfineError as exc:
         seccomp_filter, seccomp_error = b"", str(exc)
     gc.collect()

@@ -14,7 +14,7 @@ from infra_agent.sandbox.isolation import Isolation
 from infra_agent.sandbox.outcome import Ending, judge
 from infra_agent.sandbox.policy import Layout, Limits, SandboxView
 from infra_agent.sandbox.slots import Slots
-from infra_agent.sandbox.worker import confine
+from infra_agent.sandbox.worker import confine, seccomp
 
 
 def layout(tmp_path: Path, **kwargs) -> Layout:
@@ -133,7 +133,7 @@ def test_no_silent_downgrade_on_this_host(sandbox):
     """Every layer this host offers is in force; every missing one says why."""
     isolation = sandbox.sb.isolation
     offered = {"bwrap": shutil.which("bwrap") is not None, "landlock": confine.landlock_abi() > 0,
-               "seccomp": confine.seccomp_available() is None, "cgroup": CgroupManager().available}
+               "seccomp": seccomp.seccomp_available() is None, "cgroup": CgroupManager().available}
     for layer, available in offered.items():
         if available and layer not in isolation.layers:
             raise AssertionError(f"{layer} is available but not in force: {isolation.missing.get(layer)}")
