@@ -258,44 +258,17 @@ def agent(
     """Let a model behind an OpenAI-compatible API drive the tools itself, until it answers or a budget ends.
 
     Exit codes: 0 the model answered, 3 a budget ended the run, 1 the model API failed, 2 bad command line."""
-    import os
+    from .agent.command import run_from_command_line
 
-    from .agent import AgentConfig
-
+    options = dict(base_url=base_url, model=model, goal=goal, api_key_env=api_key_env, max_steps=max_steps,
+                   max_tokens_total=max_tokens_total, max_time_s=max_time_s, max_tool_calls=max_tool_calls,
+                   tools=tools, transcript=transcript, extra_body=extra_body, max_retries=max_retries,
+                   max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars)
     try:
-        body = json.loads(extra_body) if extra_body else {}
-    except json.JSONDecodeError as exc:
-        raise _fail(f"--extra-body is not valid JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise _fail("--extra-body must be a JSON object")
-    api_key = os.environ.get(api_key_env) or None
-    if api_key is None:
-        err.print(f"[yellow]note:[/] ${api_key_env} is not set: sending no Authorization header", highlight=False)
-    config = AgentConfig(base_url=base_url, model=model, goal=goal, api_key_env=api_key_env,
-                         tools=[t.strip() for t in tools.split(",") if t.strip()] if tools else None,
-                         max_steps=max_steps, max_tokens_total=max_tokens_total, max_time_s=max_time_s,
-                         max_tool_calls=max_tool_calls, transcript_path=transcript, max_retries=max_retries,
-                         max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars,
-                         extra_body=body)
-    server = _build(workspace, allow_unsandboxed)
-    try:
-        result = anyio.run(_run_agent, server, config, api_key)
-    except ValueError as exc:  # e.g. --tools names a tool this server does not have
+        code = run_from_command_line(lambda: _build(workspace, allow_unsandboxed), **options)
+    except ValueError as exc:  # bad --extra-body, or --tools naming a tool this server does not have
         raise _fail(str(exc)) from None
-    sys.stdout.write(result.summary + "\n")
-    if result.stop_reason == "model_api_error":
-        raise typer.Exit(1)
-    if result.stop_reason != "answered":
-        raise typer.Exit(3)
-
-
-async def _run_agent(server, config, api_key):
-    from .agent import run_agent
-
-    try:
-        return await run_agent(server, config, api_key)
-    finally:
-        await server.aclose()
+    raise typer.Exit(code)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
