@@ -95,7 +95,7 @@ def _baseline_records(ctx: ToolContext, baseline: str | None) -> list[dict] | No
 
 
 def _expect_facts(inp: Input, out: Output):
-    return facts(out.metrics, out.spread, out.baseline_metrics)
+    return facts(out.metrics, out.spread, out.baseline_metrics, out.baseline_spread)
 
 
 TOOL = Tool(

@@ -1,11 +1,12 @@
 """From repeats to numbers, criteria and attribution.
 
-Each metric is the median over repeats; its interval is the [min, max] over repeats, and
-the baseline's medians are taken as exact, so a criterion is decided only when every
-repeat agrees (`ttft_p50 <= 1.05 * baseline.ttft_p50` passes when even the worst repeat
-is within 5% of the baseline's median, fails when even the best is not, and is
-inconclusive in between). Attribution compares the engine's own per-phase times with the baseline's and
-names the phase that moved most, with the next cheapest experiment for that layer.
+Each metric is the median over repeats; its interval is the [min, max] over repeats, for
+this run and for the baseline alike, so a criterion is decided only when the repeats of
+both agree (`ttft_p50 <= 1.05 * baseline.ttft_p50` passes when this run's worst repeat is
+within 5% of the baseline's best, fails when this run's best is over 5% above the
+baseline's worst, and is inconclusive in between). Attribution compares the engine's own
+per-phase times with the baseline's and names the phase that moved most, with the next
+cheapest experiment for that layer.
 """
 
 from __future__ import annotations
@@ -98,12 +99,17 @@ def latency_table(metrics: dict, spread: dict) -> list[LatencyRow]:
             for lat in LATENCIES]
 
 
-def facts(metrics: dict, spread: dict, baseline: dict | None) -> Facts:
-    """This run's metrics with their [min, max] over repeats; the baseline's medians taken as exact
-    (as microbench takes baseline.median_ms), so a criterion is decided when every repeat agrees."""
-    fields = {k: (Measured(v, *spread[k]) if k in spread and spread[k][0] != spread[k][1] else v)
-              for k, v in metrics.items()}
-    return Facts(fields=fields, baseline=Facts(fields=dict(baseline)) if baseline is not None else None)
+def facts(metrics: dict, spread: dict, baseline: dict | None, baseline_spread: dict | None = None) -> Facts:
+    """This run's metrics and the baseline's, each with its [min, max] over repeats: a criterion is
+    decided only when the two runs' spreads agree (serving numbers move between runs far more than
+    a kernel's timings do: judged against the baseline's median alone, A/A failed 7 runs in 10 here)."""
+    return Facts(fields=_measured(metrics, spread),
+                 baseline=Facts(fields=_measured(baseline, baseline_spread or {})) if baseline is not None else None)
+
+
+def _measured(metrics: dict, spread: dict) -> dict:
+    return {k: (Measured(v, *spread[k]) if v is not None and k in spread and spread[k][0] != spread[k][1] else v)
+            for k, v in metrics.items()}
 
 
 # What each end-to-end latency is made of, engine-side: TTFT = queue + prefill (+ the KV hand-over
