@@ -119,10 +119,10 @@ PARTS = {"ttft_p50": ("TTFT p50", ("queue_ms", "prefill_ms", "kv_transfer_ms")),
          "tpot_p50": ("TPOT p50", ("decode_ms",))}
 
 
-def attribution(metrics: dict, base: dict) -> tuple[list[PhaseChange], list[str]]:
+def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseChange], list[str]]:
     """Per-phase changes (largest first) and findings: for TTFT and TPOT, how much each moved, which
-    of its phases moved most and the next cheapest experiment for that layer. The metric that moved
-    most comes first."""
+    of its phases moved most and the next cheapest experiment for that layer. A metric the criteria
+    name (`focus`: their text) comes first, else the one that moved most."""
     changes = {name: _change(name, base.get(name), metrics.get(name)) for name in PHASES}
     timed = sorted((c for name, c in changes.items() if name in PHASE_NAMES and c.delta is not None),
                    key=lambda c: -abs(c.delta))
@@ -144,8 +144,8 @@ def attribution(metrics: dict, base: dict) -> tuple[list[PhaseChange], list[str]
                      f"; next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
         else:
             text += "; none of its engine phases moved by 5% or more"
-        lines.append((abs(rel), text))
-    findings = [text for _, text in sorted(lines, key=lambda item: -item[0])]
+        lines.append((label.split()[0].lower() in focus, abs(rel), text))
+    findings = [text for *_, text in sorted(lines, key=lambda item: (not item[0], -item[1]))]
     pre = changes["preemptions"]
     if pre.candidate and pre.candidate > (pre.baseline or 0):
         findings.append(f"preemptions {pre.baseline or 0:g} -> {pre.candidate:g}: {NEXT_STEP['preemptions']}")

@@ -51,7 +51,7 @@ async def test_builtin_metrics_regression_and_attribution(builtin_client):
     regressed = await call(c, "serve_benchmark", handle=slow["handle"], workload=WORKLOAD, repeats=2,
                            baseline=base["experiment_id"], criteria=[CRITERION])
     assert regressed["criteria"]["answer"] == "contradicted"
-    ttft = regressed["findings"][0]  # TTFT moved most, and among its phases the prefill
+    ttft = regressed["findings"][0]  # the criterion names TTFT: its line first, and among its phases the prefill
     assert ttft.startswith("TTFT p50 +") and "the prefill phase moved most" in ttft, regressed["findings"]
     assert "next: the prefill path moved: profile the prefill step" in regressed["summary"]
 
