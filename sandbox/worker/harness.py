@@ -29,6 +29,7 @@ import signal
 import socket
 import struct
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 
@@ -64,6 +65,9 @@ def run_child(zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.
         spec = json.loads(Path(JOB_FILE).read_text())
         os.environ.clear()
         os.environ.update(spec["env"])
+        # The zygote's imports (torch._dynamo among them) asked tempfile for a folder before any job
+        # existed, and tempfile caches the answer: forget it, so TMPDIR (the job's own tmp/) decides.
+        tempfile.tempdir = None
         limits = spec["rlimits"]
         confine.apply_rlimits(limits["cpu_s"], limits["file_bytes"], limits["num_files"])
         _run_op(spec)
