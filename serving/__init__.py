@@ -1,5 +1,10 @@
-"""Serving engines and load generation (launch_serve, serve_benchmark): not built yet.
+"""Serving: the built-in engine, engine adapters, engine lifecycle in the sandbox, and the load
+generator, used by the launch_serve / serve_benchmark / stop_serve / list_serves tools.
 
-DESIGN.md reserves this package for engine adapters, process lifecycle, the load
-generator and the built-in engine; no tool uses it so far.
+    engine/       the built-in continuous-batching engine (torch-free scheduler and block
+                  manager, one model runner, OpenAI-compatible HTTP API)
+    adapters/     builtin, transformers, vllm, sglang, command: argv, accepted request
+                  fields, metrics and profiling endpoints
+    lifecycle.py  engines started in their own bubblewrap + cgroup, reached through a UNIX socket
+    loadgen/      datasets -> arrivals -> one timed stream -> a run -> vLLM's metric definitions
 """
