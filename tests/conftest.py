@@ -90,3 +90,13 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-llama")
     build_tiny_checkpoint(folder)
     return folder
+
+
+def in_forked_child(fn, *args):
+    """fn(*args) in a child process (a fresh interpreter), its (picklable) result returned here. For tests that
+    run interpreted Triton in-process (the built-in engine's kernels): interpreter mode is
+    process-wide in Triton and would leak into later in-process AOT compiles."""
+    import multiprocessing
+
+    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a fresh interpreter: fork would inherit torch threads
+        return pool.apply(fn, args)

@@ -68,6 +68,23 @@ def ensure_triton_interpreter() -> None:
                 setattr(module, attr, interp.InterpretedFunction(value.fn))
 
 
+def ensure_triton_compiler() -> None:
+    """The reverse of ensure_triton_interpreter, for an ahead-of-time compile in a process
+    that ran interpreted kernels before (the built-in engine, an in-process test run):
+    Triton's own helpers become JITFunctions again, as a fresh import would make them."""
+    if "triton.language" not in sys.modules:
+        return
+    import triton.runtime.interpreter as interp
+    import triton.runtime.jit as jit
+
+    for name, module in list(sys.modules.items()):
+        if module is None or not name.startswith("triton.language"):
+            continue
+        for attr, value in list(vars(module).items()):
+            if type(value) is interp.InterpretedFunction:
+                setattr(module, attr, jit.JITFunction(value.fn))
+
+
 def import_file(file: Path, module_name: str):
     """Import a file as a fresh module; its folder goes first on sys.path for sibling imports."""
     _prefer_siblings(Path(file).parent)

@@ -37,7 +37,7 @@ import warnings
 from pathlib import Path
 
 from ..context import JobContext
-from ..loader import import_file
+from ..loader import ensure_triton_compiler, import_file
 from .compile_diag import captured_stderr_fd, compile_error_diagnostic, import_error_diagnostic, mlir_diagnostic
 
 TOOL_TIMEOUT_S = 60
@@ -62,6 +62,7 @@ def _run(payload: dict, ctx: JobContext) -> dict:
     # Compile for real: the interpreter turns @triton.jit into a Python function. The
     # Triton cache goes to the job folder so nothing is shared between jobs.
     os.environ.pop("TRITON_INTERPRET", None)
+    ensure_triton_compiler()  # the helpers too, should this process have interpreted kernels before
     os.environ["TRITON_CACHE_DIR"] = str(ctx.job_dir / "triton-cache")
     os.environ["TRITON_HOME"] = str(ctx.job_dir)
     file = _source_file(payload, ctx)

@@ -5,6 +5,7 @@ with the zoo's Triton kernels (interpreted) instead of the torch references."""
 from __future__ import annotations
 
 import pytest
+from conftest import in_forked_child
 
 from infra_agent.serving.engine import EngineArgs, SamplingParams
 
@@ -92,17 +93,24 @@ def test_preemption_keeps_tokens(tiny_checkpoint, prompt_ids, hf_tokens):
     assert [o["token_ids"] for o in outs] == hf_tokens
 
 
-def test_triton_kernels_agree_with_torch_references(tiny_checkpoint, prompt_ids, hf_tokens):
+def _kernel_runs(checkpoint, ids: list) -> dict:
+    """Greedy tokens of the engine with each kernel choice (runs in a forked child: see in_forked_child)."""
     from infra_agent.kernels.workspace import load_workspace
 
     ops = [op for op in ("rmsnorm", "paged_attention_decode") if op in load_workspace().kernels]
-    reference = make_engine(tiny_checkpoint, kernels={op: "reference" for op in ops})
-    triton = make_engine(tiny_checkpoint, kernels={op: "triton" for op in ops})
-    assert all(triton.runner.ops.choices[op] == f"{op}:triton" for op in ops)
-    assert all(reference.runner.ops.choices[op] == f"{op}:reference" for op in ops)
-    ids = prompt_ids[:4]
-    assert [o["token_ids"] for o in reference.generate(ids, GREEDY)] == hf_tokens[:4]
-    plain = make_engine(tiny_checkpoint, kernels={"paged_attention_decode": "torch"})  # the engine's batched torch
-    assert [o["token_ids"] for o in plain.generate(ids, GREEDY)] == hf_tokens[:4]
-    assert [o["token_ids"] for o in triton.generate(ids, GREEDY)] == \
-        [o["token_ids"] for o in reference.generate(ids, GREEDY)]
+    out = {}
+    for name, kernels in (("reference", {op: "reference" for op in ops}), ("triton", {op: "triton" for op in ops}),
+                          ("plain", {"paged_attention_decode": "torch"})):
+        e = make_engine(checkpoint, kernels=kernels)
+        out[name] = {"choices": dict(e.runner.ops.choices), "tokens": [o["token_ids"] for o in e.generate(ids, GREEDY)]}
+    out["ops"] = ops
+    return out
+
+
+def test_triton_kernels_agree_with_torch_references(tiny_checkpoint, prompt_ids, hf_tokens):
+    runs = in_forked_child(_kernel_runs, tiny_checkpoint, prompt_ids[:4])
+    assert all(runs["triton"]["choices"][op] == f"{op}:triton" for op in runs["ops"])
+    assert all(runs["reference"]["choices"][op] == f"{op}:reference" for op in runs["ops"])
+    assert runs["reference"]["tokens"] == hf_tokens[:4]
+    assert runs["plain"]["tokens"] == hf_tokens[:4]  # the engine's batched torch attention
+    assert runs["triton"]["tokens"] == runs["reference"]["tokens"]

@@ -4,6 +4,7 @@ against Hugging Face, sampling seeds, stop strings and bad checkpoints."""
 from __future__ import annotations
 
 import pytest
+from conftest import in_forked_child
 
 from infra_agent.serving.engine import EngineArgs, SamplingParams
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
@@ -95,25 +96,34 @@ def test_quantised_kv_cache_keeps_greedy_tokens_on_the_random_model(kind, code_d
     assert [o["token_ids"] for o in quant.generate(prompts, greedy)] == [o["token_ids"] for o in full]
 
 
+def _kv_quant_runs(checkpoint) -> list:
+    greedy = SamplingParams(max_tokens=4, temperature=0)
+    return [engine(checkpoint=str(checkpoint), block_size=8, kv_cache_dtype="int8", kernels={"kv_quant": impl})
+            .generate(["The quick brown fox"], greedy)[0]["token_ids"] for impl in ("reference", "triton")]
+
+
 @needs_kv_quant
 def test_triton_kv_quant_gives_the_reference_tokens(tiny_checkpoint):
-    greedy = SamplingParams(max_tokens=4, temperature=0)
-    runs = [engine(checkpoint=str(tiny_checkpoint), block_size=8, kv_cache_dtype="int8", kernels={"kv_quant": impl})
-            .generate(["The quick brown fox"], greedy)[0]["token_ids"] for impl in ("reference", "triton")]
+    runs = in_forked_child(_kv_quant_runs, tiny_checkpoint)  # interpreted Triton stays in the child
     assert runs[0] == runs[1]
+
+
+def _w8a8_runs(prompts: list) -> dict:
+    greedy = SamplingParams(max_tokens=8, temperature=0)
+    runs = {"full": [o["token_ids"] for o in engine(seed=5).generate(prompts, greedy)]}
+    for impl, n, max_tokens in (("reference", 2, 8), ("triton", 1, 4)):  # interpreted Triton is slow: keep it short
+        e = engine(seed=5, quantization="w8a8", kernels={"w8a8_gemm": impl})
+        runs[impl + "_choice"] = e.runner.ops.choices["w8a8_gemm"]
+        runs[impl + "_int8"] = e.runner.model.layers[0]["qkv"][0].dtype == __import__("torch").int8
+        runs[impl] = [o["token_ids"] for o in e.generate(prompts[:n], SamplingParams(max_tokens=max_tokens,
+                                                                                       temperature=0))]
+    return runs
 
 
 @pytest.mark.skipif(not _zoo_has("w8a8_gemm"), reason="the kernel zoo has no w8a8_gemm kernel")
 def test_w8a8_linears_through_the_zoo_kernel():
-    prompts = ["The quick brown fox", "Hello world! Numbers 0123456789"]
-    greedy = SamplingParams(max_tokens=8, temperature=0)
-    full = [o["token_ids"] for o in engine(seed=5).generate(prompts, greedy)]
-    runs = {}
-    for impl, n, max_tokens in (("reference", 2, 8), ("triton", 1, 4)):  # interpreted Triton is slow: keep it short
-        e = engine(seed=5, quantization="w8a8", kernels={"w8a8_gemm": impl})
-        assert e.runner.ops.choices["w8a8_gemm"] == f"w8a8_gemm:{impl}"
-        assert e.runner.model.layers[0]["qkv"][0].dtype == __import__("torch").int8  # int8 codes stored
-        runs[impl] = [o["token_ids"] for o in e.generate(prompts[:n], SamplingParams(max_tokens=max_tokens,
-                                                                                       temperature=0))]
-    assert runs["reference"] == full  # the random model's greedy tokens survive W8A8
+    runs = in_forked_child(_w8a8_runs, ["The quick brown fox", "Hello world! Numbers 0123456789"])
+    for impl in ("reference", "triton"):
+        assert runs[impl + "_choice"] == f"w8a8_gemm:{impl}" and runs[impl + "_int8"]  # int8 codes stored
+    assert runs["reference"] == runs["full"]  # the random model's greedy tokens survive W8A8
     assert runs["triton"][0] == runs["reference"][0][:4]
