@@ -44,13 +44,14 @@ async def recv(sock: socket.socket, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> t
         if not future.done():
             future.set_result((data, pid) if data else None)
 
-    loop.add_reader(sock.fileno(), on_readable)
+    fd = sock.fileno()  # kept: a cancelled job closes the socket meanwhile, and fileno() is then -1
+    loop.add_reader(fd, on_readable)
     try:
         return await asyncio.wait_for(future, timeout_s)
     except asyncio.TimeoutError:
         return None
     finally:
-        loop.remove_reader(sock.fileno())
+        loop.remove_reader(fd)
 
 
 async def wait_done(sock: socket.socket) -> bool:
