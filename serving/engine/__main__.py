@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import gc
 import json
 import logging
 import os
@@ -42,7 +43,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--comm-releases-gil", action=argparse.BooleanOptionalAction, default=True,
                    help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL")
     p.add_argument("--comm-us", type=int, default=500, help="disaggregated: microseconds per dispatch and combine")
-    p.add_argument("--kv-transfer-impl", default="bytes", help="disaggregated: bytes (per-block messages) or clone")
+    p.add_argument("--kv-transfer-impl", default="bytes", choices=("bytes", "clone", "none"),
+                   help="disaggregated: bytes (per-row messages, Python-bound), clone (one copy) or none (the "
+                   "decode worker reads the prefill's K/V in place: the no-transfer baseline)")
     helps = _field_help()
     for f in dataclasses.fields(EngineArgs):
         flag = "--" + f.name.replace("_", "-")
@@ -93,6 +96,10 @@ async def serve(ns: argparse.Namespace) -> None:
     while not server.started and not task.done():
         await asyncio.sleep(0.05)
     if server.started:
+        # Everything built so far (torch, the model, uvicorn) lives as long as the server: out of the
+        # collector's sight, a full collection under load scans only the requests' objects (as vLLM does).
+        gc.collect()
+        gc.freeze()
         url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
         print(f"infra-agent engine: ready at {url} (model {engine.engine.model_name}, "
               f"kernels {engine.engine.runner.ops.choices})", file=sys.stderr, flush=True)

@@ -6,8 +6,12 @@ worker, each its own thread, in one process.
   for DeepEP's all-to-all), which is libc's `usleep` loaded through `ctypes.PyDLL` (the call
   keeps the GIL) or `ctypes.CDLL` (it releases it): engine arg `comm_releases_gil`.
 - The KV-transfer thread moves each prefilled request's K/V through a swappable transfer
-  (`TRANSFERS`): "bytes" serialises block by block like a network send, "clone" copies.
-- The decode worker adopts handed-over requests into its own LLMEngine and decodes them.
+  (`TRANSFERS`): "bytes" serialises row by row like a naive network send, "clone" copies,
+  "none" hands the tensors over as they are (the baseline: what the transfer costs is the
+  difference).
+- The decode worker adopts handed-over requests into its own LLMEngine, streams their first
+  token (it travels with the K/V, as in disaggregated serving: TTFT includes the transfer)
+  and decodes the rest.
 
 Every phase is a torch.profiler named range: prefill, decode, dispatch, combine,
 kv_transfer, schedule (threads named prefill-worker, kv-transfer, decode-worker).
@@ -16,6 +20,7 @@ kv_transfer, schedule (threads named prefill-worker, kv-transfer, decode-worker)
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import threading
 import time
@@ -46,8 +51,10 @@ class NativeComm:
 
 
 def bytes_transfer(kv: list) -> list:
-    """As a network send would: each block of each layer to bytes and back, one message per
-    block (the time.sleep(0) stands for the send syscall, which releases the GIL)."""
+    """As a network send would: each KV block (MESSAGE_TOKENS tokens) of each layer's K and V to
+    bytes and back, one message each, under the GIL; the send between (time.sleep(0), a syscall)
+    lets the GIL go, and each message has to win it back: behind a communication step that keeps
+    the GIL, that waits out the whole dispatch/combine."""
     import torch
 
     out = []
@@ -55,20 +62,28 @@ def bytes_transfer(kv: list) -> list:
         moved = []
         for t in (k, v):
             pieces = []
-            for block in t.split(16):
+            for block in t.split(MESSAGE_TOKENS):
                 data = block.contiguous().numpy().tobytes()
-                time.sleep(0)
+                os.sched_yield()
                 pieces.append(torch.frombuffer(bytearray(data), dtype=t.dtype).view(block.shape))
             moved.append(torch.cat(pieces))
         out.append(tuple(moved))
     return out
 
 
+MESSAGE_TOKENS = 64  # tokens of K (or V) per message
+
+
 def clone_transfer(kv: list) -> list:
     return [(k.clone(), v.clone()) for k, v in kv]
 
 
-TRANSFERS = {"bytes": bytes_transfer, "clone": clone_transfer}
+def no_transfer(kv: list) -> list:
+    """The baseline: the decode worker reads the K/V where the prefill worker left it (one memory)."""
+    return kv
+
+
+TRANSFERS = {"bytes": bytes_transfer, "clone": clone_transfer, "none": no_transfer}
 
 
 @dataclass
@@ -135,9 +150,15 @@ class DisaggregatedEngine:
             t0 = time.perf_counter()
             outs = self.prefill.step()
             for out in outs:
-                self.outputs.put(out)
-                if not out.finished:  # first token done: the rest is the decode worker's
-                    self._handovers.put(self.prefill.hand_over(out.request_id))
+                if out.finished:  # done at its first token (max_tokens=1, a stop): nothing to hand over
+                    self.outputs.put(out)
+                    continue
+                # As in disaggregated serving (the decode instance streams every token): the first
+                # token travels with the K/V and reaches the client once the decode worker has it,
+                # so TTFT = queue + prefill + KV transfer.
+                handover = self.prefill.hand_over(out.request_id)
+                handover.first_output = out
+                self._handovers.put(handover)
             self.prefill_busy_s += time.perf_counter() - t0
             self.num_prefill_tokens += sum(o.seq.num_prompt_tokens for o in outs)
             if outs:
@@ -176,6 +197,8 @@ class DisaggregatedEngine:
         if self.decode.adopt(h) is None:
             return False
         self.kv_transfer_times_s.append(time.monotonic() - h.handed_over_at)
+        if h.first_output is not None:
+            self.outputs.put(h.first_output)
         return True
 
     # -- the surface AsyncEngine (the HTTP server's engine loop) uses ----------------------

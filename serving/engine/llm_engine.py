@@ -29,6 +29,7 @@ class Handover:
     num_emitted_chars: int
     times: dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
     handed_over_at: float = 0.0
+    first_output: RequestOutput | None = None  # disaggregated: the first token, streamed once the decode side has it
 
 
 @dataclass

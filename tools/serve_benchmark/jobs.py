@@ -8,6 +8,8 @@ being measured.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 from dataclasses import dataclass
 
 import httpx
@@ -42,26 +44,49 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
     ep = Endpoint("http://engine", model=await served_model(engine), api=api, uds=engine.socket_path,
                   extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
                   continuous_usage=engine.adapter.continuous_usage)
-    out = []
-    for i in range(repeats):
-        async def tick(done, total, message, i=i):
-            await progress(i * len(plan.requests) + done, repeats * len(plan.requests),
-                           f"repeat {i + 1}/{repeats}: {message}")
+    return [await _one_repeat(engine, ep, plan, i, repeats=repeats, warmup=warmup, timeout_s=timeout_s,
+                              progress=progress) for i in range(repeats)]
 
-        before = await _scrape(engine)
-        try:
+
+async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, i: int, *, repeats: int, warmup: int,
+                      timeout_s: float, progress) -> Repeat:
+    async def tick(done, total, message):
+        await progress(i * len(plan.requests) + done, repeats * len(plan.requests),
+                       f"repeat {i + 1}/{repeats}: {message}")
+
+    before = await _scrape(engine)
+    try:
+        with _no_gc_pauses():
             result = await asyncio.wait_for(run_benchmark(ep, plan.requests, plan.arrivals, warmup=warmup,
                                                           tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
                                                           timeout_s=timeout_s, progress=tick), timeout_s)
-        except asyncio.TimeoutError:
-            raise AgentError(f"repeat {i + 1} did not finish within timeout_s={timeout_s:g} s: lower "
-                             "num_requests or raise timeout_s") from None
-        if not (await engine.settled() if result.metrics.failed else engine.alive):
-            raise AgentError(f"the {engine.adapter.name} engine died during the benchmark (repeat {i + 1}; "
-                             f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
-        after = await _scrape(engine)
-        out.append(Repeat(result, window(before, after) if before is not None and after is not None else {}))
-    return out
+    except asyncio.TimeoutError:
+        raise AgentError(f"repeat {i + 1} did not finish within timeout_s={timeout_s:g} s: lower "
+                         "num_requests or raise timeout_s") from None
+    if not (await engine.settled() if result.metrics.failed else engine.alive):
+        raise AgentError(f"the {engine.adapter.name} engine died during the benchmark (repeat {i + 1}; "
+                         f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
+    after = await _scrape(engine)
+    return Repeat(result, window(before, after) if before is not None and after is not None else {})
+
+
+@contextlib.contextmanager
+def _no_gc_pauses():
+    """The load generator shares this process with the MCP server, whose heap (pydantic models, the ledger,
+    matplotlib) makes a full collection take hundreds of ms: one landing mid-run stalls every request in
+    flight and reads as engine latency (measured: a 459 ms gen-2 pause in a 2 s run). So the heap as it is
+    is frozen out of collection and the collector is off while requests are timed, as timeit does; the
+    garbage of a run is collected after it."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+        if was_enabled:
+            gc.enable()
 
 
 async def _scrape(engine: Engine) -> dict[str, float] | None:
