@@ -24,7 +24,8 @@ def resolve_device(name: str) -> torch.device:
 
 def cpu_threads() -> int:
     """One less than the cores this process may run on, at least 1 (EngineArgs.num_threads)."""
-    return max(1, len(os.sched_getaffinity(0)) - 1)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 def resolve_dtype(name: str, cfg: ModelConfig, device: torch.device) -> torch.dtype:
