@@ -2,7 +2,8 @@
 static-batch `generate` loop, at 1, 8 and 32 concurrent streaming requests, in one run, on
 the same checkpoint (a small Llama built here: 4 layers, hidden 256, random weights).
 
-    .venv/bin/python bench/engine_throughput.py [--max-tokens 64] [--rounds 2] [--json out.json]
+    .venv/bin/python bench/engine_throughput.py [--max-tokens 64] [--rounds 2] [--workload equal|varied]
+                                                [--json out.json]
 
 Each concurrency level sends `rounds * C` requests through the project's load generator
 (serving/loadgen) in a closed loop of C streams (a stream sends its next request when the
@@ -10,6 +11,12 @@ previous one ends). Output tokens are the server's `usage.completion_tokens` whe
 usage, else the streamed text re-tokenised (the rule `vllm bench serve` uses); the report
 says which. The static loop
 runs `generate` on batches of C prompts (left padding, greedy, no EOS stop) in this process.
+
+Workloads: `equal` asks every request for --max-tokens tokens: the static loop's best case (a
+batch has no idle rows). `varied` draws each request's max_tokens uniformly from
+[8, 2 * max_tokens - 8] (seeded; the same mean), as real traffic varies: the servers get each
+request's own max_tokens (the built-in engine with ignore_eos), and the static loop runs each
+batch to its longest member but counts only each request's own tokens, the useful ones.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import re
 import socket
 import subprocess
@@ -37,6 +45,14 @@ WORDS = "the quick brown fox jumps over a lazy dog while paged caches store keys
 
 def prompts(n: int) -> list[str]:
     return [" ".join(WORDS[(i + j) % len(WORDS)] for j in range(12 + i % 7)) for i in range(n)]
+
+
+def output_lengths(n: int, max_tokens: int, workload: str, seed: int = 0) -> list[int]:
+    """Each request's max_tokens: all equal, or uniform in [8, 2 * max_tokens - 8] (mean max_tokens)."""
+    if workload == "equal" or max_tokens <= 8:
+        return [max_tokens] * n
+    rng = random.Random(seed)
+    return [rng.randint(8, 2 * max_tokens - 8) for _ in range(n)]
 
 
 def free_port() -> int:
@@ -74,10 +90,12 @@ def wait_healthy(url: str, timeout_s: float = 180) -> None:
     raise RuntimeError(f"{url}/health never answered 200")
 
 
-async def load(url: str, model: str, concurrency: int, rounds: int, max_tokens: int, extra: dict,
+async def load(url: str, model: str, concurrency: int, lengths: list[int], extra: dict,
                tokenizer: PlainTokenizer) -> dict:
-    """`rounds * C` requests through the project's load generator, C in flight (a closed loop)."""
-    requests = [BenchRequest(p, len(tokenizer.encode(p)), max_tokens) for p in prompts(concurrency * rounds)]
+    """One request per entry of `lengths` (its max_tokens) through the project's load generator,
+    C in flight (a closed loop)."""
+    texts = prompts(len(lengths))
+    requests = [BenchRequest(p, len(tokenizer.encode(p)), n) for p, n in zip(texts, lengths, strict=True)]
     result = await run_benchmark(Endpoint(url, model=model, extra_body=extra), requests,
                                  Arrivals(max_concurrency=concurrency), warmup=1, tokenizer=tokenizer, timeout_s=600)
     m = result.metrics
@@ -87,29 +105,36 @@ async def load(url: str, model: str, concurrency: int, rounds: int, max_tokens: 
             "tokens_per_s": m.output_throughput, "count_rule": m.output_tokens_source}
 
 
-def static_loop(folder: Path, concurrency: int, rounds: int, max_tokens: int) -> dict:
+def static_loop(folder: Path, concurrency: int, lengths: list[int]) -> dict:
+    """Batches of C prompts, each run to its longest member's max_tokens; only each request's
+    own max_tokens count (what a static server could return; the rest of its rows is waste)."""
     import torch
     from transformers import AutoTokenizer, LlamaForCausalLM
 
     tok = AutoTokenizer.from_pretrained(folder, padding_side="left")
     tok.pad_token = tok.eos_token
     model = LlamaForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
-    todo = prompts(concurrency * rounds)
+    todo = prompts(len(lengths))
     model.generate(**tok(["warm up"], return_tensors="pt"), max_new_tokens=4, do_sample=False)
-    t0, total = time.perf_counter(), 0
+    t0, useful, computed = time.perf_counter(), 0, 0
     for i in range(0, len(todo), concurrency):
         batch = tok(todo[i:i + concurrency], return_tensors="pt", padding=True)
-        out = model.generate(**batch, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False,
+        longest = max(lengths[i:i + concurrency])
+        out = model.generate(**batch, max_new_tokens=longest, min_new_tokens=longest, do_sample=False,
                              pad_token_id=tok.pad_token_id)
-        total += (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
+        computed += (out.shape[1] - batch["input_ids"].shape[1]) * out.shape[0]
+        useful += sum(lengths[i:i + concurrency])
     elapsed = time.perf_counter() - t0
-    return {"output_tokens": total, "seconds": elapsed, "tokens_per_s": total / elapsed, "count_rule": "exact"}
+    return {"output_tokens": useful, "computed_tokens": computed, "seconds": elapsed,
+            "tokens_per_s": useful / elapsed, "count_rule": "exact"}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--workload", choices=("equal", "varied"), default="equal",
+                    help="equal: every request asks for --max-tokens; varied: seeded, uniform in [8, 2*max-8]")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--engine-args", default="", help="extra args for the built-in engine")
     ns = ap.parse_args()
@@ -133,14 +158,13 @@ def main() -> int:
     tf_url = f"http://127.0.0.1:{port}"
     try:
         wait_healthy(tf_url)
-        for c in CONCURRENCY:  # the three side by side per level, so machine load drifts hit all alike
-            results["builtin"][c] = asyncio.run(load(url, "bench-llama", c, ns.rounds, ns.max_tokens,
-                                                     {"ignore_eos": True}, tokenizer))
-            results["builtin_torch_attention"][c] = asyncio.run(load(url_t, "bench-llama", c, ns.rounds,
-                                                                     ns.max_tokens, {"ignore_eos": True}, tokenizer))
-            results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, ns.rounds, ns.max_tokens,
-                                                                {}, tokenizer))
-            results["static_generate"][c] = static_loop(folder, c, ns.rounds, ns.max_tokens)
+        for c in CONCURRENCY:  # the four side by side per level, so machine load drifts hit all alike
+            lengths = output_lengths(c * ns.rounds, ns.max_tokens, ns.workload, seed=c)
+            results["builtin"][c] = asyncio.run(load(url, "bench-llama", c, lengths, {"ignore_eos": True}, tokenizer))
+            results["builtin_torch_attention"][c] = asyncio.run(load(url_t, "bench-llama", c, lengths,
+                                                                     {"ignore_eos": True}, tokenizer))
+            results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, lengths, {}, tokenizer))
+            results["static_generate"][c] = static_loop(folder, c, lengths)
             for k in results:
                 print(k, c, results[k][c], file=sys.stderr)
     finally:
@@ -148,6 +172,9 @@ def main() -> int:
             proc.terminate()
             proc.wait()
 
+    print(f"workload {ns.workload}, max_tokens {ns.max_tokens}, {ns.rounds} rounds; static loop computed/useful "
+          "tokens: " + ", ".join(f"{c}: {results['static_generate'][c]['computed_tokens']}/"
+                                 f"{results['static_generate'][c]['output_tokens']}" for c in CONCURRENCY))
     print(f"{'concurrency':>11} {'builtin':>8} {'builtin+torch attn':>19} {'tf serve':>9} {'static':>8} "
           f"{'vs tf serve':>12} {'vs static':>10}  (tok/s; ratios: builtin / builtin+torch attn)")
     for c in CONCURRENCY:

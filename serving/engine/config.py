@@ -73,6 +73,9 @@ class EngineArgs:
     num_blocks: int = 512  # KV-cache blocks (shared by all sequences)
     max_num_seqs: int = 64  # sequences running at once
     max_num_batched_tokens: int = 512  # token budget per step (prefill chunks + decodes)
+    # torch's CPU threads: more threads than free cores make every GEMM wait at OpenMP barriers for a
+    # descheduled thread (measured 2-20x slower per GEMM on 2 busy cores); the HTTP loop and clients need a core
+    num_threads: int = 0  # CPU only; 0: the cores this process may use, minus one (at least 1)
     max_model_len: int | None = None  # prompt + output tokens per sequence; default: the model's limit
     kv_cache_dtype: str = "auto"  # auto: the model's dtype; int8 or fp8 (e4m3): the zoo's kv_quant codes + scales
     quantization: str | None = None  # "w8a8": int8 weights (per channel) x int8 activations (per token)
@@ -85,6 +88,8 @@ class EngineArgs:
     prefill_delay_ms: int = 0
 
     def __post_init__(self) -> None:
+        if self.num_threads < 0:
+            raise ValueError("num_threads must be >= 0 (0: the cores this process may use, minus one)")
         if self.block_size < 1 or self.num_blocks < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, num_blocks, max_num_seqs and max_num_batched_tokens must be >= 1")
         if self.prefill_delay_ms < 0:

@@ -22,7 +22,7 @@ class KVCache:
 
     def blocks(self, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of these blocks: [n, block_size, Hkv, D] each."""
-        return self.k[block_ids], self.v[block_ids]
+        return self.k.index_select(0, block_ids), self.v.index_select(0, block_ids)  # faster than k[ids] on CPU
 
     def for_decode(self, block_table: torch.Tensor):
         """(k_cache, v_cache, block_table) for paged_attention_decode."""

@@ -84,10 +84,9 @@ class LlamaModel:
         qkv = self._linear(x, layer["qkv"])
         if layer["qkv_bias"] is not None:
             qkv = qkv + layer["qkv_bias"]
-        q, k, v = qkv.split([hq * d, hkv * d, hkv * d], dim=-1)
-        q = _rope(q.view(T, hq, d), cos, sin)
-        k = _rope(k.view(T, hkv, d), cos, sin)
-        v = v.view(T, hkv, d)
+        qk = _rope(qkv[:, :(hq + hkv) * d].view(T, hq + hkv, d), cos, sin)  # q and k heads in one pass
+        q, k = qk[:, :hq], qk[:, hq:]
+        v = qkv[:, (hq + hkv) * d:].view(T, hkv, d)
         cache.store(k, v, batch.slot_mapping)
         out = torch.empty_like(q)  # [T, Hq, D]; every row is written below
         if batch.num_decode:

@@ -3,6 +3,8 @@ the step that turns a scheduled batch into sampled tokens."""
 
 from __future__ import annotations
 
+import os
+
 import torch
 
 from .config import EngineArgs, ModelConfig
@@ -20,6 +22,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def cpu_threads() -> int:
+    """One less than the cores this process may run on, at least 1 (EngineArgs.num_threads)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
+
+
 def resolve_dtype(name: str, cfg: ModelConfig, device: torch.device) -> torch.dtype:
     if name == "auto":
         name = cfg.torch_dtype if device.type == "cuda" else "float32"
@@ -34,6 +42,8 @@ class ModelRunner:
         self.cfg, self.block_size = cfg, args.block_size
         self.device = resolve_device(args.device)
         self.dtype = resolve_dtype(args.dtype, cfg, self.device)
+        if self.device.type == "cpu":  # process-wide: the engine thread is the one that runs torch
+            torch.set_num_threads(args.num_threads or cpu_threads())
         self.ops = KernelOps(args.kernels, self.device, args.workspace, cfg.rms_norm_eps)
         if args.checkpoint:
             weights = load_checkpoint_weights(args.checkpoint, cfg, self.dtype)
