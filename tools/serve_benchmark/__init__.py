@@ -23,16 +23,17 @@ from .schema import Input, Output
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
-    expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None)
+    expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None or inp.baseline_handle is not None)
     base = _baseline(inp, ctx)
+    base_engine = get_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
     engine, launched = await _engine(inp, ctx)
     try:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
         the_plan = plan.plan(work, _model_dir(engine), sharegpt)
-        repeats = await jobs.run_repeats(engine, the_plan, api=work.api, ignore_eos=work.ignore_eos,
-                                         warmup=work.warmup, repeats=inp.repeats, timeout_s=inp.timeout_s,
-                                         progress=ctx.progress)
+        repeats, base_repeats = await jobs.run_repeats(
+            engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
+            timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
     finally:
         if launched:
             await ctx.engines.stop(engine.handle)
@@ -42,6 +43,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
                  latencies=latency_table(metrics, spread),
                  output_tokens_source=sources.pop() if len(sources) == 1 else "mixed")
+    if base_engine is not None:
+        out.baseline_repeats = [repeat_metrics(r) for r in base_repeats]
+        base_metrics, base_spread = aggregate(out.baseline_repeats)
+        base = {"metrics": base_metrics, "spread": base_spread}
+        out.baseline_source = f"handle {base_engine.handle}, alternating"
+    elif base is not None:
+        out.baseline_source = f"experiment {inp.baseline}"
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
@@ -51,10 +59,15 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
     records = [r.result.records for r in repeats]
     ctx.artifact("requests.jsonl", report.records_jsonl(records))
-    series = report.latency_series(records[-1], _baseline_records(ctx, inp.baseline))
+    if base_repeats:
+        ctx.artifact("baseline_requests.jsonl", report.records_jsonl([r.result.records for r in base_repeats]))
+        base_records = _last_repeat(report.records_jsonl([base_repeats[-1].result.records]))
+    else:
+        base_records = _baseline_records(ctx, inp.baseline)
+    series = report.latency_series(records[-1], base_records)
     ctx.artifact("latency.png", await anyio.to_thread.run_sync(report.latency_png, series))
     ctx.artifact("engine.log", engine.log_tail(200_000))
-    out.summary = report.summary(out, inp.baseline)
+    out.summary = report.summary(out, out.baseline_source)
     return out
 
 
@@ -75,6 +88,9 @@ def _model_dir(engine):
 
 
 def _baseline(inp: Input, ctx: ToolContext) -> dict | None:
+    if inp.baseline is not None and inp.baseline_handle is not None:
+        raise AgentError("give baseline= (an earlier experiment) or baseline_handle= (a running engine measured "
+                         "alternately in this call), not both")
     if inp.baseline is None:
         return None
     row = ctx.experiment(inp.baseline)
@@ -88,9 +104,11 @@ def _baseline_records(ctx: ToolContext, baseline: str | None) -> list[dict] | No
     if baseline is None:
         return None
     text = ctx.read_artifact(baseline, "requests.jsonl")
-    if text is None:
-        return None
-    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return None if text is None else _last_repeat(text)
+
+
+def _last_repeat(jsonl: str) -> list[dict]:
+    rows = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
     last = max((r["repeat"] for r in rows), default=0)
     return [r for r in rows if r["repeat"] == last]
 
@@ -105,8 +123,9 @@ TOOL = Tool(
     description="Load-test an OpenAI-compatible serving engine (a launch_serve handle, or engine= to start one) "
     "with vLLM's metric definitions (TTFT at the first content chunk, TPOT, ITL per chunk and per token, E2EL, "
     "throughput, goodput under SLOs; timers from the scheduled send time), over `repeats` runs; judge "
-    "acceptance criteria such as 'ttft_p50 <= 1.05 * baseline.ttft_p50' against a baseline experiment with "
-    "the spread over repeats, and say which engine phase moved (queue, prefill, decode, KV transfer, from the "
+    "acceptance criteria such as 'ttft_p50 <= 1.05 * baseline.ttft_p50' against a baseline (an earlier "
+    "experiment, or baseline_handle: a running engine measured alternately in this call) with the spread over "
+    "repeats, and say which engine phase moved (queue, prefill, decode, KV transfer, from the "
     "engine's /metrics) and what to try next. Criteria and expect may name: " + CATALOGUE.listing(),
     input_model=Input,
     output_model=Output,

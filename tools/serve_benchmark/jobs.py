@@ -40,19 +40,36 @@ async def served_model(engine: Engine) -> str:
 
 
 async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool, warmup: int, repeats: int,
-                      timeout_s: float, progress) -> list[Repeat]:
-    ep = Endpoint("http://engine", model=await served_model(engine), api=api, uds=engine.socket_path,
-                  extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
-                  continuous_usage=engine.adapter.continuous_usage)
-    return [await _one_repeat(engine, ep, plan, i, repeats=repeats, warmup=warmup, timeout_s=timeout_s,
-                              progress=progress) for i in range(repeats)]
+                      timeout_s: float, progress, baseline: Engine | None = None) -> tuple[list[Repeat], list[Repeat]]:
+    """`repeats` runs on `engine`; with a baseline engine, as many on it, alternating A B B A A B ...
+    (each pair in both orders, so a steady drift of the machine lands on both sides alike)."""
+    sides = [(engine, await _endpoint(engine, api, ignore_eos))]
+    if baseline is not None:
+        sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
+    runs: dict[int, list[Repeat]] = {0: [], 1: []}
+    total = repeats * len(sides)
+    for i in range(repeats):
+        order = list(range(len(sides))) if i % 2 == 0 else list(reversed(range(len(sides))))
+        for side in order:
+            eng, ep = sides[side]
+            label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
+            runs[side].append(await _one_repeat(eng, ep, plan, done=len(runs[0]) + len(runs[1]), total=total,
+                                                label=label, warmup=warmup, timeout_s=timeout_s, progress=progress))
+    return runs[0], runs[1]
 
 
-async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, i: int, *, repeats: int, warmup: int,
-                      timeout_s: float, progress) -> Repeat:
-    async def tick(done, total, message):
-        await progress(i * len(plan.requests) + done, repeats * len(plan.requests),
-                       f"repeat {i + 1}/{repeats}: {message}")
+async def _endpoint(engine: Engine, api: str, ignore_eos: bool) -> Endpoint:
+    return Endpoint("http://engine", model=await served_model(engine), api=api, uds=engine.socket_path,
+                    extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
+                    continuous_usage=engine.adapter.continuous_usage)
+
+
+async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, *, done: int, total: int, label: str,
+                      warmup: int, timeout_s: float, progress) -> Repeat:
+    n = len(plan.requests)
+
+    async def tick(sent, _total, message):
+        await progress(done * n + sent, total * n, f"{label}: {message}")
 
     before = await _scrape(engine)
     try:
@@ -61,10 +78,10 @@ async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, i: int, *, repea
                                                           tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
                                                           timeout_s=timeout_s, progress=tick), timeout_s)
     except asyncio.TimeoutError:
-        raise AgentError(f"repeat {i + 1} did not finish within timeout_s={timeout_s:g} s: lower "
+        raise AgentError(f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: lower "
                          "num_requests or raise timeout_s") from None
     if not (await engine.settled() if result.metrics.failed else engine.alive):
-        raise AgentError(f"the {engine.adapter.name} engine died during the benchmark (repeat {i + 1}; "
+        raise AgentError(f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
                          f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
     after = await _scrape(engine)
     return Repeat(result, window(before, after) if before is not None and after is not None else {})

@@ -8,7 +8,7 @@ from ...serving.loadgen import RequestRecord
 from .schema import Output
 
 
-def summary(out: Output, baseline_id: str | None) -> str:
+def summary(out: Output, baseline_source: str | None) -> str:
     m = out.metrics
     parts = [f"{out.engine} {out.handle}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per run "
              f"(median of {len(out.repeats)})"]
@@ -24,8 +24,8 @@ def summary(out: Output, baseline_id: str | None) -> str:
         failing = [c.condition for c in out.criteria.conditions if c.answer != "supported"]
         if failing:
             text += f" ({'; '.join(failing)})"
-    if baseline_id and out.findings:
-        text += f". vs {baseline_id}: {out.findings[0]}"
+    if baseline_source and out.findings:
+        text += f". vs {baseline_source}: {out.findings[0]}"
     return text
 
 

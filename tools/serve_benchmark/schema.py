@@ -55,6 +55,11 @@ class Input(ToolInput):
     workload: Workload = Field(default_factory=Workload, description="What to send, and when.")
     baseline: str | None = Field(None, max_length=64, description="experiment_id of an earlier serve_benchmark: "
                                  "enables baseline.<metric> in criteria/expect and the per-phase attribution.")
+    baseline_handle: str | None = Field(None, max_length=64, description="Instead of baseline: a running engine "
+                                        "(launch_serve handle; may be this same handle, for an A/A check) measured "
+                                        "with the same workload in this call, its repeats alternating with this "
+                                        "run's (A B B A ...), so that a drifting machine moves both alike. The "
+                                        "steadier comparison on a shared host; it takes twice the time.")
     criteria: list[str] = Field(default_factory=list, max_length=20, description="Acceptance criteria, in the "
                                 "expect language over this tool's metrics, judged over the repeats with their "
                                 "spread, e.g. ['ttft_p50 <= 1.05 * baseline.ttft_p50', 'failed == 0'].")
@@ -122,6 +127,10 @@ class Output(ToolOutput):
                                                              "metrics (same names), when baseline= was given.")
     baseline_spread: dict[str, list[float]] = Field(default_factory=dict, description="The baseline's [min, max] "
                                                     "over its repeats.")
+    baseline_source: str | None = Field(None, description="Where the baseline numbers come from: 'experiment <id>' "
+                                        "(measured earlier) or 'handle <h>, alternating' (measured in this call).")
+    baseline_repeats: list[RepeatMetrics] = Field(default_factory=list, description="baseline_handle: the "
+                                                  "baseline's runs, in order (they alternated with `repeats`).")
     criteria: HypothesisAnswer = Field(default_factory=HypothesisAnswer, description="The acceptance criteria "
                                        "judged: supported (pass), contradicted (fail), inconclusive (the spread "
                                        "straddles the threshold: add repeats or requests).")

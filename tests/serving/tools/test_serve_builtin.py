@@ -58,6 +58,13 @@ async def test_builtin_metrics_regression_and_attribution(builtin_client):
     again = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=2,
                        baseline=base["experiment_id"], criteria=[CRITERION])
     assert again["criteria"]["answer"] != "contradicted", again["criteria"]
+    # the steadier A/B: the baseline engine measured in the same call, its repeats alternating with these
+    paired = await call(c, "serve_benchmark", handle=slow["handle"], baseline_handle=normal["handle"],
+                        workload=WORKLOAD, repeats=2, criteria=[CRITERION])
+    assert paired["criteria"]["answer"] == "contradicted", paired["criteria"]
+    assert paired["baseline_source"] == f"handle {normal['handle']}, alternating"
+    assert len(paired["baseline_repeats"]) == 2 and paired["baseline_metrics"]["completed"] == 64
+    assert "the prefill phase moved most" in paired["findings"][0], paired["findings"]
     for h in (normal["handle"], slow["handle"]):
         await call(c, "stop_serve", handle=h)
 

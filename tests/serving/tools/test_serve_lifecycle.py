@@ -109,6 +109,11 @@ async def test_bad_arguments(client, echo_workspace):
                    criteria=["ttft_p50 <= 1.05 * baseline.ttft_p50"])
     with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-nope'"):
         await call(client, "serve_benchmark", handle="serve-nope")
+    with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-gone'"):
+        await call(client, "serve_benchmark", engine="command", args=command("ok"), baseline_handle="serve-gone")
+    with pytest.raises(ToolCallError, match="not both"):
+        await call(client, "serve_benchmark", engine="command", args=command("ok"), baseline="exp-1",
+                   baseline_handle="serve-1")
     with pytest.raises(ToolCallError, match="outside the workspace"):
         await call(client, "launch_serve", engine="transformers", args={"model": "/etc"})
     with pytest.raises(ToolCallError, match="not installed"):
