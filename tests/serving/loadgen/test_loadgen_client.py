@@ -25,6 +25,7 @@ from starlette.routing import Route
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
 
 SENT: dict[str, list[float]] = {}
+CLIENT_PORTS: dict[str, int] = {}  # prompt -> the client's TCP port: one port = one connection
 
 
 def _chunk(choices, usage=None):
@@ -39,6 +40,7 @@ async def chat(request: Request):
     if body.get("model") != "tiny":
         return JSONResponse({"error": {"message": "unknown model"}}, status_code=404)
     key = body["messages"][0]["content"]
+    CLIENT_PORTS[key] = request.client.port
     continuous = body.get("stream_options", {}).get("continuous_usage_stats", False)
 
     async def gen():
@@ -112,6 +114,18 @@ async def test_timers_start_at_the_scheduled_time_under_a_cap(scripted_server):
         assert later.scheduled_s < earlier.last_chunk_s <= later.sent_s  # scheduled, then waited for the slot
         assert later.ttft_s > later.content_times_s[0] - later.sent_s  # the wait is inside TTFT
     assert result.metrics.client_wait_ms.n == 3
+
+
+@pytest.mark.anyio
+async def test_a_finished_stream_leaves_its_connection_open_for_the_next_request(scripted_server):
+    """One request at a time: all of them go over one kept-alive connection. Leaving the
+    stream at [DONE], before the body's end, made httpx close it, and every request paid a
+    new TCP connect inside its TTFT."""
+    ep = Endpoint(scripted_server, model="tiny", api="chat")
+    reqs = [BenchRequest(f"reuse{i}", 5, 3) for i in range(3)]
+    result = await run_benchmark(ep, reqs, Arrivals(max_concurrency=1), warmup=1)
+    assert result.metrics.completed == 3
+    assert len({CLIENT_PORTS[r.prompt] for r in reqs}) == 1
 
 
 @pytest.mark.anyio
