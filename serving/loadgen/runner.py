@@ -35,9 +35,9 @@ async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Ar
                         spin_s: float = SPIN_S) -> RunResult:
     """`spin_s`: how long before each scheduled send the client stops sleeping and polls the loop.
     The default keeps the client idle between sends (the CPU stays free for an engine on the same
-    host). A value above the mean gap keeps the client busy like a spinning loop: on a host with a
-    core to spare its TTFT is about 1 ms lower at 50 req/s, because a client that idles between
-    sends is woken onto a cold or shared core (bench/loadgen_overhead.py)."""
+    host). A value above the mean gap keeps the client busy (a whole core) like a spinning loop:
+    TTFT p50 was 1.2-1.7 ms lower at 50 req/s on a shared 2-core host, because an idle client is
+    woken on a cold core or has the server scheduled onto its own (bench/loadgen_overhead.py)."""
     if not requests:
         raise ValueError("no requests to send")
     if not spin_s >= 0:
