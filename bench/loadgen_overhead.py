@@ -1,18 +1,27 @@
 """Does the load generator distort what it measures? Against a server that answers at
-once (in another process), our generator at a stated rate vs a bare httpx loop sending
-the same requests, side by side in one run.
+once (in another process), our generator at a stated rate vs bare httpx loops sending
+the same requests at the same scheduled times, side by side in one run, in alternating
+order (a burst of load from the other agents on this shared host hits every variant).
 
-A server that does no work makes TTFT the transport floor plus whatever the client
-adds. The bare loop (one request at a time at the same scheduled times, a busy wait
-for each, timer around `client.stream`, no SSE bookkeeping beyond finding the first
-data line) is the floor: an idle gap before each request costs the server a wake-up
-either way, so both must see the same gaps. Our generator's overhead is its TTFT
-minus the floor's. Prints, per round (the two
-alternate), the rate requests were really sent at over the rate they were scheduled
-at, both TTFT p50s and their difference and ratio; then the median overhead. The load average is
-printed because this machine is shared: every number scales with it.
+A server that does no work makes TTFT the transport floor plus whatever the client adds.
+Every variant uses one definition: TTFT = first SSE data line (the server's first chunk
+carries text) minus the *scheduled* send time (vllm#54101). The floors are plain loops,
+one request at a time, nothing but `client.stream` and finding the first data line:
 
-    python bench/loadgen_overhead.py [--rate 50] [--requests 300] [--rounds 3]
+- floor_spin: busy-waits through every gap (it owns a core while it waits);
+- floor_idle: sleeps until each scheduled time as the generator does (`sleep_until`);
+- floor_idle_new_conn: floor_idle with a new TCP connection per request, which is what
+  the generator did before the fix (it left each stream at [DONE], before the body's
+  end, and httpx closed the connection): the cost of the cause, measured live.
+
+The generator runs as `run_benchmark` with its default (idle between sends, spinning
+the last 1.5 ms) and with `spin_s=1.0` (busy like floor_spin). Printed: per repeat and
+variant, TTFT p50/p90, the rate requests were really sent at over the scheduled rate,
+and new TCP connections per request (counted by the server); then, per pair and
+statistic, the median over repeats of the difference (ms) and ratio, with their range.
+
+    flock /tmp/team/bench.lock .venv/bin/python bench/loadgen_overhead.py [--rate 50] [--requests 250]
+        [--repeats 5] [--pin] [--uvloop]   # --pin: server on CPU 1, client on CPU 0
 """
 
 from __future__ import annotations
@@ -28,21 +37,40 @@ import sys
 import time
 
 import httpx
+import numpy as np
 
-from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
+from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark, sleep_until
+
+BODY = {"model": "m", "prompt": "x", "max_tokens": 4, "stream": True}
+PAIRS = [("generator", "floor_idle", "same waiting as the generator's default"),
+         ("generator_spin", "floor_spin", "both spin through the gaps"),
+         ("generator", "floor_spin", "the generator idles, the floor spins"),
+         ("floor_idle_new_conn", "floor_idle", "the cause: a new TCP connection per request")]
+HISTORY = """\
+cause of the old overhead (issue 13): the client left each stream at [DONE], before the body's end, so httpx
+closed the connection and every request paid a new TCP connect inside its TTFT (floor_idle_new_conn - floor_idle
+above is that cost, measured live). Fixed: the client reads each stream to its end and keeps the connection.
+recorded before the fix (old client.py, this bench, 5 repeats of 250 at 50 req/s, load 1.07): generator - floor_idle
+p50 +1.151 ms (1.25x), p90 +3.153 ms (1.51x); generator - floor_spin p50 +1.988 ms (1.55x); 0.82-1.00 new
+connections per request. With this bench's first version (spinning floor timed from its actual send): +3.990 ms p50.
+what an idling client still pays against a spinning floor is the host's scheduling, not client work: it shrinks
+when client and server cannot share a core (--pin); it is under 1 ms when the generator spins too (spin_s)."""
 
 
 def serve(port: int) -> None:
     import uvicorn
     from starlette.applications import Starlette
-    from starlette.responses import StreamingResponse
+    from starlette.responses import JSONResponse, StreamingResponse
     from starlette.routing import Route
+
+    client_ports: set[int] = set()  # one entry per TCP connection the server has accepted
 
     def chunk(text: str | None, usage: dict | None = None) -> str:
         choices = [{"index": 0, "text": text}] if text is not None else []
         return "data: " + json.dumps({"choices": choices, **({"usage": usage} if usage else {})}) + "\n\n"
 
     async def completions(request):
+        client_ports.add(request.client.port)
         await request.body()
 
         async def gen():
@@ -53,27 +81,103 @@ def serve(port: int) -> None:
 
         return StreamingResponse(gen(), media_type="text/event-stream")
 
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+    async def connections(request):
+        return JSONResponse({"connections": len(client_ports)})
+
+    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
+                            Route("/connections", connections)])
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
-async def bare_ttfts(url: str, offsets_s: list[float]) -> list[float]:
-    """The floor: one request at a time at the same scheduled times, timer around the stream."""
-    out = []
-    body = {"model": "m", "prompt": "x", "max_tokens": 4, "stream": True}
-    async with httpx.AsyncClient(base_url=url) as client:
-        start = time.perf_counter()
+async def busy_wait_until(t: float) -> None:
+    while time.perf_counter() < t:  # blocks the loop on purpose: the floor has nothing else to do
+        pass
+
+
+async def floor(url: str, offsets_s: list[float], wait, keepalive: bool = True) -> tuple[list[float], list[float]]:
+    """One request at a time at the scheduled times; (TTFTs, actual send times), seconds."""
+    ttfts, sends = [], []
+    limits = httpx.Limits(max_keepalive_connections=None if keepalive else 0)
+    async with httpx.AsyncClient(base_url=url, limits=limits) as client:
+        start = time.perf_counter() + 0.01
         for off in offsets_s:
-            while time.perf_counter() < start + off:  # a busy wait: the floor has nothing else to do
-                pass
-            t0 = time.perf_counter()
-            async with client.stream("POST", "/v1/completions", json=body) as resp:
+            await wait(start + off)
+            sends.append(time.perf_counter())
+            async with client.stream("POST", "/v1/completions", json=BODY) as resp:
                 first = None
                 async for line in resp.aiter_lines():
                     if first is None and line.startswith("data:"):
-                        first = time.perf_counter() - t0
-                out.append(first)
+                        first = time.perf_counter()
+            ttfts.append(first - (start + off))
+    return ttfts, sends
+
+
+async def generator(url: str, offsets_s: list[float], arrivals: Arrivals, spin_s: float | None):
+    kwargs = {} if spin_s is None else {"spin_s": spin_s}
+    result = await run_benchmark(Endpoint(url, model="m"), [BenchRequest("x", 1, 4)] * len(offsets_s), arrivals,
+                                 warmup=5, **kwargs)
+    if result.metrics.failed:
+        raise SystemExit(f"the generator failed requests: {result.metrics.errors}")
+    return [r.ttft_s for r in result.records], [r.sent_s for r in result.records]
+
+
+VARIANTS = {
+    "floor_spin": lambda url, offs, arr: floor(url, offs, busy_wait_until),
+    "floor_idle": lambda url, offs, arr: floor(url, offs, sleep_until),
+    "floor_idle_new_conn": lambda url, offs, arr: floor(url, offs, sleep_until, keepalive=False),
+    "generator": lambda url, offs, arr: generator(url, offs, arr, None),
+    "generator_spin": lambda url, offs, arr: generator(url, offs, arr, 1.0),
+}
+
+
+async def connections(url: str) -> int:
+    async with httpx.AsyncClient(base_url=url) as client:
+        return (await client.get("/connections")).json()["connections"]
+
+
+async def one_repeat(url: str, rate: float, n: int, seed: int, order: list[str]) -> dict[str, dict]:
+    arrivals = Arrivals(rate=rate, seed=seed)
+    offs = arrivals.offsets_s(n)
+    out = {}
+    for name in order:
+        before = await connections(url)
+        ttfts, sends = await VARIANTS[name](url, offs, arrivals)
+        new_conns = await connections(url) - before - 1  # minus the counting request's own
+        ms = np.asarray(ttfts) * 1e3
+        out[name] = {"p50": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
+                     "rate_ratio": ((n - 1) / (max(sends) - min(sends))) / ((n - 1) / offs[-1]),
+                     "conns_per_req": new_conns / n}
     return out
+
+
+def report(rows: list[dict[str, dict]], rate: float, n: int) -> None:
+    loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
+    print(f"client loop: {loop}; load average now {os.getloadavg()[0]:.2f} (2 shared cores: every number scales "
+          f"with it); {len(rows)} repeats of {n} requests at {rate:g} req/s (Poisson), order alternating")
+    for i, row in enumerate(rows):
+        print(f"repeat {i + 1}:")
+        for name, v in row.items():
+            print(f"  {name:20s} TTFT p50 {v['p50']:6.3f} ms  p90 {v['p90']:6.3f} ms  sent at "
+                  f"{v['rate_ratio']:.3f}x the scheduled rate  new connections/request {v['conns_per_req']:.2f}")
+    print("difference (ms) and ratio per statistic, median over repeats [min, max]:")
+    for a, b, why in PAIRS:
+        cells = []
+        for stat in ("p50", "p90"):
+            diffs = [r[a][stat] - r[b][stat] for r in rows]
+            ratios = [r[a][stat] / r[b][stat] for r in rows]
+            cells.append(f"{stat} {statistics.median(diffs):+.3f} ms [{min(diffs):+.3f}, {max(diffs):+.3f}] "
+                         f"{statistics.median(ratios):.2f}x")
+        print(f"  {a} - {b} ({why}): " + "; ".join(cells))
+    print("goal: generator - floor under 1 ms at p50 (like with like: the first two pairs)")
+    print(HISTORY)
+
+
+def free_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return port
 
 
 def wait_ready(port: int, timeout_s: float = 30) -> None:
@@ -87,48 +191,40 @@ def wait_ready(port: int, timeout_s: float = 30) -> None:
     raise SystemExit("the trivial server did not start")
 
 
-async def main(rate: float, n: int, rounds: int) -> None:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+async def main(rate: float, n: int, repeats: int, pin: bool) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)] + (["--pin"] if pin else []))
+    if pin:
+        os.sched_setaffinity(0, {0})
     try:
         wait_ready(port)
         url = f"http://127.0.0.1:{port}"
-        await bare_ttfts(url, [0.0] * 20)  # warm both paths
-        ep = Endpoint(url, model="m")
-        reqs = [BenchRequest("x", 1, 4)] * n
-        rows = []
-        for i in range(rounds):  # alternate, so a burst of load from elsewhere hits both
-            arrivals = Arrivals(rate=rate, seed=i)
-            bare_p50 = statistics.median(await bare_ttfts(url, arrivals.offsets_s(n))) * 1e3
-            scheduled_s = arrivals.offsets_s(n)[-1]
-            result = await run_benchmark(ep, reqs, arrivals, warmup=5)
-            rows.append((bare_p50, result, (n - 1) / scheduled_s))
+        await floor(url, [0.0] * 20, busy_wait_until)  # warm both processes up
+        names = list(VARIANTS)
+        rows = [await one_repeat(url, rate, n, seed=i, order=names if i % 2 == 0 else names[::-1])
+                for i in range(repeats)]
     finally:
         proc.terminate()
         proc.wait(10)
-    print(f"load average {os.getloadavg()[0]:.2f}; {rounds} rounds of {n} requests each")
-    for bare_p50, result, scheduled_rate in rows:
-        m = result.metrics
-        achieved = (m.completed - 1) / (max(r.sent_s for r in result.records) - min(r.sent_s for r in result.records))
-        print(f"  sent {achieved:.1f} req/s of {scheduled_rate:.1f} scheduled ({achieved / scheduled_rate:.3f}x), "
-              f"failed {m.failed}, client wait p50 {m.client_wait_ms.median:.3f} ms; TTFT p50 generator "
-              f"{m.ttft_ms.median:.3f} ms vs bare loop {bare_p50:.3f} ms: {m.ttft_ms.median - bare_p50:+.3f} ms "
-              f"({m.ttft_ms.median / bare_p50:.2f}x)")
-    overhead = statistics.median(r.metrics.ttft_ms.median - b for b, r, _ in rows)
-    print(f"median over rounds: client-side TTFT overhead {overhead:+.3f} ms p50 (goal: under 1 ms)")
+    report(rows, rate, n)
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
     parser.add_argument("--rate", type=float, default=50.0)
-    parser.add_argument("--requests", type=int, default=300)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=250)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--pin", action="store_true", help="server on CPU 1, client on CPU 0")
+    parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop (pip install uvloop)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:
+        if args.pin:
+            os.sched_setaffinity(0, {1})
         serve(args.serve)
+    elif args.uvloop:
+        import uvloop
+
+        uvloop.run(main(args.rate, args.requests, args.repeats, args.pin))
     else:
-        asyncio.run(main(args.rate, args.requests, args.rounds))
+        asyncio.run(main(args.rate, args.requests, args.repeats, args.pin))

@@ -91,13 +91,18 @@ async def _read_events(resp: httpx.Response, ep: Endpoint, rec: RequestRecord) -
     engine sends usage per chunk). Returns the last usage seen."""
     usage: dict | None = None
     last_completion_tokens = 0
+    is_done = False
+    # Read to the end of the body even after [DONE]: leaving the response early makes httpcore
+    # close the connection (h11 has not seen the message end), so every request would pay a new
+    # TCP connect (about 1.5-4 ms of TTFT on a 2-core host; measured in bench/loadgen_overhead.py).
     async for line in resp.aiter_lines():
         now = time.perf_counter()
-        if not line.startswith("data:"):
+        if is_done or not line.startswith("data:"):
             continue
         data = line[5:].strip()
         if data == "[DONE]":
-            break
+            is_done = True
+            continue
         msg = json.loads(data)
         rec.last_chunk_s = now
         chunk_usage = msg.get("usage")

@@ -98,7 +98,7 @@ def random_requests(n: int, input_len: int = 128, output_len: int = 32, range_ra
     if tokenizer is not None:
         vocab = vocab_size or getattr(tokenizer, "vocab_size", None) or 256
         pool = _stable_ids(rng, tokenizer, vocab)
-    for i_len, o_len in zip(ins, outs):
+    for i_len, o_len in zip(ins, outs, strict=True):
         if tokenizer is not None:
             text, actual = _exact_prompt(rng, tokenizer, pool, i_len)
             requests.append(BenchRequest(text, actual, o_len, exact=actual == i_len))

@@ -78,7 +78,7 @@ class RequestRecord:
 
     def itl_per_chunk_s(self) -> list[float]:
         t = self.content_times_s
-        return [b - a for a, b in zip(t, t[1:])]
+        return [b - a for a, b in zip(t, t[1:], strict=False)]
 
     def itl_per_token_s(self) -> list[float] | None:
         """Each gap spread evenly over the tokens its chunk carried; None without counts."""
@@ -86,7 +86,7 @@ class RequestRecord:
             return None
         counts = self.content_tokens[1:]
         out: list[float] = []
-        for gap, n in zip(self.itl_per_chunk_s(), counts):
+        for gap, n in zip(self.itl_per_chunk_s(), counts, strict=True):
             if n > 0:
                 out.extend([gap / n] * n)
         return out

@@ -25,6 +25,7 @@ from starlette.routing import Route
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark
 
 SENT: dict[str, list[float]] = {}
+CLIENT_PORTS: dict[str, int] = {}  # prompt -> the client's TCP port: one port = one connection
 
 
 def _chunk(choices, usage=None):
@@ -39,6 +40,7 @@ async def chat(request: Request):
     if body.get("model") != "tiny":
         return JSONResponse({"error": {"message": "unknown model"}}, status_code=404)
     key = body["messages"][0]["content"]
+    CLIENT_PORTS[key] = request.client.port
     continuous = body.get("stream_options", {}).get("continuous_usage_stats", False)
 
     async def gen():
@@ -82,7 +84,7 @@ async def test_metrics_come_from_the_right_chunks(scripted_server, continuous):
     reqs = [BenchRequest(f"p{continuous}{i}", 5, 3) for i in range(3)]
     result = await run_benchmark(ep, reqs, Arrivals(rate=50.0, seed=1))
     assert result.metrics.completed == 3 and result.metrics.failed == 0
-    for req, rec in zip(reqs, result.records):
+    for req, rec in zip(reqs, result.records, strict=True):
         role, first, second, usage_only = SENT[req.prompt]
         # TTFT is taken at the first chunk with content, not the role-only chunk
         assert len(rec.content_times_s) == 2
@@ -108,10 +110,39 @@ async def test_timers_start_at_the_scheduled_time_under_a_cap(scripted_server):
     reqs = [BenchRequest(f"cap{i}", 5, 3) for i in range(3)]
     result = await run_benchmark(ep, reqs, Arrivals(rate=1000.0, max_concurrency=1, seed=2))
     recs = sorted(result.records, key=lambda r: r.sent_s)
-    for earlier, later in zip(recs, recs[1:]):
+    for earlier, later in zip(recs, recs[1:], strict=False):
         assert later.scheduled_s < earlier.last_chunk_s <= later.sent_s  # scheduled, then waited for the slot
         assert later.ttft_s > later.content_times_s[0] - later.sent_s  # the wait is inside TTFT
     assert result.metrics.client_wait_ms.n == 3
+
+
+@pytest.mark.anyio
+async def test_a_finished_stream_leaves_its_connection_open_for_the_next_request(scripted_server):
+    """One request at a time: all of them go over one kept-alive connection. Leaving the
+    stream at [DONE], before the body's end, made httpx close it, and every request paid a
+    new TCP connect inside its TTFT."""
+    ep = Endpoint(scripted_server, model="tiny", api="chat")
+    reqs = [BenchRequest(f"reuse{i}", 5, 3) for i in range(3)]
+    result = await run_benchmark(ep, reqs, Arrivals(max_concurrency=1), warmup=1)
+    assert result.metrics.completed == 3
+    assert len({CLIENT_PORTS[r.prompt] for r in reqs}) == 1
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_run_sends_nothing_more(scripted_server):
+    """Cancelling a run (a caller's timeout) stops it: no request scheduled after the
+    cancel is sent. Sends are 500 ms apart; the run is cancelled when the first finishes."""
+    ep = Endpoint(scripted_server, model="tiny", api="chat")
+    reqs = [BenchRequest(f"cancel{i}", 5, 3) for i in range(3)]
+
+    async def cancel_run(done, total, message):
+        run.cancel()
+
+    run = asyncio.ensure_future(run_benchmark(ep, reqs, Arrivals(rate=2.0, burstiness=1e6), progress=cancel_run))
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    await asyncio.sleep(0.6)  # past the second request's send time
+    assert "cancel0" in CLIENT_PORTS and "cancel1" not in CLIENT_PORTS and "cancel2" not in CLIENT_PORTS
 
 
 @pytest.mark.anyio
