@@ -71,7 +71,7 @@ def bytes_transfer(kv: list) -> list:
     return out
 
 
-MESSAGE_TOKENS = 64  # tokens of K (or V) per message
+MESSAGE_TOKENS = 16  # tokens of K (or V) per message: the engine's default block size
 
 
 def clone_transfer(kv: list) -> list:

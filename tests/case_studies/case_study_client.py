@@ -17,15 +17,21 @@ def anyio_backend():
 
 
 @pytest.fixture(scope="module")
-async def agent(tmp_path_factory):
-    """An in-memory MCP client on a fresh copy of the built-in zoo."""
+def case_workspace(tmp_path_factory):
+    """A fresh copy of the built-in zoo: the replay's workspace."""
+    root = tmp_path_factory.mktemp("case_study") / "ws"
+    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return root
+
+
+@pytest.fixture(scope="module")
+async def agent(case_workspace):
+    """An in-memory MCP client on the replay's workspace."""
     from mcp import Client
 
     from infra_agent.server.app import build_server
 
-    root = tmp_path_factory.mktemp("case_study") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
+    server = build_server(case_workspace)
     async with Client(server) as client:
         yield client
     await server.aclose()

@@ -7,10 +7,15 @@ from .jobs import Watch
 from .judge import Evidence
 from .schema import Contention, Finding, OverlapStat
 
-NO_OVERLAP_BELOW = 0.1  # overlap fraction (either side's) under which two range sets "never" ran together
+NO_OVERLAP_BELOW = 0.1  # overlap fraction (either side's) under which two range sets "never" ran together ...
+BELOW_CHANCE = 0.25  # ... and under this share of the overlap that chance alone would give them (a short, rare
+# range overlaps a long one little even when nothing keeps them apart)
 BUSY_ENOUGH = 0.05  # each set's ranges open at least this share of the window for that to mean anything
 GIL_WAIT_FROM = 0.3  # share of the waiter's range time blocked on a futex while the other set ran
-GIL_HELD_FROM = 0.3  # share of the window the other thread was sampled holding the GIL
+GIL_HELD_FROM = 0.3  # share of the window the other thread was sampled holding the GIL ...
+GIL_HELD_IN_RANGES = 0.8  # ... or at least this much of the share of the window its ranges were open (a holder
+# busy for a fifth of the window cannot hold the GIL for 30% of it; py-spy's counts carry no times, so the GIL
+# share is over the whole window and this compares like with like)
 
 
 def contention(ev: Evidence, watch: Watch, pairs: list[tuple[str, str]], rate_hz: int) -> Contention:
@@ -61,8 +66,9 @@ def findings(ev: Evidence, overlaps: list[OverlapStat], cont: Contention | None,
 def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[Finding]:
     fractions = [f for f in (o.a_overlap_fraction, o.b_overlap_fraction) if f is not None]
     busy = min(o.a_in_ranges_ms, o.b_in_ranges_ms) * 1e6 / ev.window_ns
+    chance_ms = o.a_active_ms * o.b_active_ms * 1e6 / ev.window_ns  # expected both-time were they independent
     if set(o.a_threads) & set(o.b_threads) or not fractions or busy < BUSY_ENOUGH \
-            or min(fractions) >= NO_OVERLAP_BELOW:
+            or min(fractions) >= NO_OVERLAP_BELOW or o.both_ms >= BELOW_CHANCE * chance_ms:
         return []
     waits = [w for w in (cont.waits if cont else []) if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}]
     worst = max(waits, key=lambda w: w.fraction, default=None)
@@ -70,9 +76,9 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
             f"{100 * (o.b_overlap_fraction or 0):.1f}% of its {o.b_active_ms:.0f} ms, `{o.a}` overlapped `{o.b}` "
             f"{100 * (o.a_overlap_fraction or 0):.1f}% of its {o.a_active_ms:.0f} ms ({o.basis} time; both sets' "
             f"ranges were open {o.a_in_ranges_ms:.0f} and {o.b_in_ranges_ms:.0f} ms of the {ev.window_ns / 1e6:.0f} ms "
-            "window)")
+            f"window; together {o.both_ms:.1f} ms, where chance alone would give ~{chance_ms:.0f} ms)")
     rerun = f"rerun this profile with expect [\"overlap_fraction('{o.a}', '{o.b}') >= 0.5\"]"
-    if worst is None or worst.fraction < GIL_WAIT_FROM or worst.holder_gil_share < GIL_HELD_FROM:
+    if worst is None or worst.fraction < GIL_WAIT_FROM or not _held_the_gil(ev, o, worst):
         return [Finding(code="no_overlap", layer="scheduling", message=said + "; no GIL holder explains it",
                         evidence=f"overlap sweep over {o.basis} intervals" + (f"; {cont.gil_sampler}" if cont else ""),
                         next_experiment="check what each thread waits for (a lock, a queue, an event) and "
@@ -86,10 +92,17 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
     else:
         fix = (f"the holder waits ({doing}) inside `{worst.holder_ranges}` with the GIL held: release the GIL in "
                "the native call (Py_BEGIN_ALLOW_THREADS / py::gil_scoped_release; ctypes.CDLL, not PyDLL)")
-    message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window (most "
+    open_ms = o.a_in_ranges_ms if worst.holder_ranges == o.a else o.b_in_ranges_ms
+    message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window, its "
+               f"`{worst.holder_ranges}` ranges being open {100 * open_ms * 1e6 / ev.window_ns:.0f}% of it (most "
                f"often at {worst.holder_gil_site}) while {worst.waiter} sat blocked on it "
                f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time (measured while "
                f"{worst.holder} was inside `{worst.holder_ranges}`)")
     return [Finding(code="gil_contention", layer="python/GIL", message=message,
                     evidence=f"{cont.gil_sampler}; waiter blocked on a futex per /proc samples ({cont.proc_samples} "
                     f"rounds); {cont.limits}", next_experiment=f"{fix}; then {rerun}")]
+
+
+def _held_the_gil(ev: Evidence, o: OverlapStat, wait) -> bool:
+    open_ms = o.a_in_ranges_ms if wait.holder_ranges == o.a else o.b_in_ranges_ms
+    return wait.holder_gil_share >= min(GIL_HELD_FROM, GIL_HELD_IN_RANGES * open_ms * 1e6 / ev.window_ns)

@@ -48,6 +48,9 @@ NEXT_STEP = {
     "kv_transfer_ms": "the KV transfer moved: profile with overlap=[['kv_transfer', 'dispatch|combine']] to see "
                       "whether it overlaps compute (a thread holding the GIL serialises them)",
     "preemptions": "the KV cache ran out of blocks: raise its size or lower max_num_seqs",
+    "outside": "the path between the engine's steps and the client (its HTTP/streaming threads waiting for the "
+               "GIL or a CPU, the network, the client): profile the engine under load (profile handle=...) and "
+               "compare its HTTP threads' states",
 }
 
 
@@ -139,7 +142,11 @@ def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseC
         rel = (c - b) / b
         text = f"{label} {100 * rel:+.0f}%: " + ", ".join(f"{m.phase} {_pct(m)}" for m in moved)
         top = max(moved, key=lambda m: abs(m.delta))
-        if top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
+        explained = sum(m.delta for m in moved)
+        if abs(c - b) >= 1.0 and abs(rel) >= 0.05 and (explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2):
+            text += (f"; the engine's phases account for {explained:+.1f} of its {c - b:+.1f} ms, so the change "
+                     f"lies outside them; next: {NEXT_STEP['outside']}")
+        elif top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
             text += (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per request)"
                      f"; next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
         else:
