@@ -91,9 +91,6 @@ class DisaggArgs:
     comm_releases_gil: bool = True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
     comm_us: int = 500  # microseconds per dispatch and per combine call
     transfer: str = "bytes"  # a key of TRANSFERS
-    # measurement switches (bench/engine_disagg_gil.py); with either off, requests never finish
-    kv_transfer: bool = True  # False: the transfer thread drops each hand-over without moving its K/V
-    decode: bool = True  # False: transferred K/V is dropped instead of decoded
     engine: EngineArgs = field(default_factory=EngineArgs)
 
 
@@ -111,10 +108,7 @@ class DisaggregatedEngine:
         self._decode_inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.outputs: queue.SimpleQueue = queue.SimpleQueue()  # RequestOutput, from both workers
         self.kv_transfer_times_s: list[float] = []  # prefill done -> adopted by the decode worker
-        self.prefill_busy_s = 0.0  # time the prefill worker spent in steps
-        self.num_prefill_tokens = 0
-        self.num_transferred = 0
-        self.last_prefill_at = 0.0  # time.perf_counter() when the prefill worker last produced a first token
+        self.last_prefill_at = 0.0  # time.monotonic() when the prefill worker last produced a first token
         self._aborted: set[str] = set()  # request ids; each worker drops them at its next turn
         self._num_live = 0  # requests added and not yet finished or aborted (engine-loop thread only)
         self._stop = threading.Event()
@@ -147,7 +141,6 @@ class DisaggregatedEngine:
             if not self.prefill.has_work():
                 time.sleep(0.001)
                 continue
-            t0 = time.perf_counter()
             outs = self.prefill.step()
             for out in outs:
                 if out.finished:  # done at its first token (max_tokens=1, a stop): nothing to hand over
@@ -159,10 +152,8 @@ class DisaggregatedEngine:
                 handover = self.prefill.hand_over(out.request_id)
                 handover.first_output = out
                 self._handovers.put(handover)
-            self.prefill_busy_s += time.perf_counter() - t0
-            self.num_prefill_tokens += sum(o.seq.num_prompt_tokens for o in outs)
             if outs:
-                self.last_prefill_at = time.perf_counter()
+                self.last_prefill_at = time.monotonic()
 
     def _transfer_loop(self) -> None:
         while not self._stop.is_set():
@@ -170,14 +161,9 @@ class DisaggregatedEngine:
                 h: Handover = self._handovers.get(timeout=0.05)
             except queue.Empty:
                 continue
-            if not self.args.kv_transfer:
-                self.num_transferred += 1
-                continue
             with named_range("kv_transfer"):
                 h.kv = self._transfer(h.kv)
-            self.num_transferred += 1
-            if self.args.decode:
-                self._decode_inbox.put(h)
+            self._decode_inbox.put(h)
 
     def _decode_loop(self) -> None:
         pending: list[Handover] = []
