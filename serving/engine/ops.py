@@ -13,7 +13,6 @@ import os
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ENGINE_OPS = ("rmsnorm", "paged_attention_decode", "kv_quant", "w8a8_gemm")
 
@@ -123,17 +122,15 @@ def torch_w8a8_gemm(a, a_scale, w, w_scale):  # int8 [M, K], [M], int8 [N, K], [
 
 
 def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
-    """One query token per sequence over its paged context, all sequences in one SDPA call
-    (grouped-query heads as a view, no repeat; index_select gathers the blocks ~4x faster than
-    advanced indexing, measured on CPU).
-    q [B, Hq, D]; caches [num_blocks, block_size, Hkv, D]; block_table [B, max_blocks] int32;
-    seq_lens [B] int32 -> [B, Hq, D]."""
-    B, hq, d = q.shape
-    hkv = k_cache.shape[2]
-    L = block_table.shape[1] * k_cache.shape[1]  # padded context: table width x block size
-    flat = block_table.reshape(-1)
-    k = k_cache.index_select(0, flat).view(B, L, hkv, d).transpose(1, 2)  # [B, Hkv, L, D]
-    v = v_cache.index_select(0, flat).view(B, L, hkv, d).transpose(1, 2)
-    valid = torch.arange(L, device=q.device)[None, :] < seq_lens[:, None]  # [B, L]
-    out = F.scaled_dot_product_attention(q.view(B, hkv, hq // hkv, d), k, v, attn_mask=valid[:, None, None, :])
-    return out.reshape(B, hq, d)  # [B, Hkv, G, D] -> [B, Hq, D]
+    """For a workspace without the kernel: the embedded zoo's reference (batched torch; one copy of it)."""
+    global _embedded_paged_attention
+    if _embedded_paged_attention is None:
+        from infra_agent.kernels.workspace import EMBEDDED_ROOT
+        from infra_agent.sandbox.worker.loader import import_file
+
+        path = Path(EMBEDDED_ROOT) / "paged_attention_decode" / "reference.py"
+        _embedded_paged_attention = import_file(path, "infra_agent_engine_paged_attention_ref").paged_attention_decode
+    return _embedded_paged_attention(q, k_cache, v_cache, block_table, seq_lens)
+
+
+_embedded_paged_attention = None
