@@ -53,11 +53,16 @@ class Zygote:
         loop = asyncio.get_running_loop()
         try:
             data = await asyncio.wait_for(loop.sock_recv(parent_end, 65536), timeout_s)
+            why = "it closed its socket before saying it was ready"
         except asyncio.TimeoutError:
-            data = b""
+            data, why = b"", f"no ready message within {timeout_s:g} s"
         if not data:
+            code = proc.poll()
             zygote.terminate()
-            raise ZygoteDied(f"the sandbox worker did not start; its log ends with:\n{zygote.log_tail()}")
+            how = "still running" if code is None else \
+                (f"exit code {code}" if code >= 0 else f"killed by signal {-code}")
+            raise ZygoteDied(f"the sandbox worker did not start ({why}; {how}); its log ends with:\n"
+                             f"{zygote.log_tail()}")
         zygote.ready = json.loads(data)
         zygote._reader = asyncio.create_task(zygote._read_loop())
         return zygote
