@@ -95,9 +95,11 @@ async def test_kv_transfer_held_gil_then_released(agent, case_workspace):  # noq
     prof_fixed = await profiled(agent, fixed)
     (stat_fixed,) = prof_fixed["overlaps"]
     print("released profile:", stat_fixed["a_overlap_fraction"], [f["code"] for f in prof_fixed["findings"]])
-    # the transfer now runs during a dispatch/combine about as often as chance gives (their share of the
-    # window), where with the GIL held it almost never did
-    assert stat_fixed["a_overlap_fraction"] > max(0.1, 5 * (stat["a_overlap_fraction"] or 0)), (stat, stat_fixed)
+    # the transfer now runs during a dispatch/combine about as often as chance gives (their running share of
+    # the window: 7-20% here, lower on a loaded host), where with the GIL held it almost never did
+    chance = stat_fixed["b_active_ms"] / prof_fixed["window_ms"]
+    assert stat_fixed["a_overlap_fraction"] >= 0.25 * chance, (chance, stat_fixed)
+    assert stat_fixed["a_overlap_fraction"] > 5 * (stat["a_overlap_fraction"] or 0), (stat, stat_fixed)
     assert not [f for f in prof_fixed["findings"] if f["code"] in ("gil_contention", "no_overlap")]
     verdict_fixed = await judged(agent, fixed, baseline)
     print("released:", verdict_fixed["summary"])
