@@ -55,34 +55,33 @@ def ensure_triton_interpreter() -> None:
     """
     import os
 
-    if os.environ.get("TRITON_INTERPRET") != "1" or "triton.language" not in sys.modules:
+    if os.environ.get("TRITON_INTERPRET") != "1":
         return
-    import triton.runtime.interpreter as interp
-    import triton.runtime.jit as jit
-
-    for name, module in list(sys.modules.items()):
-        if module is None or not name.startswith("triton.language"):
-            continue
-        for attr, value in list(vars(module).items()):
-            if type(value) is jit.JITFunction:
-                setattr(module, attr, interp.InterpretedFunction(value.fn))
+    _rewrap_triton_helpers(to_interpreter=True)
 
 
 def ensure_triton_compiler() -> None:
     """The reverse of ensure_triton_interpreter, for an ahead-of-time compile in a process
     that ran interpreted kernels before (the built-in engine, an in-process test run):
     Triton's own helpers become JITFunctions again, as a fresh import would make them."""
+    _rewrap_triton_helpers(to_interpreter=False)
+
+
+def _rewrap_triton_helpers(to_interpreter: bool) -> None:
+    """Rewrap every @jit helper of an imported triton.language as the other kind of function."""
     if "triton.language" not in sys.modules:
         return
     import triton.runtime.interpreter as interp
     import triton.runtime.jit as jit
 
+    old, new = (jit.JITFunction, interp.InterpretedFunction) if to_interpreter else \
+        (interp.InterpretedFunction, jit.JITFunction)
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith("triton.language"):
             continue
         for attr, value in list(vars(module).items()):
-            if type(value) is interp.InterpretedFunction:
-                setattr(module, attr, jit.JITFunction(value.fn))
+            if type(value) is old:
+                setattr(module, attr, new(value.fn))
 
 
 def import_file(file: Path, module_name: str):
