@@ -60,8 +60,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     records = [r.result.records for r in repeats]
     ctx.artifact("requests.jsonl", report.records_jsonl(records))
     if base_repeats:
-        ctx.artifact("baseline_requests.jsonl", report.records_jsonl([r.result.records for r in base_repeats]))
-        base_records = _last_repeat(report.records_jsonl([base_repeats[-1].result.records]))
+        base_jsonl = report.records_jsonl([r.result.records for r in base_repeats])
+        ctx.artifact("baseline_requests.jsonl", base_jsonl)
+        base_records = _last_repeat(base_jsonl)
     else:
         base_records = _baseline_records(ctx, inp.baseline)
     series = report.latency_series(records[-1], base_records)

@@ -46,11 +46,10 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
     sides = [(engine, await _endpoint(engine, api, ignore_eos))]
     if baseline is not None:
         sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
-    runs: dict[int, list[Repeat]] = {0: [], 1: []}
+    runs: list[list[Repeat]] = [[], []]  # this engine's, the baseline's
     total = repeats * len(sides)
     for i in range(repeats):
-        order = list(range(len(sides))) if i % 2 == 0 else list(reversed(range(len(sides))))
-        for side in order:
+        for side in (range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))):
             eng, ep = sides[side]
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
             runs[side].append(await _one_repeat(eng, ep, plan, done=len(runs[0]) + len(runs[1]), total=total,
@@ -93,7 +92,7 @@ def _no_gc_pauses():
     matplotlib) makes a full collection take hundreds of ms: one landing mid-run stalls every request in
     flight and reads as engine latency (measured: a 459 ms gen-2 pause in a 2 s run). So the heap as it is
     is frozen out of collection and the collector is off while requests are timed, as timeit does; the
-    garbage of a run is collected after it."""
+    garbage of a run is collected at the start of the next one (or by the collector, back on)."""
     was_enabled = gc.isenabled()
     gc.collect()
     gc.freeze()
