@@ -44,7 +44,7 @@ def parser() -> argparse.ArgumentParser:
                    help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL")
     p.add_argument("--comm-us", type=int, default=500, help="disaggregated: microseconds per dispatch and combine")
     p.add_argument("--kv-transfer-impl", default="bytes", choices=("bytes", "clone", "none"),
-                   help="disaggregated: bytes (per-row messages, Python-bound), clone (one copy) or none (the "
+                   help="disaggregated: bytes (one message per KV block, Python-bound), clone (one copy) or none (the "
                    "decode worker reads the prefill's K/V in place: the no-transfer baseline)")
     helps = _field_help()
     for f in dataclasses.fields(EngineArgs):

@@ -6,7 +6,7 @@ worker, each its own thread, in one process.
   for DeepEP's all-to-all), which is libc's `usleep` loaded through `ctypes.PyDLL` (the call
   keeps the GIL) or `ctypes.CDLL` (it releases it): engine arg `comm_releases_gil`.
 - The KV-transfer thread moves each prefilled request's K/V through a swappable transfer
-  (`TRANSFERS`): "bytes" serialises row by row like a naive network send, "clone" copies,
+  (`TRANSFERS`): "bytes" sends block by block like a network send, "clone" copies,
   "none" hands the tensors over as they are (the baseline: what the transfer costs is the
   difference).
 - The decode worker adopts handed-over requests into its own LLMEngine, streams their first
@@ -52,7 +52,7 @@ class NativeComm:
 
 def bytes_transfer(kv: list) -> list:
     """As a network send would: each KV block (MESSAGE_TOKENS tokens) of each layer's K and V to
-    bytes and back, one message each, under the GIL; the send between (time.sleep(0), a syscall)
+    bytes and back, one message each, under the GIL; the send between (os.sched_yield(), a syscall)
     lets the GIL go, and each message has to win it back: behind a communication step that keeps
     the GIL, that waits out the whole dispatch/combine."""
     import torch

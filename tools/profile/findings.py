@@ -92,9 +92,8 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
     else:
         fix = (f"the holder waits ({doing}) inside `{worst.holder_ranges}` with the GIL held: release the GIL in "
                "the native call (Py_BEGIN_ALLOW_THREADS / py::gil_scoped_release; ctypes.CDLL, not PyDLL)")
-    open_ms = o.a_in_ranges_ms if worst.holder_ranges == o.a else o.b_in_ranges_ms
     message = (f"{said}; {worst.holder} held the GIL {100 * worst.holder_gil_share:.0f}% of the window, its "
-               f"`{worst.holder_ranges}` ranges being open {100 * open_ms * 1e6 / ev.window_ns:.0f}% of it (most "
+               f"`{worst.holder_ranges}` ranges being open {100 * _holder_open_share(ev, o, worst):.0f}% of it (most "
                f"often at {worst.holder_gil_site}) while {worst.waiter} sat blocked on it "
                f"{100 * worst.fraction:.0f}% of its `{worst.waiter_ranges}` time (measured while "
                f"{worst.holder} was inside `{worst.holder_ranges}`)")
@@ -104,5 +103,10 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
 
 
 def _held_the_gil(ev: Evidence, o: OverlapStat, wait) -> bool:
+    return wait.holder_gil_share >= min(GIL_HELD_FROM, GIL_HELD_IN_RANGES * _holder_open_share(ev, o, wait))
+
+
+def _holder_open_share(ev: Evidence, o: OverlapStat, wait) -> float:
+    """Share of the window the holder's range set was open, 0..1."""
     open_ms = o.a_in_ranges_ms if wait.holder_ranges == o.a else o.b_in_ranges_ms
-    return wait.holder_gil_share >= min(GIL_HELD_FROM, GIL_HELD_IN_RANGES * open_ms * 1e6 / ev.window_ns)
+    return open_ms * 1e6 / ev.window_ns
