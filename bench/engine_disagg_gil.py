@@ -23,58 +23,36 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
 import statistics
 import sys
-import tempfile
-from pathlib import Path
 
-from mcp import Client
-
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
-from infra_agent.server.app import build_server
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from mcp_session import call, zoo_with_tiny_checkpoint
 
 WORKLOAD = {"num_requests": 60, "input_len": 128, "output_len": 3, "max_concurrency": 6, "seed": 5, "warmup": 2}
 MODES = {"held (PyDLL)": "--no-comm-releases-gil", "released (CDLL)": "--comm-releases-gil"}
 
 
-async def call(client, tool, **args) -> dict:
-    result = await client.call_tool(tool, args)
-    if result.is_error:
-        raise SystemExit(f"{tool} failed: {result.content[0].text}")
-    return result.structured_content
-
-
 async def measure(reps: int, comm_us: int) -> dict[str, list[tuple[float, float]]]:
     """Per GIL mode, per rep: (throughput ratio bytes/none, TTFT p50 ratio bytes/none)."""
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in MODES}
-    with tempfile.TemporaryDirectory(prefix="ia-disagg-") as tmp:
-        ws = Path(tmp) / "ws"
-        shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__"))
-        build_tiny_checkpoint(ws / "tiny")
-        server = build_server(ws)
-        try:
-            async with Client(server) as c:
-                engines = {}
-                for name, flag in MODES.items():
-                    for impl in ("none", "bytes"):
-                        extra = ["--disaggregated", flag, "--kv-transfer-impl", impl, "--comm-us", str(comm_us)]
-                        engines[name, impl] = (await call(c, "launch_serve", engine="builtin",
-                                                          args={"model": "tiny", "extra_args": extra}))["handle"]
-                for rep in range(reps):
-                    for name in MODES:
-                        r = await call(c, "serve_benchmark", handle=engines[name, "bytes"], workload=WORKLOAD,
-                                       baseline_handle=engines[name, "none"], repeats=1)
-                        m, b = r["metrics"], r["baseline_metrics"]
-                        ratio = (m["request_throughput"] / b["request_throughput"], m["ttft_p50"] / b["ttft_p50"])
-                        out[name].append(ratio)
-                        tokens = WORKLOAD["input_len"]
-                        print(f"rep {rep} GIL {name}: prefill {b['request_throughput'] * tokens:.0f} tok/s without "
-                              f"the transfer, {m['request_throughput'] * tokens:.0f} with (ratio {ratio[0]:.3f}); "
-                              f"TTFT p50 {b['ttft_p50']:.0f} -> {m['ttft_p50']:.0f} ms", file=sys.stderr, flush=True)
-        finally:
-            await server.aclose()
+    async with zoo_with_tiny_checkpoint("ia-disagg-") as c:
+        engines = {}
+        for name, flag in MODES.items():
+            for impl in ("none", "bytes"):
+                extra = ["--disaggregated", flag, "--kv-transfer-impl", impl, "--comm-us", str(comm_us)]
+                engines[name, impl] = (await call(c, "launch_serve", engine="builtin",
+                                                  args={"model": "tiny", "extra_args": extra}))["handle"]
+        for rep in range(reps):
+            for name in MODES:
+                r = await call(c, "serve_benchmark", handle=engines[name, "bytes"], workload=WORKLOAD,
+                               baseline_handle=engines[name, "none"], repeats=1)
+                m, b = r["metrics"], r["baseline_metrics"]
+                ratio = (m["request_throughput"] / b["request_throughput"], m["ttft_p50"] / b["ttft_p50"])
+                out[name].append(ratio)
+                tokens = WORKLOAD["input_len"]
+                print(f"rep {rep} GIL {name}: prefill {b['request_throughput'] * tokens:.0f} tok/s without "
+                      f"the transfer, {m['request_throughput'] * tokens:.0f} with (ratio {ratio[0]:.3f}); "
+                      f"TTFT p50 {b['ttft_p50']:.0f} -> {m['ttft_p50']:.0f} ms", file=sys.stderr, flush=True)
     return out
 
 

@@ -21,54 +21,32 @@ import argparse
 import asyncio
 import collections
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
-from mcp import Client
-
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
-from infra_agent.server.app import build_server
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from mcp_session import call, zoo_with_tiny_checkpoint
 
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 
 
-async def call(client, tool, **args) -> dict:
-    result = await client.call_tool(tool, args)
-    if result.is_error:
-        raise SystemExit(f"{tool} failed: {result.content[0].text}")
-    return result.structured_content
-
-
 async def main(runs: int, delay_ms: int, requests: int, repeats: int) -> None:
-    with tempfile.TemporaryDirectory(prefix="ia-flips-") as tmp:
-        ws = Path(tmp) / "ws"
-        shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__"))
-        build_tiny_checkpoint(ws / "tiny")
-        server = build_server(ws)
-        workload = {"num_requests": requests, "input_len": 24, "output_len": 8, "rate": 32.0, "seed": 3}
-        try:
-            async with Client(server) as c:
-                normal = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
-                slow = (await call(c, "launch_serve", engine="builtin", args={
-                    "model": "tiny", "extra_args": ["--prefill-delay-ms", str(delay_ms)]}))["handle"]
-                base = await call(c, "serve_benchmark", handle=normal, workload=workload, repeats=repeats)
-                planted = f"+{delay_ms} ms prefill"
-                answers = {(mode, label): collections.Counter() for mode in ("experiment", "alternating")
-                           for label in ("A/A", planted)}
-                ratios = {k: [] for k in answers}
-                for _ in range(runs):
-                    for (mode, label), counts in answers.items():
-                        handle = normal if label == "A/A" else slow
-                        against = {"baseline": base["experiment_id"]} if mode == "experiment" else \
-                            {"baseline_handle": normal}
-                        out = await call(c, "serve_benchmark", handle=handle, workload=workload, repeats=repeats,
-                                         criteria=[CRITERION], **against)
-                        counts[out["criteria"]["answer"]] += 1
-                        ratios[(mode, label)].append(out["metrics"]["ttft_p50"] / out["baseline_metrics"]["ttft_p50"])
-        finally:
-            await server.aclose()
+    workload = {"num_requests": requests, "input_len": 24, "output_len": 8, "rate": 32.0, "seed": 3}
+    async with zoo_with_tiny_checkpoint("ia-flips-") as c:
+        normal = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
+        slow = (await call(c, "launch_serve", engine="builtin", args={
+            "model": "tiny", "extra_args": ["--prefill-delay-ms", str(delay_ms)]}))["handle"]
+        base = await call(c, "serve_benchmark", handle=normal, workload=workload, repeats=repeats)
+        planted = f"+{delay_ms} ms prefill"
+        answers = {(mode, label): collections.Counter() for mode in ("experiment", "alternating")
+                   for label in ("A/A", planted)}
+        ratios = {k: [] for k in answers}
+        for _ in range(runs):
+            for (mode, label), counts in answers.items():
+                handle = normal if label == "A/A" else slow
+                against = {"baseline": base["experiment_id"]} if mode == "experiment" else \
+                    {"baseline_handle": normal}
+                out = await call(c, "serve_benchmark", handle=handle, workload=workload, repeats=repeats,
+                                 criteria=[CRITERION], **against)
+                counts[out["criteria"]["answer"]] += 1
+                ratios[(mode, label)].append(out["metrics"]["ttft_p50"] / out["baseline_metrics"]["ttft_p50"])
     print(f"load average {os.getloadavg()[0]:.2f}; {runs} runs each, {repeats} repeats of {requests} requests per "
           f"run; criterion {CRITERION!r}")
     for (mode, label), counts in answers.items():

@@ -1,0 +1,38 @@
+"""What the serving benches share: an MCP session on a fresh copy of the embedded zoo with a tiny
+checkpoint built in it (at `tiny`), and a tool call that stops the bench on a tool error.
+(Imported by the scripts beside it: `python bench/<script>.py` puts this folder on sys.path.)"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from pathlib import Path
+
+from mcp import Client
+
+from infra_agent.kernels.workspace import EMBEDDED_ROOT
+from infra_agent.server.app import build_server
+from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+
+@contextlib.asynccontextmanager
+async def zoo_with_tiny_checkpoint(prefix: str):
+    """An in-memory MCP client on a temporary workspace; the server (and every engine it started) closes after."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        ws = Path(tmp) / "ws"
+        shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__"))
+        build_tiny_checkpoint(ws / "tiny")
+        server = build_server(ws)
+        try:
+            async with Client(server) as client:
+                yield client
+        finally:
+            await server.aclose()
+
+
+async def call(client, tool, **args) -> dict:
+    result = await client.call_tool(tool, args)
+    if result.is_error:
+        raise SystemExit(f"{tool} failed: {result.content[0].text}")
+    return result.structured_content
