@@ -32,8 +32,12 @@ class RunResult:
 async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, *, warmup: int = 0,
                         tokenizer: Tokenizer | None = None, slos_ms: dict[str, float] | None = None,
                         timeout_s: float = 300.0, progress: Progress | None = None,
-                        spin_s: float = SPIN_S) -> RunResult:
-    """`spin_s`: how long before each scheduled send the client stops sleeping and polls the loop.
+                        spin_s: float = SPIN_S, send_for_s: float | None = None) -> RunResult:
+    """`send_for_s` (closed loop only): instead of sending each request once, keep sending them
+    in turn, `max_concurrency` in flight, until that many seconds have passed (those in flight
+    then finish): a steady load for a fixed time, as a profiling window needs.
+
+    `spin_s`: how long before each scheduled send the client stops sleeping and polls the loop.
     The default keeps the client idle between sends (the CPU stays free for an engine on the same
     host). A value above the mean gap keeps the client busy (a whole core) like a spinning loop:
     TTFT p50 was 1.2-1.7 ms lower at 50 req/s on a shared 2-core host, because an idle client is
@@ -42,13 +46,16 @@ async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Ar
         raise ValueError("no requests to send")
     if not spin_s >= 0:
         raise ValueError(f"spin_s must be >= 0 seconds (default {SPIN_S}), got {spin_s}")
+    if send_for_s is not None and not arrivals.is_closed_loop:
+        raise ValueError("send_for_s needs a closed loop (Arrivals(max_concurrency=N) without a rate)")
     width = arrivals.max_concurrency or len(requests)
     async with ep.client(max_connections=max(width, 1), timeout_s=timeout_s) as client:
         for i in range(warmup):
             rec = RequestRecord(index=-1 - i, scheduled_s=time.perf_counter(), is_warmup=True)
             await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
         if arrivals.is_closed_loop:
-            records, t0 = await _closed_loop(client, ep, requests, arrivals.max_concurrency, tokenizer, progress)
+            records, t0 = await _closed_loop(client, ep, requests, arrivals.max_concurrency, tokenizer, progress,
+                                             send_for_s)
         else:
             records, t0 = await _open_loop(client, ep, requests, arrivals, tokenizer, progress, spin_s)
     ends = [r.last_chunk_s for r in records if r.ok]
@@ -57,14 +64,14 @@ async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Ar
 
 
 class _Counter:
-    def __init__(self, total: int, progress: Progress | None):
+    def __init__(self, total: int | None, progress: Progress | None):
         self.done, self.total, self.progress = 0, total, progress
 
     async def tick(self, rec: RequestRecord) -> None:
         self.done += 1
         if self.progress is not None:
             state = "failed" if rec.error else "ok"
-            await self.progress(self.done, self.total, f"request {self.done}/{self.total} {state}")
+            await self.progress(self.done, self.total, f"request {self.done}/{self.total or '?'} {state}")
 
 
 async def _open_loop(client, ep, requests, arrivals: Arrivals, tokenizer, progress, spin_s: float):
@@ -104,20 +111,25 @@ async def sleep_until(t: float, spin_s: float = SPIN_S) -> None:
         await asyncio.sleep(left - spin_s if left > spin_s + 0.0005 else 0)
 
 
-async def _closed_loop(client, ep, requests, width: int, tokenizer, progress):
-    queue: asyncio.Queue[int] = asyncio.Queue()
-    for i in range(len(requests)):
-        queue.put_nowait(i)
-    counter = _Counter(len(requests), progress)
-    records: list[RequestRecord | None] = [None] * len(requests)
+async def _closed_loop(client, ep, requests, width: int, tokenizer, progress, send_for_s: float | None):
+    """Each of `width` workers sends the next request as soon as its last one ends: every request
+    once, or (send_for_s) in turn until the time is up."""
+    counter = _Counter(len(requests) if send_for_s is None else None, progress)
+    records: list[RequestRecord] = []
     t0 = time.perf_counter()
+    until = t0 + send_for_s if send_for_s is not None else None
+
+    def next_index() -> int | None:
+        if until is None:
+            return len(records) if len(records) < len(requests) else None
+        return len(records) if time.perf_counter() < until else None
 
     async def worker() -> None:
-        while not queue.empty():
-            i = queue.get_nowait()
-            rec = records[i] = RequestRecord(index=i, scheduled_s=time.perf_counter())
-            await stream_one(client, ep, requests[i], rec, tokenizer)
+        while (i := next_index()) is not None:
+            rec = RequestRecord(index=i, scheduled_s=time.perf_counter())
+            records.append(rec)
+            await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
             await counter.tick(rec)
 
-    await asyncio.gather(*(worker() for _ in range(min(width, len(requests)))))
-    return [r for r in records if r is not None], t0
+    await asyncio.gather(*(worker() for _ in range(width if until is not None else min(width, len(requests)))))
+    return records, t0

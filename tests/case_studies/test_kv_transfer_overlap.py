@@ -13,7 +13,8 @@ K/V, so TTFT = queue + prefill + KV transfer, as in P/D serving). The agent's st
    without the transfer (`--kv-transfer-impl none`: the decode worker reads the K/V in place),
    measured alternately in the same call (baseline_handle): contradicted, and the attribution
    says the KV-transfer phase moved most and suggests profiling its overlap with compute.
-2. `profile(handle=...)` under load with overlap [['kv_transfer', 'dispatch|combine']]: the
+2. `profile(handle=...)` under a load shaped like the workload (load_input_len, load_output_len,
+   load_concurrency), with overlap [['kv_transfer', 'dispatch|combine']]: the
    transfer was running during a dispatch/combine for almost none of its time, and the finding
    is `gil_contention`: the prefill worker held the GIL while the transfer thread sat blocked on
    it, and the holder was waiting (in the native call) rather than running Python: release the
@@ -22,17 +23,19 @@ K/V, so TTFT = queue + prefill + KV transfer, as in P/D serving). The agent's st
    overlapping the communication step, and the criterion passes against the same baseline.
 
 What a person should look at (one run here, 2 shared cores; `pytest -s` prints them):
-- step 1: "TTFT p50 187 ms ... Criteria: FAIL ... vs handle serve-..., alternating: TTFT p50 +48%:
-  queue -19%, prefill -7%, kv_transfer +518%; the kv_transfer phase moved most (13.88 -> 85.74 ms
-  per request); next: ... profile with overlap=[['kv_transfer', 'dispatch|combine']]" (repeats'
-  TTFT p50 208/187/181 ms against the baseline's 126/126/118);
-- step 2: gil_contention: "`kv_transfer` overlapped `dispatch|combine` 0.6% of its 108 ms (running
-  time) ... prefill-worker held the GIL 21% of the window, its `dispatch|combine` ranges being open
-  19% of it (most often at NativeComm.dispatch) while kv-transfer sat blocked on it 46% of its
-  `kv_transfer` time"; next: release the GIL in the native call (ctypes.CDLL, not PyDLL);
-- step 3: the transfer overlaps a dispatch/combine 20% of its running time (about their share of
-  the window: nothing keeps them apart any more), no finding; TTFT p50 95 ms, "Criteria: pass",
-  TTFT p50 -22% against the same baseline (releasing the GIL also frees the engine's HTTP thread).
+- step 1: "TTFT p50 210 ms ... Criteria: FAIL ... vs handle serve-..., alternating: TTFT p50 +65%:
+  queue -3%, prefill +2%, kv_transfer +738%; the kv_transfer phase moved most (11.22 -> 93.96 ms
+  per request); next: ... profile with overlap=[['kv_transfer', 'dispatch|combine']] under a load
+  shaped like this workload" (repeats' TTFT p50 210/205/215 ms against the baseline's 130/124/128);
+- step 2: gil_contention: "`kv_transfer` overlapped `dispatch|combine` 4.5% of its 148 ms (running
+  time) ... together 6.6 ms, where chance alone would give ~69 ms; prefill-worker held the GIL 54%
+  of the window, its `dispatch|combine` ranges being open 49% of it (most often at
+  NativeComm.combine) while kv-transfer sat blocked on it 54% of its `kv_transfer` time"; next:
+  release the GIL in the native call (ctypes.CDLL, not PyDLL). Over four runs: overlap 4-6%, the
+  holder's GIL share 0.50-0.56 against its ranges' 0.46-0.49, the waiter blocked 0.54-0.61;
+- step 3: the transfer overlaps a dispatch/combine 43-57% of its running time (about their share of
+  the window: nothing keeps them apart any more), no finding; TTFT p50 83 ms, "Criteria: pass",
+  TTFT p50 -29% against the same baseline (releasing the GIL also frees the engine's HTTP thread).
 """
 
 import pytest
@@ -67,7 +70,9 @@ async def judged(client, handle: str, baseline: str) -> dict:
 
 
 async def profiled(client, handle: str) -> dict:
-    return await call(client, "profile", handle=handle, duration_s=2.0, load_concurrency=6, overlap=[OVERLAP])
+    # the profile's load shaped like the workload under test: its prompts keep prefill and the transfer busy
+    return await call(client, "profile", handle=handle, duration_s=2.0, load_concurrency=WORKLOAD["max_concurrency"],
+                      load_input_len=WORKLOAD["input_len"], load_output_len=WORKLOAD["output_len"], overlap=[OVERLAP])
 
 
 async def test_kv_transfer_held_gil_then_released(agent, case_workspace):  # noqa: F811

@@ -1,7 +1,9 @@
 """Starting an engine for a tool call: the model folder checked, the adapter chosen, errors
-turned into what the agent can act on. Used by launch_serve and serve_benchmark."""
+turned into what the agent can act on. Used by launch_serve, serve_benchmark and profile."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from ...serving.adapters import AdapterError, EngineArgs, adapter_for
 from ...serving.lifecycle import Engine, EngineError
@@ -42,3 +44,15 @@ def get_engine(ctx, handle: str) -> Engine:
         return ctx.engines.get(handle)
     except EngineError as exc:
         raise AgentError(str(exc)) from None
+
+
+def engine_tokenizer(engine: Engine):
+    """The engine's tokenizer, so that prompts have exact token lengths: the checkpoint's
+    tokenizer.json, bytes for the random-weights built-in engine, None (approximate lengths)
+    when a checkpoint has no tokenizer.json. A loadgen PlainTokenizer."""
+    from ...serving.loadgen import PlainTokenizer
+
+    model_dir = Path(engine.args.model) if engine.args.model else None
+    if model_dir is not None and not (model_dir / "tokenizer.json").is_file():
+        return None
+    return PlainTokenizer(model_dir)

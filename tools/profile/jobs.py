@@ -124,10 +124,12 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
         async with engine.client(timeout_s=max(120.0, plan.timeout_s)) as client:
             await _post(client, "/start_profile", engine)
             await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
-            await _load(engine, plan.payload["duration_s"], plan.payload["load_concurrency"])
+            failed = await _load(engine, plan.payload)
             paths = await _post(client, "/stop_profile", engine)
     finally:
         await asyncio.to_thread(_stop, watch)
+    if failed:
+        raise AgentError(failed)
     raw = _read_window(engine, paths.get("profile"))
     trace = _inside(engine, paths.get("trace"))
     return raw, watch, trace
@@ -149,24 +151,30 @@ async def _post(client, path: str, engine) -> dict:
         return {}
 
 
-async def _load(engine, duration_s: float, concurrency: int) -> None:
-    """Keep `concurrency` short requests in flight until the window's time is up."""
-    import time
-
+async def _load(engine, payload: dict) -> str | None:
+    """Keep load_concurrency requests of the asked shape in flight until the window's time is up.
+    Returns why the load did no work, if it did none."""
     from ...serving.loadgen import Arrivals, Endpoint, random_requests, run_benchmark
 
+    duration_s, concurrency = payload["duration_s"], payload["load_concurrency"]
     if concurrency == 0:
         await asyncio.sleep(duration_s)
-        return
+        return None
+    from ..common.engines import engine_tokenizer
     from ..serve_benchmark.jobs import served_model
 
     ep = Endpoint("http://engine", model=await served_model(engine), uds=engine.socket_path,
                   extra_body=engine.adapter.request_extras(ignore_eos=True))
-    requests = random_requests(concurrency, input_len=32, output_len=16, seed=0)
-    deadline = time.monotonic() + duration_s
-    while time.monotonic() < deadline:
-        await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency)),
-                               timeout=max(deadline - time.monotonic(), 0) + 30)
+    requests = random_requests(4 * concurrency, input_len=payload["load_input_len"],
+                               output_len=payload["load_output_len"], seed=0, tokenizer=engine_tokenizer(engine))
+    result = await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency),
+                                                  send_for_s=duration_s), timeout=duration_s + 60)
+    failed = [r.error or "no content received" for r in result.records if not r.ok]
+    if len(failed) == len(result.records):  # the window holds no work: say why instead
+        return (f"every load request failed ({failed[0][:300]}); the window has nothing to show. Fit "
+                "load_input_len + load_output_len to the engine's context, or drive the load yourself "
+                "with load_concurrency=0")
+    return None
 
 
 def _engine_pid(engine) -> int | None:

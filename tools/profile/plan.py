@@ -33,7 +33,8 @@ def make_plan(inp: Input, ctx: ToolContext) -> Plan:
             raise AgentError("give handle= (a running engine) or a kernel/workload target, not both")
         duration = inp.duration_s or DEFAULT_SERVE_S
         payload = {"target": "serve", "handle": inp.handle, "duration_s": duration,
-                   "load_concurrency": inp.load_concurrency}
+                   "load_concurrency": inp.load_concurrency, "load_input_len": inp.load_input_len,
+                   "load_output_len": inp.load_output_len}
         return Plan(target=f"engine {inp.handle}", payload=payload, timeout_s=duration + inp.timeout_s, env={},
                     overlap=overlap, range_filters=list(inp.ranges or []))
     if inp.duration_s is not None:

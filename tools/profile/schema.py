@@ -33,8 +33,14 @@ class Input(ToolInput):
     duration_s: float | None = Field(default=None, gt=0, le=600, description="With handle: seconds to profile "
                                      "under load (default 3).")
     load_concurrency: int = Field(default=4, ge=0, le=256, description="With handle: requests kept in flight "
-                                  "during the window (random 32-token prompts, 16 tokens each); 0 sends none, when "
-                                  "you drive the load yourself (e.g. a serve_benchmark call at the same time).")
+                                  "during the window (random prompts of load_input_len tokens, load_output_len "
+                                  "tokens each); 0 sends none, when you drive the load yourself (e.g. a "
+                                  "serve_benchmark call at the same time).")
+    load_input_len: int = Field(default=32, ge=1, le=1 << 17, description="With handle: prompt length of the "
+                                "load's requests, tokens. Shape the load like the workload under test: long "
+                                "prompts keep prefill (and a KV transfer) busy, long outputs keep decode busy.")
+    load_output_len: int = Field(default=16, ge=1, le=1 << 15, description="With handle: tokens asked per load "
+                                 "request (max_tokens, EOS ignored where the engine allows).")
     ranges: list[str] | None = Field(default=None, description="Named ranges to report (names or regular "
                                      "expressions, e.g. 'dispatch|combine'); each must match a range that ran, "
                                      "else the error lists the ranges seen. Default: every range.")

@@ -16,7 +16,7 @@ import anyio
 
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
-from ..common.engines import get_engine, start_engine
+from ..common.engines import engine_tokenizer, get_engine, start_engine
 from . import jobs, plan, report
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
@@ -30,7 +30,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     try:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
-        the_plan = plan.plan(work, _model_dir(engine), sharegpt)
+        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
             timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
@@ -80,12 +80,6 @@ async def _engine(inp: Input, ctx: ToolContext):
     if inp.engine:
         return await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=300.0), True
     raise AgentError("name the engine: handle= from launch_serve, or engine= with args= to start one for this call")
-
-
-def _model_dir(engine):
-    from pathlib import Path
-
-    return Path(engine.args.model) if engine.args.model else None
 
 
 def _baseline(inp: Input, ctx: ToolContext) -> dict | None:

@@ -45,8 +45,9 @@ NEXT_STEP = {
     "prefill_ms": "the prefill path moved: profile the prefill step (profile handle=...), or microbench its "
                   "kernels (rmsnorm, paged_attention_decode, w8a8_gemm)",
     "decode_ms": "the decode path moved: profile a decode step, or microbench paged_attention_decode",
-    "kv_transfer_ms": "the KV transfer moved: profile with overlap=[['kv_transfer', 'dispatch|combine']] to see "
-                      "whether it overlaps compute (a thread holding the GIL serialises them)",
+    "kv_transfer_ms": "the KV transfer moved: profile with overlap=[['kv_transfer', 'dispatch|combine']] under "
+                      "a load shaped like this workload (load_input_len, load_output_len, load_concurrency) to "
+                      "see whether it overlaps compute (a thread holding the GIL serialises them)",
     "preemptions": "the KV cache ran out of blocks: raise its size or lower max_num_seqs",
     "outside": "the path between the engine's steps and the client (its HTTP/streaming threads waiting for the "
                "GIL or a CPU, the network, the client): profile the engine under load (profile handle=...) and "

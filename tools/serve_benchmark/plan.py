@@ -1,4 +1,4 @@
-"""What to send and when, from the workload (pure: reads the model's tokenizer, runs nothing)."""
+"""What to send and when, from the workload and the engine's tokenizer (pure: runs nothing)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,7 @@ class Plan:
     exact_lengths: bool
 
 
-def plan(work: Workload, model_dir: Path | None, sharegpt_file: Path | None) -> Plan:
-    tokenizer = _tokenizer(model_dir)
+def plan(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None) -> Plan:
     if work.dataset == "random":
         requests = random_requests(work.num_requests, work.input_len, work.output_len, work.range_ratio,
                                    seed=work.seed, tokenizer=tokenizer)
@@ -51,10 +50,3 @@ def plan(work: Workload, model_dir: Path | None, sharegpt_file: Path | None) -> 
                                     ("e2el", work.slo_e2el_ms)) if v is not None}
     return Plan(requests, arrivals, slos, tokenizer, all(r.exact for r in requests))
 
-
-def _tokenizer(model_dir: Path | None) -> PlainTokenizer | None:
-    """The engine's tokenizer: the checkpoint's tokenizer.json, bytes for the random-weights
-    built-in engine, None (approximate lengths) when a checkpoint has no tokenizer.json."""
-    if model_dir is not None and not (model_dir / "tokenizer.json").is_file():
-        return None
-    return PlainTokenizer(model_dir)

@@ -156,3 +156,18 @@ async def test_errors_are_records_not_exceptions(scripted_server):
     result = await run_benchmark(nobody, [BenchRequest("e", 1, 1)], Arrivals(), timeout_s=5)
     closed.close()
     assert result.metrics.failed == 1 and "ConnectError" in next(iter(result.metrics.errors))
+
+
+@pytest.mark.anyio
+async def test_a_timed_closed_loop_keeps_sending_in_turn_until_its_time_is_up(scripted_server):
+    """send_for_s: the two requests are sent again and again, two in flight, and none is
+    started after the time is up (each stream takes ~60 ms here, the loop 0.3 s)."""
+    ep = Endpoint(scripted_server, model="tiny", api="chat")
+    reqs = [BenchRequest(f"timed{i}", 5, 3) for i in range(2)]
+    result = await run_benchmark(ep, reqs, Arrivals(max_concurrency=2), send_for_s=0.3)
+    assert len(result.records) > len(reqs) and result.metrics.failed == 0
+    assert [r.index for r in result.records] == list(range(len(result.records)))
+    first = min(r.scheduled_s for r in result.records)
+    assert all(r.scheduled_s - first < 0.3 for r in result.records)
+    with pytest.raises(ValueError, match="closed loop"):
+        await run_benchmark(ep, reqs, Arrivals(rate=5.0), send_for_s=0.3)

@@ -9,7 +9,7 @@ What a person should look at: the `findings` of the regressed run ("TTFT p50 +N%
 from __future__ import annotations
 
 import pytest
-from conftest import call
+from conftest import ToolCallError, call
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
@@ -86,4 +86,10 @@ async def test_profile_a_running_engine_under_load(builtin_client):
     assert out["hypothesis_answer"]["answer"] == "supported"
     assert any(a.endswith("/engine-torch-trace.json") for a in out["artifacts"])
     assert any(a.endswith("/trace.perfetto.json") for a in out["artifacts"])
+    # a load that cannot run says what to change, and leaves the engine's window closed for the next profile
+    with pytest.raises(ToolCallError, match="Fit load_input_len"):
+        await call(c, "profile", handle=eng["handle"], duration_s=0.5, load_concurrency=2, load_input_len=300)
+    prefill_heavy = await call(c, "profile", handle=eng["handle"], duration_s=0.5, load_concurrency=2,
+                               load_input_len=200, load_output_len=1, ranges=["prefill"])
+    assert prefill_heavy["ranges"][0]["count"] > 0
     await call(c, "stop_serve", handle=eng["handle"])
