@@ -8,7 +8,7 @@ from conftest import in_forked_child
 
 from infra_agent.serving.engine import EngineArgs, SamplingParams
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
-from infra_agent.serving.engine.tokenizer import ByteTokenizer
+from infra_agent.serving.engine.tokenizer import ByteTokenizer, HFTokenizer, IncrementalDetokenizer
 
 
 def engine(**kw):
@@ -23,6 +23,43 @@ def test_byte_tokenizer_round_trips_utf8():
     ids = tok.encode("héllo ✓")
     assert ids[0] == tok.bos_token_id == 256 and max(ids[1:]) < 256
     assert tok.decode(ids) == "héllo ✓"
+
+
+class CountingTokenizer:
+    """A tokenizer that records how many ids each decode call was given."""
+
+    def __init__(self, tok):
+        self.tok, self.sizes = tok, []
+
+    def decode(self, ids):
+        self.sizes.append(len(ids))
+        return self.tok.decode(ids)
+
+
+def stream(tok, ids) -> list[str]:
+    detok = IncrementalDetokenizer(tok)
+    return [detok.update(ids[:i], final=i == len(ids)) for i in range(1, len(ids) + 1)]
+
+
+@pytest.mark.parametrize("which", ["bytes", "checkpoint"])
+def test_streamed_text_is_the_full_decode_and_each_step_decodes_a_short_window(which, tiny_checkpoint):
+    """Deltas joined are exactly the whole output decoded (multi-byte characters split over
+    tokens, random ids of a byte-level BPE), nothing half a character is streamed, and a
+    step's decode covers the last piece and the new ids, not the whole output."""
+    import random
+
+    rng = random.Random(0)
+    tok = ByteTokenizer() if which == "bytes" else HFTokenizer(tiny_checkpoint)
+    text = "".join(rng.choice(["a", " ", "é", "日本", "🙂", "\n", "ok "]) for _ in range(400))
+    ids = tok.encode(text, add_special_tokens=False)
+    counting = CountingTokenizer(tok)
+    deltas = stream(counting, ids)
+    assert "".join(deltas) == tok.decode(ids) == text
+    assert not any("\ufffd" in d for d in deltas)
+    assert len(ids) > 400 and max(counting.sizes) <= 16  # the longest character is 4 byte tokens
+    for _ in range(50):
+        random_ids = [rng.randrange(tok.vocab_size) for _i in range(rng.randint(1, 60))]
+        assert "".join(stream(tok, random_ids)) == tok.decode(random_ids)
 
 
 def test_random_weights_are_seeded():
