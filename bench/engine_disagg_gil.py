@@ -32,7 +32,7 @@ WORKLOAD = {"num_requests": 60, "input_len": 128, "output_len": 3, "max_concurre
 MODES = {"held (PyDLL)": "--no-comm-releases-gil", "released (CDLL)": "--comm-releases-gil"}
 
 
-async def measure(reps: int, comm_us: int) -> dict[str, list[tuple[float, float]]]:
+async def measure(reps: int, comm_us: int, workload: dict) -> dict[str, list[tuple[float, float]]]:
     """Per GIL mode, per rep: (throughput ratio bytes/none, TTFT p50 ratio bytes/none)."""
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in MODES}
     async with zoo_with_tiny_checkpoint("ia-disagg-") as c:
@@ -44,12 +44,12 @@ async def measure(reps: int, comm_us: int) -> dict[str, list[tuple[float, float]
                                                   args={"model": "tiny", "extra_args": extra}))["handle"]
         for rep in range(reps):
             for name in MODES:
-                r = await call(c, "serve_benchmark", handle=engines[name, "bytes"], workload=WORKLOAD,
+                r = await call(c, "serve_benchmark", handle=engines[name, "bytes"], workload=workload,
                                baseline_handle=engines[name, "none"], repeats=1)
                 m, b = r["metrics"], r["baseline_metrics"]
                 ratio = (m["request_throughput"] / b["request_throughput"], m["ttft_p50"] / b["ttft_p50"])
                 out[name].append(ratio)
-                tokens = WORKLOAD["input_len"]
+                tokens = workload["input_len"]
                 print(f"rep {rep} GIL {name}: prefill {b['request_throughput'] * tokens:.0f} tok/s without "
                       f"the transfer, {m['request_throughput'] * tokens:.0f} with (ratio {ratio[0]:.3f}); "
                       f"TTFT p50 {b['ttft_p50']:.0f} -> {m['ttft_p50']:.0f} ms", file=sys.stderr, flush=True)
@@ -60,8 +60,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--comm-us", type=int, default=8000, help="microseconds per dispatch and per combine call")
+    ap.add_argument("--concurrency", type=int, default=WORKLOAD["max_concurrency"], help="requests in flight")
     ns = ap.parse_args()
-    results = asyncio.run(measure(ns.reps, ns.comm_us))
+    workload = {**WORKLOAD, "max_concurrency": ns.concurrency, "num_requests": max(60, 10 * ns.concurrency)}
+    results = asyncio.run(measure(ns.reps, ns.comm_us, workload))
     print(f"{'GIL during comm':>16} {'median ratio':>13} {'min':>6} {'max':>6} {'TTFT ratio':>11}  claim held in")
     for name, rows in results.items():
         rs = [r for r, _ in rows]
