@@ -27,7 +27,6 @@ import json
 import os
 import random
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ from pathlib import Path
 
 import httpx
 
+from infra_agent.serving.lifecycle import free_port
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, PlainTokenizer, run_benchmark
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -53,12 +53,6 @@ def output_lengths(n: int, max_tokens: int, workload: str, seed: int = 0) -> lis
         return [max_tokens] * n
     rng = random.Random(seed)
     return [rng.randint(8, 2 * max_tokens - 8) for _ in range(n)]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start(cmd: list[str], ready: str, timeout_s: float = 180) -> tuple[subprocess.Popen, str]:

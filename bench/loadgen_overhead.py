@@ -39,6 +39,7 @@ import time
 import httpx
 import numpy as np
 
+from infra_agent.serving.lifecycle import free_port
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark, sleep_until
 
 BODY = {"model": "m", "prompt": "x", "max_tokens": 4, "stream": True}
@@ -170,14 +171,6 @@ def report(rows: list[dict[str, dict]], rate: float, n: int) -> None:
         print(f"  {a} - {b} ({why}): " + "; ".join(cells))
     print("goal: generator - floor under 1 ms at p50 (like with like: the first two pairs)")
     print(HISTORY)
-
-
-def free_port() -> int:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return port
 
 
 def wait_ready(port: int, timeout_s: float = 30) -> None:

@@ -108,10 +108,13 @@ class Engines:
     def get(self, handle: str) -> Engine:
         eng = self._engines.get(handle)
         if eng is None:
-            known = ", ".join(self._engines) or "none running"
-            raise EngineError(f"no serving engine with handle {handle!r} (running: {known}); start one with "
-                              "launch_serve, or list them with list_serves")
+            raise self._unknown(handle)
         return eng
+
+    def _unknown(self, handle: str) -> EngineError:
+        known = ", ".join(self._engines) or "none running"
+        return EngineError(f"no serving engine with handle {handle!r} (running: {known}); start one with "
+                           "launch_serve, or list them with list_serves")
 
     def list(self) -> list[Engine]:
         return list(self._engines.values())
@@ -127,7 +130,7 @@ class Engines:
         folder = sb.view.layout.jobs_dir / f"engine-{handle}"
         for sub in ("home", "tmp", "cache"):
             (folder / sub).mkdir(parents=True)
-        port = 8000 if sb.isolation.sandboxed else _free_port()  # a namespace of its own: any port is free
+        port = 8000 if sb.isolation.sandboxed else free_port()  # a namespace of its own: any port is free
         eng = Engine(handle, adapter, args, folder, _short_socket_path(folder / _SOCKET), port, proc=None,
                      cgroup=None)
         self._engines[handle] = eng
@@ -207,7 +210,7 @@ class Engines:
         """Stop an engine and everything it started; returns its log tail."""
         eng = self._engines.pop(handle, None)
         if eng is None:
-            raise EngineError(f"no serving engine with handle {handle!r}; list_serves shows the running ones")
+            raise self._unknown(handle)
         await asyncio.to_thread(self._stop_now, eng)
         return eng.log_tail()
 
@@ -257,7 +260,8 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

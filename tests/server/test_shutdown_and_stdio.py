@@ -168,9 +168,11 @@ async def test_http_sigterm_interrupts_the_running_call_and_cleans_up(workspace)
     import anyio
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
-    from test_transports import _free_port, _wait_up
+    from test_transports import _wait_up
 
-    port = _free_port()
+    from infra_agent.serving.lifecycle import free_port
+
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
     proc = subprocess.Popen([sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port),
                              "--workspace", str(workspace), "--shutdown-grace", "1"],

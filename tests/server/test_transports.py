@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -18,6 +17,7 @@ import httpx
 import pytest
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.serving.lifecycle import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 NODE_MODULES = REPO / ".cache" / "node" / "node_modules"
@@ -40,12 +40,6 @@ def _node_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def module_workspace(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("transports") / "ws"
@@ -54,7 +48,7 @@ def module_workspace(tmp_path_factory) -> Path:
 
 
 def _start_http(workspace: Path):
-    port = _free_port()
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port), "--workspace", str(workspace)],
