@@ -26,7 +26,7 @@ import asyncio
 import statistics
 import sys
 
-from mcp_session import call, zoo_with_tiny_checkpoint
+from mcp_session import call, zoo_session
 
 WORKLOAD = {"num_requests": 60, "input_len": 128, "output_len": 3, "max_concurrency": 6, "seed": 5, "warmup": 2}
 MODES = {"held (PyDLL)": "--no-comm-releases-gil", "released (CDLL)": "--comm-releases-gil"}
@@ -35,7 +35,7 @@ MODES = {"held (PyDLL)": "--no-comm-releases-gil", "released (CDLL)": "--comm-re
 async def measure(reps: int, comm_us: int, workload: dict) -> dict[str, list[tuple[float, float]]]:
     """Per GIL mode, per rep: (throughput ratio bytes/none, TTFT p50 ratio bytes/none)."""
     out: dict[str, list[tuple[float, float]]] = {name: [] for name in MODES}
-    async with zoo_with_tiny_checkpoint("ia-disagg-") as c:
+    async with zoo_session("ia-disagg-", tiny_checkpoint=True) as c:
         engines = {}
         for name, flag in MODES.items():
             for impl in ("none", "bytes"):

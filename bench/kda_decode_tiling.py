@@ -13,21 +13,12 @@ the number of V tiles, measured by the tools themselves through MCP (replay 3's 
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
-from pathlib import Path
 
 import anyio
+from mcp_session import call, zoo_session
 
 BENCH_V = (32, 64, 128)
 COMPILE_V = (64, 128, 256)
-
-
-async def call(client, tool: str, **args) -> dict:
-    result = await client.call_tool(tool, args)
-    if result.is_error:
-        raise RuntimeError(" ".join(getattr(c, "text", str(c)) for c in result.content))
-    return result.structured_content
 
 
 def per_output(kernel: dict, field: str) -> float:
@@ -64,21 +55,9 @@ async def compile_sweep(client) -> None:
 
 
 async def main(budget_ms: float) -> None:
-    from mcp import Client
-
-    from infra_agent.kernels.workspace import EMBEDDED_ROOT
-    from infra_agent.server.app import build_server
-
-    root = Path(tempfile.mkdtemp(prefix="kda-tiling-")) / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
-    try:
-        async with Client(server) as client:
-            await compile_sweep(client)
-            await bench_sweep(client, budget_ms)
-    finally:
-        await server.aclose()
-        shutil.rmtree(root.parent, ignore_errors=True)
+    async with zoo_session("kda-tiling-") as client:
+        await compile_sweep(client)
+        await bench_sweep(client, budget_ms)
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""What the serving benches share: an MCP session on a fresh copy of the embedded zoo with a tiny
-checkpoint built in it (at `tiny`), and a tool call that stops the bench on a tool error.
+"""What the benches share: an MCP session on a fresh copy of the embedded zoo (with a tiny
+checkpoint built in it at `tiny`, for the serving benches), and a tool call that stops the bench
+on a tool error.
 (Imported by the scripts beside it: `python bench/<script>.py` puts this folder on sys.path.)"""
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
 
 @contextlib.asynccontextmanager
-async def zoo_with_tiny_checkpoint(prefix: str):
-    """An in-memory MCP client on a temporary workspace; the server (and every engine it started) closes after."""
+async def zoo_session(prefix: str, *, tiny_checkpoint: bool = False):
+    """An in-memory MCP client on a temporary copy of the zoo; the server (and every engine it
+    started) closes after, and the copy is removed."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         ws = Path(tmp) / "ws"
-        shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__"))
-        build_tiny_checkpoint(ws / "tiny")
+        shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        if tiny_checkpoint:
+            build_tiny_checkpoint(ws / "tiny")
         server = build_server(ws)
         try:
             async with Client(server) as client:

@@ -14,14 +14,12 @@ rates, the median minimal detectable effect, and the median measured ratio of (b
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import anyio
+from mcp_session import zoo_session
 
 KERNEL, SHAPE = "rmsnorm", {"M": 64, "N": 1024}
 # The reference's own arithmetic (kernels/rmsnorm/reference.py), plus the planted work.
@@ -44,39 +42,27 @@ def rmsnorm(x, weight):
 
 
 async def main(reps: int, budget_ms: float) -> int:
-    from mcp import Client
-
-    from infra_agent.kernels.workspace import EMBEDDED_ROOT
-    from infra_agent.server.app import build_server
-
-    root = Path(tempfile.mkdtemp(prefix="mb-calib-")) / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    server = build_server(root)
     cases = {
         "A/A": dict(kernel=KERNEL, impl="reference", baseline="reference"),
         "planted +10%": dict(kernel=KERNEL, source=SLOWER_BY_10PCT, entry="rmsnorm", baseline="reference"),
     }
     runs: dict[str, list[dict]] = {name: [] for name in cases}
     started = time.monotonic()
-    try:
-        async with Client(server) as client:
-            for rep in range(reps):
-                for name, args in cases.items():
-                    result = await client.call_tool("microbench", {**args, "shapes": [SHAPE], "budget_ms": budget_ms})
-                    if result.is_error:
-                        print(f"{name} rep {rep}: ERROR {result.content[0].text}", file=sys.stderr)
-                        continue
-                    out = result.structured_content
-                    shape = out["shapes"][0]
-                    runs[name].append({**shape, "disturbances": out["disturbances"]})
-                    print(f"{name:13s} rep {rep:2d}: {shape['verdict']:12s} ratio {shape['ratio']:.4f} "
-                          f"[{shape['ci_low']:.4f}, {shape['ci_high']:.4f}] mde "
-                          f"{shape['min_detectable_effect_pct']:.2f}% "
-                          f"n={shape['candidate']['n']} stop={shape['stop_reason']} "
-                          f"median={shape['candidate']['median_ms'] * 1e3:.1f}us", file=sys.stderr)
-    finally:
-        await server.aclose()
-        shutil.rmtree(root.parent, ignore_errors=True)
+    async with zoo_session("mb-calib-") as client:
+        for rep in range(reps):
+            for name, args in cases.items():
+                result = await client.call_tool("microbench", {**args, "shapes": [SHAPE], "budget_ms": budget_ms})
+                if result.is_error:
+                    print(f"{name} rep {rep}: ERROR {result.content[0].text}", file=sys.stderr)
+                    continue
+                out = result.structured_content
+                shape = out["shapes"][0]
+                runs[name].append({**shape, "disturbances": out["disturbances"]})
+                print(f"{name:13s} rep {rep:2d}: {shape['verdict']:12s} ratio {shape['ratio']:.4f} "
+                      f"[{shape['ci_low']:.4f}, {shape['ci_high']:.4f}] mde "
+                      f"{shape['min_detectable_effect_pct']:.2f}% "
+                      f"n={shape['candidate']['n']} stop={shape['stop_reason']} "
+                      f"median={shape['candidate']['median_ms'] * 1e3:.1f}us", file=sys.stderr)
 
     aa, slow = runs["A/A"], runs["planted +10%"]
     false_rate = sum(r["verdict"] in ("faster", "slower") for r in aa) / max(len(aa), 1)

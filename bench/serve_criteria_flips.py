@@ -22,14 +22,14 @@ import asyncio
 import collections
 import os
 
-from mcp_session import call, zoo_with_tiny_checkpoint
+from mcp_session import call, zoo_session
 
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 
 
 async def main(runs: int, delay_ms: int, requests: int, repeats: int) -> None:
     workload = {"num_requests": requests, "input_len": 24, "output_len": 8, "rate": 32.0, "seed": 3}
-    async with zoo_with_tiny_checkpoint("ia-flips-") as c:
+    async with zoo_session("ia-flips-", tiny_checkpoint=True) as c:
         normal = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
         slow = (await call(c, "launch_serve", engine="builtin", args={
             "model": "tiny", "extra_args": ["--prefill-delay-ms", str(delay_ms)]}))["handle"]
