@@ -32,12 +32,16 @@ def anyio_backend():
     return "asyncio"  # session-wide, so module-scoped async fixtures (zoo_client) can use it
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    """A copy of the embedded kernel zoo, so ledger and artifacts land in tmp."""
-    root = tmp_path / "ws"
+def copy_zoo(parent: Path) -> Path:
+    """A copy of the embedded kernel zoo at parent/ws, so ledger and artifacts land there."""
+    root = parent / "ws"
     shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     return root
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return copy_zoo(tmp_path)
 
 
 @pytest.fixture
@@ -50,16 +54,21 @@ async def server(workspace: Path):
 
 
 @pytest.fixture(scope="module")
-async def zoo_client(tmp_path_factory):
-    """One server per test module on its own copy of the zoo, for modules whose tests only read
-    (each call is its own experiment; the ledger is the module's)."""
+def zoo_workspace(tmp_path_factory) -> Path:
+    """The test module's own copy of the zoo (zoo_client's workspace)."""
+    return copy_zoo(tmp_path_factory.mktemp("zoo"))
+
+
+@pytest.fixture(scope="module")
+async def zoo_client(zoo_workspace: Path):
+    """One server per test module on its own copy of the zoo, as one agent session holds it: the
+    module's calls share its warm sandbox and its experiment ledger (a later call can name an
+    earlier one as its baseline); a zygote per test would cost seconds each."""
     from mcp import Client
 
     from infra_agent.server.app import build_server
 
-    root = tmp_path_factory.mktemp("zoo") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    srv = build_server(root)
+    srv = build_server(zoo_workspace)
     async with Client(srv) as c:
         yield c
     await srv.aclose()

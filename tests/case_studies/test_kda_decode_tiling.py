@@ -28,7 +28,7 @@ What a person should look at (one run, 2 shared CPU cores; the microbench digits
 """
 
 import pytest
-from case_study_client import agent, answers, anyio_backend, case_workspace  # noqa: F401
+from case_study_client import agent, answers  # noqa: F401
 from conftest import call
 
 pytestmark = pytest.mark.anyio

@@ -39,7 +39,7 @@ What a person should look at (one run here, 2 shared cores; `pytest -s` prints t
 """
 
 import pytest
-from case_study_client import agent, anyio_backend, case_workspace  # noqa: F401
+from case_study_client import agent  # noqa: F401
 from conftest import call
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
@@ -75,8 +75,8 @@ async def profiled(client, handle: str) -> dict:
                       load_input_len=WORKLOAD["input_len"], load_output_len=WORKLOAD["output_len"], overlap=[OVERLAP])
 
 
-async def test_kv_transfer_held_gil_then_released(agent, case_workspace):  # noqa: F811
-    build_tiny_checkpoint(case_workspace / "tiny")
+async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa: F811
+    build_tiny_checkpoint(zoo_workspace / "tiny")
     baseline = await launch(agent, *HELD, "--kv-transfer-impl", "none")
     held = await launch(agent, *HELD, "--kv-transfer-impl", "bytes")
 

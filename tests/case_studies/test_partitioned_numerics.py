@@ -31,7 +31,7 @@ The whole replay costs ~15 s, most of it the sandbox's first start.
 """
 
 import pytest
-from case_study_client import agent, answers, anyio_backend, case_workspace  # noqa: F401
+from case_study_client import agent, answers  # noqa: F401
 from conftest import call
 
 pytestmark = pytest.mark.anyio

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,8 +14,9 @@ from pathlib import Path
 
 import httpx
 import pytest
+from conftest import copy_zoo
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.kernels.workspace import load_workspace
 from infra_agent.serving.lifecycle import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,9 +42,7 @@ def _node_reason() -> str | None:
 
 @pytest.fixture(scope="module")
 def module_workspace(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("transports") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
+    return copy_zoo(tmp_path_factory.mktemp("transports"))
 
 
 def _start_http(workspace: Path):

@@ -8,7 +8,6 @@ import pytest
 import torch
 from conftest import ToolCallError, call
 from numerics_cheats import OFF_BY_ONE_MASK
-from numerics_server import anyio_backend, shared_client, shared_workspace  # noqa: F401
 
 from infra_agent.kernels.workspace import load_workspace
 from infra_agent.sandbox.worker.tensors import make_inputs
@@ -17,8 +16,8 @@ from infra_agent.tools.check_numerics.lock import lock_kernel
 pytestmark = pytest.mark.anyio
 
 
-async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}, {"M": 2, "N": 64}],
+async def test_builtin_kernels_pass_with_tolerance_from_the_spec(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}, {"M": 2, "N": 64}],
                      dtypes=["float32", "float16"], trials=2, hypothesis="the Triton rmsnorm matches the reference",
                      expect=["verdict == 'pass'", "error_to_tolerance <= 0.5",
                              "partitioned_vs_unpartitioned_rel_l2 == 0", "len(error_finding_codes) == 0"])
@@ -34,14 +33,14 @@ async def test_builtin_kernels_pass_with_tolerance_from_the_spec(shared_client):
     assert [c["scope"] for c in answer["conditions"][1]["comparisons"]] == [c["case"] for c in out["cases"]]
     assert "PASS" in out["summary"] and "Expect: supported (4 of 4 conditions hold)" in out["summary"]
     assert {a.rsplit("/", 1)[1] for a in out["artifacts"]} == {"worst_cases.json", "error_histogram.png"}
-    again = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}],
+    again = await call(zoo_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 40}],
                        dtypes=["float32"], trials=2, partition=False)
     assert set(again["cases"][0]["seeds"]).isdisjoint(case["seeds"])  # fresh inputs every call
     assert again["cases"][0]["partition"] is None
 
 
-async def test_off_by_one_mask_fails_at_the_last_element(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="vector_add", source=OFF_BY_ONE_MASK, entry="vector_add",
+async def test_off_by_one_mask_fails_at_the_last_element(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="vector_add", source=OFF_BY_ONE_MASK, entry="vector_add",
                      shapes=[{"N": 300}], dtypes=["float32"], trials=2,
                      expect=['"unwritten_output" in finding_codes', "verdict == 'pass'"])
     assert out["verdict"] == "fail"
@@ -53,11 +52,11 @@ async def test_off_by_one_mask_fails_at_the_last_element(shared_client):
     assert [f["code"] for f in out["findings"]] == ["unwritten_output"]
 
 
-async def test_wrong_epsilon_fails_where_epsilon_matters_most(shared_client, shared_workspace):
-    kernel = load_workspace(shared_workspace).kernel("rmsnorm")
+async def test_wrong_epsilon_fails_where_epsilon_matters_most(zoo_client, zoo_workspace):
+    kernel = load_workspace(zoo_workspace).kernel("rmsnorm")
     source = (kernel.folder / "rmsnorm_triton.py").read_text().replace("from reference import EPS", "EPS = 1e-1")
     shape = {"M": 6, "N": 64}
-    out = await call(shared_client, "check_numerics", kernel="rmsnorm", source=source, entry="rmsnorm",
+    out = await call(zoo_client, "check_numerics", kernel="rmsnorm", source=source, entry="rmsnorm",
                      shapes=[shape], dtypes=["float32"], trials=2, partition=False)
     assert out["verdict"] == "fail" and out["findings"] == []
     case = out["cases"][0]
@@ -73,12 +72,12 @@ async def test_wrong_epsilon_fails_where_epsilon_matters_most(shared_client, sha
     assert errors["worst_index"] == list(divmod(int(score.argmax()), shape["N"]))
 
 
-async def test_tolerance_argument_and_dtype_default_are_reported(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="vector_add", shapes=[{"N": 64}], dtypes=["float16"],
+async def test_tolerance_argument_and_dtype_default_are_reported(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="vector_add", shapes=[{"N": 64}], dtypes=["float16"],
                      trials=1, tolerance=1e-9)
     case = out["cases"][0]
     assert case["tolerance_source"] == "argument" and out["verdict"] == "fail"
-    adhoc = await call(shared_client, "check_numerics", source="def add(a, b):\n    return a + b\n", entry="add",
+    adhoc = await call(zoo_client, "check_numerics", source="def add(a, b):\n    return a + b\n", entry="add",
                        reference="def ref(a, b):\n    return b + a\n", reference_entry="ref",
                        args=[{"name": "a", "shape": ["N"]}, {"name": "b", "shape": ["N"]}], shapes=[{"N": 8}], trials=1)
     assert adhoc["verdict"] == "pass" and adhoc["cases"][0]["tolerance_source"] == "dtype default"
@@ -101,9 +100,9 @@ async def test_tolerance_argument_and_dtype_default_are_reported(shared_client):
     ({"kernel": "vector_add", "expect": ["rel_l2_error < baseline.rel_l2_error"]}, "has no baseline"),
     ({"kernel": "vector_add", "expect": ["verdict = 'pass'"]}, "compare with '=='"),
 ])
-async def test_bad_input_is_a_clear_error(shared_client, args, message):
+async def test_bad_input_is_a_clear_error(zoo_client, args, message):
     with pytest.raises(ToolCallError, match=message):
-        await call(shared_client, "check_numerics", trials=1, **{"shapes": [{"N": 16}], **args})
+        await call(zoo_client, "check_numerics", trials=1, **{"shapes": [{"N": 16}], **args})
 
 
 async def test_a_locked_kernel_with_a_modified_reference_cannot_pass(client, workspace):
@@ -121,8 +120,8 @@ async def test_a_locked_kernel_with_a_modified_reference_cannot_pass(client, wor
     assert "LOCKED ACCEPTANCE VIOLATED" in out["findings"][0]["message"]
 
 
-async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="vector_add",
+async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="vector_add",
                      reference="def zero(x, y):\n    return x * 0\n",
                      reference_entry="zero", shapes=[{"N": 64}], dtypes=["float32"], trials=1,
                      expect=["rel_l2_error <= 1e-6", "max_abs_error >= 0"])
@@ -132,45 +131,45 @@ async def test_degenerate_reference_is_inconclusive_and_checks_can_be_narrowed(s
     assert answer["answer"] == "inconclusive" and "rel_l2_error has no value" in out["summary"]
     assert [f["code"] for f in out["findings"]] == ["degenerate_reference"]
     mutating = "def vector_add(x, y):\n    out = x + y\n    y.mul_(0.5)\n    return out\n"
-    out = await call(shared_client, "check_numerics", kernel="vector_add", source=mutating, entry="vector_add",
+    out = await call(zoo_client, "check_numerics", kernel="vector_add", source=mutating, entry="vector_add",
                      shapes=[{"N": 64}], dtypes=["float32"], trials=1, checks=["unwritten", "aliasing"])
     assert out["findings"] == [] and out["checks"] == ["aliasing", "unwritten"] and out["verdict"] == "pass"
 
 
-async def test_large_magnitudes_and_bad_partitions(shared_client):
-    out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], dtypes=["float32"],
+async def test_large_magnitudes_and_bad_partitions(zoo_client):
+    out = await call(zoo_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], dtypes=["float32"],
                      trials=1, distribution="large")
     assert out["verdict"] == "pass" and abs(out["cases"][0]["errors"]["worst_reference"]) > 0
     with pytest.raises(ToolCallError, match="along dim 2, but it has 2 dimensions"):
-        await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], trials=1,
+        await call(zoo_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 3, "N": 32}], trials=1,
                    partition={"args": {"x": 2}})
 
 
-async def test_progress_per_case_and_artifacts_are_readable(shared_client, shared_workspace):
+async def test_progress_per_case_and_artifacts_are_readable(zoo_client, zoo_workspace):
     seen = []
 
     async def on_progress(progress, total, message):
         seen.append((progress, total, message))
 
-    result = await shared_client.call_tool("check_numerics", {"kernel": "vector_add", "shapes": [{"N": 32}, {"N": 48}],
+    result = await zoo_client.call_tool("check_numerics", {"kernel": "vector_add", "shapes": [{"N": 32}, {"N": 48}],
                                                               "dtypes": ["float32"], "trials": 1},
                                            progress_callback=on_progress)
     out = result.structured_content
     assert [m for _, _, m in seen] == ["reference", "case N=32 float32", "case N=48 float32", "verdict pass"]
     assert all(total == 3 for _, total, _ in seen)
     exp = out["experiment_id"]
-    files = {p.name: p for p in (shared_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
+    files = {p.name: p for p in (zoo_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
     assert files["error_histogram.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     worst = json.loads(files["worst_cases.json"].read_text())
     assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"]["worst_index"]
 
 
-async def test_output_dtype_follows_the_reference_not_the_inputs(shared_client):
+async def test_output_dtype_follows_the_reference_not_the_inputs(zoo_client):
     # float16 inputs, float32 result (e.g. logits): the reference says so, on the meta device
     args = {"kernel": "vector_add", "reference": "def widen(x, y):\n    return x.float() + y.float()\n",
             "reference_entry": "widen", "shapes": [{"N": 64}], "dtypes": ["float16"], "trials": 1}
-    out = await call(shared_client, "check_numerics", **args, source="def f(x, y):\n    return x.float() + y.float()\n",
+    out = await call(zoo_client, "check_numerics", **args, source="def f(x, y):\n    return x.float() + y.float()\n",
                      entry="f")
     assert out["verdict"] == "pass" and out["findings"] == []
-    narrow = await call(shared_client, "check_numerics", **args, source="def f(x, y):\n    return x + y\n", entry="f")
+    narrow = await call(zoo_client, "check_numerics", **args, source="def f(x, y):\n    return x + y\n", entry="f")
     assert "wrong_output" in [f["code"] for f in narrow["findings"]] and narrow["verdict"] == "fail"

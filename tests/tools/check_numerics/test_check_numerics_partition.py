@@ -2,15 +2,14 @@
 
 import pytest
 from conftest import call
-from numerics_server import anyio_backend, shared_client, shared_workspace  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
 SHAPE = [{"M": 16, "N": 16, "K": 128}]
 
 
-async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_client):
-    tf32 = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=SHAPE, trials=2,
+async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(zoo_client):
+    tf32 = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=SHAPE, trials=2,
                       hypothesis="row-parallel TF32 shards match the FP32 linear",
                       expect=["partitioned_vs_reference_rel_l2 <= tolerance_rel_l2", "verdict == 'pass'"])
     part = tf32["cases"][0]["partition"]
@@ -23,7 +22,7 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
     assert codes == ["partition_mismatch"], tf32["findings"]
     assert tf32["hypothesis_answer"]["answer"] == "contradicted" and "Expect: contradicted" in tf32["summary"]
 
-    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
+    fixed = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
                        partition={"args": {"x": 1, "w": 1}, "num_parts": 4, "combine": "sum",
                                   "sum_order": [3, 1, 0, 2]})
     part3 = fixed["cases"][0]["partition"]
@@ -32,9 +31,9 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(shared_c
     assert part3["partitioned_vs_reference_rel_l2"] < 1e-5 < part["partitioned_vs_reference_rel_l2"]
 
 
-async def test_a_wrong_partition_strategy_is_a_mismatch(shared_client):
+async def test_a_wrong_partition_strategy_is_a_mismatch(zoo_client):
     # rmsnorm normalises each row over N: splitting N across ranks changes the function.
-    out = await call(shared_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 4, "N": 64}], dtypes=["float32"],
+    out = await call(zoo_client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 4, "N": 64}], dtypes=["float32"],
                      trials=1, partition={"args": {"x": 1, "weight": 0}, "num_parts": 2, "combine": "concat",
                                           "out_dim": 1})
     part = out["cases"][0]["partition"]
@@ -44,14 +43,14 @@ async def test_a_wrong_partition_strategy_is_a_mismatch(shared_client):
 
 
 @pytest.mark.gpu
-async def test_on_cuda_the_case_study_holds_with_compiled_kernels(shared_client):
+async def test_on_cuda_the_case_study_holds_with_compiled_kernels(zoo_client):
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     shape = [{"M": 128, "N": 256, "K": 1024}]
-    tf32 = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=shape, trials=2)
-    fixed = await call(shared_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=shape, trials=2)
+    tf32 = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=shape, trials=2)
+    fixed = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=shape, trials=2)
     assert tf32["device"] == "cuda" and tf32["verdict"] == "fail" and fixed["verdict"] == "pass"
     assert [f["code"] for f in tf32["findings"]] == ["partition_mismatch"] and fixed["findings"] == []
-    builtin = await call(shared_client, "check_numerics", kernel="rmsnorm", trials=2)
+    builtin = await call(zoo_client, "check_numerics", kernel="rmsnorm", trials=2)
     assert builtin["verdict"] == "pass" and builtin["findings"] == []

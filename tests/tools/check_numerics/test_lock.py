@@ -1,13 +1,7 @@
-import shutil
+from conftest import copy_zoo
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.kernels.workspace import load_workspace
 from infra_agent.tools.check_numerics.lock import LOCK_NAME, check_lock, lock_kernel
-
-
-def copy_zoo(tmp_path):
-    root = tmp_path / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
-    return root
 
 
 def test_lock_then_unchanged_then_modified_reference(tmp_path):

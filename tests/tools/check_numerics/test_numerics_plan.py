@@ -1,8 +1,9 @@
 """check_numerics planning, without running anything."""
 
 import pytest
+from conftest import copy_zoo
 
-from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
+from infra_agent.kernels.workspace import load_workspace
 from infra_agent.tools.base import AgentError
 from infra_agent.tools.check_numerics.lock import lock_kernel
 from infra_agent.tools.check_numerics.plan import make_plan
@@ -48,10 +49,7 @@ def test_files_outside_the_workspace_are_refused(tmp_path):
 
 
 def test_lock_notes_for_overrides(tmp_path):
-    import shutil
-
-    root = tmp_path / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__"))
+    root = copy_zoo(tmp_path)
     lock_kernel(load_workspace(root), "rmsnorm")
     ws = load_workspace(root)
     assert plan(ws, kernel="rmsnorm").notes == []

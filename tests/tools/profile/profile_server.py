@@ -6,21 +6,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
-from infra_agent.kernels.workspace import EMBEDDED_ROOT
+from conftest import copy_zoo
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 @pytest.fixture(scope="module")
-def anyio_backend():
-    return "asyncio"
-
-
-@pytest.fixture(scope="module")
 def profile_workspace(tmp_path_factory):
-    root = tmp_path_factory.mktemp("profile") / "ws"
-    shutil.copytree(EMBEDDED_ROOT, root, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    root = copy_zoo(tmp_path_factory.mktemp("profile"))
     shutil.copy(FIXTURES / "episode.py", root / "episode.py")
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the native fixture (apt-get install gcc)")

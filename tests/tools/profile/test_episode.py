@@ -31,7 +31,7 @@ import json
 
 import pytest
 from conftest import call
-from profile_server import anyio_backend, profile_client, profile_server, profile_workspace  # noqa: F401
+from profile_server import profile_client, profile_server, profile_workspace  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ToolCallError, call
-from profile_server import anyio_backend, profile_client, profile_server, profile_workspace  # noqa: F401
+from profile_server import profile_client, profile_server, profile_workspace  # noqa: F401
 
 pytestmark = pytest.mark.anyio
 
