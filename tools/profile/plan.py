@@ -35,7 +35,10 @@ def make_plan(inp: Input, ctx: ToolContext) -> Plan:
         payload = {"target": "serve", "handle": inp.handle, "duration_s": duration,
                    "load_concurrency": inp.load_concurrency, "load_input_len": inp.load_input_len,
                    "load_output_len": inp.load_output_len}
-        return Plan(target=f"engine {inp.handle}", payload=payload, timeout_s=duration + inp.timeout_s, env={},
+        load = (f"{inp.load_concurrency} requests in flight, {inp.load_input_len} prompt + {inp.load_output_len} "
+                "output tokens each" if inp.load_concurrency else "no load from this tool")
+        return Plan(target=f"engine {inp.handle} for {duration:g} s, {load}", payload=payload,
+                    timeout_s=duration + inp.timeout_s, env={},
                     overlap=overlap, range_filters=list(inp.ranges or []))
     if inp.duration_s is not None:
         raise AgentError("duration_s applies to handle= (a running engine); a workload runs until its entry "

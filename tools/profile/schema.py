@@ -149,7 +149,8 @@ class Finding(BaseModel):
 
 
 class Output(ToolOutput):
-    target: str = Field(description="What ran: 'kernel rmsnorm (reference)', 'workload file.py:fn'.")
+    target: str = Field(description="What ran: 'kernel rmsnorm (reference)', 'workload file.py:fn', 'engine "
+                        "serve-... for 2 s, 6 requests in flight, 128 prompt + 3 output tokens each'.")
     window_ms: float = Field(description="Wall time of the profiled window, ms.")
     top_ops_by_self: list[OpRow] = Field(description="Top ops by self time (grouped by name and input shapes).")
     top_ops_by_total: list[OpRow] = Field(description="Top ops by total time (children included).")

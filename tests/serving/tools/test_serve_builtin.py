@@ -84,6 +84,7 @@ async def test_profile_a_running_engine_under_load(builtin_client):
     assert {"schedule", "prefill", "decode"} <= names, names
     assert out["top_ops_by_self"] and out["threads"]
     assert out["hypothesis_answer"]["answer"] == "supported"
+    assert out["target"].endswith("for 1 s, 2 requests in flight, 32 prompt + 16 output tokens each"), out["target"]
     assert any(a.endswith("/engine-torch-trace.json") for a in out["artifacts"])
     assert any(a.endswith("/trace.perfetto.json") for a in out["artifacts"])
     # a load that cannot run says what to change, and leaves the engine's window closed for the next profile
