@@ -11,6 +11,9 @@ previous one ends). Output tokens are the server's `usage.completion_tokens` whe
 usage, else the streamed text re-tokenised (the rule `vllm bench serve` uses); the report
 says which. The static loop
 runs `generate` on batches of C prompts (left padding, greedy, no EOS stop) in this process.
+`offline` is the built-in engine's LLMEngine driven in this process the same way (C in flight,
+no HTTP, no client): offline / static compares the engines' steps alone, served / offline is
+what serving (HTTP, streaming, the client on the same cores) costs.
 
 Workloads: `equal` asks every request for --max-tokens tokens: the static loop's best case (a
 batch has no idle rows). `varied` draws each request's max_tokens uniformly from
@@ -40,6 +43,7 @@ from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, PlainT
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 CONCURRENCY = (1, 8, 32)
+ENGINE_FLAGS = ["--max-num-seqs", "32", "--num-blocks", "1024"]  # the built-in engine, served and offline
 WORDS = "the quick brown fox jumps over a lazy dog while paged caches store keys and values".split()
 
 
@@ -123,6 +127,40 @@ def static_loop(folder: Path, concurrency: int, lengths: list[int]) -> dict:
             "tokens_per_s": useful / elapsed, "count_rule": "exact"}
 
 
+def offline_engine(folder: Path, concurrency: int, lengths: list[int], extra_args: str) -> dict:
+    """The built-in engine's LLMEngine driven in this process, no HTTP, no client: C requests in
+    flight (the next added when one finishes), the same prompts and max_tokens. What the served
+    engine would deliver if serving cost nothing: the gap to `builtin` is the HTTP/streaming path
+    and the client sharing the machine."""
+    import torch
+
+    from infra_agent.serving.engine import SamplingParams
+    from infra_agent.serving.engine.__main__ import engine_args, parser
+    from infra_agent.serving.engine.llm_engine import LLMEngine
+
+    threads = torch.get_num_threads()  # the engine sets its own; the static loop keeps torch's default
+    ns = parser().parse_args(["--checkpoint", str(folder), *ENGINE_FLAGS, *extra_args.split()])
+    engine = LLMEngine(engine_args(ns))
+    try:
+        engine.generate(["warm up"], SamplingParams(max_tokens=4, temperature=0, ignore_eos=True))
+        todo = list(zip(prompts(len(lengths)), lengths, strict=True))
+        t0, in_flight, tokens = time.perf_counter(), 0, 0
+        while todo or engine.has_work():
+            while todo and in_flight < concurrency:
+                text, n = todo.pop(0)
+                engine.add_request(text, SamplingParams(max_tokens=n, temperature=0, ignore_eos=True),
+                                   f"r{len(todo)}")
+                in_flight += 1
+            for out in engine.step():
+                if out.finished:
+                    in_flight -= 1
+                    tokens += out.seq.num_output_tokens
+        elapsed = time.perf_counter() - t0
+    finally:
+        torch.set_num_threads(threads)
+    return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_s": tokens / elapsed, "count_rule": "exact"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -139,9 +177,9 @@ def main() -> int:
                                    initializer_range=0.02)
     tokenizer = PlainTokenizer(folder)
     results: dict[str, dict] = {"builtin": {}, "builtin_torch_attention": {}, "transformers_serve": {},
-                                "static_generate": {}}
+                                "static_generate": {}, "builtin_offline": {}}
     engine_cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder), "--port", "0",
-                  "--max-num-seqs", "32", "--num-blocks", "1024", *ns.engine_args.split()]
+                  *ENGINE_FLAGS, *ns.engine_args.split()]
     # the default (the zoo's reference kernels on CPU), and the engine's batched torch decode attention
     builtin, url = start(engine_cmd, r"ready at (http://\S+)")
     builtin_t, url_t = start(engine_cmd + ["--kernels", "paged_attention_decode=torch"], r"ready at (http://\S+)")
@@ -159,6 +197,7 @@ def main() -> int:
                                                                      {"ignore_eos": True}, tokenizer))
             results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, lengths, {}, tokenizer))
             results["static_generate"][c] = static_loop(folder, c, lengths)
+            results["builtin_offline"][c] = offline_engine(folder, c, lengths, ns.engine_args)
             for k in results:
                 print(k, c, results[k][c], file=sys.stderr)
     finally:
@@ -170,11 +209,12 @@ def main() -> int:
           "tokens: " + ", ".join(f"{c}: {results['static_generate'][c]['computed_tokens']}/"
                                  f"{results['static_generate'][c]['output_tokens']}" for c in CONCURRENCY))
     print(f"{'concurrency':>11} {'builtin':>8} {'builtin+torch attn':>19} {'tf serve':>9} {'static':>8} "
-          f"{'vs tf serve':>12} {'vs static':>10}  (tok/s; ratios: builtin / builtin+torch attn)")
+          f"{'vs tf serve':>12} {'vs static':>10} {'offline':>8} {'offline/static':>15} {'served/offline':>15}"
+          "  (tok/s; ratios: builtin / builtin+torch attn)")
     for c in CONCURRENCY:
-        b, bt, t, s = (results[k][c]["tokens_per_s"] for k in results)
+        b, bt, t, s, o = (results[k][c]["tokens_per_s"] for k in results)
         print(f"{c:>11} {b:>8.1f} {bt:>19.1f} {t:>9.1f} {s:>8.1f} {b / t:>5.2f}/{bt / t:<5.2f}x "
-              f"{b / s:>4.2f}/{bt / s:<4.2f}x")
+              f"{b / s:>4.2f}/{bt / s:<4.2f}x {o:>8.1f} {o / s:>14.2f}x {b / o:>14.2f}x")
     if ns.json:
         Path(ns.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -70,6 +70,11 @@ def _kernels(text: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in text.split(",") if pair)
 
 
+def engine_args(ns: argparse.Namespace) -> EngineArgs:
+    """The EngineArgs of parsed command-line arguments (parser())."""
+    return EngineArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)})
+
+
 async def serve(ns: argparse.Namespace) -> None:
     import uvicorn
 
@@ -77,7 +82,7 @@ async def serve(ns: argparse.Namespace) -> None:
     from .async_engine import AsyncEngine
     from .llm_engine import LLMEngine
 
-    args = EngineArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)})
+    args = engine_args(ns)
     if ns.disaggregated:
         from .disagg import DisaggArgs, DisaggregatedEngine
 
