@@ -49,4 +49,3 @@ def plan(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path |
     slos = {name: v for name, v in (("ttft", work.slo_ttft_ms), ("tpot", work.slo_tpot_ms),
                                     ("e2el", work.slo_e2el_ms)) if v is not None}
     return Plan(requests, arrivals, slos, tokenizer, all(r.exact for r in requests))
-
