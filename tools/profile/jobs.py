@@ -8,6 +8,7 @@ start the samplers (sampler.py). They stop when the job ends, however it ends.
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -151,6 +152,11 @@ async def _post(client, path: str, engine) -> dict:
         return {}
 
 
+PROMPTS_PER_STREAM_S = 20  # distinct load prompts per request in flight per second of window (a request
+# shorter than 50 ms may see its prompt again)
+MAX_LOAD_PROMPT_TOKENS = 1 << 18  # ... within this many prompt tokens in all (building them takes ~1 s)
+
+
 async def _load(engine, payload: dict) -> str | None:
     """Keep load_concurrency requests of the asked shape in flight until the window's time is up.
     Returns why the load did no work, if it did none."""
@@ -165,7 +171,11 @@ async def _load(engine, payload: dict) -> str | None:
 
     ep = Endpoint("http://engine", model=await served_model(engine), uds=engine.socket_path,
                   extra_body=engine.adapter.request_extras(ignore_eos=True))
-    requests = random_requests(4 * concurrency, input_len=payload["load_input_len"],
+    # Distinct prompts for the whole window where it is cheap: the loop sends them in turn, and a prompt sent
+    # twice is a prefix-cache hit, a shorter prefill than the shape asked for.
+    distinct = concurrency * max(4, math.ceil(duration_s * PROMPTS_PER_STREAM_S))
+    distinct = min(distinct, max(concurrency, MAX_LOAD_PROMPT_TOKENS // payload["load_input_len"]))
+    requests = random_requests(distinct, input_len=payload["load_input_len"],
                                output_len=payload["load_output_len"], seed=0, tokenizer=engine_tokenizer(engine))
     result = await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency),
                                                   send_for_s=duration_s), timeout=duration_s + 60)
