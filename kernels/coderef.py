@@ -98,10 +98,15 @@ def resolve_code(workspace: Workspace, *, kernel: Kernel | None = None, impl: st
     return impl_code(kernel, impl, allow_reference=allow_reference)
 
 
+def looks_like_source(text: str) -> bool:
+    """A one-string code argument holds code (not a 'file.py:fn', impl name or experiment id)."""
+    return "def " in text or "\n" in text or "__global__" in text
+
+
 def ref_or_source(workspace: Workspace, ref: str, kernel: Kernel | None, entry: str | None) -> CodeRef:
     """An override given as one string: Python source (calling `entry`), or 'file.py:fn'
     in the kernel's folder when that file is there, else in the workspace root."""
-    if "def " in ref or "\n" in ref:
+    if looks_like_source(ref):
         if not entry:
             raise CodeRefError("the code is given as source: name the function to call")
         return CodeRef(entry=entry, source=ref)

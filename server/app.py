@@ -173,12 +173,14 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
 
     def fail(message: str) -> ToolError:
         message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
-        state.ledger.close_error(experiment_id, message, ctx.artifacts)
+        state.ledger.close_error(experiment_id, message, ctx.artifacts, ctx.code_manifest())
         return ToolError(f"{message} [experiment {experiment_id}]")
 
     try:
         ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
         inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
+        kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
+        await anyio.to_thread.run_sync(ctx.record_code, kernel, inp.model_dump())
     except ValidationError as exc:
         raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
@@ -200,9 +202,9 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         if state.stopping:
             state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
         else:
-            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
+            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest())
         raise
-    state.ledger.close_ok(experiment_id, result, result["artifacts"])
+    state.ledger.close_ok(experiment_id, result, result["artifacts"], ctx.code_manifest())
     # The text block mirrors the structured result for clients that ignore
     # structuredContent; compact JSON keeps it cheap in the model's context.
     text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)

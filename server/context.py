@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import anyio
 
+from ..kernels.coderef import looks_like_source
+from ..kernels.snapshots import SnapshotRecorder
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
 from .ledger import Ledger
 
@@ -142,6 +144,23 @@ def _signature(ws: Workspace) -> tuple:
     return tuple((str(f), f.stat().st_mtime_ns if f.exists() else None) for f in files)
 
 
+class RecordingSandbox:
+    """The shared Sandbox as one call sees it: each workspace file the call hands a job
+    (every tool names one through `workspace_path`) enters the call's code snapshot first,
+    so the one place every tool already goes through records what it ran."""
+
+    def __init__(self, sandbox: Sandbox, snapshot: SnapshotRecorder):
+        self._sandbox, self._snapshot = sandbox, snapshot
+
+    def workspace_path(self, host_path: Path) -> str:
+        where = self._sandbox.workspace_path(host_path)  # refuses what a job may not see, before we read it
+        self._snapshot.add_file(host_path)
+        return where
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sandbox, name)
+
+
 class CallContext:
     """The ToolContext for one tool call (one experiment)."""
 
@@ -151,10 +170,26 @@ class CallContext:
         self.experiment_id = experiment_id
         self._mcp = mcp_context
         self.artifacts: list[str] = []
+        self.snapshot = SnapshotRecorder(state.workspace)
 
     @property
     def sandbox(self) -> Sandbox:
-        return self._state.sandbox
+        return RecordingSandbox(self._state.sandbox, self.snapshot)  # type: ignore[return-value]
+
+    def record_code(self, kernel: str | None, arguments: dict) -> None:
+        """What the call names before any job runs: its kernel's folder and its inline code."""
+        if isinstance(kernel, str) and kernel in self.workspace.kernels:
+            self.snapshot.add_kernel(kernel, self.workspace.kernels[kernel].folder)
+        for name, value in arguments.items():
+            if not isinstance(value, str):
+                continue
+            # reference= and baseline= may instead name a file, an impl or an experiment
+            if name == "source" or name.endswith("_source") or (name in ("reference", "baseline")
+                                                                and looks_like_source(value)):
+                self.snapshot.add_inline(name, value)
+
+    def code_manifest(self) -> dict:
+        return self.snapshot.manifest().to_json()
 
     def experiments(self, **filters: Any) -> list[dict]:
         """Ledger rows, newest first (filters: see Ledger.query)."""

@@ -52,9 +52,10 @@ CREATE INDEX IF NOT EXISTS experiments_kernel ON experiments(kernel);
 CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
 """
 # Columns added after the first release: a ledger written before them gains them on open.
-LATER_COLUMNS = {"run_id": "TEXT", "run_step": "INTEGER", "run_model": "TEXT"}
+# `code`: the manifest of the code the call ran (kernels/snapshots.py); NULL on rows written before.
+LATER_COLUMNS = {"run_id": "TEXT", "run_step": "INTEGER", "run_model": "TEXT", "code": "TEXT"}
 
-JSON_COLUMNS = ("arguments", "device", "result", "artifacts")
+JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code")
 
 
 class Ledger:
@@ -138,11 +139,11 @@ class Ledger:
                 raise
         return experiment_id
 
-    def close_ok(self, experiment_id: str, result: dict, artifacts: list[str]) -> None:
-        self._close(experiment_id, "ok", json.dumps(result, default=str), None, artifacts)
+    def close_ok(self, experiment_id: str, result: dict, artifacts: list[str], code: dict | None = None) -> None:
+        self._close(experiment_id, "ok", json.dumps(result, default=str), None, artifacts, code)
 
-    def close_error(self, experiment_id: str, error: str, artifacts: list[str]) -> None:
-        self._close(experiment_id, "error", None, error, artifacts)
+    def close_error(self, experiment_id: str, error: str, artifacts: list[str], code: dict | None = None) -> None:
+        self._close(experiment_id, "error", None, error, artifacts, code)
 
     def close_interrupted(self, experiment_id: str, why: str) -> None:
         """A call the server stopped (shutdown) before it finished."""
@@ -157,13 +158,23 @@ class Ledger:
         return cur.rowcount
 
     def _close(self, experiment_id: str, status: str, result: str | None, error: str | None,
-               artifacts: list[str]) -> None:
+               artifacts: list[str], code: dict | None) -> None:
         ended = time.time()
         self._write(
-            "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, ended_at=?, "
+            "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, code=?, ended_at=?, "
             "duration_s=? - started_at WHERE id=?",
-            (status, result, utf8_text(error), json.dumps(artifacts), ended, ended, experiment_id),
+            (status, result, utf8_text(error), json.dumps(artifacts), None if code is None else json.dumps(code),
+             ended, ended, experiment_id),
         )
+
+    def code_shas(self) -> set[str]:
+        """Every blob any row's code snapshot names (what `infra-agent gc` keeps)."""
+        shas: set[str] = set()
+        for row in self._read("SELECT code FROM experiments WHERE code IS NOT NULL"):
+            manifest = json.loads(row["code"])
+            for section in ("files", "inline"):
+                shas.update(e["sha256"] for e in (manifest.get(section) or {}).values())
+        return shas
 
     def get(self, experiment_id: str) -> dict | None:
         rows = self._read("SELECT * FROM experiments WHERE id=?", (experiment_id,))

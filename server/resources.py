@@ -1,9 +1,11 @@
 """Experiments and their files as MCP resources.
 
-``experiment://{id}`` is the ledger row as JSON; ``artifact://{experiment_id}/{name}``
-is a file a tool stored (IR dumps, traces, plots, logs), served as text or as a blob
-according to its MIME type. ``resources/list`` shows the most recent experiments, so a
-client browsing resources sees what was tried.
+``experiment://{id}`` is the ledger row as JSON, with the manifest of the code it ran
+(``code``: path -> sha256, size, uri); ``code://{experiment_id}/{sha256}`` is one of those
+files as it ran; ``artifact://{experiment_id}/{name}`` is a file a tool stored (IR dumps,
+traces, plots, logs), served as text or as a blob according to its MIME type.
+``resources/list`` shows the most recent experiments, so a client browsing resources sees
+what was tried.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import Resource
 
+from ..kernels.snapshots import BlobStore, Manifest
 from .context import ARTIFACT_NAME, ServerState
 
 RECENT_EXPERIMENTS = 50
@@ -41,15 +44,40 @@ def register_resources(server, state: ServerState) -> None:
         "experiment://{experiment_id}",
         name="experiment",
         title="An experiment from the ledger",
-        description="One tool call: tool, arguments, hypothesis, code version (git commit + diff hash), "
-        "device, timing, status, result and artifact URIs, as JSON.",
+        description="One tool call: tool, arguments, hypothesis, the code it ran (`code`: each file's "
+        "workspace path -> sha256, size and its code:// URI; null for calls recorded before snapshots), git "
+        "commit + diff hash, device, timing, status, result and artifact URIs, as JSON.",
         mime_type="application/json",
     )
     def read_experiment(experiment_id: str) -> str:
         row = state.ledger.get(experiment_id)
         if row is None:
             raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+        for section in ("files", "inline"):
+            for entry in ((row.get("code") or {}).get(section) or {}).values():
+                entry["uri"] = f"code://{experiment_id}/{entry['sha256']}"
         return json.dumps(row, indent=2)
+
+    @server.resource(
+        "code://{experiment_id}/{sha256}",
+        name="code",
+        title="A file of the code an experiment ran",
+        description="The exact bytes an experiment ran, by the sha256 its code manifest (experiment://{id}) "
+        "lists: what a baseline=<id> rerun runs, whatever the workspace holds today.",
+        mime_type="text/plain",
+    )
+    def read_code(experiment_id: str, sha256: str) -> str:
+        row = state.ledger.get(experiment_id)
+        if row is None:
+            raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+        manifest = Manifest.from_json(row.get("code"))
+        if manifest is None or sha256 not in {e.sha256 for e in manifest.entries().values()}:
+            raise ResourceNotFoundError(f"experiment {experiment_id} kept no file with sha256 {sha256[:16]!r}; "
+                                        f"experiment://{experiment_id} lists its files (code)")
+        data = BlobStore(state.workspace.state_dir).read(sha256)
+        if data is None:
+            raise ResourceNotFoundError(f"the file {sha256[:12]} of {experiment_id} is gone from the blobs")
+        return data.decode("utf-8", errors="replace")
 
     @server.resource(
         "artifact://{experiment_id}/{name}",

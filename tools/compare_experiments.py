@@ -1,20 +1,30 @@
 """compare_experiments: what differed between two experiments, and how the results moved.
 
-Both results are flattened into dotted paths ('cases.0.max_abs'); numeric leaves that
-changed are reported with their delta and ratio, string leaves that changed (verdicts,
-bound classes) with both values. Inputs, code version and device are compared the same
-way, so the answer separates "the code changed" from "the machine changed".
+The answer leads with what decides: the verdicts, the findings, and the code each ran
+(per file, from the experiments' code snapshots, as a unified diff; "same code" when every
+hash agrees; git commit and diff hash when a side has no snapshot). Then inputs and device,
+then the results: both are flattened into dotted paths ('cases.0.max_abs'); numeric leaves
+that changed are reported with their delta and ratio, string leaves that changed (verdicts,
+bound classes) with both values. Seeds and element indices are identifiers, not
+measurements: they are left out of the numeric changes.
 """
 
 from __future__ import annotations
 
+import re
+from typing import Literal
+
 from pydantic import BaseModel, Field
 
+from ..kernels.snapshots import BlobStore, Manifest
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
+from .common.code_diff import FileChange, code_changes
 from .common.diff import Change, change, diff, flatten, is_number
 
 # Fields that differ between any two calls and say nothing about the result.
 IGNORED_PATHS = ("experiment_id", "artifacts", "summary")
+# Path parts naming identifiers, not measurements (seeds, mismatch and output indices).
+IDENTIFIER_PART = re.compile(r"seed|index|indices")
 MAX_ROWS = 200
 
 
@@ -25,7 +35,12 @@ class Input(ToolInput):
 
 class CodeDiff(BaseModel):
     same_code: bool | None = Field(
-        description="True: same commit and same uncommitted diff; False: they differ; null: unknown (not git).")
+        description="True: the same code (every snapshot hash agrees; without snapshots, same commit and "
+        "uncommitted diff); False: it differs; null: unknown (no snapshot and no git).")
+    basis: Literal["snapshot", "git", "unknown"] = Field(
+        description="What same_code rests on: the code snapshots both experiments kept, git, or nothing.")
+    files: list[FileChange] = Field(default_factory=list, description="Each file (or inline code) whose bytes "
+                                    "differ between the snapshots, with a unified diff a -> b.")
     commit_a: str | None = Field(description="Workspace git commit of a.")
     commit_b: str | None = Field(description="Workspace git commit of b.")
     diff_sha256_a: str | None = Field(description="sha256 of a's uncommitted `git diff HEAD`.")
@@ -46,11 +61,13 @@ class Output(ToolOutput):
     code: CodeDiff = Field(description="Whether the workspace code differed.")
     device: DeviceDiff = Field(description="Whether the machine or its software differed.")
     numeric_changes: list[Change] = Field(description="Numeric result fields whose value changed (before: a, "
-                                          "after: b), with delta and ratio.")
+                                          "after: b), with delta and ratio; seeds and indices left out.")
     changed_strings: list[Change] = Field(description="Non-numeric result fields that changed (e.g. verdicts).")
     only_in_a: list[str] = Field(description="Result paths present only in a.")
     only_in_b: list[str] = Field(description="Result paths present only in b.")
     num_unchanged: int = Field(description="Result fields with the same value in both.")
+    num_identifiers_changed: int = Field(default=0, description="Seeds and element/output indices that differ "
+                                         "(identifiers, not measurements: left out of numeric_changes), count.")
     truncated: bool = Field(description=f"True when a list was cut at {MAX_ROWS} rows.")
 
 
@@ -58,13 +75,20 @@ def diff_results(ra: dict, rb: dict) -> dict:
     fa, fb = flatten(ra or {}, skip=IGNORED_PATHS), flatten(rb or {}, skip=IGNORED_PATHS)
     both = sorted(set(fa) & set(fb))
     changes = [change(path, fa[path], fb[path]) for path in both if fa[path] != fb[path]]
+    numeric = [c for c in changes if is_number(c.before) and is_number(c.after)]
+    identifiers = [c for c in numeric if _is_identifier(c.field)]
     return {
-        "numeric_changes": [c for c in changes if is_number(c.before) and is_number(c.after)],
+        "numeric_changes": [c for c in numeric if not _is_identifier(c.field)],
         "changed_strings": [c for c in changes if not (is_number(c.before) and is_number(c.after))],
         "only_in_a": sorted(set(fa) - set(fb)),
         "only_in_b": sorted(set(fb) - set(fa)),
         "num_unchanged": len(both) - len(changes),
+        "num_identifiers_changed": len(identifiers),
     }
+
+
+def _is_identifier(path: str) -> bool:
+    return any(IDENTIFIER_PART.search(part) for part in path.split(".") if not part.isdigit())
 
 
 def diff_mappings(a: dict, b: dict, skip: tuple[str, ...] = ()) -> list[Change]:
@@ -79,27 +103,77 @@ def _get(ctx: ToolContext, experiment_id: str) -> dict:
     return row
 
 
+def code_diff(ctx: ToolContext, ea: dict, eb: dict) -> CodeDiff:
+    """From the snapshots when both kept one and either ran code; else from git."""
+    git = {"commit_a": ea.get("git_commit"), "commit_b": eb.get("git_commit"),
+           "diff_sha256_a": ea.get("git_diff_sha256"), "diff_sha256_b": eb.get("git_diff_sha256")}
+    ma, mb = Manifest.from_json(ea.get("code")), Manifest.from_json(eb.get("code"))
+    if ma is not None and mb is not None and (ma.entries() or mb.entries()):
+        files = code_changes(BlobStore(ctx.workspace.state_dir), ma, mb)
+        return CodeDiff(same_code=not files, basis="snapshot", files=files, **git)
+    if git["commit_a"] and git["commit_b"]:
+        same = (git["commit_a"], git["diff_sha256_a"]) == (git["commit_b"], git["diff_sha256_b"])
+        return CodeDiff(same_code=same, basis="git", **git)
+    return CodeDiff(same_code=None, basis="unknown", **git)
+
+
+def _verdict_words(ra: dict, rb: dict, ea: dict, eb: dict) -> str:
+    va, vb = ra.get("verdict") or ea["status"], rb.get("verdict") or eb["status"]
+    return f"verdict {va} (both)" if va == vb else f"verdict {va} -> {vb}"
+
+
+def _finding_codes(result: dict) -> list[str]:
+    codes = result.get("finding_codes")
+    if isinstance(codes, list):
+        return [str(c) for c in codes]
+    found = result.get("findings") or []
+    return [str(f.get("code") if isinstance(f, dict) else f)[:80] for f in found if f]
+
+
+def _findings_words(ra: dict, rb: dict) -> str | None:
+    fa, fb = _finding_codes(ra), _finding_codes(rb)
+    if not fa and not fb:
+        return None
+    new, gone = [c for c in fb if c not in fa], [c for c in fa if c not in fb]
+    if not new and not gone:
+        return f"findings same ({', '.join(dict.fromkeys(fa))})"
+    parts = ([f"new {', '.join(dict.fromkeys(new))}"] if new else []) + \
+        ([f"gone {', '.join(dict.fromkeys(gone))}"] if gone else [])
+    return "findings: " + "; ".join(parts)
+
+
+def _code_words(code: CodeDiff) -> str:
+    if code.same_code is None:
+        return "code unknown (no snapshot, no git)"
+    if code.same_code:
+        return "same code" + (" (git)" if code.basis == "git" else "")
+    if code.basis == "git":
+        return "code differs (git commit or uncommitted diff; no snapshot to show the lines)"
+    files = ", ".join(f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}" for f in code.files[:4])
+    more = f" and {len(code.files) - 4} more" if len(code.files) > 4 else ""
+    return f"code differs: {files}{more}"
+
+
 async def run(inp: Input, ctx: ToolContext) -> Output:
     ea, eb = _get(ctx, inp.a), _get(ctx, inp.b)
-    results = diff_results(ea.get("result") or {}, eb.get("result") or {})
+    ra, rb = ea.get("result") or {}, eb.get("result") or {}
+    results = diff_results(ra, rb)
     truncated = False
     for key in ("numeric_changes", "changed_strings", "only_in_a", "only_in_b"):
         if len(results[key]) > MAX_ROWS:
             results[key], truncated = results[key][:MAX_ROWS], True
-    same_code = None
-    if ea.get("git_commit") and eb.get("git_commit"):
-        same_code = (ea["git_commit"], ea.get("git_diff_sha256")) == (eb["git_commit"], eb.get("git_diff_sha256"))
-    code = CodeDiff(same_code=same_code, commit_a=ea.get("git_commit"), commit_b=eb.get("git_commit"),
-                    diff_sha256_a=ea.get("git_diff_sha256"), diff_sha256_b=eb.get("git_diff_sha256"))
+    code = code_diff(ctx, ea, eb)
     device = DeviceDiff(same_device=ea.get("device_fingerprint") == eb.get("device_fingerprint"),
                         changes=diff_mappings(ea.get("device") or {}, eb.get("device") or {}, skip=("hostname",)))
     inputs = diff_mappings(ea.get("arguments") or {}, eb.get("arguments") or {}, skip=("hypothesis",))
     moved = sorted(results["numeric_changes"], key=lambda c: -abs((c.ratio or 1.0) - 1.0))
     headline = ", ".join(f"{c.field} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
-    code_word = {True: "same", False: "differs", None: "unknown"}[same_code]
-    summary = (f"{len(inputs)} input change(s); code {code_word}; "
-               f"device {'same' if device.same_device else 'differs'}; {len(results['numeric_changes'])} numeric "
-               f"and {len(results['changed_strings'])} other result field(s) moved")
+    lead = [_verdict_words(ra, rb, ea, eb), _findings_words(ra, rb), _code_words(code)]
+    inputs_words = f"{len(inputs)} input change(s)" + (f" ({', '.join(c.field for c in inputs[:4])})" if inputs else "")
+    summary = "; ".join([*(w for w in lead if w), inputs_words,
+                         f"device {'same' if device.same_device else 'differs'}",
+                         f"{len(results['numeric_changes'])} numeric and {len(results['changed_strings'])} other "
+                         "result field(s) moved"])
     if headline:
         summary += f": {headline}"
     return Output(tool_a=ea["tool"], tool_b=eb["tool"], status_a=ea["status"], status_b=eb["status"],
@@ -109,8 +183,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
 TOOL = Tool(
     name="compare_experiments",
     title="Compare two experiments",
-    description="Compare two experiments from the ledger: which inputs, code (git commit and diff hash) and "
-    "device facts differed, and how every numeric result field moved (delta, ratio) and which verdicts changed.",
+    description="Compare two experiments from the ledger: the verdicts and findings, then the code each ran (a "
+    "unified diff per file from the code snapshots every experiment keeps, or 'same code'), which inputs and "
+    "device facts differed, and how every numeric result field moved (delta, ratio; seeds and indices left out).",
     input_model=Input,
     output_model=Output,
     run=run,

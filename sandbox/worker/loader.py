@@ -32,6 +32,8 @@ def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: 
         file.write_text(source)
     else:
         file = Path(path)
+        if not file.is_absolute():  # a file the parent copied into this job's folder (a code snapshot)
+            file = ctx.job_dir / file
         if not file.is_file():
             raise LoadError(f"no such file: {path}")
     module = import_file(file, module_name)

@@ -9,6 +9,7 @@ from pathlib import Path
 from ...sandbox.job import Job, JobResult
 from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
 from ..base import AgentError, ToolContext
+from ..common.recorded_code import JOB_INPUT_NAME
 from .plan import MIN_TIMED_CALLS, Code
 from .schema import TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
@@ -23,7 +24,9 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
         await ctx.progress(index + 0.5, count, f"shape {index + 1}/{count} ({label}): {message}")
 
     await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
-    res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing",
+    recorded = [a.snapshot for a in arms if a.snapshot is not None]  # only the baseline may be a recorded one
+    snapshots = {JOB_INPUT_NAME: recorded[0]} if recorded else {}
+    res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing", inputs=snapshots,
                                                timeout_s=timeout_s, triton_cache=f"{ctx.experiment_id}:timing"),
                                    progress=progress)  # one cache for this call's code under test, shapes share it
     if not res.ok:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 from ...kernels.coderef import REFERENCE, CodeRef, impl_code, resolve_code, spec_code
 from ...kernels.schema import ITEMSIZE, KernelSpec
@@ -14,6 +15,7 @@ from ...sandbox.worker.protocol import MicrobenchPayload, ReferencePayload, inpu
 from ...sandbox.worker.shared import meminfo_bytes
 from ..base import AgentError, ToolContext, as_agent_error
 from ..common.cases import MAX_MICROBENCH_SHAPES, check_case_count, distinct
+from ..common.recorded_code import recorded_code
 from ..common.seeds import trial_seed
 
 NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
@@ -29,6 +31,7 @@ class Code:
     source: str | None = None
     path: str | None = None  # as the sandbox sees it
     is_reference: bool = False  # the spec's reference: nothing to spot-check
+    snapshot: Path | None = None  # a recorded experiment's code, copied into the job (path is relative to it)
 
     def payload(self) -> dict:
         return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
@@ -108,9 +111,11 @@ def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
     if (args.get("kernel") or record.get("kernel")) != kernel.spec.name:
         raise AgentError(f"experiment {inp.baseline} timed kernel {args.get('kernel')!r}, not "
                          f"{kernel.spec.name!r}: a baseline must compute the same function")
-    code = _arm(ctx, "baseline", _resolve(ctx, kernel, args.get("impl"), args.get("source"), args.get("path"),
-                                          args.get("entry"), "entry"))
-    return dataclasses.replace(code, label=f"experiment {inp.baseline} ({code.label})")
+    # the code that experiment ran, from its snapshot: never today's (possibly edited) file
+    ran = recorded_code(ctx, record, kernel, f"microbench kernel={kernel.spec.name} with its impl=/path=/source=")
+    return Code(name="baseline", label=f"experiment {inp.baseline} ({ran.label}, its recorded code)",
+                entry=ran.code.entry, source=ran.code.source, path=ran.job_path,
+                is_reference=ran.code.is_reference, snapshot=ran.folder)
 
 
 def _resolve(ctx: ToolContext, kernel: Kernel, impl: str | None, source: str | None, path: str | None,

@@ -1,0 +1,82 @@
+"""baseline=<experiment id> runs the code that experiment ran (its snapshot), never today's
+file: the issue's reproduction (edit the impl, then time it against the earlier experiment)
+through the MCP client and the real sandbox."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import ToolCallError, call
+
+pytestmark = pytest.mark.anyio
+
+IMPL = "vector_add/vector_add_triton.py"
+LAUNCH = "    vector_add_kernel[grid](x, y, out, n_elements, BLOCK_SIZE=BLOCK_SIZE)\n"
+# The same answer, eight launches of the kernel instead of one: clearly more work per call.
+LAUNCH_8X = "    for _ in range(8):\n    " + LAUNCH
+TORCH_ADD = "def add(x, y):\n    return x + y\n"
+SHAPE = [{"N": 1000}]  # one program of BLOCK_SIZE=1024: the interpreter's cost is per launch
+
+
+async def _code(client, experiment_id: str) -> dict:
+    res = await client.read_resource(f"experiment://{experiment_id}")
+    return json.loads(res.contents[0].text)["code"]
+
+
+async def test_an_edited_impl_is_timed_against_the_code_the_baseline_ran(client, workspace: Path):
+    before = await call(client, "microbench", kernel="vector_add", impl="triton", shapes=SHAPE, budget_ms=400)
+    impl = workspace / IMPL
+    assert LAUNCH in impl.read_text()
+    impl.write_text(impl.read_text().replace(LAUNCH, LAUNCH_8X))
+
+    after = await call(client, "microbench", kernel="vector_add", impl="triton", baseline=before["experiment_id"],
+                       shapes=SHAPE, budget_ms=1500)
+    shape = after["shapes"][0]
+    # 8 launches against 1: the baseline job ran the recorded one-launch file, not today's (an A/A
+    # would give a ratio near 1 with a CI around it)
+    assert shape["verdict"] == "slower", after["summary"]
+    assert shape["ci_low"] > 1.5, shape
+    assert shape["candidate"]["spot_check"] == "passed" and shape["baseline"]["spot_check"] == "passed"
+    assert "its recorded code" in shape["baseline"]["code"]
+
+    code_before, code_after = await _code(client, before["experiment_id"]), await _code(client, after["experiment_id"])
+    assert code_before["files"][IMPL]["sha256"] != code_after["files"][IMPL]["sha256"]
+    for rel in ("vector_add/spec.py", "vector_add/reference.py"):  # the kernel's folder, siblings included
+        assert code_before["files"][rel]["sha256"] == code_after["files"][rel]["sha256"]
+    # the recorded bytes are served back, and they are the file as it was
+    uri = code_before["files"][IMPL]["uri"]
+    served = await client.read_resource(uri)
+    assert served.contents[0].text.count("vector_add_kernel[grid]") == 1 and "range(8)" not in served.contents[0].text
+
+    cmp = await call(client, "compare_experiments", a=before["experiment_id"], b=after["experiment_id"])
+    assert cmp["code"]["same_code"] is False and cmp["code"]["basis"] == "snapshot"
+    [changed] = cmp["code"]["files"]
+    assert changed["path"] == IMPL and changed["change"] == "modified"
+    assert "+    for _ in range(8):" in changed["diff"] and changed["lines_added"] == 2
+    assert cmp["summary"].startswith("verdict measured -> slower; code differs: " + IMPL), cmp["summary"]
+
+
+async def test_same_code_without_git_and_no_seeds_among_numeric_changes(client):
+    a = await call(client, "check_numerics", kernel="vector_add", impl="triton", dtypes=["float32"],
+                   shapes=[{"N": 1000}], trials=1)
+    b = await call(client, "check_numerics", kernel="vector_add", impl="triton", dtypes=["float32"],
+                   shapes=[{"N": 1000}], trials=1)
+    cmp = await call(client, "compare_experiments", a=a["experiment_id"], b=b["experiment_id"])
+    assert cmp["code"] == {**cmp["code"], "same_code": True, "basis": "snapshot", "files": []}
+    assert cmp["code"]["commit_a"] is None  # the copied zoo is no git checkout
+    assert "same code" in cmp["summary"] and cmp["summary"].startswith("verdict pass (both)")
+    assert not [c for c in cmp["numeric_changes"] if "seed" in c["field"] or "index" in c["field"]]
+    assert cmp["num_identifiers_changed"] >= 1  # each call draws its own seeds
+
+
+async def test_a_ledger_row_without_a_snapshot_is_refused_with_what_to_do(client, server):
+    first = await call(client, "microbench", kernel="vector_add", source=TORCH_ADD, entry="add", shapes=SHAPE,
+                       budget_ms=200)
+    ledger = server.state.ledger
+    ledger._write("UPDATE experiments SET code=NULL WHERE id=?", (first["experiment_id"],))  # an old row
+    with pytest.raises(ToolCallError) as err:
+        await call(client, "microbench", kernel="vector_add", impl="triton", baseline=first["experiment_id"],
+                   shapes=SHAPE, budget_ms=200)
+    message = str(err.value)
+    assert "recorded before experiments kept the code they ran" in message
+    assert "Rerun that code now" in message and "baseline=<impl>" in message
