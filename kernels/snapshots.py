@@ -28,6 +28,7 @@ MATERIALISED_FOLDER = "snapshots"  # <state>/snapshots/<experiment id>/: snapsho
 SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")  # siblings a kernel file may import
 MAX_SNAPSHOT_BYTES = 4 << 20  # all files of one experiment's snapshot together
 MAX_SNAPSHOT_FILES = 256
+GC_GRACE_S = 600  # gc keeps blobs written or reused this recently: a running call may not have closed its row yet
 
 
 class SnapshotError(WorkspaceError):
@@ -84,7 +85,9 @@ class BlobStore:
     def put(self, data: bytes) -> str:
         sha = hashlib.sha256(data).hexdigest()
         target = self.root / sha
-        if not target.is_file():
+        if target.is_file():
+            os.utime(target)  # reused now: gc's grace period starts again
+        else:
             self.root.mkdir(parents=True, exist_ok=True)
             partial = self.root / f".{sha}.{os.getpid()}.{threading.get_ident()}"
             partial.write_bytes(data)
@@ -191,6 +194,36 @@ class SnapshotRecorder:
             f"{rel or 'inline code'}: {count} files, {total} bytes; largest so far: {named or 'none'}. "
             "A snapshot holds the named files and the source files beside them (.py, .cu, .cuh, .h): "
             "move unrelated or generated files out of the kernel's folder")
+
+
+@dataclass(frozen=True)
+class GcReport:
+    blobs_removed: int
+    bytes_freed: int
+    blobs_kept: int  # referenced by a ledger row, or younger than GC_GRACE_S
+    rebuilt_folders_removed: int  # <state>/snapshots/*: copies rebuilt for reruns, made again on demand
+
+
+def collect_garbage(state_dir: Path, referenced: set[str], now: float) -> GcReport:
+    """Delete the blobs no ledger row references (and older than GC_GRACE_S), and the folders
+    rebuilt for reruns; what a row references is never touched."""
+    store = BlobStore(state_dir)
+    removed = freed = kept = 0
+    for sha in sorted(store.shas()):
+        try:
+            young = now - (store.root / sha).stat().st_mtime < GC_GRACE_S
+        except OSError:
+            continue
+        if sha in referenced or young:
+            kept += 1
+            continue
+        freed += store.remove(sha)
+        removed += 1
+    rebuilt = Path(state_dir) / MATERIALISED_FOLDER
+    folders = [p for p in rebuilt.iterdir() if p.is_dir()] if rebuilt.is_dir() else []
+    for folder in folders:
+        shutil.rmtree(folder, ignore_errors=True)
+    return GcReport(removed, freed, kept, len(folders))
 
 
 def materialise(store: BlobStore, manifest: Manifest, dest: Path) -> Path:

@@ -70,8 +70,7 @@ class Workspace:
         """Where the ledger, artifacts and caches live. The embedded zoo may sit in a
         read-only site-packages, so its state goes under the user's state directory."""
         if self.is_embedded:
-            base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-            return Path(base) / "infra-agent" / "default-workspace"
+            return embedded_state_dir(self.root)
         return self.root / ".infra-agent"
 
     @property
@@ -147,6 +146,14 @@ class Workspace:
             f"unknown kernel {excerpt(name)}; this workspace has: {known}{hint}. "
             "Call list_kernels to see them, or pass source= with entry= for ad-hoc code."
         )
+
+
+def embedded_state_dir(root: Path) -> Path:
+    """The built-in zoo's state folder, one per checkout: keyed by the zoo's real path, so two
+    clones (or installs) never share a ledger, blobs or caches."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    key = hashlib.sha256(str(Path(root).resolve()).encode()).hexdigest()[:12]
+    return Path(base) / "infra-agent" / f"default-workspace-{key}"
 
 
 def read_source(host: Path, shown: str | Path | None = None) -> str:

@@ -8,6 +8,7 @@ stdio, stdout belongs to the protocol and every message goes to stderr.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from enum import Enum
@@ -298,6 +299,23 @@ def lock(
     except (WorkspaceError, AgentError) as exc:
         raise _fail(str(exc)) from None
     _print_json(result)
+
+
+@app.command()
+def gc(workspace: WorkspaceOpt = None) -> None:
+    """Delete stored code (blobs) that no experiment in the ledger references, and rebuilt snapshot folders."""
+    import time
+
+    from ..kernels.snapshots import collect_garbage
+
+    server = _build(workspace)
+    ledger = server.state.ledger
+    running = ledger.running_ids()
+    if running:  # their snapshots are not in the ledger until they close
+        raise _fail(f"{len(running)} call(s) still running ({', '.join(running[:5])}); run gc when the server "
+                    "is idle")
+    report = collect_garbage(server.state.workspace.state_dir, ledger.code_shas(), time.time())
+    _print_json({"state_dir": str(server.state.workspace.state_dir), **dataclasses.asdict(report)})
 
 
 def main(argv: list[str] | None = None) -> None:

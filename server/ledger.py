@@ -167,6 +167,10 @@ class Ledger:
              ended, ended, experiment_id),
         )
 
+    def running_ids(self) -> list[str]:
+        """Calls still running in a live process (dead ones were marked interrupted on open)."""
+        return [r["id"] for r in self._read("SELECT id FROM experiments WHERE status='running' ORDER BY seq")]
+
     def code_shas(self) -> set[str]:
         """Every blob any row's code snapshot names (what `infra-agent gc` keeps)."""
         shas: set[str] = set()
