@@ -29,7 +29,8 @@ class Input(ToolInput):
                               "arguments in order, returns a tensor or a tuple of tensors.")
     baseline: str | None = Field(default=None, description="What to compare against, timed in the same job "
                                  "interleaved with the candidate: an impl name of this kernel, 'reference', or "
-                                 "a previous experiment id (its code is rerun now). Omit for no A/B.")
+                                 "a previous experiment id (the exact code it ran, from its snapshot, is rerun now: "
+                                 "not today's file). Omit for no A/B.")
     baseline_source: str | None = Field(default=None, description="Inline Python for the baseline.")
     baseline_path: str | None = Field(default=None, description="Workspace-relative file for the baseline.")
     baseline_entry: str | None = Field(default=None, description="Baseline function name (default: entry).")
