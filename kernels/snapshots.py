@@ -24,11 +24,13 @@ from pathlib import Path, PurePosixPath
 from .workspace import Workspace, WorkspaceError
 
 BLOBS_FOLDER = "blobs"  # <state>/blobs/<sha256>
-MATERIALISED_FOLDER = "snapshots"  # <state>/snapshots/<experiment id>/: snapshots rebuilt for a rerun
-SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")  # siblings a kernel file may import
+MATERIALISED_FOLDER = "snapshots"  # <state>/snapshots/<experiment id>/: rebuilt for a rerun
+# the siblings a kernel file may import
+SOURCE_SUFFIXES = (".py", ".cu", ".cuh", ".h", ".hpp", ".cpp", ".c")
 MAX_SNAPSHOT_BYTES = 4 << 20  # all files of one experiment's snapshot together
 MAX_SNAPSHOT_FILES = 256
-GC_GRACE_S = 600  # gc keeps blobs written or reused this recently: a running call may not have closed its row yet
+# gc keeps blobs written or reused this recently (s): a running call may not have closed its row yet
+GC_GRACE_S = 600
 
 
 class SnapshotError(WorkspaceError):
@@ -47,7 +49,8 @@ class Manifest:
 
     files: dict[str, FileEntry] = field(default_factory=dict)
     inline: dict[str, FileEntry] = field(default_factory=dict)
-    kernels: dict[str, str] = field(default_factory=dict)  # kernel name -> its folder, workspace-relative
+    # kernel name -> its folder, workspace-relative
+    kernels: dict[str, str] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -101,12 +104,14 @@ class BlobStore:
             data = (self.root / sha).read_bytes()
         except OSError:
             return None
-        return data if hashlib.sha256(data).hexdigest() == sha else None  # a damaged blob is a missing one
+        # a damaged blob is a missing one
+        return data if hashlib.sha256(data).hexdigest() == sha else None
 
     def shas(self) -> set[str]:
         if not self.root.is_dir():
             return set()
-        return {p.name for p in self.root.iterdir() if len(p.name) == 64 and not p.name.startswith(".")}
+        return {p.name for p in self.root.iterdir()
+                if len(p.name) == 64 and not p.name.startswith(".")}
 
     def remove(self, sha: str) -> int:
         """Delete one blob; the bytes freed."""
@@ -132,7 +137,8 @@ class SnapshotRecorder:
 
     def manifest(self) -> Manifest:
         with self._lock:
-            return Manifest(dict(self._manifest.files), dict(self._manifest.inline), dict(self._manifest.kernels))
+            m = self._manifest
+            return Manifest(dict(m.files), dict(m.inline), dict(m.kernels))
 
     def add_kernel(self, name: str, folder: Path) -> None:
         with self._lock:
@@ -159,7 +165,8 @@ class SnapshotRecorder:
         try:
             paths = sorted(folder.iterdir())
         except OSError as exc:
-            raise SnapshotError(f"cannot list {folder.name}/ to keep the code it holds: {exc.strerror}") from None
+            raise SnapshotError(f"cannot list {folder.name}/ to keep the code it holds: "
+                                f"{exc.strerror}") from None
         for path in paths:
             if path.suffix in SOURCE_SUFFIXES and path.is_file():
                 self._add(path.resolve())
@@ -174,7 +181,8 @@ class SnapshotRecorder:
             data = host.read_bytes()
         except OSError as exc:
             raise SnapshotError(f"cannot read {rel} to keep a copy of the code this call runs: "
-                                f"{exc.strerror}; make it readable or move it out of the folder") from None
+                                f"{exc.strerror}; make it readable or move it out of the "
+                                "folder") from None
         self._check_room(data, rel)
         self._manifest.files[rel] = FileEntry(self.store.put(data), len(data))
 
@@ -191,8 +199,9 @@ class SnapshotRecorder:
         raise SnapshotError(
             f"the code this call runs is over the snapshot cap ({MAX_SNAPSHOT_FILES} files, "
             f"{MAX_SNAPSHOT_BYTES >> 20} MiB: every experiment keeps a copy of the code it ran) at "
-            f"{rel or 'inline code'}: {count} files, {total} bytes; largest so far: {named or 'none'}. "
-            "A snapshot holds the named files and the source files beside them (.py, .cu, .cuh, .h): "
+            f"{rel or 'inline code'}: {count} files, {total} bytes; largest so far: "
+            f"{named or 'none'}. A snapshot holds the named files and the source files beside "
+            "them (.py, .cu, .cuh, .h): "
             "move unrelated or generated files out of the kernel's folder")
 
 
@@ -201,7 +210,7 @@ class GcReport:
     blobs_removed: int
     bytes_freed: int
     blobs_kept: int  # referenced by a ledger row, or younger than GC_GRACE_S
-    rebuilt_folders_removed: int  # <state>/snapshots/*: copies rebuilt for reruns, made again on demand
+    rebuilt_folders_removed: int  # <state>/snapshots/*: rebuilt for reruns, made again on demand
 
 
 def collect_garbage(state_dir: Path, referenced: set[str], now: float) -> GcReport:
@@ -256,4 +265,5 @@ def inline_text(store: BlobStore, manifest: Manifest, argument: str) -> str | No
 
 def missing_blob_message(name: str, sha: str) -> str:
     return (f"the stored copy of {name} (sha256 {sha[:12]}) is gone from the state folder's blobs "
-            "(deleted by hand?); this experiment's code cannot be rebuilt: rerun it with this version")
+            "(deleted by hand?); this experiment's code cannot be rebuilt: rerun it with this "
+            "version")

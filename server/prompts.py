@@ -57,9 +57,9 @@ Then loop:
         """Find what changed between a good and a bad measurement."""
         return f"""A measurement regressed: `{good_experiment}` was good, `{bad_experiment}` is worse.
 
-1. compare_experiments(a="{good_experiment}", b="{bad_experiment}"): did the code (commit,
-   diff hash), the inputs, or the device differ? How large is the change, relative to the
-   noise (coefficient of variation) of each run?
+1. compare_experiments(a="{good_experiment}", b="{bad_experiment}"): did the code (the diff
+   of the files each ran), the inputs, or the device differ? How large is the change,
+   relative to the noise (coefficient of variation) of each run?
 2. If nothing differs but the number, rerun both: a regression that does not reproduce is noise.
 3. If the code differs, bisect: state which change you suspect, re-run only the check that
    reproduces the regression (usually microbench at one shape), and narrow down.

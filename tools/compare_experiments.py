@@ -149,7 +149,8 @@ def _code_words(code: CodeDiff) -> str:
         return "same code" + (" (git)" if code.basis == "git" else "")
     if code.basis == "git":
         return "code differs (git commit or uncommitted diff; no snapshot to show the lines)"
-    files = ", ".join(f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}" for f in code.files[:4])
+    files = ", ".join(f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}"
+                      for f in code.files[:4])
     more = f" and {len(code.files) - 4} more" if len(code.files) > 4 else ""
     return f"code differs: {files}{more}"
 
@@ -169,7 +170,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     moved = sorted(results["numeric_changes"], key=lambda c: -abs((c.ratio or 1.0) - 1.0))
     headline = ", ".join(f"{c.field} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
     lead = [_verdict_words(ra, rb, ea, eb), _findings_words(ra, rb), _code_words(code)]
-    inputs_words = f"{len(inputs)} input change(s)" + (f" ({', '.join(c.field for c in inputs[:4])})" if inputs else "")
+    inputs_words = f"{len(inputs)} input change(s)"
+    if inputs:
+        inputs_words += f" ({', '.join(c.field for c in inputs[:4])})"
     summary = "; ".join([*(w for w in lead if w), inputs_words,
                          f"device {'same' if device.same_device else 'differs'}",
                          f"{len(results['numeric_changes'])} numeric and {len(results['changed_strings'])} other "

@@ -17,13 +17,14 @@ MAX_DIFF_CHARS = 6_000  # per file, in the reply; the whole files are code://{id
 class FileChange(BaseModel):
     path: str = Field(description="Workspace-relative path, or 'source= (inline)' for inline code.")
     change: Literal["modified", "added", "removed"] = Field(
-        description="'added': only b ran it; 'removed': only a ran it; 'modified': both, different bytes.")
+        description="'added': only b ran it; 'removed': only a ran it; 'modified': both, "
+        "different bytes.")
     sha256_a: str | None = Field(description="sha256 of the file a ran; null if a did not have it.")
     sha256_b: str | None = Field(description="sha256 of the file b ran; null if b did not have it.")
     lines_added: int = Field(description="Lines only in b's version, count.")
     lines_removed: int = Field(description="Lines only in a's version, count.")
-    diff: str = Field(description=f"Unified diff a -> b (cut at {MAX_DIFF_CHARS} chars); the whole files "
-                      "are code://{experiment_id}/{sha256}.")
+    diff: str = Field(description=f"Unified diff a -> b (cut at {MAX_DIFF_CHARS} chars); the "
+                      "whole files are code://{experiment_id}/{sha256}.")
 
 
 def code_changes(store: BlobStore, a: Manifest, b: Manifest) -> list[FileChange]:
@@ -38,19 +39,22 @@ def code_changes(store: BlobStore, a: Manifest, b: Manifest) -> list[FileChange]
     return changes
 
 
-def _file_change(store: BlobStore, path: str, fa: FileEntry | None, fb: FileEntry | None) -> FileChange:
+def _file_change(store: BlobStore, path: str, fa: FileEntry | None,
+                 fb: FileEntry | None) -> FileChange:
     text_a, text_b = _lines(store, fa), _lines(store, fb)
     diff = list(difflib.unified_diff(text_a or [], text_b or [], f"a/{path}", f"b/{path}"))
     body = "".join(diff)
     for side, entry, text in (("a", fa, text_a), ("b", fb, text_b)):
         if entry is not None and text is None:
-            body = f"({side}'s copy, sha256 {entry.sha256[:12]}, is gone from the blobs or is not text)\n" + body
+            gone = f"({side}'s copy, sha256 {entry.sha256[:12]}, is gone or not text)"
+            body = f"{gone}\n{body}"
     if len(body) > MAX_DIFF_CHARS:
         body = body[:MAX_DIFF_CHARS] + f"\n... ({len(body) - MAX_DIFF_CHARS} more chars)\n"
     change = "added" if fa is None else "removed" if fb is None else "modified"
-    return FileChange(path=path, change=change, sha256_a=fa and fa.sha256, sha256_b=fb and fb.sha256,
-                      lines_added=sum(1 for d in diff if d.startswith("+") and not d.startswith("+++")),
-                      lines_removed=sum(1 for d in diff if d.startswith("-") and not d.startswith("---")),
+    added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
+    removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
+    return FileChange(path=path, change=change, sha256_a=fa and fa.sha256,
+                      sha256_b=fb and fb.sha256, lines_added=added, lines_removed=removed,
                       diff=body)
 
 

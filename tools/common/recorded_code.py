@@ -27,53 +27,60 @@ from ..base import AgentError, ToolContext, as_agent_error
 JOB_INPUT_NAME = "snapshot"  # Job.inputs name: the job sees the files under in/snapshot/
 
 
+RERUN = "rerun it with this version and name the new experiment"
+
+
 @dataclass(frozen=True)
 class RecordedCode:
     code: CodeRef  # path (if any) is the materialised host copy
-    folder: Path | None  # the materialised snapshot, to copy into the job; None for inline source
-    job_path: str | None  # the file as the job names it (relative to its folder); None for inline source
+    folder: Path | None  # the materialised snapshot, copied into the job; None for inline source
+    job_path: str | None  # the file as the job names it (relative to its folder); None for source
     label: str  # what ran, for people: the impl, 'source' or the recorded path
 
 
 def recorded_code(ctx: ToolContext, record: dict, kernel: Kernel, tool_call: str) -> RecordedCode:
     """Experiment `record`'s candidate code (impl, path= or source=) as it ran then.
     `tool_call` says how to rerun it, for the refusal when there is no snapshot."""
-    experiment_id = record["id"]
+    eid = record["id"]
     manifest = Manifest.from_json(record.get("code"))
     if manifest is None:
         raise AgentError(
-            f"experiment {experiment_id} was recorded before experiments kept the code they ran (its ledger row "
-            "has no code snapshot), so it cannot be rerun as it ran: today's files may differ from what it "
-            f"timed. Rerun that code now ({tool_call}) and name the new experiment as the baseline, or name an "
-            "impl (baseline=<impl>) to use today's file knowingly")
+            f"experiment {eid} was recorded before experiments kept the code they ran (its ledger "
+            "row has no code snapshot), so it cannot be rerun as it ran: today's files may differ "
+            f"from what it timed. Rerun that code now ({tool_call}) and name the new experiment as "
+            "the baseline, or name an impl (baseline=<impl>) to use today's file knowingly")
     store = BlobStore(ctx.workspace.state_dir)
     args = record.get("arguments") or {}
     with as_agent_error(SnapshotError):
         if args.get("source") is not None:
             text = inline_text(store, manifest, "source")
             if text is None:
-                raise AgentError(f"experiment {experiment_id}'s snapshot holds no source=; rerun it with this version")
+                raise AgentError(f"experiment {eid}'s snapshot holds no source=; {RERUN}")
             return RecordedCode(CodeRef(entry=args.get("entry"), source=text), None, None, "source")
-        folder = materialise(store, manifest, ctx.workspace.state_dir / MATERIALISED_FOLDER / ctx.experiment_id)
+        dest = ctx.workspace.state_dir / MATERIALISED_FOLDER / ctx.experiment_id
+        folder = materialise(store, manifest, dest)
     if args.get("path") is not None:
         rel = _workspace_relative(ctx, args["path"])
         code = CodeRef(entry=args.get("entry"), path=folder / rel)
         label = rel
     else:
-        code = _recorded_impl(record, manifest, folder, kernel, args.get("impl"))
+        code = _recorded_impl(eid, manifest, folder, kernel, args.get("impl"))
         rel, label = code.path.relative_to(folder).as_posix(), code.impl
     if rel not in manifest.files:
-        raise AgentError(f"experiment {experiment_id}'s snapshot has no {rel}; rerun it with this version")
+        raise AgentError(f"experiment {eid}'s snapshot has no {rel}; {RERUN}")
     return RecordedCode(code, folder, f"in/{JOB_INPUT_NAME}/{rel}", label)
 
 
-def _recorded_impl(record: dict, manifest: Manifest, folder: Path, kernel: Kernel, impl: str | None) -> CodeRef:
+def _recorded_impl(eid: str, manifest: Manifest, folder: Path, kernel: Kernel,
+                   impl: str | None) -> CodeRef:
     """The impl as the experiment's own spec.py named it (the spec may have changed since)."""
     kernel_folder = manifest.kernels.get(kernel.spec.name)
-    spec_rel = (PurePosixPath(kernel_folder) / "spec.py").as_posix() if kernel_folder is not None else None
+    spec_rel = None
+    if kernel_folder is not None:
+        spec_rel = (PurePosixPath(kernel_folder) / "spec.py").as_posix()
     if spec_rel not in manifest.files:
-        raise AgentError(f"experiment {record['id']}'s snapshot does not hold {kernel.spec.name}'s spec.py; "
-                         "rerun it with this version")
+        raise AgentError(f"experiment {eid}'s snapshot does not hold {kernel.spec.name}'s spec.py; "
+                         f"{RERUN}")
     spec_file = folder / spec_rel
     with as_agent_error(WorkspaceError):
         try:
@@ -81,8 +88,8 @@ def _recorded_impl(record: dict, manifest: Manifest, folder: Path, kernel: Kerne
         except WorkspaceError:
             raise
         except Exception as exc:  # the recorded spec no longer loads with today's schema
-            raise WorkspaceError(f"experiment {record['id']}'s recorded spec.py does not load today "
-                                 f"({type(exc).__name__}: {exc}); rerun it with this version") from None
+            raise WorkspaceError(f"experiment {eid}'s recorded spec.py does not load today "
+                                 f"({type(exc).__name__}: {exc}); {RERUN}") from None
         return impl_code(Kernel(spec=spec, folder=spec_file.parent), impl, allow_reference=True)
 
 
