@@ -118,8 +118,11 @@ def code_diff(ctx: ToolContext, ea: dict, eb: dict) -> CodeDiff:
 
 
 def _verdict_words(ra: dict, rb: dict, ea: dict, eb: dict) -> str:
-    va, vb = ra.get("verdict") or ea["status"], rb.get("verdict") or eb["status"]
-    return f"verdict {va} (both)" if va == vb else f"verdict {va} -> {vb}"
+    """The verdicts; the call statuses for tools without one (or a call that failed)."""
+    word = "verdict" if ra.get("verdict") or rb.get("verdict") else "status"
+    va = ra.get("verdict") or ea["status"] if word == "verdict" else ea["status"]
+    vb = rb.get("verdict") or eb["status"] if word == "verdict" else eb["status"]
+    return f"{word} {va} (both)" if va == vb else f"{word} {va} -> {vb}"
 
 
 def _finding_codes(result: dict) -> list[str]:

@@ -35,3 +35,14 @@ def test_both_tools_answer_in_the_same_shape():
                                                ratio=0.5)]
     assert moved["changed_strings"][0].before == "slower"
     assert CompileOutput.model_fields["diff"].annotation == list[Change]
+
+
+def test_seeds_and_indices_are_identifiers_not_numeric_changes():
+    a = {"cases": [{"seeds": [11, 12], "first_mismatch_indices": [[3]], "worst_index": [3], "max_abs": 0.5,
+                    "partition": {"most_divergent_index": [7], "most_divergent_reference": 2.0}}]}
+    b = {"cases": [{"seeds": [21, 22], "first_mismatch_indices": [[9]], "worst_index": [9], "max_abs": 0.25,
+                    "partition": {"most_divergent_index": [1], "most_divergent_reference": -39.8}}]}
+    moved = diff_results(a, b)
+    assert [c.field for c in moved["numeric_changes"]] == ["cases.0.max_abs",
+                                                           "cases.0.partition.most_divergent_reference"]
+    assert moved["num_identifiers_changed"] == 5  # 2 seeds, 3 indices
