@@ -149,6 +149,9 @@ class SnapshotRecorder:
         """A workspace file a job is handed, and the source files beside it."""
         host = Path(host_path).resolve()
         with self._lock:
+            if host.is_dir():  # a folder handed to a job: the source files directly in it
+                self._add_folder(host)
+                return
             self._add(host)
             self._add_folder(host.parent)
 
