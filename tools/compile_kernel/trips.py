@@ -42,18 +42,23 @@ def triton_loops(ttir: str, scalar_args: dict[str, int]) -> list[TritonLoop]:
     names: dict[str, str] = {f"%{name}": name for name in scalar_args}
     locs = dict(m.groups() for line in ttir.splitlines() if (m := _LOC_DEF.match(line)))
     func = next((line for line in ttir.splitlines() if "tt.func" in line), "")
-    unset_args = {f"%{a}" for a in _FUNC_ARG.findall(func)} - set(values)
+    # bounds waiting on an argument the launch did not show: {ssa value: argument name}
+    unset_args = {f"%{a}": a for a in _FUNC_ARG.findall(func) if f"%{a}" not in values}
     open_fors: list[tuple[int, TritonLoop]] = []
     loops: list[TritonLoop] = []
     depth = 0
     for line in ttir.splitlines():
         if m := _CONSTANT.match(line):
             values[m.group(1)] = int(m.group(2))
-        elif (m := _BINARY.match(line)) and m.group(2) in _OPS and m.group(3) in values and m.group(4) in values:
-            try:
-                values[m.group(1)] = _OPS[m.group(2)](values[m.group(3)], values[m.group(4)])
-            except ZeroDivisionError:
-                pass
+        elif (m := _BINARY.match(line)) and m.group(2) in _OPS:
+            result, a, b = m.group(1), m.group(3), m.group(4)
+            if a in values and b in values:
+                try:
+                    values[result] = _OPS[m.group(2)](values[a], values[b])
+                except ZeroDivisionError:
+                    pass
+            elif waiting := unset_args.get(a) or unset_args.get(b):
+                unset_args[result] = waiting
         if m := _FOR.search(line):
             loop = _loop(m.groups(), values, names, unset_args)
             loops.append(loop)
@@ -71,10 +76,11 @@ def triton_loops(ttir: str, scalar_args: dict[str, int]) -> list[TritonLoop]:
 
 
 def _loop(bounds: tuple[str, str, str], values: dict[str, int], names: dict[str, str],
-          unset_args: set[str]) -> TritonLoop:
+          unset_args: dict[str, str]) -> TritonLoop:
     unknown = [b for b in bounds if b not in values]
     if unknown and unknown[0] in unset_args:
-        return TritonLoop(None, None, f"unknown: the bound {unknown[0][1:]} is a kernel argument whose value "
+        return TritonLoop(None, None, f"unknown: the bound depends on {unset_args[unknown[0]]}, a kernel "
+                          "argument whose value "
                           "this compile did not see (compile with kernel= so the spec's launcher runs on its "
                           "example shape, or give loop_trip_counts=)")
     if unknown:
