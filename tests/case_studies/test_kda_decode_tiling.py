@@ -79,7 +79,7 @@ async def test_compile_shows_the_redundant_fp32_work_per_output_element(agent):
     # the answer itself says the static counts undercount: a loop, and how often it runs
     assert "static counts: a loop body counts once" in naive["summary"]
     (loop,) = naive["kernels"][0]["loops"]
-    assert loop["source"] == "kda_decode_triton.py:94" and "V=" in loop["trip_count_how"]
+    assert loop["source"].startswith("kda_decode_triton.py:") and "V=" in loop["trip_count_how"]
     trips = loop["trip_count"]
     assert trips == 4  # range(0, V=128, 32)
 
@@ -95,7 +95,7 @@ async def test_compile_shows_the_redundant_fp32_work_per_output_element(agent):
             if d["field"].startswith("executed_estimate.per_output.") and (d["ratio"] or 0) > 1}
     print("  executed per output element grew (ratio):", grew)
     assert grew["ffma"] >= trips and grew["fmul"] >= trips and grew["mufu"] > 3
-    assert "of the executed counts, loop 0 at kda_decode_triton.py:94 (4 trips, range(0, V=128, 32))" \
-        in asked["summary"]
+    assert f"of the executed counts, loop 0 at {loop['source']} (4 trips, range(0, V=128, 32))" \
+        in asked["summary"]  # the loop over V tiles holds the growth
     (f,), (v,) = fused["kernels"], asked["kernels"]
     assert f["spill_stores_bytes"] == v["spill_stores_bytes"] == 0  # not a spill story

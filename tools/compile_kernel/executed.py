@@ -45,6 +45,9 @@ def _report(n: int, loop: SassLoop, sass_loops: list[SassLoop], triton: list[Tri
                           "info to tie this loop to a `for` statement; give loop_trip_counts=")
     same_line = [t for t in triton if t.source == loop.source]
     twins = sum(1 for other in sass_loops if other.source == loop.source)
+    if not same_line:
+        return LoopReport(**base, trip_count_from="unknown", trip_count_how="unknown: no Triton `for` on "
+                          f"{loop.source} (CUDA C++, or a loop the compiler made); give loop_trip_counts=")
     if len(same_line) != 1 or twins != 1:
         why = (f"unknown: {len(same_line)} Triton loops and {twins} SASS loops sit on {loop.source} (the "
                "compiler versioned, peeled or merged them); give loop_trip_counts=")

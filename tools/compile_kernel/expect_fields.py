@@ -33,12 +33,10 @@ KERNEL_FIELDS = {
     "instructions_total": InstructionMix.model_fields["total"].description,
     "global_load_128_bit": "Global loads 128 bits wide per thread (vectorised), count.",
     "global_store_128_bit": "Global stores 128 bits wide per thread (vectorised), count.",
-    **{f"executed_{name}_per_output": f"{name.upper()}-class thread-instructions executed per output "
-       "element (estimate: each loop body x its trip count, x threads_per_block / outputs_per_program); "
-       "null while a trip count or the launch is unknown. Class: " + InstructionMix.model_fields[name].description
+    **{f"executed_{name}_per_output": f"{name} executed per output element, thread-instructions (estimate: "
+       "loop bodies x trip counts; null while a trip count or the launch is unknown)"
        for name in EXECUTED_CLASSES},
-    "executed_instructions_per_output": "All thread-instructions (NOPs aside) executed per output element, "
-    "estimate as above.",
+    "executed_instructions_per_output": "all instructions (NOPs aside) executed per output element, estimate",
     **{name: LaunchShape.model_fields[name].description for name in LAUNCH_FIELDS},
     "loops": "Loops in the SASS, count.",
     "loops_with_unknown_trip_count": "Loops whose trip count neither the TTIR nor loop_trip_counts= gave, count.",

@@ -15,8 +15,11 @@ pytestmark = pytest.mark.anyio
 
 SHAPE = {"B": 1, "H": 32, "K": 128, "V": 128}
 # vtiled's tile width, read off the source (the launcher clamps it to next_power_of_2(V) >= 32)
-BLOCK_V = int(re.search(r"^VTILE_BLOCK_V = (\d+)$", (EMBEDDED_ROOT / "kda_decode" / "kda_decode_triton.py")
-                        .read_text(), re.M).group(1))
+SOURCE = (EMBEDDED_ROOT / "kda_decode" / "kda_decode_triton.py").read_text()
+BLOCK_V = int(re.search(r"^VTILE_BLOCK_V = (\d+)$", SOURCE, re.M).group(1))
+# the statistic loop's `for` statement, where the SASS loop's back edge should point
+FOR_LINE = "kda_decode_triton.py:%d" % next(n for n, line in enumerate(SOURCE.splitlines(), 1)
+                                             if "for v0 in range(0, V, BLOCK_V)" in line)
 INSN = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)")
 
 
@@ -40,7 +43,7 @@ async def test_vtiled_loop_trip_count_and_executed_work_per_output(client):
     # the loop: `for v0 in range(0, V, BLOCK_V)`, so V / BLOCK_V trips, tied to its source line
     (loop,) = v["loops"]
     assert loop["trip_count"] == SHAPE["V"] // BLOCK_V and loop["trip_count_from"] == "ttir"
-    assert loop["source"] == "kda_decode_triton.py:94" and "V=128" in loop["trip_count_how"]
+    assert loop["source"] == FOR_LINE and "V=128" in loop["trip_count_how"]
     # its body, counted here from the SASS text between its first and last address
     opcodes = await sass_opcodes(client, vtiled)
     lo, hi = int(loop["header_address"], 16), int(loop["end_address"], 16)
@@ -68,8 +71,8 @@ async def test_vtiled_loop_trip_count_and_executed_work_per_output(client):
 
     summary = vtiled["summary"]
     for said in ("kda_decode/vtiled at B=1 H=32 K=128 V=128 float32", "static counts: a loop body counts once",
-                 "loop 0 at kda_decode_triton.py:94, 4 trips (range(0, V=128, 32))",
-                 "executed FFMA per output", "of the executed counts, loop 0 at kda_decode_triton.py:94"):
+                 f"loop 0 at {FOR_LINE}, 4 trips (range(0, V=128, 32))",
+                 "executed FFMA per output", f"of the executed counts, loop 0 at {FOR_LINE}"):
         assert said in summary, (said, summary)
     assert "static counts" not in fused["summary"] and "kda_decode/fused at B=1" in fused["summary"]
 
@@ -97,3 +100,15 @@ async def test_unknown_trip_counts_say_so_and_can_be_given(client):
     assert any("no launch was seen" in n for n in given["notes"])
     with pytest.raises(ToolCallError, match="one example shape and shapes= has 2"):
         await call(client, "compile_kernel", kernel="kda_decode", shapes=[SHAPE, SHAPE])
+
+
+async def test_a_matmul_executes_k_fmas_per_output(client):
+    """An FP32 matmul on CUDA cores does exactly K FMAs per output element, whatever its tiling: the
+    K loop's trip count (K / BLOCK_K) times its body must give that back."""
+    shape = {"M": 64, "N": 256, "K": 1024}
+    out = await call(client, "compile_kernel", kernel="matmul_tf32x3", impl="ieee", target="sm_90a", shape=shape,
+                     expect=[f"executed_ffma_per_output == {shape['K']}"])
+    (k,) = out["kernels"]
+    (loop,) = k["loops"]
+    assert loop["trip_count"] == shape["K"] // k["constexprs"]["BLOCK_K"], loop
+    assert out["hypothesis_answer"]["answer"] == "supported", (out["summary"], k["executed_estimate"])
