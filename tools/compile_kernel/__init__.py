@@ -70,8 +70,9 @@ TOOL = Tool(
     description="Compile a Triton or CUDA C++ kernel ahead of time for an NVIDIA (sm_80..sm_120) or AMD (gfx942, "
     "gfx950) target, without a GPU, and report what the compiler says: errors at your source line, registers "
     "per thread, shared memory, spills, theoretical occupancy and its limiting factor, the SASS/AMDGCN "
-    "instruction mix (tensor-core MMA, vector widths, LDL/STL), and the IR as artifacts. With baseline= it "
-    "lists what moved. The cheapest check of a register, tiling or vectorisation hypothesis.",
+    "instruction mix (tensor-core MMA, vector widths, LDL/STL; static: a loop body counts once), the SASS "
+    "loops with their trip counts and the executed estimate per output element, and the IR as artifacts. "
+    "With baseline= it lists what moved. The cheapest check of a register, tiling or vectorisation hypothesis.",
     input_model=Input,
     output_model=Output,
     run=run,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..common.diff import Change
 from ..common.diff import diff as diff_fields
-from .schema import KernelResources
+from .schema import KernelResources, LoopReport
 
 _NOT_DIFFED = ("name", "signature", "occupancy.blocks_by", "loops", "executed_estimate.per_thread",
                "executed_estimate.assumes")
@@ -47,7 +47,7 @@ _PER_OUTPUT = {"ffma": "FFMA", "fmul": "FMUL", "fadd": "FADD", "mufu": "MUFU", "
                "global_load": "LDG", "total": "instructions"}  # the classes summaries name
 
 
-def _describe_loop(loop) -> str:
+def _describe_loop(loop: LoopReport) -> str:
     body = loop.body
     where = loop.source or loop.header_address
     trips = f"{loop.trip_count} trips ({loop.trip_count_how})" if loop.trip_count is not None else "trips unknown"
@@ -55,7 +55,7 @@ def _describe_loop(loop) -> str:
             f"MUFU {body.mufu}, {body.total} instructions")
 
 
-def _executed_in(k: KernelResources, loop, field: str) -> int:
+def _executed_in(k: KernelResources, loop: LoopReport, field: str) -> int:
     """Executed count of `field` inside `loop` (its inner loops with their own trips)."""
     inner = [c for c in k.loops if c.parent == loop.index]
     own = getattr(loop.body, field) - sum(getattr(c.body, field) for c in inner)
@@ -108,7 +108,7 @@ def _where_it_grew(k: KernelResources, grew: list[str]) -> list[str]:
     return found
 
 
-def _share(k: KernelResources, loop, field: str) -> float:
+def _share(k: KernelResources, loop: LoopReport, field: str) -> float:
     total = getattr(k.executed_estimate.per_thread, field)
     return _executed_in(k, loop, field) / total if total else 0.0
 
@@ -141,6 +141,9 @@ def notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str]
             found.append(f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
                          f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
                          f"{k.threads_per_block} threads); a launch would fail with OutOfResources")
+    if (out_dir / "kernel.amdgcn").is_file():
+        found.append("AMDGCN loops are not analysed: the instruction counts are static (a loop body counts "
+                     "once) and executed_estimate is null")
     unknown = [loop for k in kernels for loop in k.loops if loop.trip_count is None]
     if unknown:
         found.append("executed_estimate is null: " + "; ".join(
