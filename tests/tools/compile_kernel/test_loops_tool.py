@@ -92,6 +92,7 @@ async def test_unknown_trip_counts_say_so_and_can_be_given(client):
     assert loop["trip_count"] is None and "depends on N" in loop["trip_count_how"]
     assert k["executed_estimate"] is None and out["hypothesis_answer"]["answer"] == "inconclusive"
     assert "static counts: a loop body counts once" in out["summary"] and "loop_trip_counts=" in out["summary"]
+    assert out["summary"].startswith("sm_90a: k (inline source with the signature given) ")
     given = await call(client, "compile_kernel", **common, loop_trip_counts={"0": 8})
     (k,) = given["kernels"]
     assert k["loops"][0]["trip_count_from"] == "given" and k["executed_estimate"]["per_output"] is None
