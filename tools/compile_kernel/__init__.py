@@ -29,13 +29,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out = Output(target=target.name, arch=arch, backend=target.backend, language=request["language"],
                  kernels=kernels, cached=cached, compile_s=round(raw.get("compile_s", 0.0), 3))
     out.notes = notes(raw, out_dir, kernels)
-    summary = describe(arch, kernels[0])
+    summary = describe(arch, kernels[0], request["what"])
     if inp.baseline is not None:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
         base = next((b for b in base_kernels if b.name == kernels[0].name), base_kernels[0])
         out.diff = diff(base, kernels[0])
         out._baseline_kernel = base
-        summary += f"; vs {out.baseline}: {describe_changes(out.diff)}"
+        summary += f"; vs {out.baseline}: {describe_changes(out.diff, kernels[0])}"
     if cached:
         summary += " (cached)"
     out.summary = summary
@@ -70,8 +70,9 @@ TOOL = Tool(
     description="Compile a Triton or CUDA C++ kernel ahead of time for an NVIDIA (sm_80..sm_120) or AMD (gfx942, "
     "gfx950) target, without a GPU, and report what the compiler says: errors at your source line, registers "
     "per thread, shared memory, spills, theoretical occupancy and its limiting factor, the SASS/AMDGCN "
-    "instruction mix (tensor-core MMA, vector widths, LDL/STL), and the IR as artifacts. With baseline= it "
-    "lists what moved. The cheapest check of a register, tiling or vectorisation hypothesis.",
+    "instruction mix (tensor-core MMA, vector widths, LDL/STL; static: a loop body counts once), the SASS "
+    "loops with their trip counts and the executed estimate per output element, and the IR as artifacts. "
+    "With baseline= it lists what moved. The cheapest check of a register, tiling or vectorisation hypothesis.",
     input_model=Input,
     output_model=Output,
     run=run,

@@ -17,7 +17,7 @@ import tempfile
 from importlib import metadata
 from pathlib import Path
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: SASS with line info (loops), the launch (grid, scalars, outputs)
 RAW_FILE = "raw.json"
 
 

@@ -10,15 +10,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..base import AgentError
+from .executed import attach
+from .loops import find_loops
 from .occupancy import Target, occupancy
 from .sass import classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log, parse_resource_usage
 from .schema import DEFAULT_CUDA_THREADS, Input, InstructionMix, KernelResources, Occupancy
+from .trips import triton_loops
 
 
 def judge(raw: dict, out_dir: Path, target: Target, inp: Input) -> list[KernelResources]:
     if target.backend == "hip":
         return amd_kernels(raw, out_dir, target)
     kernels = nvidia_kernels(raw, out_dir, target, inp.threads_per_block or DEFAULT_CUDA_THREADS)
+    _attach_loops(kernels, raw, out_dir, inp)
     if inp.entry and raw.get("demangled") is not None:  # CUDA C++: only the named __global__
         chosen = [k for k in kernels if k.name == inp.entry or k.name.startswith(inp.entry + "(")]
         if not chosen:
@@ -56,6 +60,20 @@ def nvidia_kernels(raw: dict, out_dir: Path, target: Target, default_threads: in
             instruction_mix=InstructionMix(**mixes.get(name, {})),
             signature=meta.get("signature") or {}, constexprs=meta.get("constexprs") or {}))
     return reports
+
+
+def _attach_loops(kernels: list[KernelResources], raw: dict, out_dir: Path, inp: Input) -> None:
+    """Loops, trip counts and executed estimates (NVIDIA: the SASS has the control flow)."""
+    sass_file, ttir_file = out_dir / "kernel.sass", out_dir / "kernel.ttir"
+    if not sass_file.is_file():
+        return
+    loops = find_loops(sass_file.read_text(errors="replace"))
+    launch = raw.get("launch")
+    triton = triton_loops(ttir_file.read_text(errors="replace"), (launch or {}).get("scalar_args") or {}) \
+        if ttir_file.is_file() else []
+    by_name = {raw.get("demangled", {}).get(name, name): found for name, found in loops.items()}
+    for k in kernels:
+        attach(k, by_name.get(k.name, []), triton, launch, inp.loop_trip_counts)
 
 
 def amd_kernels(raw: dict, out_dir: Path, target: Target) -> list[KernelResources]:

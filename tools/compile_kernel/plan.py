@@ -58,8 +58,23 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
     else:
         raise AgentError("give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
                          "spec, so the launcher can run on its example shapes and infer them")
-    return {"op": OP_COMPILE, "language": language, "payload": payload,
+    return {"op": OP_COMPILE, "language": language, "payload": payload, "what": _what(code, inp, payload),
             "key": cache_key("triton", text, payload, target.name, inp.entry)}
+
+
+def _what(code: CodeRef, inp: Input, payload: dict) -> str:
+    """What was compiled, for the summary: 'kda_decode/vtiled at B=1 H=32 K=128 V=128 float32'."""
+    if code.source is not None:
+        name = "inline source" + (f" launched like {inp.kernel}" if inp.kernel else "")
+    elif code.impl is not None:
+        name = f"{code.kernel}/{code.impl}"
+    else:
+        name = payload.get("file_name") or str(code.path)
+    launch = payload.get("launch")
+    if launch:
+        sizes = " ".join(f"{k}={v}" for k, v in launch["shape"].items())
+        return f"{name} at {sizes} {launch['dtype']}"
+    return f"{name} with the signature given"
 
 
 def _cuda_job(inp: Input, target: Target, text: str, where: dict, file_name: str) -> dict:
@@ -67,7 +82,7 @@ def _cuda_job(inp: Input, target: Target, text: str, where: dict, file_name: str
         raise AgentError(f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
                          "kernel for AMD targets, or target= an sm_* architecture")
     payload = {**where, "file_name": file_name, "arch": target.name, "flags": inp.nvcc_flags}
-    return {"op": OP_COMPILE_CUDA, "language": "cuda", "payload": payload,
+    return {"op": OP_COMPILE_CUDA, "language": "cuda", "payload": payload, "what": file_name,
             "key": cache_key("cuda", text, payload, target.name, inp.entry)}
 
 

@@ -55,7 +55,7 @@ def parse_resource_usage(text: str) -> dict[str, dict[str, int]]:
 
 # ---- NVIDIA: SASS instruction mix ----------------------------------------------------
 
-_SASS_SECTION = re.compile(r"^\s*\.section\s+\.text\.([\w$.]+),")
+SASS_SECTION = re.compile(r"^\s*\.section\s+\.text\.([\w$.]+),")
 # "/*0170*/   @!P1 LDG.E.128 R4, desc[UR8][R14.64] ;" -> "LDG.E.128"
 _SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*)")
 # "HFMA2.MMA R5, -RZ, RZ, 0, 0": -0 * 0 + constant, the compiler's way to put a constant (often
@@ -97,7 +97,7 @@ def classify_sass(text: str) -> dict[str, dict]:
     out: dict[str, dict] = {}
     current = None
     for line in text.splitlines():
-        if m := _SASS_SECTION.match(line):
+        if m := SASS_SECTION.match(line):
             current = out.setdefault(m.group(1), _empty_mix())
             continue
         m = _SASS_INSN.search(line)
@@ -108,6 +108,15 @@ def classify_sass(text: str) -> dict[str, dict]:
             continue
         _count(current, _sass_class(opcode, m.group(2)), opcode)
     return out
+
+
+def sass_mix(instructions) -> dict:
+    """The mix of some (opcode, operands) pairs, e.g. one loop's body."""
+    mix = _empty_mix()
+    for opcode, operands in instructions:
+        if not opcode.startswith("NOP"):
+            _count(mix, _sass_class(opcode, operands), opcode)
+    return mix
 
 
 # ---- AMD: AMDGCN metadata and instruction mix ----------------------------------------

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from ..base import ToolInput, ToolOutput
 from ..common.diff import Change
@@ -30,9 +30,13 @@ class Occupancy(BaseModel):
 
 
 class InstructionMix(BaseModel):
-    """Static instruction counts in the SASS (NVIDIA) or AMDGCN (AMD) of one kernel: code
-    size by class, not executed counts (a loop body counts once)."""
+    """Instruction counts in the SASS (NVIDIA) or AMDGCN (AMD) of one kernel by class: static
+    (code size, a loop body counts once) unless `counts` says executed_estimate."""
 
+    counts: Literal["static", "executed_estimate"] = Field("static", description="'static': instructions "
+                                                           "in the code, a loop body counted once; "
+                                                           "'executed_estimate': per thread, each loop body "
+                                                           "x its trip count.")
     tensor_core_mma: int = Field(0, description="Tensor-core matrix instructions (HMMA/HGMMA/QGMMA/IMMA/UTC*MMA; "
                                  "AMD v_mfma/v_wmma).")
     ffma: int = Field(0, description="FP32 fused multiply-add (FFMA; AMD v_fma/v_fmac_f32).")
@@ -60,6 +64,50 @@ class InstructionMix(BaseModel):
                                             "shape and types, e.g. {'HGMMA.64x128x16.F32': 8}.")
 
 
+class LoopReport(BaseModel):
+    """One loop in the SASS (a back edge to a block that dominates it)."""
+
+    index: int = Field(description="Position in address order, outermost first; loop_trip_counts= keys.")
+    source: str | None = Field(None, description="Source line of the loop's back-edge branch, e.g. "
+                               "'kda_decode_triton.py:94' (the `for` statement); null without line info.")
+    header_address: str = Field(description="SASS address of the loop's first instruction, e.g. '0x0ce0'.")
+    end_address: str = Field(description="SASS address of its last instruction (usually the back-edge BRA).")
+    depth: int = Field(description="Nesting depth: 0 outermost, 1 inside one other loop, ...")
+    parent: int | None = Field(None, description="index of the innermost enclosing loop; null: outermost.")
+    body: InstructionMix = Field(description="Static mix of the body, inner loops included once: the "
+                                 "instructions one trip issues per thread (an inner loop's trip aside).")
+    trip_count: int | None = Field(None, description="Times the body runs per program; null: unknown.")
+    trip_count_from: Literal["ttir", "given", "unknown"] = Field(description="'ttir': the scf.for bounds "
+                                                                 "with the launch's scalars; 'given': "
+                                                                 "loop_trip_counts=; 'unknown'.")
+    trip_count_how: str = Field(description="e.g. 'range(0, V=128, 32)', or why the count is unknown.")
+
+
+class LaunchShape(BaseModel):
+    """The launch the spec's launcher made on the example shape (intercepted, never run)."""
+
+    grid: list[int] = Field(description="Programs (blocks) along x, y, z.")
+    programs: int = Field(description="Programs per launch: the product of grid.")
+    output: str | None = Field(None, description="The output tensor per-output counts are per element of: "
+                               "the kernel's first tensor argument the launcher allocated (shares no "
+                               "storage with an input), by parameter name; null: none (in place).")
+    output_elements: int | None = Field(None, description="Elements of that output tensor.")
+    outputs_per_program: float | None = Field(None, description="output_elements / programs.")
+    scalar_args: dict[str, int] = Field(default_factory=dict, description="Integer arguments passed, "
+                                        "e.g. {'V': 128}: what loop bounds resolve against.")
+
+
+class ExecutedEstimate(BaseModel):
+    """Instructions a program executes: the static mix with each loop body x its trip count."""
+
+    per_thread: InstructionMix = Field(description="Executed per thread (counts='executed_estimate').")
+    per_output: dict[str, float] | None = Field(None, description="Thread-instructions per element of "
+                                                "launch.output, by class ('ffma', 'mufu', 'total', ...): "
+                                                "per_thread x threads_per_block / outputs_per_program; "
+                                                "null when the launch is unknown.")
+    assumes: str = Field(description="What the estimate takes for granted.")
+
+
 class KernelResources(BaseModel):
     name: str = Field(description="Kernel function name as the compiler emitted it.")
     registers_per_thread: int = Field(description="NVIDIA: 32-bit registers per thread (cuobjdump REG). AMD: "
@@ -85,6 +133,14 @@ class KernelResources(BaseModel):
     instruction_mix: InstructionMix
     signature: dict[str, str] = Field(default_factory=dict, description="Argument types compiled for.")
     constexprs: dict = Field(default_factory=dict, description="Compile-time constants compiled with.")
+    loops: list[LoopReport] = Field(default_factory=list, description="Loops in the SASS (NVIDIA), with "
+                                    "their body's static mix and trip count. instruction_mix counts each "
+                                    "body once.")
+    launch: LaunchShape | None = Field(None, description="Grid and output of the spec's launch; null "
+                                       "without a launcher (signature= given).")
+    executed_estimate: ExecutedEstimate | None = Field(None, description="Executed counts per thread and "
+                                                       "per output element; null when a loop's trip count "
+                                                       "is unknown (see loops).")
 
 
 class Input(ToolInput):
@@ -112,7 +168,15 @@ class Input(ToolInput):
                                                                    "first config, which is used otherwise).")
     shape: dict[str, int] | None = Field(None, description="Example sizes for inference, e.g. {'M': 1, 'N': 4096} "
                                          "(default: the spec's first GPU shape). Memory is reserved, never touched.")
+    shapes: list[dict[str, int]] | None = Field(None, description="The other tools' name for shape=, "
+                                                "accepted here with exactly one shape, e.g. [{'M': 1, "
+                                                "'N': 4096}]: a compile has one example shape.")
     dtype: str | None = Field(None, description="Example dtype for inference (default: the spec's first).")
+    loop_trip_counts: dict[str, int] | None = Field(None, description="Trip counts (times the body runs per "
+                                                    "program) for loops, keyed by the loop's index or "
+                                                    "source line as `loops` lists them, e.g. {'0': 4} or "
+                                                    "{'my_kernel.py:94': 4}; they replace what the TTIR "
+                                                    "gives, and fill in what it cannot.")
     target: str | None = Field(None, description=f"One of {', '.join(TARGETS)}. Default: this host's GPU, "
                                f"else {DEFAULT_TARGET}.")
     num_warps: int | None = Field(None, ge=1, le=32, description="Warps per block (overrides the launcher's).")
@@ -124,6 +188,21 @@ class Input(ToolInput):
     baseline: str | None = Field(None, description="Compare with: an experiment_id of an earlier compile_kernel "
                                  "call, or another source compiled the same way. The diff lists what moved.")
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0, le=600, description="Wall-clock limit per compile job, s.")
+
+    @model_validator(mode="after")
+    def _one_name_for_the_shape(self) -> Input:
+        """shapes= (every other tool's name) is shape= here when it holds one shape; the same
+        validator fits any one-shape tool (profile)."""
+        if self.shapes is None:
+            return self
+        if self.shape is not None:
+            raise ValueError("give the example shape once: shape={...} or shapes=[{...}], not both")
+        if len(self.shapes) != 1:
+            raise ValueError(f"compile_kernel compiles for one example shape and shapes= has {len(self.shapes)}; "
+                             "give one, e.g. shape={'B': 1, 'H': 32} (or shapes=[{...}]), and compile again "
+                             "for another")
+        self.shape, self.shapes = self.shapes[0], None
+        return self
 
 
 class Output(ToolOutput):

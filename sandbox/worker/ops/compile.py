@@ -13,7 +13,8 @@ Payload::
      "options": {"num_warps": 4 | None, "num_stages": 3 | None}}
 
 Returns raw compiler facts, never a judgement: {"status": "ok", "kernel": {...},
-"ptxas_log", "resource_usage" (cuobjdump), "files": [...]} or {"status":
+"ptxas_log", "resource_usage" (cuobjdump), "files": [...], "launch": {"grid", "scalar_args",
+"outputs"} (with a launcher only)} or {"status":
 "source_error" | "compile_error" | "setup_error", "diagnostic": {...}}. IR files go to
 out_dir as kernel.{ttir,ttgir,llir,ptx,cubin,sass,amdgcn,hsaco}.
 
@@ -73,7 +74,7 @@ def _run(payload: dict, ctx: JobContext) -> dict:
     except (Exception, SystemExit) as exc:  # agent code at import time: syntax error, bad import
         return {"status": "source_error", "diagnostic": import_error_diagnostic(exc, file, file_name, text)}
     try:
-        fn, signature, constexprs, attrs, options = _plan(module, payload)
+        fn, signature, constexprs, attrs, options, launch = _plan(module, payload)
     except SetupError as exc:
         return {"status": "setup_error", "diagnostic": {"message": str(exc), "file": file_name}}
     except Exception as exc:  # the launcher itself failed before it launched
@@ -82,7 +83,10 @@ def _run(payload: dict, ctx: JobContext) -> dict:
         diag["message"] = (f"running launcher {launcher!r} on example tensors to infer the signature failed "
                            f"(give signature= and constexprs= instead): {diag['message']}")
         return {"status": "setup_error", "diagnostic": diag}
-    return _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
+    result = _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
+    if launch is not None and result["status"] == "ok":
+        result["launch"] = launch
+    return result
 
 
 def _source_file(payload: dict, ctx: JobContext) -> Path:
@@ -128,13 +132,14 @@ def _plan(module, payload: dict):
     opts = {k: v for k, v in (payload.get("options") or {}).items() if v is not None}
 
     if payload.get("launch"):
-        fn, args, kwargs = _capture_launch(module, kernels, entry, payload["launch"])
+        fn, args, kwargs, launch = _capture_launch(module, kernels, entry, payload["launch"])
         overrides = {k: v for k, v in (payload.get("constexprs") or {}).items() if k in fn.arg_names}
         kwargs = {**kwargs, **overrides, **opts}
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         bound, specialization, launch_opts = binder(*args, **kwargs)
         options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, launch_opts)
-        return fn, signature, constexprs, attrs, {k: v for k, v in options.__dict__.items() if k in kwargs or k in opts}
+        options = {k: v for k, v in options.__dict__.items() if k in kwargs or k in opts}
+        return fn, signature, constexprs, attrs, options, launch
 
     signature = dict(payload.get("signature") or {})
     if not signature:
@@ -160,7 +165,7 @@ def _plan(module, payload: dict):
     # A JIT launch with torch tensors specialises every pointer as 16-byte aligned
     # (torch allocations are); assume the same so loads vectorise as they would.
     attrs = {(i,): backend.parse_attr("D") for i, n in enumerate(fn.arg_names) if signature[n].startswith("*")}
-    return fn, signature, constexprs, attrs, opts
+    return fn, signature, constexprs, attrs, opts, None
 
 
 def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
@@ -178,7 +183,7 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     def interceptor(fn):
         def run(*args, grid, warmup, **kwargs):
             if entry is None or fn.__name__ == entry:
-                captured.update(fn=fn, args=args, kwargs=kwargs)
+                captured.update(fn=fn, args=args, kwargs=kwargs, grid=grid)
                 raise _Captured()
             return None  # another kernel of the same launcher: not the one asked for
         return run
@@ -204,12 +209,35 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     try:
         launcher(*tensors)
     except _Captured:
-        return captured["fn"], captured["args"], captured["kwargs"]
+        fn, args, kwargs = captured["fn"], captured["args"], captured["kwargs"]
+        return fn, args, kwargs, _launch_facts(fn, args, kwargs, captured["grid"], tensors)
     finally:
         for obj in (*kernels, *tuners):
             obj.__dict__.pop("run", None)
     raise SetupError(f"{launch['launcher']} returned without launching "
                      f"{entry or 'any @triton.jit kernel of this file'}; give signature= explicitly")
+
+
+def _launch_facts(fn, args, kwargs, grid, inputs: list) -> dict:
+    """What the launch looked like: its grid (programs), its integer scalar arguments (loop bounds
+    such as V), and the tensors it writes that the launcher allocated (outputs, by parameter
+    name, in elements). An output is a tensor argument sharing no storage with an input."""
+    import torch
+
+    named = {**dict(zip(fn.arg_names, args)), **kwargs}
+    try:
+        if callable(grid):  # Triton calls a grid function with the bound arguments, constexprs included
+            grid = grid(named)
+        grid = [int(g) for g in (tuple(grid) if isinstance(grid, (tuple, list)) else (grid,))]
+    except Exception:  # noqa: BLE001 - agent code; no grid means no per-output estimate, said there
+        grid = None
+    input_storages = {t.untyped_storage().data_ptr() for t in inputs}
+    outputs = {name: v.numel() for name, v in named.items()
+               if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() not in input_storages}
+    runtime = {p.name for p in fn.params if not p.is_constexpr}  # constexprs are reported as such
+    scalars = {name: v for name, v in named.items()
+               if isinstance(v, int) and not isinstance(v, bool) and name in runtime}
+    return {"grid": None if grid is None else (grid + [1, 1, 1])[:3], "scalar_args": scalars, "outputs": outputs}
 
 
 def _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text) -> dict:
@@ -278,7 +306,9 @@ def inspect_cubin(cubin: Path, sass_out: Path) -> dict:
     """cuobjdump's resource usage (text) and nvdisasm's SASS (written to sass_out)."""
     usage = subprocess.run([nvidia_tool("cuobjdump"), "--dump-resource-usage", str(cubin)],
                            capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
-    sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", str(cubin)],
+    # -g: each instruction's source line (Triton compiles with line info), which ties a SASS loop
+    # to the `for` statement whose trip count the TTIR gives
+    sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", "-g", str(cubin)],
                           capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
     sass_out.write_text(sass.stdout if sass.returncode == 0 else f"nvdisasm failed: {sass.stderr}")
     return {"resource_usage": usage.stdout + usage.stderr}
