@@ -57,7 +57,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.num_compiles + compiles,
-                  summary=summary(plan.candidate_name, verdict, reports, findings))
+                  summary=summary(plan.what_ran, verdict, reports, findings))
 
 
 async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, enabled: set[str], timeout_s: float,
