@@ -20,6 +20,7 @@ from .lock import LockStatus, check_lock
 MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
 MAX_ELEMENTS_PER_CASE = 1 << 27  # all arguments x trials: bounds the judge's memory (~10 copies of this)
 DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
+SUMMARY_SHAPES = 6  # shapes the summary line names; the cases list has them all
 STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
 
 
@@ -59,9 +60,10 @@ class Plan:
     @property
     def what_ran(self) -> str:
         """The candidate, its shapes and dtypes, for summary lines."""
-        shapes = "; ".join(dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases))
+        shapes = list(dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases))
+        more = f"; +{len(shapes) - SUMMARY_SHAPES} more" if len(shapes) > SUMMARY_SHAPES else ""
         dtypes = ", ".join(dict.fromkeys(c.dtype for c in self.cases))
-        return f"{self.candidate_name} on shapes [{shapes}] x dtypes [{dtypes}]"
+        return f"{self.candidate_name} on shapes [{'; '.join(shapes[:SUMMARY_SHAPES])}{more}] x dtypes [{dtypes}]"
 
 
 def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
