@@ -79,9 +79,9 @@ def watch_triton() -> dict:
 def _watch_interpreter_bf16(interp, state: dict) -> None:
     """The interpreter keeps bfloat16 as its raw uint16 bits and applies numpy's arithmetic
     to them (triton/runtime/interpreter.py maps tl.bfloat16 to np.uint16): a product of
-    two bf16 values is an integer product of bit patterns. Count every elementwise op,
-    fma and reduction that sees a bf16 operand; conversions (x.to(tl.float32)) are exact
-    and not counted."""
+    two bf16 values is an integer product of bit patterns, and tl.dot multiplies them as
+    numbers too. Count every elementwise op, fma, dot and reduction that sees a bf16
+    operand; conversions (x.to(tl.float32)) are exact and not counted."""
     import triton.language as tl
 
     def is_bf16(handle) -> bool:
@@ -89,7 +89,7 @@ def _watch_interpreter_bf16(interp, state: dict) -> None:
         return getattr(dtype, "scalar", dtype) == tl.bfloat16
 
     builder = interp.InterpreterBuilder
-    for name in ("binary_op", "unary_op", "ternary_op", "create_fma"):
+    for name in ("binary_op", "unary_op", "ternary_op", "create_fma", "create_dot"):
         original = getattr(builder, name, None)
         if original is None:
             continue
