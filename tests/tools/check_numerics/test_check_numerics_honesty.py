@@ -55,6 +55,7 @@ async def test_an_unwritten_element_is_found_by_its_sentinel_in_every_float_dtyp
     ("impl", "the spec names the impl 'triton'"),
     ("path", "its file is named 'mine_triton.py'"),
     ("source", "its module imports triton"),
+    ("decoy", "its module imports triton"),
 ])
 async def test_a_triton_impl_that_launches_nothing_is_a_finding(zoo_client, zoo_workspace, how, why):
     # torch only, no @triton.jit anywhere (no decoy): declared Triton by the spec's impl name,
@@ -68,8 +69,11 @@ async def test_a_triton_impl_that_launches_nothing_is_a_finding(zoo_client, zoo_
     elif how == "path":
         (zoo_workspace / "mine_triton.py").write_text(TORCH_ONLY)
         args.update(path="mine_triton.py", entry="vector_add")
-    else:
+    elif how == "source":
         args.update(source=TORCH_ONLY_WITH_TRITON_IMPORT, entry="vector_add")
+    else:  # an unused @triton.jit beside the torch code
+        decoy = TORCH_ONLY_WITH_TRITON_IMPORT + "\n\n@triton.jit\ndef unused_kernel(x_ptr):\n    pass\n"
+        args.update(source=decoy, entry="vector_add")
     try:
         out = await call(zoo_client, "check_numerics", **args)
     finally:
