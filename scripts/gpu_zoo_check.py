@@ -5,7 +5,8 @@ one table at the end. Designed to finish in under 5 minutes on an H100/H200 (--d
 1. check_numerics per (kernel, impl), trials=2, the tool's default shapes on CUDA (the spec's small
    set plus its GPU shapes that fit the numerics budget), every dtype. Each call carries expect:
    `verdict == 'pass'` with no findings, except the TF32 case study (tp_linear/tf32), which must fail
-   with `partition_mismatch`. A few calls run at once (numerics do not time anything).
+   on its own numerics with no finding (the whole call misses as far as the shards: no
+   `partition_mismatch`). A few calls run at once (numerics do not time anything).
 2. microbench per (kernel, impl) at the spec's GPU shapes, one call at a time (nothing else on the
    GPU), budget_ms per shape, expect no impossible time and passing spot-checks. Once the deadline
    nears, the remaining calls are skipped and named as skipped.
@@ -36,7 +37,8 @@ from pathlib import Path
 import anyio
 
 # The TF32 tensor-parallel case study (kernels/tp_linear/README.md): these shards miss FP32 by design.
-EXPECTED_FAILURES = {("tp_linear", "tf32"): "partition_mismatch"}
+EXPECTED_FAILURES = {("tp_linear", "tf32"): ["verdict == 'fail'", "len(finding_codes) == 0",
+                                             "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2"]}
 NUMERICS_SHARE = 0.45  # of the deadline: numerics still running then are cancelled and named
 BENCH_EXPECT = ["is_impossible == false", "spot_check == 'passed'"]
 PER_SHAPE_OVERHEAD_S = 3.0  # job start, Triton's first compile, warm-up: what a shape costs beyond budget_ms
@@ -61,9 +63,9 @@ class Row:
 
 
 def numerics_expect(kernel: str, impl: str) -> list[str]:
-    code = EXPECTED_FAILURES.get((kernel, impl))
-    if code:
-        return [f'"{code}" in finding_codes', "verdict == 'fail'"]
+    expected = EXPECTED_FAILURES.get((kernel, impl))
+    if expected:
+        return list(expected)
     return ["verdict == 'pass'", "len(finding_codes) == 0"]
 
 

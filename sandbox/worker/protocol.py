@@ -32,6 +32,7 @@ class CodePayload(TypedDict, total=False):
     entry: str
     path: str | None
     source: str | None
+    file_name: str  # how errors name the file (numerics_run), e.g. "vector_add/vector_add_triton.py"
 
 
 class ArgPayload(TypedDict):
@@ -72,6 +73,17 @@ class PartitionPayload(TypedDict, total=False):
     out_dim: int
     names: dict[str, int]  # argument name -> split dim (for people)
     sum_order: list[int]
+
+
+# The pre-fill of outputs the candidate allocates (numerics_run): a quiet NaN whose payload
+# no arithmetic produces, as raw bits per float dtype. Measured on x86 CPU (torch 2.13,
+# Triton 3.9 interpreter): NaNs computed from finite values (0/0, inf-inf, sqrt(-1), a
+# float32 NaN rounded down) are 0x7fc00000/0xffc00000 (float32), 0x7e00/0xfe00 (float16),
+# 0x7fc0/0xffc0/0xffff (bfloat16), 0x7ff8.../0xfff8... (float64); GPUs produce the
+# canonical 0x7fffffff/0x7fff family. A payload survives copies and stores bit for bit; an
+# op reading the sentinel propagates it (that output came from unwritten memory too).
+UNWRITTEN_FLOAT_BITS = {"float32": 0x7FC5A5A5, "float16": 0x7E5A, "bfloat16": 0x7FDA,
+                        "float64": 0x7FF80000A5A5A5A5}
 
 
 class NumericsRunPayload(TypedDict):

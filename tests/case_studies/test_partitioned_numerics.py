@@ -6,7 +6,9 @@ The agent's story, one tool call per step, each judged by the tool itself throug
 1. Hypothesis: "the TF32 shards' all-reduced result diverges from the FP32 linear". Cheapest check:
    `check_numerics(kernel="tp_linear", impl="tf32")` at one small shape; the spec's partition runs
    every trial on 4 simulated ranks, once whole, and against the float64 reference.
-   -> supported: a `partition_mismatch` finding that names the split, the case and the three errors.
+   -> supported: the verdict fails on the spec's own tolerance, and the partition report names the
+   split, the case and the three errors. No `partition_mismatch`: the whole (unpartitioned) call misses
+   the reference as far, so the miss is the kernel's, not the split's (issue 20).
 2. Which part is at fault, the split or the shards' precision? Change only the all-reduce order
    (`sum_order=[3, 1, 0, 2]`): if the split were the problem, the partitioned-vs-unpartitioned error
    would move past the tolerance; if the precision is, the unpartitioned kernel is as far off.
@@ -17,15 +19,14 @@ The agent's story, one tool call per step, each judged by the tool itself throug
 
 What a person should look at (one run on 2 shared CPU cores, Triton interpreter, M=16 N=32 K=256
 float32, 2 trials of fresh seeded inputs; the digits move with the seed, see kernels/tp_linear/README.md):
-- step 1: "FAIL: tp_linear/tf32 ... rel L2 0.000785 vs tolerance 1e-05 (spec) ... findings:
-  partition_mismatch. Expect: supported (2 of 2 conditions hold)"; the finding: "4 ranks split
-  {'x': 1, 'w': 1} (sum): partitioned vs unpartitioned rel L2 6.78e-08, partitioned vs reference
-  0.000785, unpartitioned vs reference 0.000785 (tolerance 1e-05); most divergent element [7, 0] of
-  trial 1" (78x the tolerance).
+- step 1: "FAIL: tp_linear/tf32 on shapes [M=16 N=32 K=256] x dtypes [float32]: ... rel L2 0.000785
+  vs tolerance 1e-05 (spec) ... Expect: supported (2 of 2 conditions hold)"; the partition report:
+  partitioned vs unpartitioned rel L2 6.78e-08, partitioned vs reference 0.000785, unpartitioned vs
+  reference 0.000785 (78x the tolerance).
 - step 2 (sum order [3, 1, 0, 2]): partitioned vs unpartitioned 7.6e-8, unpartitioned vs reference
   7.75e-4: supported, the split only reorders FP32 sums.
 - step 3: "PASS: tp_linear/tf32x3 ... rel L2 3.81e-07 vs tolerance 1e-05 ... Expect: contradicted,
-  '"partition_mismatch" in finding_codes' fails (partition_mismatch vs [])"; compare_experiments:
+  "verdict == 'fail'" fails (pass vs fail)"; compare_experiments:
   verdict fail -> pass, partitioned vs reference ratio 4.7e-4 (the error fell ~2100x).
 The whole replay costs ~15 s, most of it the sandbox's first start.
 """
@@ -38,7 +39,7 @@ pytestmark = pytest.mark.anyio
 
 SHAPE = [{"M": 16, "N": 32, "K": 256}]  # the first of the spec's CPU shapes (kernels/tp_linear/README.md)
 TOLERANCE = 1e-5  # the spec's float32 rel L2 tolerance: FP32 accumulation over K
-SHARDS_DIVERGE = ['"partition_mismatch" in finding_codes', "partitioned_vs_reference_rel_l2 > tolerance_rel_l2"]
+SHARDS_DIVERGE = ["verdict == 'fail'", "partitioned_vs_reference_rel_l2 > tolerance_rel_l2"]
 SPLIT_IS_INNOCENT = ["partitioned_vs_unpartitioned_rel_l2 <= 0.1 * tolerance_rel_l2",
                      "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2"]
 
@@ -51,16 +52,14 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
     print("step 1:", tf32["summary"], "|", tf32["findings"])
     assert tf32["hypothesis_answer"]["answer"] == "supported", tf32["hypothesis_answer"]
     assert answers(tf32) == dict.fromkeys(SHARDS_DIVERGE, "supported")
-    assert tf32["verdict"] == "fail" and "findings: partition_mismatch" in tf32["summary"]
-    (finding,) = tf32["findings"]
+    assert tf32["verdict"] == "fail" and tf32["findings"] == []  # a miss both runs share: no partition finding
     (case,) = tf32["cases"]
     part = case["partition"]
-    # where: the finding names the case, the split and the numbers the partition report carries
-    assert finding["code"] == "partition_mismatch" and finding["severity"] == "error"
-    assert finding["case"] == case["case"] == "M=16 N=32 K=256 float32"
-    assert "4 ranks split {'x': 1, 'w': 1} (sum)" in finding["message"]
-    assert f"partitioned vs reference {part['partitioned_vs_reference_rel_l2']:.3g}" in finding["message"]
-    assert f"most divergent element {part['most_divergent_index']}" in finding["message"]
+    # where: the case, the split and the three errors, in the partition report
+    assert case["case"] == "M=16 N=32 K=256 float32" and case["verdict"] == "fail"
+    assert part["args"] == {"x": 1, "w": 1} and part["num_parts"] == 4 and part["combine"] == "sum"
+    unpartitioned, split = part["unpartitioned_vs_reference_rel_l2"], part["partitioned_vs_unpartitioned_rel_l2"]
+    assert unpartitioned > 10 * TOLERANCE > 100 * split
     assert case["tolerance_rel_l2"] == TOLERANCE and case["tolerance_source"] == "spec"
     # TF32 operands carry 10 mantissa bits: ~2^-10 relative error, two orders above the FP32 tolerance
     assert part["partitioned_vs_reference_rel_l2"] > 10 * TOLERANCE
@@ -74,7 +73,7 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
     print("step 2:", reordered["summary"], "|", reordered["cases"][0]["partition"])
     assert reordered["hypothesis_answer"]["answer"] == "supported", reordered["hypothesis_answer"]
     assert reordered["cases"][0]["partition"]["sum_order"] == [3, 1, 0, 2]
-    assert [f["code"] for f in reordered["findings"]] == ["partition_mismatch"]
+    assert reordered["findings"] == []
 
     # 3. the fix, asked step 1's question
     tf32x3 = await call(agent, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,

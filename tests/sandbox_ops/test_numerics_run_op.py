@@ -43,14 +43,14 @@ def job_ctx(root):
     return JobContext(job_dir=dirs["job"], in_dir=dirs["in"], out_dir=dirs["out"], workspace=None, device="cpu")
 
 
-def run_candidate(tmp_path, candidate, partition=None, trials=2):
+def run_candidate(tmp_path, candidate, partition=None, trials=2, dtype="float32"):
     kernel = load_workspace().kernel("vector_add")
     ref_ctx = job_ctx(tmp_path / "ref")
     keys = [f"c0t{t}" for t in range(trials)]
     reference.run({
         "reference": {"entry": "vector_add", "path": str(kernel.source_of(kernel.spec.reference))},
         "args": [dataclasses.asdict(a) for a in kernel.spec.args],
-        "items": [{"key": k, "shape": {"N": 100}, "dtype": "float32", "seed": t} for t, k in enumerate(keys)],
+        "items": [{"key": k, "shape": {"N": 100}, "dtype": dtype, "seed": t} for t, k in enumerate(keys)],
     }, ref_ctx)
     ctx = job_ctx(tmp_path / "cand")
     for k in keys:
@@ -105,3 +105,38 @@ def test_unwritten_output_is_nan_and_errors_are_facts(tmp_path):
     bad = "def vector_add(x):\n    return x\n"
     with pytest.raises(LoadError, match="cannot be called with 2 positional arguments"):
         run_candidate(tmp_path / "bad", {"entry": "vector_add", "source": bad}, trials=1)
+
+
+def test_unwritten_elements_hold_the_sentinel_computed_nans_do_not(tmp_path):
+    source = ("import torch\ndef vector_add(x, y):\n    out = torch.empty_like(x)\n"
+              "    out[:50] = (x[:50] - x[:50]) / (x[:50] - x[:50])  # 0/0: a NaN the arithmetic made\n"
+              "    return out\n")
+    result, ctx = run_candidate(tmp_path, {"entry": "vector_add", "source": source}, trials=1)
+    bits = load_tensors(ctx.out_dir / "c0t0.out.pt")["0"].view(torch.int32)
+    assert (bits[50:] == 0x7FC5A5A5).all()  # never written: the sentinel, bit for bit
+    assert torch.isnan(bits[:50].view(torch.float32)).all() and not (bits[:50] == 0x7FC5A5A5).any()
+
+
+def test_a_raising_call_names_the_kernel_line(tmp_path):
+    source = ("import torch\nimport triton\nimport triton.language as tl\n\n@triton.jit\n"
+              "def k(x_ptr, o_ptr):\n    x = tl.load(x_ptr)\n    tl.static_assert(x.dtype == tl.float16, 'fp16')\n"
+              "    tl.store(o_ptr, x)\n\ndef vector_add(x, y):\n    out = torch.empty_like(x)\n"
+              "    k[(1,)](x, out)\n    return out\n")
+    cand = {"entry": "vector_add", "source": source, "file_name": "candidate.py"}
+    result, _ = run_candidate(tmp_path, cand, trials=1)
+    first = result["calls"][0]
+    assert first["diagnostic"].startswith("candidate.py:8:5: AssertionError: fp16"), first["diagnostic"]
+    assert result["imports_triton"] and first["triton_launch_errors"]
+
+
+def test_bf16_arithmetic_under_the_interpreter_is_counted(tmp_path):
+    kernel = load_workspace().kernel("vector_add")
+    upcast = (kernel.folder / "vector_add_triton.py").read_text()
+    native = upcast.replace("x.to(tl.float32) + y.to(tl.float32)", "x + y")
+    assert native != upcast
+    counts = {}
+    for name, source in (("upcast", upcast), ("native", native)):
+        result, _ = run_candidate(tmp_path / name, {"entry": "vector_add", "source": source}, trials=1,
+                                  dtype="bfloat16")
+        counts[name] = result["calls"][0]["interpreter_bf16_ops"]
+    assert counts == {"upcast": 0, "native": 1}  # one bf16 add per program; conversions are exact

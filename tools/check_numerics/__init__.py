@@ -57,7 +57,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
                   lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.num_compiles + compiles,
-                  summary=summary(plan.candidate_name, verdict, reports, findings))
+                  summary=summary(plan.what_ran, verdict, reports, findings))
 
 
 async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, enabled: set[str], timeout_s: float,
@@ -119,8 +119,10 @@ TOOL = Tool(
     description="Does a kernel compute the same function as its reference, honestly? Runs the candidate on fresh "
     "seeded inputs per trial, compares with a float64 reference outside its process (max abs/rel, rel L2, ULP, "
     "mismatch indices, NaN/Inf) against a documented tolerance, and reports integrity findings: unwritten output, "
-    "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, "
-    "lower precision, and partitioned (simulated tensor-parallel) vs unpartitioned divergence. Tolerance (relative "
+    "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, a "
+    "Triton kernel that launched nothing, lower precision, bfloat16 in the CPU interpreter (a suspect), and "
+    "partitioned (simulated tensor-parallel) vs unpartitioned divergence. A case whose candidate raises keeps "
+    "its error (file:line:col) and the other cases their results. Tolerance (relative "
     "L2): the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 "
     "5e-4, float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser "
     "tolerance.",

@@ -48,7 +48,10 @@ class CaseEvidence:
     calls: list[dict] = field(default_factory=list)  # worker facts, in call order
     outputs: dict = field(default_factory=dict)  # (key, kind) -> [Tensor | None]
     errors: dict = field(default_factory=dict)  # (key, kind) -> [compare() dict | None]
-    is_triton: bool = False
+    is_triton: bool = False  # the entry's module holds a Triton function (the worker's word)
+    # why the candidate is a Triton kernel ("": not declared one): its name, or its module
+    # imports triton; such a candidate must launch a Triton kernel (findings._op_audit)
+    declared_triton: str = ""
     tampered: list[str] = field(default_factory=list)
 
     def output_dtype(self, key: str, j: int, ref) -> str:
@@ -74,6 +77,8 @@ def passes(err: dict, tol: ResolvedTolerance) -> bool:
 def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict) -> CaseEvidence:
     ev.calls = [c for c in map(_clean_call, worker.get("calls") or []) if c is not None]
     ev.is_triton = bool(worker.get("is_triton"))
+    if not ev.declared_triton and worker.get("imports_triton") is True:
+        ev.declared_triton = "its module imports triton"
     ev.tampered = [str(t) for t in worker.get("tampered", [])][:20]
     for key in ev.keys:
         ev.inputs[key] = _as_list(load_tensors(ref_dir / inputs_file(key)))
@@ -156,6 +161,7 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
             dtype = ev.output_dtype(key, j, ref)
             vs_ref = compare(combined, ref, dtype, ev.tol.rel_l2)
             vs_unpart = compare(combined, first[j], dtype, ev.tol.rel_l2)
+            unpartitioned_passes = passes(compare(first[j], ref, dtype, ev.tol.rel_l2), ev.tol)
             row = {
                 "trial": t, "output_index": j,
                 "partitioned_vs_reference_rel_l2": vs_ref["rel_l2_error"],
@@ -167,6 +173,9 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                 "most_divergent_unpartitioned": vs_unpart["worst_reference"],
                 "most_divergent_reference": _at(ref, vs_unpart["worst_index"]),
                 "is_within_tolerance": passes(vs_ref, ev.tol) and passes(vs_unpart, ev.tol),
+                # the partition's own fault: the two runs differ beyond the tolerance, or only the
+                # partitioned one misses the reference; a miss both share is the case's verdict
+                "diverges": not passes(vs_unpart, ev.tol) or (unpartitioned_passes and not passes(vs_ref, ev.tol)),
             }
             if worst is None or _worse_partition(row, worst):
                 worst = row
@@ -182,10 +191,13 @@ def _clean_call(call) -> dict | None:
         clean = {"key": str(call["key"]), "kind": str(call["kind"]), "index": int(call["index"]),
                  "ops": {str(k): int(v) for k, v in dict(call.get("ops") or {}).items()},
                  "triton_launches": int(call.get("triton_launches") or 0),
-                 "triton_launch_errors": [str(e)[:300] for e in list(call.get("triton_launch_errors") or [])[:5]]}
+                 "triton_launch_errors": [str(e)[:300] for e in list(call.get("triton_launch_errors") or [])[:5]],
+                 "interpreter_bf16_ops": int(call.get("interpreter_bf16_ops") or 0)}
         if "error" in call:
             clean["error"] = str(call["error"])[:2000]
             clean["traceback"] = str(call.get("traceback") or "")[-4000:]
+            if call.get("diagnostic"):
+                clean["diagnostic"] = str(call["diagnostic"])[:4000]
         else:
             clean["outputs"] = [_clean_output(o) for o in list(call.get("outputs") or [])[:64] if isinstance(o, dict)]
     except (KeyError, TypeError, ValueError):
@@ -208,7 +220,7 @@ def _worse_partition(a: dict, b: dict) -> bool:
 
 
 def _partition_badness(r: dict) -> tuple:
-    return (not r["is_within_tolerance"], r["partitioned_vs_unpartitioned_rel_l2"],
+    return (r["diverges"], not r["is_within_tolerance"], r["partitioned_vs_unpartitioned_rel_l2"],
             r["partitioned_vs_reference_rel_l2"])
 
 

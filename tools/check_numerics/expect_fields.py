@@ -23,6 +23,8 @@ CATALOGUE = Catalogue(
         "error_finding_codes": "Codes of the findings with severity 'error' (those fail the verdict).",
         "num_cases": "Cases run.",
         "num_failed_cases": "Cases whose verdict is not 'pass'.",
+        "num_raised_cases": "Cases whose candidate raised on its first call (their `error` names the kernel's "
+                            "file:line:col).",
         "is_locked": "True when a person locked this kernel's reference and tolerances.",
         "device": Output.model_fields["device"].description,
         "triton_compiles": Output.model_fields["triton_compiles"].description,
@@ -47,6 +49,7 @@ def facts(inp: Input, out: Output) -> Facts:
         "error_finding_codes": sorted({f.code for f in out.findings if f.severity == "error"}),
         "num_cases": len(out.cases),
         "num_failed_cases": sum(c.verdict != "pass" for c in out.cases),
+        "num_raised_cases": sum(c.error is not None for c in out.cases),
         "is_locked": bool(out.lock and out.lock.locked),
         "device": out.device,
         "triton_compiles": out.triton_compiles,

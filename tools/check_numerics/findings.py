@@ -11,7 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from ...sandbox.worker.protocol import CALL_FIRST, CALL_RECHECK, CALL_REPEAT, is_rank_call
+from ...sandbox.worker.protocol import (
+    CALL_FIRST,
+    CALL_RECHECK,
+    CALL_REPEAT,
+    UNWRITTEN_FLOAT_BITS,
+    is_rank_call,
+)
 from ..common.error_metrics import representable_fraction, round_to
 from ..common.tolerance import LOWER_PRECISION
 from .evidence import CaseEvidence
@@ -60,20 +66,21 @@ def _first_calls(ev: CaseEvidence):
 
 
 def _unwritten(ev, _):
-    """An element still holding the pre-fill (NaN's exact bits; an integer dtype's max)
-    where the reference differs was never written; other NaN/Inf where the reference is
-    finite was computed (garbage arithmetic, overflow)."""
+    """An element still holding the pre-fill (the sentinel NaN's exact bits, a payload no
+    arithmetic produces: protocol.UNWRITTEN_FLOAT_BITS; an integer dtype's max) where the
+    reference differs was never written; any other NaN/Inf where the reference is finite,
+    canonical NaNs included, was computed (garbage arithmetic, overflow)."""
     for key in ev.keys:
         outs = ev.outputs.get((key, CALL_FIRST)) or []
         for j, err in enumerate(ev.errors.get((key, CALL_FIRST), [])):
             if not err or j >= len(outs) or outs[j] is None or outs[j].dtype == torch.bool:
                 continue
             out, ref = outs[j], ev.refs[key][j]
+            sentinel = UNWRITTEN_FLOAT_BITS.get(str(out.dtype).removeprefix("torch."))
             if out.is_floating_point():
-                if not err["nonfinite_mismatches"]:
+                if not err["nonfinite_mismatches"] or sentinel is None:
                     continue
-                fill = torch.full((1,), float("nan"), dtype=out.dtype)
-                unwritten = (_bits(out) == _bits(fill)[0]) & torch.isfinite(ref)
+                unwritten = (_bits(out) == _signed(sentinel, out.element_size())) & torch.isfinite(ref)
             else:
                 top = torch.iinfo(out.dtype).max
                 unwritten = (out == top) & (ref != top)
@@ -81,15 +88,20 @@ def _unwritten(ev, _):
                 first = [int(i) for i in unwritten.nonzero()[0]]
                 return [_f(ev, "unwritten_output", "error",
                            f"output {j} has {int(unwritten.sum())} elements still holding the pre-fill "
-                           f"({'NaN' if out.is_floating_point() else 'the dtype max'}) where the reference differs "
-                           f"(first at {first}): never written (e.g. torch.empty_like returned as is, or a store "
-                           "mask that misses elements)")]
+                           f"({'a sentinel NaN' if out.is_floating_point() else 'the dtype max'}) where the "
+                           f"reference differs (first at {first}): never written (e.g. torch.empty_like returned "
+                           "as is, or a store mask that misses elements)")]
             if out.is_floating_point():
                 return [_f(ev, "nonfinite_output", "error",
                            f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the reference is "
-                           f"finite (first at {err['worst_index']}), not the pre-fill pattern: computed, e.g. "
-                           "overflow or arithmetic on misread data")]
+                           f"finite (first at {err['worst_index']}), not the pre-fill sentinel: computed, e.g. "
+                           "overflow, 0/0, or arithmetic on misread data")]
     return []
+
+
+def _signed(bits: int, size: int) -> int:
+    """Raw bits as the signed integer _bits() compares them with."""
+    return bits - (1 << (8 * size)) if bits >= 1 << (8 * size - 1) else bits
 
 
 def _mutation(ev, _):
@@ -200,9 +212,14 @@ def _op_audit(ev, forbidden_ops):
                         f"a Triton launch raised ({launch_errors[0]}) and the call still returned, via "
                         f"{', '.join(library) or 'other code'}: "
                         "a try/except fallback hides the kernel's failure"))
-    elif ev.is_triton and launches == 0 and library:  # a Triton module that never launched
-        found.append(_f(ev, "fallback_to_library", "error", f"no Triton kernel was launched; the result came from "
-                        f"torch ops {', '.join(library)}"))
+    elif ev.declared_triton and launches == 0 and any(True for _ in _first_calls(ev)):
+        # a Triton kernel by name or import that launched nothing: torch computed the result,
+        # whether or not the file also holds an (unused) @triton.jit
+        found.append(_f(ev, "no_triton_launch", "error",
+                        f"declared a Triton kernel ({ev.declared_triton}) but launched no Triton kernel in "
+                        f"{len(ev.keys)} call(s); the result came from "
+                        f"{'torch ops ' + ', '.join(library) if library else 'code outside Triton'}: launch the "
+                        "kernel (kernel[grid](...)) from the entry function"))
     elif (ev.is_triton or launches) and library and not banned:
         ref_ops = {op for f in ev.ref_facts.values() for op in f.get("ops", []) if op not in MEMORY_OPS}
         # every compute op of the reference, dispatched again: the reference's own path ran

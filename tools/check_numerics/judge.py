@@ -12,7 +12,6 @@ import torch
 
 from ...sandbox.job import JobResult
 from ...sandbox.worker.protocol import CALL_FIRST
-from ..base import AgentError
 from .evidence import CaseEvidence, case_errors, load_evidence, op_totals, partition_result
 from .findings import call_findings, case_findings
 from .plan import Case, Plan
@@ -26,14 +25,17 @@ def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items:
     """Judge one case from its files: (report, partition row, findings, histogram values)."""
     ev = CaseEvidence(label=case.label, dtype=case.dtype, out_dtype=case.storage_dtype, tol=case.tol,
                       arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
-                      ref_facts={k: ref_items.get(k, {}) for k in case.keys})
+                      ref_facts={k: ref_items.get(k, {}) for k in case.keys}, declared_triton=plan.triton_by_name)
     load_evidence(ev, ref_dir, res.out_dir, res.result if isinstance(res.result, dict) else {})
     first = next((c for c in ev.calls if c.get("kind") == CALL_FIRST), None)
     if first is None or "error" in first:
-        detail = (first or {}).get("traceback") or (first or {}).get("error") or "no call was recorded"
-        raise AgentError(f"the candidate raised on case {case.label}, trial 0 (seed {case.seeds[0]}):\n{detail}")
+        report = _raised_report(case, first)
+        return report, None, [Finding(code="candidate_raised", severity="error", case=case.label,
+                                      message=report.error)], None
     found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
     report, row = _case_report(plan, case, ev, found)
+    if report.verdict == "fail" and device == "cpu" and "precision" in enabled:
+        found += _interpreter_suspect(ev)
     errors = None
     if report.errors:
         key = case.keys[report.errors.trial]
@@ -41,6 +43,36 @@ def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items:
         if out is not None:
             errors = element_errors(out, ev.refs[key][report.errors.output_index])
     return report, row, found, errors
+
+
+def _raised_report(case: Case, first: dict | None) -> CaseReport:
+    """The case whose first call raised (e.g. a kernel that does not compile for this dtype):
+    the error, pointed at the candidate's line, is the case's result; other cases keep theirs.
+    First line: file:line:col and the message (else the exception); then the source excerpt
+    or the traceback."""
+    first = first or {}
+    exc = first.get("error") or "no call was recorded"
+    diag = first.get("diagnostic")
+    head, _, excerpt = diag.partition("\n") if diag else (exc, "", "")
+    error = (f"{head}\nraised by the candidate on case {case.label}, trial 0 (seed {case.seeds[0]}): {exc}\n"
+             f"{excerpt or first.get('traceback') or ''}")
+    return CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict="fail",
+                      tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
+                      tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
+                      trial_rel_l2=[None] * len(case.keys), errors=None, error=error.strip()[:6000])
+
+
+def _interpreter_suspect(ev: CaseEvidence) -> list[Finding]:
+    """A failing case whose kernel did bfloat16 arithmetic in the CPU interpreter, which keeps
+    bf16 as raw uint16 bits and does integer arithmetic on them (README, check_numerics)."""
+    ops = sum(c["interpreter_bf16_ops"] for c in ev.calls if c["kind"] == CALL_FIRST)
+    if not ops:
+        return []
+    return [Finding(code="interpreter_bf16_suspect", severity="warning", case=ev.label, message=(
+        f"the kernel ran {ops} bfloat16 arithmetic operations in the Triton interpreter (CPU), which computes "
+        "bfloat16 arithmetic wrongly (it multiplies and adds the raw bit patterns): the interpreter, not the "
+        "kernel, may be at fault. Confirm: upcast to float32 in the kernel (x.to(tl.float32) after each load, "
+        ".to(out_ptr.dtype.element_ty) at the store) and check again, or run on a GPU"))]
 
 
 def _case_report(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
@@ -61,7 +93,7 @@ def _case_report(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding])
         else:
             numbers = {k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields}
             part = PartitionReport(**meta, **numbers)
-            if not row["is_within_tolerance"]:
+            if row["diverges"]:
                 found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
                     f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "
                     f"rel L2 {row['partitioned_vs_unpartitioned_rel_l2']:.3g}, partitioned vs reference "

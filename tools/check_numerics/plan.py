@@ -20,6 +20,7 @@ from .lock import LockStatus, check_lock
 MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
 MAX_ELEMENTS_PER_CASE = 1 << 27  # all arguments x trials: bounds the judge's memory (~10 copies of this)
 DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
+SUMMARY_SHAPES = 6  # shapes the summary line names; the cases list has them all
 STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
 
 
@@ -52,6 +53,17 @@ class Plan:
     kernel: str | None
     distribution: str | None = None  # float inputs' draw override (tensors.make_inputs)
     notes: list[str] = field(default_factory=list)  # lock-related problems, in words
+    # why the candidate counts as a Triton kernel by name ("" when its name does not say);
+    # the worker adds "its module imports triton" (judge.py)
+    triton_by_name: str = ""
+
+    @property
+    def what_ran(self) -> str:
+        """The candidate, its shapes and dtypes, for summary lines."""
+        shapes = list(dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases))
+        more = f"; +{len(shapes) - SUMMARY_SHAPES} more" if len(shapes) > SUMMARY_SHAPES else ""
+        dtypes = ", ".join(dict.fromkeys(c.dtype for c in self.cases))
+        return f"{self.candidate_name} on shapes [{'; '.join(shapes[:SUMMARY_SHAPES])}{more}] x dtypes [{dtypes}]"
 
 
 def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
@@ -60,7 +72,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     spec = kernel.spec if kernel else None
     if spec is None and not (inp.args and inp.reference and inp.shapes):
         raise AgentError("without kernel= give args=, reference= and shapes= (or name a kernel from list_kernels)")
-    candidate, name = _candidate(inp, kernel, workspace, sandbox)
+    candidate, name, triton_by_name = _candidate(inp, kernel, workspace, sandbox)
     reference = _reference(inp, kernel, workspace, sandbox)
     args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
     shapes = distinct([dict(s) for s in inp.shapes]) if inp.shapes else _default_shapes(spec, device)
@@ -92,7 +104,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
         make_inputs = spec_code(kernel, spec.make_inputs).payload(sandbox.workspace_path)
     return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
                 tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
-                inp.distribution, notes)
+                inp.distribution, notes, triton_by_name)
 
 
 def _default_shapes(spec, device: str) -> list[dict]:
@@ -114,17 +126,27 @@ def _numel(dims) -> int:
     return n
 
 
-def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str]:
+def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str, str]:
+    """(payload, display name, why its name declares Triton or "")."""
     with as_agent_error(WorkspaceError):
         code = resolve_code(workspace, kernel=kernel, impl=inp.impl, source=inp.source, path=inp.path,
                             entry=inp.entry, what="candidate")
+    payload = code.payload(sandbox.workspace_path)
     if code.kernel is not None:
         name = f"{code.kernel}/{code.impl}"
+        payload["file_name"] = f"{code.kernel}/{code.path.name}" if code.path else "candidate.py"
     elif code.source is not None:
         name = f"source:{code.entry}"
+        payload["file_name"] = "candidate.py"  # as compile_kernel names inline source
     else:
         name = f"{inp.path}:{code.entry}"
-    return code.payload(sandbox.workspace_path), name
+        payload["file_name"] = str(inp.path)
+    by_name = ""
+    if code.impl and "triton" in code.impl.lower():
+        by_name = f"the spec names the impl {code.impl!r}"
+    elif code.path is not None and "triton" in code.path.name.lower():
+        by_name = f"its file is named {code.path.name!r}"
+    return payload, name, by_name
 
 
 def _reference(inp, kernel, workspace, sandbox) -> dict:

@@ -5,11 +5,16 @@ from __future__ import annotations
 import json
 
 
-def summary(name: str, verdict: str, cases: list, findings: list) -> str:
+def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
+    """`what_ran`: the candidate, shapes and dtypes (Plan.what_ran)."""
     failed = [c for c in cases if c.verdict != "pass"]
     errors = [f for f in findings if f.severity == "error"]
     worst = max((c for c in cases if c.errors), default=None, key=_badness)
-    parts = [f"{verdict.upper()}: {name} on {len(cases)} case(s), {len(failed)} failed"]
+    parts = [f"{verdict.upper()}: {what_ran}: {len(cases)} case(s), {len(failed)} failed"]
+    raised = [c for c in cases if c.error]
+    if raised:
+        parts.append(f"{len(raised)} case(s) raised ({', '.join(c.case for c in raised)}): "
+                     f"{raised[0].error.splitlines()[0][:300]}")
     if worst is not None:
         e = worst.errors
         rel = "undefined" if e.rel_l2_error is None else f"{e.rel_l2_error:.3g}"
@@ -20,6 +25,9 @@ def summary(name: str, verdict: str, cases: list, findings: list) -> str:
                      f"({worst.tolerance_source}), worst element {e.worst_index}")
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
+    if any(f.code == "interpreter_bf16_suspect" for f in findings):
+        parts.append("suspect: the Triton interpreter computes bfloat16 arithmetic wrongly on CPU; upcast to "
+                     "float32 in the kernel or run on a GPU to confirm (finding interpreter_bf16_suspect)")
     return "; ".join(parts)
 
 

@@ -21,9 +21,9 @@ CHECKS: dict[str, tuple[str, ...]] = {
     "tensor_type": ("not_plain_tensor", "wrong_output"),
     "determinism": ("nondeterministic",),
     "caching": ("result_caching", "stateful_output"),
-    "op_audit": ("forbidden_op", "library_ops_in_custom_kernel", "fallback_to_library"),
+    "op_audit": ("forbidden_op", "library_ops_in_custom_kernel", "fallback_to_library", "no_triton_launch"),
     "tampering": ("comparison_tampering",),
-    "precision": ("lower_precision_than_declared",),
+    "precision": ("lower_precision_than_declared", "interpreter_bf16_suspect"),
     "degenerate": ("constant_output", "degenerate_reference"),
 }
 
@@ -124,7 +124,10 @@ class PartitionReport(BaseModel):
     partitioned_vs_reference_rel_l2: float | None = Field(description="Ranks combined vs float64 reference (rel L2).")
     unpartitioned_vs_reference_rel_l2: float | None = Field(description="One call on the whole input vs reference "
                                                                         "(rel L2).")
-    partitioned_vs_unpartitioned_rel_l2: float | None = Field(description="Ranks combined vs one whole call (rel L2).")
+    partitioned_vs_unpartitioned_rel_l2: float | None = Field(description="Ranks combined vs one whole call (rel L2). "
+                                                              "Beyond the tolerance (or only the partitioned run "
+                                                              "missing the reference) is a partition_mismatch; a "
+                                                              "miss both runs share is the case's ordinary verdict.")
     partitioned_vs_unpartitioned_max_abs: float | None = Field(description="Largest |partitioned - unpartitioned|.")
     most_divergent_index: list[int] = Field(default_factory=list, description="Element where partitioned and "
                                                                               "unpartitioned differ most.")
@@ -154,6 +157,10 @@ class CaseReport(BaseModel):
                                      "in its first call of each trial, with counts (a Triton kernel under the "
                                      "interpreter shows only allocation/copy ops).")
     triton_launches: int = Field(default=0, description="Triton kernel launches in those calls.")
+    error: str | None = Field(default=None, description="Why this case has no result: the candidate raised on its "
+                              "first call (e.g. a kernel that does not compile for this dtype), with the kernel's "
+                              "file:line:col and source excerpt; the verdict is 'fail' and the other cases keep "
+                              "their results. Null when the case ran.")
 
 
 class LockReport(BaseModel):

@@ -11,7 +11,8 @@ Per trial, in this order (the call index counts across the whole job):
 
 1. ``first``: the inputs copied INTO THE SAME BUFFERS every trial (same data pointers,
    same shapes, new values), so a result cached by pointer or shape shows up as a
-   stale output; outputs the candidate allocates are pre-filled with NaN (ints: max).
+   stale output; outputs the candidate allocates are pre-filled with a sentinel NaN
+   no arithmetic produces (protocol.UNWRITTEN_FLOAT_BITS; ints: max).
 2. ``repeat``: fresh copies of the same inputs, for bitwise determinism.
 3. ``rank<r>``: the inputs split as simulated tensor-parallel ranks, one call each.
 
@@ -22,11 +23,17 @@ Written to out_dir (names: sandbox/worker/protocol.py): ``<key>.out.pt``,
 its own copy), ``<key>.repeat.pt``, ``<key>.rank<r>.pt``. Saved outputs are plain
 tensors over the output's real storage, so a tensor subclass cannot show the parent
 different values than it holds.
+
+Each call's facts: aten ops, Triton launches (and launch errors), bfloat16 operations
+the CPU interpreter executed, and for a call that raised, a diagnostic at the
+candidate's file:line:col. The result says whether the candidate's module holds Triton.
 """
 
 from __future__ import annotations
 
+import inspect
 import traceback
+from pathlib import Path
 
 import torch
 
@@ -43,6 +50,7 @@ from ..protocol import (
     output_file,
 )
 from ..tensors import load_tensors, save_tensors
+from .numerics_watch import SentinelFill, call_diagnostic, diagnostic_text, imports_triton, watch_triton
 from .reference import OpAudit
 
 # Functions a candidate might replace to fool an in-process comparison.
@@ -53,9 +61,10 @@ WATCHED = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing.asse
 
 def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     watched_before = _watched()
-    launches = _count_triton_launches()
+    launches = watch_triton()
     cand = payload["candidate"]
     fn = load_entry(ctx, entry=cand["entry"], source=cand.get("source"), path=cand.get("path"))
+    launches["where"] = _source_file(fn), cand.get("file_name")  # read by _call for its diagnostics
     keys = payload["keys"]
     trials = [_load_inputs(ctx, key) for key in keys]
     check_arity(fn, len(trials[0]), cand["entry"])
@@ -80,14 +89,16 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
         calls.append(_call(fn, [t.clone() for t in trials[0]], keys[0], CALL_RECHECK, len(calls), launches, ctx))
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
-    return {"is_triton": _uses_triton(fn), "calls": calls, "tampered": tampered}
+    return {"is_triton": _uses_triton(fn), "imports_triton": imports_triton(fn), "calls": calls,
+            "tampered": tampered}
 
 
 def _prefill_with_nan() -> None:
-    """NaN in every tensor the candidate allocates and leaves unwritten (FACTS.md);
-    warn_only keeps ops without a deterministic kernel usable. The C setter directly:
-    the public one also imports torch._inductor's config (~9 s per job on 2 cores) to
-    set a flag only compiled code reads."""
+    """A canonical NaN in every tensor the candidate allocates (FACTS.md), underneath
+    SentinelFill's sentinel for the allocations it sees; warn_only keeps ops without a
+    deterministic kernel usable. The C setter directly: the public one also imports
+    torch._inductor's config (~9 s per job on 2 cores) to set a flag only compiled code
+    reads."""
     try:
         torch._C._set_deterministic_algorithms(True, warn_only=True)
     except AttributeError:
@@ -97,10 +108,10 @@ def _prefill_with_nan() -> None:
 
 def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> dict:
     audit = OpAudit()
-    launches.update(ok=0, errors=[])
+    launches.update(ok=0, errors=[], bf16_ops=0)
     fact = {"key": key, "kind": kind, "index": index}
     try:
-        with audit:
+        with SentinelFill(), audit:  # the audit innermost: it never counts the sentinel's fills
             out = fn(*inputs)
         if ctx.device == "cuda":
             torch.cuda.synchronize()
@@ -108,8 +119,13 @@ def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> di
         fact["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)  # from the agent's frame on
         fact["traceback"] = "".join(lines[:1] + lines[1:][-6:])
+        file, file_name = launches["where"]
+        diag = call_diagnostic(exc, file, file_name or (file.name if file else "?"))
+        if diag is not None:
+            fact["diagnostic"] = diagnostic_text(diag)
         out = None
-    fact.update(ops=audit.counts, triton_launches=launches["ok"], triton_launch_errors=launches["errors"])
+    fact.update(ops=audit.counts, triton_launches=launches["ok"], triton_launch_errors=launches["errors"],
+                interpreter_bf16_ops=launches["bf16_ops"])
     if "error" not in fact:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         fact["outputs"] = [_output_facts(o, inputs) for o in outs]
@@ -181,29 +197,11 @@ def _load_inputs(ctx: JobContext, key: str) -> list[torch.Tensor]:
     return [data[str(j)].to(ctx.device) for j in range(len(data))]
 
 
-def _count_triton_launches() -> dict:
-    """Wrap Triton's launch entry points to count launches and the errors they raised
-    (an error the candidate swallowed and then answered anyway is a library fallback)."""
-    state = {"ok": 0, "errors": []}
+def _source_file(fn) -> Path | None:
     try:
-        import triton.runtime.interpreter as interp
-        import triton.runtime.jit as jit
-    except Exception:
-        return state
-    for cls in (jit.JITFunction, interp.InterpretedFunction):
-        original = cls.run
-
-        def counted(self, *args, __original=original, **kwargs):
-            try:
-                result = __original(self, *args, **kwargs)
-            except Exception as exc:
-                state["errors"].append(f"{getattr(self, '__name__', '?')}: {type(exc).__name__}: {exc}"[:300])
-                raise
-            state["ok"] += 1
-            return result
-
-        cls.run = counted
-    return state
+        return Path(inspect.getsourcefile(inspect.unwrap(fn)) or "")
+    except (TypeError, ValueError):
+        return None
 
 
 def _uses_triton(fn) -> bool:

@@ -89,3 +89,56 @@ OFF_BY_ONE_MASK = _TRITON_ADD.replace("mask = offs < n", "mask = offs < n - 1") 
     "    n = out.numel()\n"
     "    add_kernel[(triton.cdiv(n, 256),)](x, y, out, n, BLOCK=256)\n"
     "    return out\n")
+
+# Issue 20: honest mistakes the verdict must name for what they are.
+_RMSNORM_STORE = "tl.store(y_row + cols, (x * rstd * w).to(y_ptr.dtype.element_ty), mask=mask)"
+
+
+def rmsnorm_missing_last_column(triton_source: str) -> str:
+    """The zoo's rmsnorm with a store mask one column short in every row: wrong the same way
+    whether the rows are split across ranks or not."""
+    assert _RMSNORM_STORE in triton_source
+    return triton_source.replace(_RMSNORM_STORE, _RMSNORM_STORE.replace("mask=mask", "mask=cols < N - 1"))
+
+
+# Element 7 computed as NaN (a constant NaN: the canonical bits the old NaN pre-fill had).
+COMPUTES_NAN = _TRITON_ADD.replace(
+    "tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask), mask=mask)",
+    "total = tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr + offs, mask=mask)\n"
+    "    tl.store(out_ptr + offs, tl.where(offs == 7, float('nan'), total), mask=mask)") + (
+    "def vector_add(x, y):\n"
+    "    out = torch.empty_like(x)\n"
+    "    add_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), BLOCK=256)\n"
+    "    return out\n")
+
+# Torch only, in a file that imports triton and holds no @triton.jit (no decoy).
+TORCH_ONLY_WITH_TRITON_IMPORT = "import torch\nimport triton\n\ndef vector_add(x, y):\n    return torch.add(x, y)\n"
+TORCH_ONLY = "import torch\n\n\ndef vector_add(x, y):\n    return torch.add(x, y)\n"
+
+# Adds in the storage dtype itself: right on a GPU, wrong for bfloat16 in the CPU interpreter.
+NATIVE_DTYPE_ADD = _TRITON_ADD + (
+    "def vector_add(x, y):\n"
+    "    out = torch.empty_like(x)\n"
+    "    add_kernel[(triton.cdiv(out.numel(), 256),)](x, y, out, out.numel(), BLOCK=256)\n"
+    "    return out\n")
+
+# Compiles for float32 only: the float16 case raises at line 11 (the static_assert), column 5.
+FLOAT32_ONLY = '''import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.static_assert(x.dtype == tl.float32, "this kernel is float32 only")
+    tl.store(out_ptr + offs, x + tl.load(y_ptr + offs, mask=mask), mask=mask)
+
+
+def vector_add(x, y):
+    out = torch.empty_like(x)
+    add_kernel[(triton.cdiv(x.numel(), 256),)](x, y, out, x.numel(), BLOCK=256)
+    return out
+'''

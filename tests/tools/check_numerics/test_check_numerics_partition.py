@@ -18,8 +18,9 @@ async def test_tf32_shards_diverge_beyond_tolerance_and_3xtf32_fixes_it(zoo_clie
     assert part["partitioned_vs_reference_rel_l2"] > 10 * 1e-5  # TF32 operands: ~2^-10, far above fp32's 1e-5
     assert part["partitioned_vs_unpartitioned_rel_l2"] < 1e-6  # the split itself only reorders fp32 sums
     assert len(part["most_divergent_index"]) == 2
-    codes = [f["code"] for f in tf32["findings"]]
-    assert codes == ["partition_mismatch"], tf32["findings"]
+    assert part["unpartitioned_vs_reference_rel_l2"] > 10 * 1e-5  # the whole call misses by as much
+    # a miss both runs share is the ordinary verdict, not the partition's fault (issue 20)
+    assert tf32["findings"] == [], tf32["findings"]
     assert tf32["hypothesis_answer"]["answer"] == "contradicted" and "Expect: contradicted" in tf32["summary"]
 
     fixed = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
@@ -51,6 +52,6 @@ async def test_on_cuda_the_case_study_holds_with_compiled_kernels(zoo_client):
     tf32 = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32", shapes=shape, trials=2)
     fixed = await call(zoo_client, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=shape, trials=2)
     assert tf32["device"] == "cuda" and tf32["verdict"] == "fail" and fixed["verdict"] == "pass"
-    assert [f["code"] for f in tf32["findings"]] == ["partition_mismatch"] and fixed["findings"] == []
+    assert tf32["findings"] == [] and fixed["findings"] == []  # tf32's miss is shared: the ordinary verdict
     builtin = await call(zoo_client, "check_numerics", kernel="rmsnorm", trials=2)
     assert builtin["verdict"] == "pass" and builtin["findings"] == []

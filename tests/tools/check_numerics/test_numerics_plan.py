@@ -56,3 +56,12 @@ def test_lock_notes_for_overrides(tmp_path):
     assert plan(ws, kernel="rmsnorm", tolerance=1e-9).notes == []  # tighter is fine
     notes = plan(ws, kernel="rmsnorm", tolerance=0.1, reference="reference.py:rmsnorm").notes
     assert any("replaces the locked reference" in n for n in notes) and any("looser" in n for n in notes)
+
+
+def test_what_ran_names_candidate_shapes_and_dtypes_and_how_it_is_triton():
+    p = plan(load_workspace(), kernel="vector_add", shapes=[{"N": n} for n in range(1, 9)], dtypes=["float16"])
+    assert p.what_ran == "vector_add/triton on shapes [N=1; N=2; N=3; N=4; N=5; N=6; +2 more] x dtypes [float16]"
+    assert p.triton_by_name == "the spec names the impl 'triton'"
+    assert p.candidate["file_name"] == "vector_add/vector_add_triton.py"
+    adhoc = plan(load_workspace(), kernel="vector_add", source="def f(x, y):\n    return x + y\n", entry="f")
+    assert adhoc.triton_by_name == "" and adhoc.candidate["file_name"] == "candidate.py"
