@@ -2,8 +2,9 @@
 
 ``experiment://{id}`` is the ledger row as JSON; ``artifact://{experiment_id}/{name}``
 is a file a tool stored (IR dumps, traces, plots, logs), served as text or as a blob
-according to its MIME type. ``resources/list`` shows the most recent experiments, so a
-client browsing resources sees what was tried.
+according to its MIME type; ``expect://{tool}`` is what that tool's `expect` may name,
+with meanings and units (an unknown name's error points there). ``resources/list``
+shows the most recent experiments, so a client browsing resources sees what was tried.
 """
 
 from __future__ import annotations
@@ -50,6 +51,20 @@ def register_resources(server, state: ServerState) -> None:
         if row is None:
             raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
         return json.dumps(row, indent=2)
+
+    @server.resource(
+        "expect://{tool}",
+        name="expect",
+        title="What a tool's expect conditions may name",
+        description="Every field and function a tool's `expect` conditions may name, grouped (whole call, "
+        "per shape or case, functions), each with its meaning and unit, as text.",
+        mime_type="text/plain",
+    )
+    def read_expect_fields(tool: str) -> str:
+        spec = server.tools.get(tool)
+        if spec is None:
+            raise ResourceNotFoundError(f"no tool {tool!r}; tools/list shows them")
+        return f"{tool}: expect may name\n{spec.catalogue.described()}\n"
 
     @server.resource(
         "artifact://{experiment_id}/{name}",
