@@ -131,7 +131,7 @@ async def test_resources_experiments_and_artifacts(client, server):
     listed = (await client.list_resources()).resources
     assert f"experiment://{eid}" in [str(r.uri) for r in listed]
     templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-    assert templates == {"experiment://{experiment_id}", "artifact://{experiment_id}/{name}"}
+    assert templates == {"experiment://{experiment_id}", "artifact://{experiment_id}/{name}", "expect://{tool}"}
 
     read = await client.read_resource(f"experiment://{eid}")
     row = json.loads(read.contents[0].text)
