@@ -118,7 +118,7 @@ def _check_nested(value: Any, where: str, depth: int) -> None:
 def _refuse_a_twin(model: type[BaseModel], data: dict) -> None:
     """`shape` where the tool takes `shapes` (or `dtypes` where it takes `dtype`): tools differ in
     which they take, so name the one this tool has instead of a bare "unknown argument"."""
-    known = set(model.model_fields) | {f.alias for f in model.model_fields.values() if f.alias}
+    known = set(model.model_fields) | {a for f in model.model_fields.values() for a in _aliases(f)}
     for name in data:
         if not isinstance(name, str) or name in known:
             continue
@@ -127,6 +127,13 @@ def _refuse_a_twin(model: type[BaseModel], data: dict) -> None:
             meaning = (model.model_fields[twin].description or "").split(". ")[0] if twin in model.model_fields else ""
             message = f"unknown argument {name!r}: did you mean {twin!r}? ({meaning.rstrip('.')})"
             raise PydanticCustomError("unknown_argument", "{message}", {"message": message})
+
+
+def _aliases(info: Any) -> set[str]:
+    """The other names a field accepts (alias, validation_alias, AliasChoices): never a twin to refuse."""
+    names = {info.alias} if isinstance(info.alias, str) else set()
+    choices = getattr(info.validation_alias, "choices", [info.validation_alias])
+    return names | {c for c in choices if isinstance(c, str)}
 
 
 class ToolInput(BaseModel):

@@ -82,3 +82,16 @@ async def test_what_expect_may_name_is_listed_whole_and_described_in_a_resource(
         described = resource.contents[0].text
         for known, meaning in tool.catalogue.fields.items():
             assert f"  {known}: {meaning}" in described, (name, known)
+
+
+def test_a_field_that_accepts_its_twin_as_an_alias_is_left_alone():
+    """A tool may accept both names (an alias): then the twin is an argument, not a mistake."""
+    from pydantic import AliasChoices, Field
+
+    from infra_agent.tools.base import ToolInput
+
+    class Either(ToolInput):
+        shape: dict[str, int] | None = Field(default=None, validation_alias=AliasChoices("shape", "shapes"),
+                                             description="Named sizes.")
+
+    assert Either.model_validate({"shapes": {"M": 1}}).shape == {"M": 1}
