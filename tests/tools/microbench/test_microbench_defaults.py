@@ -4,11 +4,13 @@ about 27118"). Through the MCP client and the real sandbox.
 
 Why these tests and not one per zoo kernel: with the default budget the only way left to fail is
 a call slower than ~60 s / 12 (warm-up plus five timed calls of two arms), and the zoo's slowest
-CPU calls are far from that (measured with `infra-agent call microbench kernel=K`, one shape set
-each, on a loaded 2-core machine: tp_linear 2.9 s, paged_attention_decode 0.86 s, kda_decode vtiled
-0.3-0.4 s, everything else under 0.25 s). One zoo A/B with its defaults costs 25-100 s here, so the
-suite runs the one the issue names (kda_decode vtiled vs fused) and a deterministic slow call
-(a sleep) that the old default refused on any machine."""
+CPU calls are far from that. Measured with `infra-agent call microbench kernel=K` (default impl,
+every default) on the shared 2-core machine under 8 engineers' load: tp_linear 2.9 s per call,
+w8a8_gemm 0.52 s, paged_attention_decode 0.86 s, rmsnorm 0.40 s at their slowest CPU shape, and
+each of those hit the 2 s budget before 5 calls (stop_reason 'min_calls': the old default refused
+them); kda_decode vtiled 0.3-0.7 s. One zoo kernel with its defaults costs 30-130 s here, so the
+suite runs the A/B the issue names (kda_decode vtiled vs fused) and a deterministic slow call (a
+a sleep) that the old default refused on any machine."""
 
 from __future__ import annotations
 
