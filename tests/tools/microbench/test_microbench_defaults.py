@@ -9,8 +9,8 @@ every default) on the shared 2-core machine under 8 engineers' load: tp_linear 2
 w8a8_gemm 0.52 s, paged_attention_decode 0.86 s, rmsnorm 0.40 s at their slowest CPU shape, and
 each of those hit the 2 s budget before 5 calls (stop_reason 'min_calls': the old default refused
 them); kda_decode vtiled 0.3-0.7 s. One zoo kernel with its defaults costs 30-130 s here, so the
-suite runs the A/B the issue names (kda_decode vtiled vs fused) and a deterministic slow call (a
-a sleep) that the old default refused on any machine."""
+suite runs the A/B the issue names (kda_decode vtiled vs fused) and a deterministic slow call
+(a sleep) that the old default refused on any machine."""
 
 from __future__ import annotations
 
