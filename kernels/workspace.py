@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import sys
 import tomllib
@@ -34,6 +35,13 @@ STATE_FOLDER = ".infra-agent"  # <workspace>/.infra-agent: ledger, seed secret, 
 MAX_FILE_BYTES = 1_000_000  # a source file a tool reads or hands to a job
 MAX_PATH_CHARS, MAX_NAME_BYTES = 1_024, 255  # as Linux's PATH_MAX/NAME_MAX, minus slack
 EMBEDDED_ROOT = Path(__file__).resolve().parent
+DEFAULT_KERNEL_PATHS = ("kernels",)
+
+
+def _path_for(folder: Path) -> str:
+    """The kernel path that reaches a spec in `folder`: its parent folder (which holds <name>/spec.py)
+    unless the spec sits at the root, which only "." reaches."""
+    return "." if folder == Path(".") else str(folder.parent)
 
 
 class WorkspaceError(Exception):
@@ -81,14 +89,43 @@ class Workspace:
     def acceptance(self) -> dict[str, dict]:
         return self.config.get("acceptance", {})
 
+    @property
+    def kernel_paths(self) -> list[str]:
+        """The config's kernel paths, workspace-relative (the zoo's own toml says ["."])."""
+        return list(self.config.get("kernels", {}).get("paths", DEFAULT_KERNEL_PATHS))
+
     def spec_files(self) -> list[Path]:
         """Every ``<folder>/spec.py`` the config's kernel paths name, in load order."""
-        paths = self.config.get("kernels", {}).get("paths", ["kernels"])  # the zoo's own toml says ["."]
         files: list[Path] = []
-        for rel in paths:
+        for rel in self.kernel_paths:
             base = (self.root / rel).resolve()
             files += [base / "spec.py"] if (base / "spec.py").is_file() else sorted(base.glob("*/spec.py"))
         return files
+
+    def spec_search(self) -> str:
+        """Where specs are looked for, and how to point elsewhere, in words (for answers that find
+        none, or not the one asked for); names spec.py files nearby that the paths miss."""
+        paths = ", ".join(f"{rel}/" for rel in self.kernel_paths)
+        config = self.root / CONFIG_NAME
+        text = (f"kernel specs are read from {paths} in {self.root} (each path a kernel folder holding spec.py, "
+                f"or a folder of <name>/spec.py), as {CONFIG_NAME}'s [kernels] paths = "
+                f"{json.dumps(self.kernel_paths)} "
+                f"{'says' if config.is_file() else 'defaults to (there is no ' + CONFIG_NAME + ')'}")
+        missed = self._missed_specs()
+        if missed:
+            where = ", ".join(str(f.relative_to(self.root)) for f in missed[:5])
+            kept = [rel for rel in self.kernel_paths if (self.root / rel).is_dir()]
+            suggest = sorted({_path_for(f.parent.relative_to(self.root)) for f in missed} - set(kept))
+            text += (f"; {where} {'is' if len(missed) == 1 else 'are'} outside them: put paths = "
+                     f"{json.dumps(kept + suggest)} under [kernels] in {config}")
+        return text
+
+    def _missed_specs(self) -> list[Path]:
+        """spec.py files at most two folders below the root that no kernel path reaches."""
+        loaded = {f.resolve() for f in self.spec_files()}
+        found = [self.root / "spec.py", *self.root.glob("*/spec.py"), *self.root.glob("*/*/spec.py")]
+        return [f for f in found if f.is_file() and f.resolve() not in loaded
+                and not {STATE_FOLDER, ".venv", "site-packages"} & set(f.relative_to(self.root).parts)]
 
     def file(self, path: str | Path) -> Path:
         """An existing file of this workspace, absolute or workspace-relative: sandboxed
@@ -144,7 +181,8 @@ class Workspace:
         hint = f" (spec errors: {self.errors})" if self.errors else ""
         raise WorkspaceError(
             f"unknown kernel {excerpt(name)}; this workspace has: {known}{hint}. "
-            "Call list_kernels to see them, or pass source= with entry= for ad-hoc code."
+            "Call list_kernels to see them, or pass source= with entry= for ad-hoc code. "
+            f"Where a spec of yours is missing: {self.spec_search()}."
         )
 
 

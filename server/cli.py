@@ -20,7 +20,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from . import clients, render
+from . import cli_call, clients, render
 from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -112,39 +112,73 @@ def _remove_stale_cgroups() -> None:
 
 
 @app.command("tools")
-def list_tools(workspace: WorkspaceOpt = None) -> None:
-    """List the tools with their one-line descriptions."""
+def list_tools(
+    tool: Annotated[Optional[str], typer.Argument(
+        help="A tool: print its arguments and the fields `expect` may name, with units.")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """List the tools with their one-line descriptions, or one tool's arguments."""
     from .app import TOOL_IMPORT_ERRORS
 
     server = _build(workspace)
+    if tool is not None:
+        spec = server.tools.get(tool)
+        if spec is None:
+            raise _fail(f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})")
+        render.tool_arguments(out, spec)
+        return
     render.tool_table(out, anyio.run(server.list_tools))
     for module, why in TOOL_IMPORT_ERRORS.items():
         err.print(f"[yellow]warning:[/] tools/{module}.py did not load: {escape(why)}", soft_wrap=True)
 
 
-@app.command()
+@app.command(epilog=cli_call.EXIT_CODES_HELP)
 def call(
     tool: Annotated[str, typer.Argument(help="Tool name (see `infra-agent tools`).")],
     args: Annotated[Optional[list[str]], typer.Argument(
-        help="Arguments: one JSON object, or key=value pairs (values parsed as JSON when they are).")] = None,
+        help="Arguments: one JSON object, or key=value pairs (values parsed as JSON when they are; "
+        "a single value for a list field is a one-item list: dtypes=float32).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the structured result as JSON.")] = False,
     workspace: WorkspaceOpt = None,
     allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
 ) -> None:
     """Call one tool in-process, through the same MCP server an agent uses."""
     try:
-        arguments = parse_arguments(args or [])
+        arguments = cli_call.parse_arguments(args or [])
     except ValueError as exc:
         raise _fail(str(exc)) from None
     server = _build(workspace, allow_unsandboxed)
+    spec = server.tools.get(tool)
+    if spec is None:
+        raise _fail(f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})")
+    arguments = cli_call.lists_from_scalars(arguments, spec.input_model.model_json_schema())
     result = anyio.run(_call, server, tool, arguments)
     if result.is_error:
-        raise _fail(" ".join(getattr(c, "text", "") for c in result.content), code=1)
+        text = " ".join(getattr(c, "text", "") for c in result.content)
+        refused = _refused(server, spec, arguments)
+        raise _fail(cli_call.terminal_message(text, tool, set(server.tools)),
+                    code=cli_call.EXIT_USAGE if refused else cli_call.EXIT_TOOL_ERROR)
     data = result.structured_content or {}
     if as_json:
         _print_json(data)
     else:
         render.result(out, tool, data)
+    raise typer.Exit(cli_call.exit_code(data))
+
+
+def _refused(server, spec, arguments: dict) -> bool:
+    """Whether the call failed on its arguments alone (schema or expect), before anything ran:
+    the same checks the server makes first, repeated here to tell a usage error from a tool error."""
+    from ..tools.base import AgentError
+    from ..tools.common.expect import check
+    from .app import _pre_parse
+
+    try:
+        inp = spec.input_model.model_validate(_pre_parse(spec, arguments))
+        check(inp.expect, spec.catalogue, has_baseline=inp.has_baseline())
+    except (ValueError, AgentError):  # pydantic's ValidationError and ExpectError are ValueErrors
+        return True
+    return False
 
 
 async def _call(server, tool: str, arguments: dict):
@@ -157,26 +191,7 @@ async def _call(server, tool: str, arguments: dict):
         await server.aclose()
 
 
-def parse_arguments(args: list[str]) -> dict[str, Any]:
-    """`'{"kernel": "rmsnorm"}'` or `kernel=rmsnorm limit=5` -> a dict."""
-    if len(args) == 1 and args[0].lstrip().startswith("{"):
-        try:
-            value = json.loads(args[0])
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"arguments are not valid JSON: {exc}") from None
-        if not isinstance(value, dict):
-            raise ValueError("JSON arguments must be an object")
-        return value
-    parsed: dict[str, Any] = {}
-    for arg in args:
-        key, sep, raw = arg.partition("=")
-        if not sep or not key:
-            raise ValueError(f"argument {arg!r} is not key=value (or pass one JSON object)")
-        try:
-            parsed[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            parsed[key] = raw  # a bare word is a string
-    return parsed
+parse_arguments = cli_call.parse_arguments  # the name tests and scripts import from here
 
 
 @app.command()

@@ -40,6 +40,28 @@ def tool_table(console: Console, tools: list) -> None:
         console.print(f"{t.name:<{name_width}}  {escape(text)}", highlight=False, soft_wrap=True)
 
 
+def tool_arguments(console: Console, tool) -> None:
+    """One tool's arguments (name, type, default, meaning) and what its `expect` may name."""
+    console.print(f"[bold]{tool.name}[/]: {escape(tool.description)}", highlight=False)
+    schema = tool.input_model.model_json_schema()
+    required = set(schema.get("required", []))
+    table = Table("argument", "type", "default", "meaning", title="arguments", title_justify="left")
+    for name, prop in schema.get("properties", {}).items():
+        default = "(required)" if name in required else _cell(prop.get("default"))
+        table.add_row(name, _schema_type(prop), default, escape(prop.get("description", "")))
+    console.print(table)
+    console.print(f"[bold]expect[/] may name:\n{escape(tool.catalogue.described())}", highlight=False)
+
+
+def _schema_type(prop: dict) -> str:
+    branches = [b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"]
+    kinds = []
+    for b in branches:
+        kind = b.get("type", "object" if "$ref" in b else "any")
+        kinds.append(f"list of {b['items'].get('type', 'object')}" if kind == "array" and "items" in b else kind)
+    return " or ".join(kinds) or "any"
+
+
 def _first_sentence(description: str) -> str:
     flat = " ".join(description.split())
     return re.split(r"(?<=[.?!])\s", flat, maxsplit=1)[0].rstrip(".:")
@@ -47,7 +69,7 @@ def _first_sentence(description: str) -> str:
 
 def result(console: Console, tool: str, data: dict) -> None:
     if data.get("summary"):
-        console.print(f"[bold]{tool}[/]: {data['summary']}", highlight=False)
+        console.print(f"[bold]{tool}[/]: {escape(str(data['summary']))}", highlight=False)
     scalars = Table("field", "value", title="result", title_justify="left")
     nested: list[tuple[str, Any]] = []
     for key, value in data.items():

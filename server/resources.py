@@ -3,7 +3,9 @@
 ``experiment://{id}`` is the ledger row as JSON, with the manifest of the code it ran
 (``code``: path -> sha256, size, uri); ``code://{experiment_id}/{sha256}`` is one of those
 files as it ran; ``artifact://{experiment_id}/{name}`` is a file a tool stored (IR dumps,
-traces, plots, logs), served as text or as a blob according to its MIME type.
+traces, plots, logs), served as text or as a blob according to its MIME type;
+``expect://{tool}`` is what that tool's `expect` may name, with meanings and units (an
+unknown name's error points there).
 ``resources/list`` shows the most recent experiments, so a client browsing resources sees
 what was tried.
 """
@@ -78,6 +80,20 @@ def register_resources(server, state: ServerState) -> None:
         if data is None:
             raise ResourceNotFoundError(f"the file {sha256[:12]} of {experiment_id} is gone from the blobs")
         return data.decode("utf-8", errors="replace")
+
+    @server.resource(
+        "expect://{tool}",
+        name="expect",
+        title="What a tool's expect conditions may name",
+        description="Every field and function a tool's `expect` conditions may name, grouped (whole call, "
+        "per shape or case, functions), each with its meaning and unit, as text.",
+        mime_type="text/plain",
+    )
+    def read_expect_fields(tool: str) -> str:
+        spec = server.tools.get(tool)
+        if spec is None:
+            raise ResourceNotFoundError(f"no tool {tool!r}; tools/list shows them")
+        return f"{tool}: expect may name\n{spec.catalogue.described()}\n"
 
     @server.resource(
         "artifact://{experiment_id}/{name}",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, get_args, 
 
 import annotated_types
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from ..kernels.workspace import MAX_PATH_CHARS, excerpt
 from .common.answer import catalogue_of, facts_of, summary_line
@@ -114,6 +115,27 @@ def _check_nested(value: Any, where: str, depth: int) -> None:
         _check_nested(item, f"{where}[{excerpt(key, 20) if isinstance(key, str) else key}]", depth + 1)
 
 
+def _refuse_a_twin(model: type[BaseModel], data: dict) -> None:
+    """`shape` where the tool takes `shapes` (or `dtypes` where it takes `dtype`): tools differ in
+    which they take, so name the one this tool has instead of a bare "unknown argument"."""
+    known = set(model.model_fields) | {a for f in model.model_fields.values() for a in _aliases(f)}
+    for name in data:
+        if not isinstance(name, str) or name in known:
+            continue
+        twin = name[:-1] if name.endswith("s") else f"{name}s"
+        if twin in known:
+            meaning = (model.model_fields[twin].description or "").split(". ")[0] if twin in model.model_fields else ""
+            message = f"unknown argument {name!r}: did you mean {twin!r}? ({meaning.rstrip('.')})"
+            raise PydanticCustomError("unknown_argument", "{message}", {"message": message})
+
+
+def _aliases(info: Any) -> set[str]:
+    """The other names a field accepts (alias, validation_alias, AliasChoices): never a twin to refuse."""
+    names = {info.alias} if isinstance(info.alias, str) else set()
+    choices = getattr(info.validation_alias, "choices", [info.validation_alias])
+    return names | {c for c in choices if isinstance(c, str)}
+
+
 class ToolInput(BaseModel):
     """Base of every tool's input. Subclasses get the limits above on every field that
     sets none itself (they appear in the input schema as maxLength/maxItems/maximum),
@@ -132,6 +154,7 @@ class ToolInput(BaseModel):
     @classmethod
     def _bounded(cls, data: Any) -> Any:
         if isinstance(data, dict):
+            _refuse_a_twin(cls, data)
             for name, value in data.items():
                 _check_nested(value, str(name)[:40], 0)
         return data
@@ -259,12 +282,14 @@ class Tool:
     @property
     def full_description(self) -> str:
         """The description plus what `expect` may name (the agent reads this before the first call)."""
-        return f"{self.description.rstrip()} expect can name: {self.catalogue.names()}."
+        return (f"{self.description.rstrip()} expect can name: {self.catalogue.names()} (meanings and units: "
+                f"resource expect://{self.name}).")
 
 
 async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
     """One call: the expect conditions are checked before anything runs, judged over the output after."""
-    check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline())
+    check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline(),
+          described_at=f"the resource expect://{tool.name}")
     out = await tool.run(inp, ctx)
     if not isinstance(out, tool.output_model):
         out = tool.output_model.model_validate(out)

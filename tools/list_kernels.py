@@ -26,6 +26,9 @@ class Output(ToolOutput):
     kernels: list[KernelSummary] = Field(description="Every kernel whose spec loaded, sorted by name.")
     spec_errors: dict[str, str] = Field(
         default_factory=dict, description="Kernel folder -> why its spec.py failed to load (fix these first).")
+    spec_search: str = Field(default="", description="Where kernel specs are looked for (infra-agent.toml's "
+                             "[kernels] paths), spec.py files nearby that those paths miss, and the paths "
+                             "setting that would reach them.")
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -41,10 +44,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         )
         for _, k in sorted(ws.kernels.items())
     ]
+    search = ws.spec_search()
     summary = f"{len(kernels)} kernels: {', '.join(k.name for k in kernels) or 'none'}"
     if ws.errors:
         summary += f"; {len(ws.errors)} spec(s) failed to load (see spec_errors)"
-    return Output(kernels=kernels, spec_errors=dict(ws.errors), summary=summary)
+    if not kernels or "outside them" in search:  # a newcomer's spec that the paths do not reach
+        summary += f"; {search}"
+    return Output(kernels=kernels, spec_errors=dict(ws.errors), spec_search=search, summary=summary)
 
 
 TOOL = Tool(

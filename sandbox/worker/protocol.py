@@ -126,6 +126,8 @@ class MicrobenchPayload(TypedDict, total=False):
     make_inputs: CodePayload | None
     input_seeds: list[int]  # one per input set (at most this many sets)
     budget_ms: float
+    min_timed_calls: int  # an arm with fewer at budget_ms's end keeps timing, up to max_budget_ms
+    max_budget_ms: float
     target_rel_se: float
     max_samples: int
     num_spot_checks: int

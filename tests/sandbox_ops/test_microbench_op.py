@@ -51,6 +51,22 @@ def test_stops_on_target_standard_error_when_loose(ctx):
     assert out["elapsed_ms"] < 5000
 
 
+SLOW = "import time\ndef add(x, y):\n    time.sleep(0.05)\n    return x + y\n"
+
+
+def test_a_slow_call_times_past_the_budget_until_every_arm_has_its_minimum(ctx):
+    """50 ms calls, two arms, a 100 ms budget: ~1 pair fits. With min_timed_calls the loop goes on
+    (stop_reason 'min_calls'), and stops as soon as both arms have them; without, it stops at the budget."""
+    arms = [{"name": "candidate", "entry": "add", "source": SLOW}, {"name": "baseline", "entry": "add", "source": ADD}]
+    out = microbench.run(_payload(arms, budget_ms=100.0, min_timed_calls=6, max_budget_ms=10_000.0), ctx)
+    counts = {len(out["arms"][a]["samples_ns"]) for a in ("candidate", "baseline")}
+    assert counts == {6} and out["stop_reason"] == "min_calls"
+    plain = microbench.run(_payload(arms, budget_ms=100.0), ctx)
+    assert len(plain["arms"]["candidate"]["samples_ns"]) < 6 and plain["stop_reason"] == "budget"
+    capped = microbench.run(_payload(arms, budget_ms=100.0, min_timed_calls=1000, max_budget_ms=400.0), ctx)
+    assert capped["stop_reason"] == "budget" and len(capped["arms"]["candidate"]["samples_ns"]) < 1000
+
+
 def test_a_candidate_raising_mid_run_names_the_call(ctx):
     flaky = ADD + ("N = [0]\ndef bad(x, y):\n    N[0] += 1\n    if N[0] > 12:\n        raise ValueError('boom')\n"
                    "    return x + y\n")

@@ -51,21 +51,61 @@ def test_call_prints_a_table_or_json_and_records_the_experiment(workspace):
 
 def test_bad_input_exits_non_zero_with_a_clear_message(workspace, tmp_path):
     unknown = invoke("call", "describe_kernel", "kernel=nope", "-w", str(workspace))
-    assert unknown.exit_code == 1 and "unknown kernel 'nope'" in unknown.stderr
+    assert unknown.exit_code == 3 and "unknown kernel 'nope'" in unknown.stderr  # a tool error
     assert "[experiment e" in unknown.stderr  # the failed call is on record, and says where
 
     malformed = invoke("call", "describe_kernel", "{not json", "-w", str(workspace))
     assert malformed.exit_code == 2 and "not valid JSON" in malformed.stderr
     extra = invoke("call", "describe_kernel", "kernel=rmsnorm", "colour=blue", "-w", str(workspace))
-    assert extra.exit_code == 1 and "unknown argument 'colour'" in extra.stderr
+    assert extra.exit_code == 2 and "unknown argument 'colour'" in extra.stderr  # a usage error
     no_tool = invoke("call", "no_such_tool", "-w", str(workspace))
-    assert no_tool.exit_code == 1 and "no_such_tool" in no_tool.stderr
+    assert no_tool.exit_code == 2 and "no_such_tool" in no_tool.stderr
 
     missing = tmp_path / "does-not-exist"
     for command in (["tools"], ["call", "list_kernels"], ["serve"], ["experiments"], ["config", "--client", "cursor"]):
         result = invoke(*command, "-w", str(missing))
         assert result.exit_code == 2, command
         assert "does not exist" in result.stderr and result.stdout == ""
+
+
+def test_exit_codes_say_whether_the_answer_holds(workspace):
+    """0 the answer holds, 1 contradicted, 2 usage error (nothing ran), 3 tool error; a single
+    value for a list field (expect here) is a one-item list, as a person typing it means."""
+    supported = invoke("call", "list_kernels", "expect=len(kernels) >= 1", "-w", str(workspace))
+    assert supported.exit_code == 0, supported.output
+    assert "supported" in supported.stdout
+    contradicted = invoke("call", "list_kernels", "expect=len(kernels) > 1000", "--json", "-w", str(workspace))
+    assert contradicted.exit_code == 1
+    assert json.loads(contradicted.stdout)["hypothesis_answer"]["answer"] == "contradicted"
+    bad_expect = invoke("call", "list_kernels", "expect=len(kernel) > 1", "-w", str(workspace))
+    assert bad_expect.exit_code == 2 and "len(kernel)" in bad_expect.stderr
+    tool_error = invoke("call", "describe_kernel", "kernel=nope", "-w", str(workspace))
+    assert tool_error.exit_code == 3
+    assert "Exit codes" in invoke("call", "--help").stdout
+
+
+def test_a_failing_verdict_exits_1_and_dtypes_takes_one_value(workspace):
+    """check_numerics of a wrong kernel, dtypes=float32 typed as one word: verdict fail, exit 1."""
+    wrong = "def add(x, y):\n    return x - y\n"
+    result = invoke("call", "check_numerics", "kernel=vector_add", f"source={json.dumps(wrong)}", "entry=add",
+                    "dtypes=float32", "--json", "-w", str(workspace))
+    assert result.exit_code == 1, result.output
+    data = json.loads(result.stdout)
+    assert data["verdict"] == "fail" and {c["dtype"] for c in data["cases"]} == {"float32"}
+
+
+def test_errors_speak_the_terminal_not_mcp(workspace):
+    extra = invoke("call", "describe_kernel", "kernel=rmsnorm", "colour=blue", "-w", str(workspace))
+    assert "tools/list" not in extra.stderr and "infra-agent tools describe_kernel" in extra.stderr
+    assert "Error executing tool" not in extra.stderr
+    unknown = invoke("call", "describe_kernel", "kernel=nope", "-w", str(workspace))
+    assert "infra-agent call list_kernels" in unknown.stderr and "Call list_kernels" not in unknown.stderr
+    no_tool = invoke("call", "no_such_tool", "-w", str(workspace))
+    assert "infra-agent tools" in no_tool.stderr and "microbench" in no_tool.stderr
+    arguments = invoke("tools", "microbench", "-w", str(workspace))
+    assert arguments.exit_code == 0
+    for name in ("kernel", "baseline", "shapes", "budget_ms", "median_ms"):  # its arguments and expect fields
+        assert name in arguments.stdout
 
 
 def test_tools_lists_one_line_each(workspace):

@@ -133,7 +133,7 @@ async def test_resources_experiments_and_artifacts(client, server):
     assert f"experiment://{eid}" in [str(r.uri) for r in listed]
     templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
     assert templates == {"experiment://{experiment_id}", "artifact://{experiment_id}/{name}",
-                         "code://{experiment_id}/{sha256}"}
+                         "code://{experiment_id}/{sha256}", "expect://{tool}"}
 
     read = await client.read_resource(f"experiment://{eid}")
     row = json.loads(read.contents[0].text)

@@ -22,5 +22,6 @@ async def test_a_small_tool_judges_its_own_plain_fields(client):
     assert out["hypothesis_answer"]["answer"] == "contradicted" and "Expect: contradicted" in out["summary"]
     plain = await call(client, "list_kernels")
     assert plain["hypothesis_answer"] == {"answer": "not_judged", "conditions": []}
-    with pytest.raises(ToolCallError, match=r"names dtype, which this tool does not report; it offers: name"):
+    with pytest.raises(ToolCallError,
+                       match=r"names dtype, which this tool does not report \(did you mean dtypes\?\); it offers name"):
         await call(client, "describe_kernel", kernel="rmsnorm", expect=["dtype == 'float32'"])

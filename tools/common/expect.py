@@ -17,11 +17,13 @@ semantics: tools/common/expect_eval.py.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
 
 from pydantic import BaseModel, Field
 
+from ...kernels.workspace import excerpt
 from .expect_eval import BUILTIN_FUNCTIONS, GRAMMAR, Evaluator, ExpectError, Measured, Missing, names_in, parse, plain
 
 __all__ = ["Catalogue", "Facts", "HypothesisAnswer", "ConditionResult", "ComparisonResult", "ExpectError",
@@ -80,21 +82,50 @@ class Catalogue:
     def function_names(self) -> set[str]:
         return {signature.split("(")[0] for signature in self.functions} | set(BUILTIN_FUNCTIONS)
 
-    def names(self) -> str:
-        """The names alone, for a tool's description."""
-        parts = [", ".join(self.fields)]
-        if self.scoped:
-            parts.append(f"per {self.scope_kind}: " + ", ".join(self.scoped))
-        if self.functions:
-            parts.append("functions: " + ", ".join(self.functions))
-        return "; ".join(p for p in parts if p)
+    def names(self, max_chars: int | None = None) -> str:
+        """The names alone, grouped (whole call; per scope; functions), for a tool's description and
+        errors. With max_chars, whole names up to that length and how many more: never a cut name."""
+        groups = [("", list(self.fields)), (f"per {self.scope_kind}: ", list(self.scoped)),
+                  ("functions: ", list(self.functions))]
+        text = "; ".join(head + ", ".join(names) for head, names in groups if names)
+        if max_chars is None or len(text) <= max_chars:
+            return text
+        shown, left = [], sum(len(names) for _, names in groups)
+        for head, names in groups:
+            kept = []
+            for name in names:
+                if len("; ".join(shown + [head + ", ".join(kept + [name])])) > max_chars:
+                    break
+                kept.append(name)
+            if kept:
+                shown.append(head + ", ".join(kept))
+                left -= len(kept)
+            if len(kept) < len(names):
+                break
+        return "; ".join(shown) + f"; and {left} more"
+
+    def described(self) -> str:
+        """Every name with its meaning and unit, one per line, grouped: the text of the resource
+        expect://{tool} and of `infra-agent tools TOOL`."""
+        groups = [("whole call", self.fields), (f"per {self.scope_kind} (must hold in every one)", self.scoped),
+                  ("functions", self.functions)]
+        lines = []
+        for title, entries in groups:
+            if entries:
+                lines += [f"{title}:"] + [f"  {name}: {meaning}" for name, meaning in entries.items()]
+        return "\n".join(lines)
 
     def listing(self) -> str:
-        """The names one can use, for error messages and tool descriptions."""
+        """The names with their descriptions, on one line (serve_benchmark's description)."""
         parts = [f"{n} ({d})" for n, d in self.fields.items()]
         parts += [f"{n} (per {self.scope_kind}: {d})" for n, d in self.scoped.items()]
         parts += [f"{s} ({d})" for s, d in self.functions.items()]
         return "; ".join(parts)
+
+    def suggestion(self, name: str) -> str:
+        """' (did you mean X?)' for a near miss of a field name, else ''."""
+        close = difflib.get_close_matches(name, [*self.fields, *self.scoped], n=1, cutoff=0.75)
+        return f" (did you mean {close[0]}?)" if close else ""
 
 
 @dataclass
@@ -108,22 +139,29 @@ class Facts:
     baseline: Facts | None = None
 
 
-def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: bool) -> None:
-    """Raise ExpectError for a malformed condition or a name the tool does not offer (before any work)."""
+MAX_LISTED_NAMES_CHARS = 2_500  # of an error naming what a tool offers (errors are cut at 4,000)
+
+
+def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: bool,
+          described_at: str = "the tool's description") -> None:
+    """Raise ExpectError for a malformed condition or a name the tool does not offer (before any work).
+    `described_at` says where every name's meaning and unit can be read (e.g. a resource)."""
     known = set(catalogue.fields) | set(catalogue.scoped)
     for condition in conditions or []:
         fields, baseline_fields, functions = names_in(parse(condition))
         unknown = sorted((fields | baseline_fields) - known)
         if unknown:
-            raise ExpectError(f"condition {condition!r} names {', '.join(unknown)}, which this tool does not "
-                              f"report; it offers: {catalogue.listing()}")
+            hint = "".join(catalogue.suggestion(n) for n in unknown[:1])
+            raise ExpectError(f"condition {excerpt(condition)} names {', '.join(unknown)}, which this tool does "
+                              f"not report{hint}; it offers {catalogue.names(MAX_LISTED_NAMES_CHARS)} (each "
+                              f"with its meaning and unit: {described_at})")
         unknown_calls = sorted(functions - catalogue.function_names)
         if unknown_calls:
-            raise ExpectError(f"condition {condition!r} calls {', '.join(unknown_calls)}, which this tool does "
-                              f"not have; it has: {', '.join(sorted(catalogue.function_names))}")
+            raise ExpectError(f"condition {excerpt(condition)} calls {', '.join(unknown_calls)}, which this tool "
+                              f"does not have; it has: {', '.join(sorted(catalogue.function_names))}")
         if baseline_fields and not has_baseline:
-            raise ExpectError(f"condition {condition!r} names baseline.{sorted(baseline_fields)[0]} but this "
-                              "call has no baseline; pass baseline= or drop the baseline. part")
+            raise ExpectError(f"condition {excerpt(condition)} names baseline.{sorted(baseline_fields)[0]} but "
+                              "this call has no baseline; pass baseline= or drop the baseline. part")
 
 
 def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> HypothesisAnswer:

@@ -10,8 +10,8 @@ from ...sandbox.job import Job, JobResult
 from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
 from ..base import AgentError, ToolContext
 from ..common.recorded_code import JOB_INPUT_NAME
-from .plan import MIN_TIMED_CALLS, Code
-from .schema import TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
+from .plan import Code
+from .schema import MIN_TIMED_CALLS, TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
 
 async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
@@ -32,7 +32,7 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
     raw = _checked_form(dict(res.result), arms)
-    _check_enough_calls(raw, arms, shape, inp.budget_ms)
+    _check_enough_calls(raw, arms, shape, inp.max_budget_ms())
     raw["_seeds"] = payload["input_seeds"]  # ours, not the worker's
     raw["_compiles"] = res.num_compiles  # the sandbox's count, not the worker's
     return raw, res.out_dir
@@ -41,7 +41,9 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
 def timing_timeout_s(inp) -> float:
     """The timing job's limit: the agent's timeout_s, else derived from the budget (the
     harness stops sampling at the budget; past the limit a call never returned)."""
-    return inp.timeout_s if inp.timeout_s is not None else TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET * inp.budget_ms / 1e3
+    if inp.timeout_s is not None:
+        return inp.timeout_s
+    return TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET * inp.max_budget_ms() / 1e3
 
 
 def _checked_form(raw: dict, arms: list[Code]) -> dict:

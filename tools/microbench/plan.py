@@ -17,10 +17,10 @@ from ..base import AgentError, ToolContext, as_agent_error
 from ..common.cases import MAX_MICROBENCH_SHAPES, check_case_count, distinct
 from ..common.recorded_code import recorded_code
 from ..common.seeds import trial_seed
+from .schema import MIN_TIMED_CALLS
 
 NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
 NUM_SPOT_CHECKS = 3  # timed calls per arm whose outputs are checked
-MIN_TIMED_CALLS = 5
 
 
 @dataclass(frozen=True)
@@ -157,6 +157,7 @@ def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: di
         "make_inputs": _make_inputs_payload(ctx, kernel),
         "input_seeds": [trial_seed(state, ctx.experiment_id, index, t) for t in range(NUM_INPUT_SETS)],
         "budget_ms": inp.budget_ms, "target_rel_se": inp.target_rel_se_pct / 100,
+        "min_timed_calls": MIN_TIMED_CALLS, "max_budget_ms": inp.max_budget_ms(),
         "num_spot_checks": NUM_SPOT_CHECKS, "order_seed": trial_seed(state, ctx.experiment_id, index, NUM_INPUT_SETS),
         "cuda_graph": inp.cuda_graph,
     }

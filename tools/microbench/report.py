@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from .plan import Code
-from .schema import ShapeResult
+from .schema import MIN_TIMED_CALLS, ShapeResult
 
 
 def cpu_counters() -> dict | None:
@@ -92,26 +92,45 @@ def plot_rows(results: list[ShapeResult]) -> list[dict]:
     return rows
 
 
+MAX_SHAPES_NAMED = 4  # in the summary line; the shapes list has them all
+
+
+def _shape_text(shape: dict) -> str:
+    return ",".join(f"{k}={v}" for k, v in shape.items())
+
+
+def what_ran(name: str, arms: list[Code], results: list[ShapeResult]) -> str:
+    """'kernel/candidate vs baseline, dtype, shapes [...]': what every summary line starts with."""
+    vs = f" vs {arms[1].label}" if len(arms) > 1 else ""
+    shapes = [_shape_text(r.shape) for r in results]
+    named = "; ".join(shapes[:MAX_SHAPES_NAMED]) + (f"; {len(shapes) - MAX_SHAPES_NAMED} more"
+                                                    if len(shapes) > MAX_SHAPES_NAMED else "")
+    return f"{name}/{arms[0].label}{vs}, {results[-1].dtype}, {len(shapes)} shape(s) [{named}]"
+
+
 def summary(name: str, arms: list[Code], results: list[ShapeResult], verdict: str) -> str:
     last = results[-1]
-    shape = ",".join(f"{k}={v}" for k, v in last.shape.items())
+    shape = _shape_text(last.shape)
     cand = last.candidate
     if cand.pct_of_roofline is not None:
         where = f"{cand.bound}-bound at {cand.pct_of_roofline:.3g}% of the roofline"
     else:
         where = "no roofline (ceilings unavailable)"
-    text = (f"{name}/{arms[0].label} {last.dtype}, {len(results)} shape(s): median {cand.median_ms:.4g} ms "
-            f"at {shape}, {where}.")
+    text = f"{what_ran(name, arms, results)}: median {cand.median_ms:.4g} ms at {shape}, {where}."
     if verdict == "invalid":
         return text + f" INVALID timing ({'; '.join(_void_reasons(results))})."
     if len(arms) > 1:
         faster = sum(r.verdict == "faster" for r in results)
         slower = sum(r.verdict == "slower" for r in results)
-        text += (f" vs {arms[1].label}: {verdict} (faster on {faster}, slower on {slower} of {len(results)}); "
-                 f"at {shape} ratio {last.ratio:.3f} [95% CI {last.ci_low:.3f}, {last.ci_high:.3f}], "
-                 f"minimal detectable effect {last.min_detectable_effect_pct:.1f}%.")
+        text += (f" {arms[0].label} vs {arms[1].label}: {verdict} (faster on {faster}, slower on {slower} of "
+                 f"{len(results)}); at {shape} ratio {last.ratio:.3f} [95% CI {last.ci_low:.3f}, "
+                 f"{last.ci_high:.3f}], minimal detectable effect {last.min_detectable_effect_pct:.1f}%.")
     if not math.isfinite(cand.median_ms):
         text += " (no finite median)"
+    extended = [_shape_text(r.shape) for r in results if r.stop_reason == "min_calls"]
+    if extended:
+        text += (f" Calls too slow for the default budget at {'; '.join(extended)}: timed past it until every "
+                 f"arm had {MIN_TIMED_CALLS} timed calls (stop_reason 'min_calls'), so intervals are wide.")
     return text
 
 

@@ -14,6 +14,12 @@ from ..base import ToolInput, ToolOutput
 from ..common.cases import MAX_MICROBENCH_SHAPES
 
 MAX_BUDGET_MS = 60_000.0  # one minute of timing per shape
+DEFAULT_BUDGET_MS = 2_000.0
+# With the default budget, a shape whose calls are too slow for MIN_TIMED_CALLS timed calls in
+# it keeps timing up to this long: the Triton interpreter on CPU takes ~0.4 s per kda_decode call
+# and ~2.9 s per tp_linear call at the zoo's own CPU shapes (6 pairs of those: ~35 s).
+EXTENDED_BUDGET_MS = MAX_BUDGET_MS
+MIN_TIMED_CALLS = 5  # per arm: fewer give no median worth reading
 TIMEOUT_BASE_S = 30.0  # default timeout_s = TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET x budget (s)
 TIMEOUT_PER_BUDGET = 2.0
 
@@ -39,13 +45,18 @@ class Input(ToolInput):
                                                 "Default: the spec's shapes for this device. Repeats are dropped; "
                                                 f"at most {MAX_MICROBENCH_SHAPES} shapes per call.")
     dtype: str | None = Field(default=None, description="Input dtype (one of the spec's dtypes; default the first).")
-    budget_ms: float = Field(default=2000.0, gt=0, le=MAX_BUDGET_MS, description="Wall-clock timing budget per "
-                             "shape in milliseconds, warm-up included (0 < budget_ms <= 60000). Sampling stops "
-                             "earlier once the median is known to target_rel_se_pct.")
+    budget_ms: float = Field(default=DEFAULT_BUDGET_MS, gt=0, le=MAX_BUDGET_MS, description="Wall-clock timing "
+                             "budget per shape in milliseconds, warm-up included (0 < budget_ms <= 60000). "
+                             "Sampling stops earlier once the median is known to target_rel_se_pct. Left at its "
+                             f"default ({DEFAULT_BUDGET_MS:g} ms), timing goes on past it until every arm has "
+                             f"{MIN_TIMED_CALLS} timed calls, up to {EXTENDED_BUDGET_MS:g} ms (slow interpreted "
+                             f"calls on CPU; stop_reason 'min_calls'); a budget you set is kept, and too few "
+                             "calls in it is an error.")
     timeout_s: float | None = Field(default=None, gt=0, le=3600, description="Wall-clock limit per shape's timing "
                                     "job, in seconds; the job is killed there and its timing slot freed. Default: "
                                     f"{TIMEOUT_BASE_S:g} s (loading the code, a first call under the Triton "
-                                    f"interpreter) + {TIMEOUT_PER_BUDGET:g} x budget_ms.")
+                                    f"interpreter) + {TIMEOUT_PER_BUDGET:g} x budget_ms (x {EXTENDED_BUDGET_MS:g} "
+                                    "ms with the default budget).")
     target_rel_se_pct: float = Field(default=0.5, gt=0, le=50, description="Stop when the standard error of each "
                                      "median is below this percentage of the median.")
     flops_per_call: float | None = Field(default=None, ge=0, le=1e18, description="Override the spec's FLOPs per call "
@@ -58,6 +69,10 @@ class Input(ToolInput):
 
     def has_baseline(self) -> bool:
         return any(v is not None for v in (self.baseline, self.baseline_source, self.baseline_path))
+
+    def max_budget_ms(self) -> float:
+        """How long a shape's timing may go on: the budget given, else the extended default."""
+        return self.budget_ms if "budget_ms" in self.model_fields_set else max(self.budget_ms, EXTENDED_BUDGET_MS)
 
 class ArmResult(BaseModel):
     code: str = Field(description="What ran: impl name, 'source', a path, or an experiment id.")
@@ -93,7 +108,8 @@ class ShapeResult(BaseModel):
     flops_per_call: float = Field(description="FLOPs per call used for the roofline.")
     bytes_per_call: float = Field(description="Bytes moved per call used for the roofline.")
     stop_reason: str = Field(description="'target_se' (medians known to the target), 'budget' (time ran out "
-                             "first) or 'max_samples'.")
+                             "first), 'min_calls' (the default budget ran out before every arm had "
+                             f"{MIN_TIMED_CALLS} timed calls, and timing went on until it had) or 'max_samples'.")
     warmup_calls: int = Field(description="Untimed warm-up calls per arm.")
     warmup_stable: bool = Field(description="False when times were still drifting when warm-up ran out.")
     num_input_sets: int = Field(description="Input sets rotated across calls (sized to overflow the cache).")

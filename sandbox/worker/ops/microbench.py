@@ -22,6 +22,8 @@ Payload::
     make_inputs: {"path", "entry"} | None              # the spec's custom generator, if any
     input_seeds: [int]                                 # one per input set (at most this many sets)
     budget_ms, target_rel_se, max_samples, num_spot_checks, order_seed, cuda_graph, cpu_threads
+    min_timed_calls, max_budget_ms                     # time past budget_ms (up to max_budget_ms) until
+                                                       # every arm has min_timed_calls timed calls
 """
 
 from __future__ import annotations
@@ -82,7 +84,8 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
     warmup = _warm_up(arms, sets, timer, t_start + WARMUP_MAX_FRACTION * budget_ns)
     ctx.progress(0.0, 1.0, f"warmed up after {warmup['calls_per_arm']} calls per arm; timing")
 
-    stop_reason = _measure(arms, sets, timer, rng, payload, t_start + budget_ns, ctx)
+    last_ns = t_start + max(budget_ns, float(payload.get("max_budget_ms") or 0.0) * 1e6)
+    stop_reason = _measure(arms, sets, timer, rng, payload, (t_start + budget_ns, last_ns), ctx)
     spot_checks = [check for arm in arms for check in arm.save_spot_checks(ctx)]
     return {
         "device": info,
@@ -174,9 +177,16 @@ def _stable(t: list[int]) -> bool:
     return prev > 0 and abs(last / prev - 1) < WARMUP_STABLE
 
 
-def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadline_ns: float, ctx: JobContext) -> str:
+def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadlines_ns: tuple[float, float],
+             ctx: JobContext) -> str:
+    """Timed calls until the medians are known, the budget ends, or max_samples. At the budget's end an
+    arm with fewer than min_timed_calls calls keeps the loop going, up to the last deadline: a slow call
+    (the Triton interpreter) then still gets a median, not a refusal."""
     target = float(payload.get("target_rel_se", 0.005))
     max_samples = int(payload.get("max_samples", 50_000))
+    min_calls = int(payload.get("min_timed_calls", 0))
+    deadline_ns, last_ns = deadlines_ns
+    extended = False  # the budget ran out before min_calls: timing went on
     pick = random.Random(rng.random())  # spot-check draws independent of the order flips
     index, iteration, next_check, next_progress = 0, 0, MIN_SAMPLES, 0
     gc_was_enabled = gc.isenabled()
@@ -195,13 +205,18 @@ def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadline_ns: 
                 # Copying a large output for the spot-check is bookkeeping, not the
                 # candidate's time: it does not spend the budget (it is bounded:
                 # reservoir sampling copies ~k * (1 + ln(n / k)) times in all).
-                deadline_ns += _now_ns() - t_offer
+                offered_ns = _now_ns() - t_offer
+                deadline_ns, last_ns = deadline_ns + offered_ns, last_ns + offered_ns
                 del outputs
                 index += 1
             iteration += 1
             now = _now_ns()
             if now >= deadline_ns:
-                return "budget"
+                if all(len(arm.samples) >= min_calls for arm in arms):
+                    return "min_calls" if extended else "budget"
+                if now >= last_ns:
+                    return "budget"
+                extended = True
             if iteration >= max_samples:
                 return "max_samples"
             if iteration >= next_check:

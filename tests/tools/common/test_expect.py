@@ -183,8 +183,10 @@ def test_unknown_names_list_what_one_can_name():
     with pytest.raises(ExpectError) as err:
         check(["median_time < 1"], CATALOGUE, has_baseline=False)
     text = str(err.value)
-    assert "median_time" in text and "median_ms (per shape: median, ms)" in text and "verdict (overall verdict)" in text
-    assert "overlap_fraction(a, b)" in text
+    assert "median_time" in text and "(did you mean median_ms?)" in text and "per shape: median_ms" in text
+    assert "verdict" in text and "overlap_fraction(a, b)" in text
+    described = CATALOGUE.described()  # every name with its meaning (the resource expect://{tool})
+    assert "  median_ms: median, ms" in described and "  verdict: overall verdict" in described
     with pytest.raises(ExpectError, match="baseline.typo"):
         check(["median_ms < baseline.typo"], CATALOGUE, has_baseline=True)
     with pytest.raises(ExpectError, match="calls overlap, which"):
@@ -206,3 +208,13 @@ def test_unknown_names_list_what_one_can_name():
 def test_type_errors_at_judge_time_are_clear(condition, message):
     with pytest.raises(ExpectError, match=message):
         judge([condition], facts(), CATALOGUE)
+
+
+def test_a_bounded_name_list_ends_on_a_whole_name_and_says_how_many_more():
+    full = CATALOGUE.names()
+    for limit in range(10, len(full)):
+        short = CATALOGUE.names(limit)
+        listed, _, more = short.rpartition("; and ")
+        names = {n.strip() for part in listed.split("; ") for n in part.split(":")[-1].split(",") if n.strip()}
+        assert names <= {*CATALOGUE.fields, *CATALOGUE.scoped, *CATALOGUE.functions}, (limit, short)
+        assert len(names) + int(more.split()[0]) == 9 and len(listed) <= limit, (limit, short)

@@ -95,7 +95,7 @@ async def test_sweep_makes_a_plot_and_a_previous_experiment_can_be_the_baseline(
     ({"dtype": "int8"}, "not one of vector_add's dtypes"),
     ({"cuda_graph": True}, "needs a CUDA device"),
     ({"expect": ["median_ms < baseline.median_ms"]}, "no baseline; pass baseline="),
-    ({"expect": ["median_time < 1"]}, r"names median_time.*offers: verdict.*median_ms \(per shape"),
+    ({"expect": ["median_time < 1"]}, r"names median_time.*did you mean median_ms.*offers verdict.*per shape: n, "),
     ({"expect": ["median_ms <"]}, "malformed"),
 ])
 async def test_bad_input_is_refused_with_what_to_do(client, args, message):
