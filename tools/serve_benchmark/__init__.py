@@ -53,7 +53,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
-        out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus)
+        out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus, spread=spread,
+                                               base_spread=out.baseline_spread)
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
