@@ -36,7 +36,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
     finally:
         if launched:
-            await ctx.engines.stop(engine.handle)
+            await ctx.engines.stop(engine.handle, how="when the serve_benchmark that started it ended")
     rows = [repeat_metrics(r) for r in repeats]
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}

@@ -5,6 +5,7 @@ log tail, and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -157,3 +158,37 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
     while engine_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine_processes() == []
+
+
+@pytest.mark.anyio
+async def test_summaries_name_the_engine_and_a_second_stop_says_already_stopped(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+    handle = launched["handle"]
+    assert launched["summary"].startswith(f"command engine {handle} (command {sys.executable} "
+                                          "/workspace/echo_server.py {port} ok) ready in ")
+    listed = await call(client, "list_serves")
+    assert listed["summary"].startswith(f"1 engine(s) running: command engine {handle} (command ")
+    first = await call(client, "stop_serve", handle=handle)
+    assert first["already_stopped"] is False and first["summary"].startswith(f"stopped command engine {handle}")
+    again = await call(client, "stop_serve", handle=handle)
+    assert again["already_stopped"] is True and again["engine"] == "command"
+    assert again["summary"].startswith(f"command engine {handle} already stopped (by stop_serve, ")
+    assert again["uptime_s"] == first["uptime_s"] or abs(again["uptime_s"] - first["uptime_s"]) < 1
+    with pytest.raises(ToolCallError, match=f"the command engine {handle} was already stopped \\(by stop_serve"):
+        await call(client, "serve_benchmark", handle=handle)
+    assert (await call(client, "list_serves"))["summary"] == f"0 engine(s) running; stopped earlier: {handle} " \
+        "(by stop_serve)"
+    assert engine_processes() == []
+
+
+def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
+    from typer.testing import CliRunner
+
+    from infra_agent.server.cli import app
+
+    result = CliRunner().invoke(app, ["call", "launch_serve", json.dumps({"engine": "command", "args": command("ok")}),
+                                      "-w", str(echo_workspace)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "the engine lived only as long as this command and was stopped when it exited" in result.stderr
+    assert "infra-agent serve --http" in result.stderr
+    assert engine_processes() == []  # what the note says: nothing outlives the command
