@@ -16,7 +16,7 @@ import anyio
 
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
-from ..common.engines import engine_tokenizer, get_engine, start_engine
+from ..common.engines import engine_label, engine_tokenizer, get_engine, start_engine
 from . import jobs, plan, report
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
@@ -42,7 +42,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     sources = {r.result.metrics.output_tokens_source for r in repeats}
     out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
                  latencies=latency_table(metrics, spread),
-                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed")
+                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
+                 target=report.target(engine_label(engine.adapter.name, engine.handle, engine.args), inp.workload,
+                                      inp.repeats, launched),
+                 first_error=report.first_error([r.result.records for r in repeats]))
     if base_engine is not None:
         out.baseline_repeats = [repeat_metrics(r) for r in base_repeats]
         base_metrics, base_spread = aggregate(out.baseline_repeats)

@@ -113,6 +113,11 @@ class RepeatMetrics(BaseModel):
 class Output(ToolOutput):
     handle: str = Field(description="The engine benchmarked.")
     engine: str = Field(description="Its adapter: builtin, transformers, vllm, sglang, command.")
+    target: str = Field("", description="What ran, in words: the engine with its model and non-default "
+                        "arguments, requests x repeats, the workload's shape and arrivals, the API.")
+    first_error: str | None = Field(None, description="The first failed request's error as the engine (or the "
+                                    "client) gave it, e.g. 'HTTP 400: ...' (up to 300 characters); null when "
+                                    "none failed. Every error with its count: repeats[].errors.")
     metrics: dict[str, float | None] = Field(description="Median over repeats: ttft_p50, ttft_p90, ttft_p99, "
                                              "ttft_mean, the same for tpot, itl, e2el (ms); output_throughput, "
                                              "request_throughput (per s), completed, failed, goodput, "

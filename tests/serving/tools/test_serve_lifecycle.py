@@ -30,6 +30,12 @@ class H(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         if mode == "crash":
             os._exit(9)
+        if mode == "reject":  # as vLLM answers a prompt longer than its context
+            body = json.dumps({"error": {"message": "This model's maximum context length is 8 tokens",
+                                         "type": "BadRequestError"}}).encode()
+            self.send_response(400); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
         for t in ("a", "b"):
             self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": t}]}).encode() + b"\n\n")
@@ -192,3 +198,17 @@ def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
     assert "the engine lived only as long as this command and was stopped when it exited" in result.stderr
     assert "infra-agent serve --http" in result.stderr
     assert engine_processes() == []  # what the note says: nothing outlives the command
+
+
+@pytest.mark.anyio
+async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("reject"))
+    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
+                     workload={"num_requests": 4, "input_len": 12, "output_len": 2, "max_concurrency": 2})
+    assert (out["metrics"]["completed"], out["metrics"]["failed"]) == (0, 4)
+    assert out["first_error"].startswith("HTTP 400: ") and "maximum context length is 8 tokens" in out["first_error"]
+    assert out["target"] == (f"command engine {launched['handle']} (command {sys.executable} /workspace/echo_server.py "
+                             "{port} reject): 4 requests x 2 repeat(s), random prompts of 12 -> 2 tokens, closed loop, "
+                             "2 in flight, /v1/completions")
+    assert out["summary"].startswith(out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
+    await call(client, "stop_serve", handle=launched["handle"])
