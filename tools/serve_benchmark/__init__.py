@@ -17,7 +17,7 @@ import anyio
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, get_engine, start_engine
-from . import jobs, plan, report
+from . import jobs, plan, report, undecided
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
 
@@ -59,6 +59,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus, spread=spread,
                                                base_spread=out.baseline_spread)
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
+    out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
     records = [r.result.records for r in repeats]

@@ -50,6 +50,8 @@ def summary(out: Output, baseline_source: str | None) -> str:
         failing = [c.condition for c in out.criteria.conditions if c.answer != "supported"]
         if failing:
             text += f" ({'; '.join(failing)})"
+        if out.undecided:
+            text += f"; {out.undecided[0].split(': ', 1)[1]}"
     if baseline_source and out.findings:
         text += f". vs {baseline_source}: {out.findings[0]}"
     return text
@@ -57,7 +59,7 @@ def summary(out: Output, baseline_source: str | None) -> str:
 
 def _criteria_word(answer: str) -> str:
     return {"supported": "pass", "contradicted": "FAIL", "inconclusive": "inconclusive (the repeats straddle a "
-            "threshold: add repeats or requests)"}.get(answer, answer)
+            "threshold)"}.get(answer, answer)
 
 
 def first_error(repeats_records: list[list[RequestRecord]]) -> str | None:

@@ -138,7 +138,11 @@ class Output(ToolOutput):
                                                   "baseline's runs, in order (they alternated with `repeats`).")
     criteria: HypothesisAnswer = Field(default_factory=HypothesisAnswer, description="The acceptance criteria "
                                        "judged: supported (pass), contradicted (fail), inconclusive (the spread "
-                                       "straddles the threshold: add repeats or requests).")
+                                       "straddles the threshold: see undecided).")
+    undecided: list[str] = Field(default_factory=list, description="Per inconclusive criterion: which side's "
+                                 "spread over repeats kept it open and what would decide it (more repeats cannot: "
+                                 "[min, max] only widens; the requests per repeat that would, from the observed "
+                                 "spreads shrinking as 1/sqrt(requests)).")
     phases: list[PhaseChange] = Field(default_factory=list, description="With a baseline: which engine phase "
                                       "moved, largest absolute change first.")
     findings: list[str] = Field(default_factory=list, description="The layer that moved and the next cheapest "

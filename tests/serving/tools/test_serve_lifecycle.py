@@ -212,3 +212,18 @@ async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
                              "2 in flight, /v1/completions")
     assert out["summary"].startswith(out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
     await call(client, "stop_serve", handle=launched["handle"])
+
+
+@pytest.mark.anyio
+async def test_an_inconclusive_criterion_says_why(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+    # a side compared with itself: the same interval on both sides always overlaps, so it stays open
+    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
+                     workload={"num_requests": 4, "input_len": 4, "output_len": 2, "rate": 50.0},
+                     criteria=["ttft_p50 <= ttft_p50"])
+    assert out["criteria"]["answer"] == "inconclusive"
+    assert out["undecided"] and out["undecided"][0].startswith("ttft_p50 <= ttft_p50: ttft_p50 spans ")
+    assert "the medians sit on the threshold" in out["undecided"][0]
+    assert "Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); ttft_p50 spans " \
+        in out["summary"]
+    await call(client, "stop_serve", handle=launched["handle"])
