@@ -11,6 +11,7 @@ the baseline) -> report (summary, per-request records, latency plot).
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 
@@ -31,9 +32,18 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
         the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
+        estimate_s = await jobs.estimate_cost(engine, base_engine, the_plan, work, repeats=inp.repeats,
+                                              budget_s=inp.time_budget_s, progress=ctx.progress)
+        started = time.monotonic()
+
+        async def progress(done, total, message):  # how far it is, in time too
+            await ctx.progress(done, total, f"{message}; {time.monotonic() - started:.0f} s of about "
+                               f"{estimate_s:.0f} s estimated")
+
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
-            timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
+            timeout_s=inp.timeout_s, progress=progress, baseline=base_engine)
+        elapsed_s = time.monotonic() - started
     finally:
         if launched:
             await ctx.engines.stop(engine.handle, how="when the serve_benchmark that started it ended")
@@ -45,7 +55,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                  output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
                  target=report.target(engine_label(engine.adapter.name, engine.handle, engine.args), inp.workload,
                                       inp.repeats, launched),
-                 first_error=report.first_error([r.result.records for r in repeats]))
+                 first_error=report.first_error([r.result.records for r in repeats]),
+                 estimated_s=round(estimate_s, 1), elapsed_s=round(elapsed_s, 1))
     if base_engine is not None:
         out.baseline_repeats = [repeat_metrics(r) for r in base_repeats]
         base_metrics, base_spread = aggregate(out.baseline_repeats)

@@ -1,0 +1,59 @@
+"""serve_benchmark's cost probe on a planted slow engine: the built-in engine with its decode
+attention as a Triton kernel, interpreted on this CPU (a default benchmark on it ran 632 s
+without a word). The call is refused with the estimate before the repeats start, and the
+estimate is checked against the wall time of a run small enough to finish."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from conftest import ToolCallError, call
+
+from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+pytestmark = pytest.mark.slow
+
+SLOW_ENGINE = {"model": "tiny", "kernels": {"paged_attention_decode": "triton"}}
+
+
+@pytest.fixture
+async def builtin_client(workspace):
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    build_tiny_checkpoint(workspace / "tiny")
+    srv = build_server(workspace)
+    async with Client(srv) as c:
+        yield c
+    await srv.aclose()
+
+
+@pytest.mark.anyio
+async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds(builtin_client):
+    c = builtin_client
+    eng = await call(c, "launch_serve", engine="builtin", args=SLOW_ENGINE)
+    # the default workload (64 requests at once, 3 repeats), 4 output tokens each
+    with pytest.raises(ToolCallError, match=r"this benchmark would take about \d+ s \(3 repeat\(s\) a side; "
+                       rf"{eng['handle']}: one request alone took [\d.]+ s.*over time_budget_s=300 s\. Raise "
+                       "time_budget_s to run it anyway"):
+        await call(c, "serve_benchmark", handle=eng["handle"], workload={"output_len": 4})
+
+    seen: list[str] = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message or "")
+
+    result = await c.call_tool("serve_benchmark", {"handle": eng["handle"], "repeats": 1, "time_budget_s": 900,
+                                                   "workload": {"num_requests": 4, "output_len": 4, "warmup": 1}},
+                               progress_callback=on_progress)
+    assert not result.is_error, result.content
+    out = result.structured_content
+    assert out["metrics"]["completed"] == 4
+    # the estimate against the wall time the repeats took (measured apart from the probe)
+    assert out["elapsed_s"] / 2.5 <= out["estimated_s"] <= 2.5 * out["elapsed_s"], (out["estimated_s"],
+                                                                                    out["elapsed_s"])
+    assert any(m.startswith(f"estimating the cost on {eng['handle']}: one request of 32 -> 4 tokens") for m in seen)
+    assert any(re.search(r"repeat 1/1: request \d/4 ok; \d+ s of about \d+ s estimated$", m) for m in seen), seen
+    await call(c, "stop_serve", handle=eng["handle"])
