@@ -40,6 +40,7 @@ class CostEstimate:
     batch_s: float  # those requests, s (= single_s when batch is 1)
     repeat_s: float  # one repeat, warm-up included, s
     lower_bound: bool = False  # repeat_s is a floor (the single request alone already passed the budget)
+    failed: int = 0  # probe requests that failed (the engine may have died: the caller checks)
 
     def describe(self) -> str:
         if self.lower_bound:
@@ -63,14 +64,15 @@ async def probe(engine: Engine, ep: Endpoint, plan: Plan, work: Workload, *, rep
     deadline = time.monotonic() + budget_s
     await progress(0, None, f"estimating the cost on {engine.handle}: one request of {input_len} -> {output_len} "
                    f"tokens" + (f", then {batch} together" if batch > 1 else ""))
-    single = await _timed(engine, ep, requests[:1], deadline, budget_s, "one request")
+    single, failed = await _timed(engine, ep, requests[:1], deadline, budget_s, "one request")
     paced = n / work.rate if work.rate else 0.0
     floor = max(single * math.ceil(n / concurrency), paced) + work.warmup * single
-    if batch == 1 or repeats * floor > budget_s:
-        return CostEstimate(single, 1, single, floor, lower_bound=batch > 1)
-    together = await _timed(engine, ep, requests, deadline, budget_s, f"{batch} requests")
+    if batch == 1 or failed or repeats * floor > budget_s:
+        return CostEstimate(single, 1, single, floor, lower_bound=batch > 1 and not failed,
+                            failed=failed)
+    together, failed = await _timed(engine, ep, requests, deadline, budget_s, f"{batch} requests")
     steady = n * _wave_s(single, batch, together, concurrency) / concurrency
-    return CostEstimate(single, batch, together, max(steady, paced) + work.warmup * single)
+    return CostEstimate(single, batch, together, max(steady, paced) + work.warmup * single, failed=failed)
 
 
 def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
@@ -80,17 +82,20 @@ def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
     return single_s + (size - 1) * max(0.0, (batch_s - single_s) / (batch - 1))
 
 
-async def _timed(engine: Engine, ep: Endpoint, requests, deadline: float, budget_s: float, what: str) -> float:
+async def _timed(engine: Engine, ep: Endpoint, requests, deadline: float, budget_s: float,
+                 what: str) -> tuple[float, int]:
+    """(wall time of `requests` sent together, s; how many failed)."""
     left = deadline - time.monotonic()
     t0 = time.perf_counter()
     try:
-        await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(), timeout_s=max(left, 1.0)), max(left, 0.001))
+        result = await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(), timeout_s=max(left, 1.0)),
+                                        max(left, 0.001))
     except asyncio.TimeoutError:
         raise AgentError(f"the cost probe ({what} of the workload's shape on {engine.handle}) did not finish within "
                          f"time_budget_s={budget_s:g} s, so the benchmark would take far longer: raise "
                          "time_budget_s to run it anyway, or make the engine faster first (its kernels, "
                          "dtype) or the workload smaller (input_len, output_len)") from None
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, sum(not r.ok for r in result.records)
 
 
 def check(sides: list[CostEstimate], probes: dict[str, CostEstimate], repeats: int, budget_s: float) -> float:

@@ -70,6 +70,9 @@ async def estimate_cost(engine: Engine, baseline: Engine | None, plan: Plan, wor
             runs = repeats * (1 + (baseline is not None and baseline.handle == engine.handle))
             probes[eng.handle] = await cost.probe(eng, ep, plan, work, repeats=runs, budget_s=budget_s,
                                                   progress=progress)
+            if probes[eng.handle].failed and not await eng.settled():
+                raise AgentError(f"the {eng.adapter.name} engine {eng.handle} died during the benchmark (its cost "
+                                 f"probe, before the repeats; {_death(eng)}); its log ends:\n{eng.log_tail(2500)}")
     sides = [probes[engine.handle]] + ([probes[baseline.handle]] if baseline is not None else [])
     return cost.check(sides, probes, repeats, budget_s)
 

@@ -58,11 +58,13 @@ def command(mode: str) -> dict:
 
 
 def engine_processes() -> list[int]:
-    """Host processes running the echo server (none may outlive its engine)."""
+    """Host processes running the echo server with this interpreter (none may outlive its engine; a
+    test run from another checkout on the same host has its own)."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if b"echo_server.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"echo_server.py" in cmdline and os.fsencode(sys.executable) in cmdline:
                 out.append(int(pid))
         except OSError:
             pass
