@@ -57,4 +57,10 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
                                                                                     out["elapsed_s"])
     assert any(m.startswith(f"estimating the cost on {eng['handle']}: one request of 32 -> 4 tokens") for m in seen)
     assert any(re.search(r"repeat 1/1: request \d/4 ok; \d+ s of about \d+ s estimated$", m) for m in seen), seen
+
+    # a prompt longer than the context: the engine's own 400, in the summary (it fails fast, probe and all)
+    over = await call(c, "serve_benchmark", handle=eng["handle"], repeats=1,
+                      workload={"num_requests": 2, "input_len": 4000, "output_len": 4, "warmup": 0})
+    assert over["metrics"]["failed"] == 2 and "maximum context length is" in over["first_error"], over["first_error"]
+    assert f"(first error: {over['first_error']})" in over["summary"]
     await call(c, "stop_serve", handle=eng["handle"])
