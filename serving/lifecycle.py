@@ -113,7 +113,7 @@ class Engines:
         self.sandbox = sandbox
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
         self._engines: dict[str, Engine] = {}
-        self.stopped: dict[str, StoppedEngine] = {}  # handle -> what it was, so a second stop can say so
+        self.stopped: dict[str, StoppedEngine] = {}  # handle -> what it was: a second stop says so
 
     def get(self, handle: str) -> Engine:
         eng = self._engines.get(handle)
@@ -125,9 +125,10 @@ class Engines:
         known = ", ".join(self._engines) or "none running"
         if handle in self.stopped:
             gone = self.stopped[handle]
+            ago = time.time() - gone.stopped_at
             return EngineError(f"the {gone.engine} engine {handle} was already stopped ({gone.how}, "
-                               f"{time.time() - gone.stopped_at:.0f} s ago; running: {known}); start another "
-                               "with launch_serve")
+                               f"{ago:.0f} s ago; running: {known}); start another with "
+                               "launch_serve")
         return EngineError(f"no serving engine with handle {handle!r} (running: {known}); start one with "
                            "launch_serve, or list them with list_serves")
 
@@ -222,14 +223,14 @@ class Engines:
                 await asyncio.sleep(READY_POLL_S)
 
     async def stop(self, handle: str, how: str = "by stop_serve") -> str:
-        """Stop an engine and everything it started; returns its log tail. `how`: why, for the record
-        a later call on the handle is answered with."""
+        """Stop an engine and everything it started; returns its log tail. `how`: why, for the
+        record a later call on the handle is answered with."""
         eng = self._engines.pop(handle, None)
         if eng is None:
             raise self._unknown(handle)
         await asyncio.to_thread(self._stop_now, eng)
-        self.stopped[handle] = StoppedEngine(eng.adapter.name, eng.args.model, eng.started_at, time.time(),
-                                             how=how)
+        self.stopped[handle] = StoppedEngine(eng.adapter.name, eng.args.model, eng.started_at,
+                                             time.time(), how=how)
         return eng.log_tail()
 
     @staticmethod

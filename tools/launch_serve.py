@@ -40,8 +40,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     return Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
                   extensions=sorted(eng.adapter.extensions), metrics=eng.adapter.metrics_path is not None,
                   profiling=eng.adapter.profile_paths is not None,
-                  summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in {eng.ready_s:.1f} s "
-                  "(sandboxed; it runs until stop_serve or until this server exits)")
+                  summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
+                  f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
+                  "exits)")
 
 
 TOOL = Tool(

@@ -25,14 +25,16 @@ class Output(ToolOutput):
 
 async def run(inp: ToolInput, ctx: ToolContext) -> Output:
     engines = ctx.engines.list()
-    serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields}) for e in engines]
+    serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields})
+              for e in engines]
     now = time.time()
-    text = f"{len(serves)} engine(s) running" + (": " + "; ".join(
-        f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
-        + ("" if e.alive else ", its process has EXITED (stop_serve it and read engine.log)") for e in engines)
-        if serves else "")
+    running = [f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
+               + ("" if e.alive else ", its process has EXITED (stop_serve it, read engine.log)")
+               for e in engines]
+    text = f"{len(serves)} engine(s) running" + (": " + "; ".join(running) if running else "")
     if ctx.engines.stopped:
-        text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})" for h, gone in ctx.engines.stopped.items())
+        text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})"
+                                                  for h, gone in ctx.engines.stopped.items())
     return Output(serves=serves, summary=text)
 
 

@@ -59,10 +59,15 @@ def engine_tokenizer(engine: Engine):
 
 
 def engine_label(engine: str, handle: str, args: EngineArgs) -> str:
-    """'builtin engine serve-1a2b (model tiny, kernels rmsnorm=triton, max_num_seqs=8)': what runs, for
-    summaries (the model folder by name; only the arguments that differ from the defaults)."""
-    what = [f"model {Path(args.model).name}"] if args.model else ["random weights"] if engine == "builtin" else []
-    for key, value in args.model_dump(exclude_defaults=True, exclude={"model", "health_path"}).items():
+    """'builtin engine serve-1a2b (model tiny, kernels rmsnorm=triton, max_num_seqs=8)': what
+    runs, for summaries (the model folder by name; only the arguments that differ from the
+    defaults)."""
+    if args.model:
+        what = [f"model {Path(args.model).name}"]
+    else:
+        what = ["random weights"] if engine == "builtin" else []
+    changed = args.model_dump(exclude_defaults=True, exclude={"model", "health_path"})
+    for key, value in changed.items():
         if key == "kernels":
             what.append("kernels " + ", ".join(f"{op}={impl}" for op, impl in value.items()))
         elif key == "command":

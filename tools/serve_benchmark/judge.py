@@ -154,26 +154,25 @@ def attribution(metrics: dict, base: dict, focus: str = "", spread: dict | None 
             continue
         rel = (c - b) / b
         text = f"{label} {100 * rel:+.0f}%: " + ", ".join(f"{m.phase} {_pct(m)}" for m in moved)
-        named = [m for m in moved if m.delta * (c - b) > 0 and abs(m.delta) >= 0.5 and m.delta_pct is not None
-                 and abs(m.delta_pct) >= 5 and beyond_noise(m.phase + "_ms")]
+        named = [m for m in moved if m.delta * (c - b) > 0 and abs(m.delta) >= 0.5
+                 and m.delta_pct is not None and abs(m.delta_pct) >= 5
+                 and beyond_noise(m.phase + "_ms")]  # the latency's direction, beyond noise
         explained = sum(m.delta for m in moved)
+        unexplained = explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2
         if not beyond_noise(key):
-            text += (f"; {label} itself moved within noise (baseline {_interval(base_spread.get(key), b)} ms, "
-                     f"this run {_interval(spread.get(key), c)} ms), so no phase is named")
+            text += (f"; {label} itself moved within noise (baseline "
+                     f"{_interval(base_spread.get(key), b)} ms, this run "
+                     f"{_interval(spread.get(key), c)} ms), so no phase is named")
         elif named:
             top = max(named, key=lambda m: abs(m.delta))
-            name = top.phase + "_ms"
-            noise = (f", beyond both runs' repeats ({_interval(base_spread.get(name), top.baseline)} -> "
-                     f"{_interval(spread.get(name), top.candidate)})" if name in spread or name in base_spread
-                     else ", one repeat a side (no spread to rule out noise)")
-            text += (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per request)"
-                     f"{noise}; next: {NEXT_STEP.get(name, 'profile that phase')}")
-        elif abs(c - b) >= 1.0 and abs(rel) >= 0.05 and (explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2):
-            text += (f"; the engine's phases account for {explained:+.1f} of its {c - b:+.1f} ms, so the change "
-                     f"lies outside them; next: {NEXT_STEP['outside']}")
+            text += _named(top, spread, base_spread)
+        elif abs(c - b) >= 1.0 and abs(rel) >= 0.05 and unexplained:
+            text += (f"; the engine's phases account for {explained:+.1f} of its {c - b:+.1f} ms, "
+                     f"so the change lies outside them; next: {NEXT_STEP['outside']}")
         else:
-            text += ("; no phase moved beyond noise in the same direction (a phase is named when it moved by 5% "
-                     "or more, its repeats clear of the baseline's, the way the latency moved)")
+            text += ("; no phase moved beyond noise in the same direction (a phase is named when it "
+                     "moved by 5% or more, its repeats clear of the baseline's, the way the latency "
+                     "moved)")
         lines.append((label.split()[0].lower() in focus, abs(rel), text))
     findings = [text for *_, text in sorted(lines, key=lambda item: (not item[0], -item[1]))]
     pre = changes["preemptions"]
@@ -185,10 +184,21 @@ def attribution(metrics: dict, base: dict, focus: str = "", spread: dict | None 
 PHASE_NAMES = ("queue_ms", "prefill_ms", "decode_ms", "kv_transfer_ms")
 
 
+def _named(top: PhaseChange, spread: dict, base_spread: dict) -> str:
+    name = top.phase + "_ms"
+    if name in spread or name in base_spread:
+        noise = (f", beyond both runs' repeats ({_interval(base_spread.get(name), top.baseline)} -> "
+                 f"{_interval(spread.get(name), top.candidate)})")
+    else:
+        noise = ", one repeat a side (no spread to rule out noise)"
+    return (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per "
+            f"request){noise}; next: {NEXT_STEP.get(name, 'profile that phase')}")
+
+
 def _beyond_noise(candidate: float, baseline: float, spread: list[float] | None,
                   base_spread: list[float] | None) -> bool:
-    """Each side's median outside the other side's [min, max] over repeats (a missing spread: one repeat,
-    its interval the value itself)."""
+    """Each side's median outside the other side's [min, max] over repeats (a missing spread: one
+    repeat, its interval the value itself)."""
     c_lo, c_hi = spread or (candidate, candidate)
     b_lo, b_hi = base_spread or (baseline, baseline)
     return not (c_lo <= baseline <= c_hi) and not (b_lo <= candidate <= b_hi)

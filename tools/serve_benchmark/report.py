@@ -10,8 +10,9 @@ from .schema import Output, Workload
 
 def target(engine_label: str, work: Workload, repeats: int, launched: bool) -> str:
     """What ran, in words: the engine with its arguments, the workload's shape, the repeats."""
-    return (f"{engine_label}{' (started for this call)' if launched else ''}: {work.num_requests} requests x "
-            f"{repeats} repeat(s), {_shape(work)}, {_arrivals(work)}, /v1/{work.api}")
+    started = " (started for this call)" if launched else ""
+    return (f"{engine_label}{started}: {work.num_requests} requests x {repeats} repeat(s), "
+            f"{_shape(work)}, {_arrivals(work)}, /v1/{work.api}")
 
 
 def _shape(work: Workload) -> str:
@@ -19,23 +20,25 @@ def _shape(work: Workload) -> str:
     if work.dataset == "random":
         return f"random prompts of {work.input_len} -> {work.output_len} tokens{spread}"
     if work.dataset == "shared_prefix":
-        return (f"{work.num_prefixes} shared prefixes of {work.prefix_len} tokens + {work.input_len} -> "
-                f"{work.output_len} tokens{spread}")
+        return (f"{work.num_prefixes} shared prefixes of {work.prefix_len} tokens + "
+                f"{work.input_len} -> {work.output_len} tokens{spread}")
     return f"ShareGPT prompts from {work.sharegpt_path}, at most {work.output_len} output tokens"
 
 
 def _arrivals(work: Workload) -> str:
     cap = f", at most {work.max_concurrency} in flight" if work.max_concurrency else ""
+    if work.rate is None and work.max_concurrency:
+        return f"closed loop, {work.max_concurrency} in flight"
     if work.rate is None:
-        return f"closed loop, {work.max_concurrency} in flight" if work.max_concurrency else "all sent at once"
+        return "all sent at once"
     gaps = "Poisson" if work.burstiness == 1 else f"gamma shape {work.burstiness:g}"
     return f"{work.rate:g} requests/s ({gaps}){cap}"
 
 
 def summary(out: Output, baseline_source: str | None) -> str:
     m = out.metrics
-    parts = [f"{out.target}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per run "
-             f"(median of {len(out.repeats)})"]
+    parts = [f"{out.target}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per "
+             f"run (median of {len(out.repeats)})"]
     if out.first_error:
         parts[0] += f" (first error: {out.first_error})"
     for name, label in (("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT p50"), ("itl_p50", "ITL p50"),
