@@ -35,9 +35,10 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
     c = builtin_client
     eng = await call(c, "launch_serve", engine="builtin", args=SLOW_ENGINE)
     # the default workload (64 requests at once, 3 repeats), 4 output tokens each
-    with pytest.raises(ToolCallError, match=r"this benchmark would take about \d+ s \(3 repeat\(s\) a side; "
-                       rf"{eng['handle']}: one request alone took [\d.]+ s.*over time_budget_s=300 s\. Raise "
-                       "time_budget_s to run it anyway"):
+    refusal = (r"this benchmark would take about \d+ s \(3 repeat\(s\) a side; "
+               rf"{eng['handle']}: one request alone took [\d.]+ s.*over time_budget_s=300 s\. "
+               "Raise time_budget_s to run it anyway")
+    with pytest.raises(ToolCallError, match=refusal):
         await call(c, "serve_benchmark", handle=eng["handle"], workload={"output_len": 4})
 
     seen: list[str] = []
@@ -45,22 +46,25 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
     async def on_progress(progress, total, message):
         seen.append(message or "")
 
-    result = await c.call_tool("serve_benchmark", {"handle": eng["handle"], "repeats": 1, "time_budget_s": 900,
-                                                   "workload": {"num_requests": 4, "output_len": 4, "warmup": 1}},
-                               progress_callback=on_progress)
+    small = {"handle": eng["handle"], "repeats": 1, "time_budget_s": 900,
+             "workload": {"num_requests": 4, "output_len": 4, "warmup": 1}}
+    result = await c.call_tool("serve_benchmark", small, progress_callback=on_progress)
     assert not result.is_error, result.content
     out = result.structured_content
     assert out["metrics"]["completed"] == 4
     # the estimate against the wall time the repeats took (measured apart from the probe)
     print(f"estimated {out['estimated_s']} s, took {out['elapsed_s']} s")
-    assert out["elapsed_s"] / 2.5 <= out["estimated_s"] <= 2.5 * out["elapsed_s"], (out["estimated_s"],
-                                                                                    out["elapsed_s"])
-    assert any(m.startswith(f"estimating the cost on {eng['handle']}: one request of 32 -> 4 tokens") for m in seen)
-    assert any(re.search(r"repeat 1/1: request \d/4 ok; \d+ s of about \d+ s estimated$", m) for m in seen), seen
+    estimated, elapsed = out["estimated_s"], out["elapsed_s"]
+    assert elapsed / 2.5 <= estimated <= 2.5 * elapsed, (estimated, elapsed)
+    probing = f"estimating the cost on {eng['handle']}: one request of 32 -> 4 tokens"
+    assert any(m.startswith(probing) for m in seen), seen
+    progress = r"repeat 1/1: request \d/4 ok; \d+ s of about \d+ s estimated$"
+    assert any(re.search(progress, m) for m in seen), seen
 
-    # a prompt longer than the context: the engine's own 400, in the summary (it fails fast, probe and all)
+    # a prompt longer than the context: the engine's own 400, in the summary (it fails fast)
     over = await call(c, "serve_benchmark", handle=eng["handle"], repeats=1,
                       workload={"num_requests": 2, "input_len": 4000, "output_len": 4, "warmup": 0})
-    assert over["metrics"]["failed"] == 2 and "maximum context length is" in over["first_error"], over["first_error"]
+    assert over["metrics"]["failed"] == 2, over["summary"]
+    assert "maximum context length is" in over["first_error"], over["first_error"]
     assert f"(first error: {over['first_error']})" in over["summary"]
     await call(c, "stop_serve", handle=eng["handle"])

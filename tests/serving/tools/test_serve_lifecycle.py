@@ -169,7 +169,7 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
 
 
 @pytest.mark.anyio
-async def test_summaries_name_the_engine_and_a_second_stop_says_already_stopped(client, echo_workspace):
+async def test_summaries_name_the_engine_and_a_second_stop_says_so(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("ok"))
     handle = launched["handle"]
     assert launched["summary"].startswith(f"command engine {handle} (command {sys.executable} "
@@ -177,15 +177,17 @@ async def test_summaries_name_the_engine_and_a_second_stop_says_already_stopped(
     listed = await call(client, "list_serves")
     assert listed["summary"].startswith(f"1 engine(s) running: command engine {handle} (command ")
     first = await call(client, "stop_serve", handle=handle)
-    assert first["already_stopped"] is False and first["summary"].startswith(f"stopped command engine {handle}")
+    assert first["already_stopped"] is False
+    assert first["summary"].startswith(f"stopped command engine {handle}")
     again = await call(client, "stop_serve", handle=handle)
     assert again["already_stopped"] is True and again["engine"] == "command"
     assert again["summary"].startswith(f"command engine {handle} already stopped (by stop_serve, ")
     assert again["uptime_s"] == first["uptime_s"] or abs(again["uptime_s"] - first["uptime_s"]) < 1
-    with pytest.raises(ToolCallError, match=f"the command engine {handle} was already stopped \\(by stop_serve"):
+    gone = f"the command engine {handle} was already stopped \\(by stop_serve"
+    with pytest.raises(ToolCallError, match=gone):
         await call(client, "serve_benchmark", handle=handle)
-    assert (await call(client, "list_serves"))["summary"] == f"0 engine(s) running; stopped earlier: {handle} " \
-        "(by stop_serve)"
+    listed = await call(client, "list_serves")
+    assert listed["summary"] == f"0 engine(s) running; stopped earlier: {handle} (by stop_serve)"
     assert engine_processes() == []
 
 
@@ -194,10 +196,12 @@ def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
 
     from infra_agent.server.cli import app
 
-    result = CliRunner().invoke(app, ["call", "launch_serve", json.dumps({"engine": "command", "args": command("ok")}),
-                                      "-w", str(echo_workspace)], catch_exceptions=False)
+    arguments = json.dumps({"engine": "command", "args": command("ok")})
+    result = CliRunner().invoke(app, ["call", "launch_serve", arguments, "-w", str(echo_workspace)],
+                                catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    assert "the engine lived only as long as this command and was stopped when it exited" in result.stderr
+    note = "the engine lived only as long as this command and was stopped when it exited"
+    assert note in result.stderr
     assert "infra-agent serve --http" in result.stderr
     assert engine_processes() == []  # what the note says: nothing outlives the command
 
@@ -206,13 +210,17 @@ def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
 async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("reject"))
     out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
-                     workload={"num_requests": 4, "input_len": 12, "output_len": 2, "max_concurrency": 2})
+                     workload={"num_requests": 4, "input_len": 12, "output_len": 2,
+                               "max_concurrency": 2})
     assert (out["metrics"]["completed"], out["metrics"]["failed"]) == (0, 4)
-    assert out["first_error"].startswith("HTTP 400: ") and "maximum context length is 8 tokens" in out["first_error"]
-    assert out["target"] == (f"command engine {launched['handle']} (command {sys.executable} /workspace/echo_server.py "
-                             "{port} reject): 4 requests x 2 repeat(s), random prompts of 12 -> 2 tokens, closed loop, "
-                             "2 in flight, /v1/completions")
-    assert out["summary"].startswith(out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
+    assert out["first_error"].startswith("HTTP 400: ")
+    assert "maximum context length is 8 tokens" in out["first_error"]
+    assert out["target"] == (
+        f"command engine {launched['handle']} (command {sys.executable} /workspace/echo_server.py "
+        "{port} reject): 4 requests x 2 repeat(s), random prompts of 12 -> 2 tokens, closed loop, "
+        "2 in flight, /v1/completions")
+    assert out["summary"].startswith(
+        out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
     await call(client, "stop_serve", handle=launched["handle"])
 
 
@@ -224,8 +232,9 @@ async def test_an_inconclusive_criterion_says_why(client, echo_workspace):
                      workload={"num_requests": 4, "input_len": 4, "output_len": 2, "rate": 50.0},
                      criteria=["ttft_p50 <= ttft_p50"])
     assert out["criteria"]["answer"] == "inconclusive"
-    assert out["undecided"] and out["undecided"][0].startswith("ttft_p50 <= ttft_p50: ttft_p50 spans ")
+    assert out["undecided"]
+    assert out["undecided"][0].startswith("ttft_p50 <= ttft_p50: ttft_p50 spans ")
     assert "the medians sit on the threshold" in out["undecided"][0]
-    assert "Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); ttft_p50 spans " \
-        in out["summary"]
+    assert ("Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); "
+            "ttft_p50 spans ") in out["summary"]
     await call(client, "stop_serve", handle=launched["handle"])

@@ -12,7 +12,8 @@ CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 
 
 def _judged(cand: tuple[float, float, float], base: tuple[float, float, float]):
-    facts = Facts(fields={"ttft_p50": Measured(*cand)}, baseline=Facts(fields={"ttft_p50": Measured(*base)}))
+    facts = Facts(fields={"ttft_p50": Measured(*cand)},
+                  baseline=Facts(fields={"ttft_p50": Measured(*base)}))
     return judge([CRITERION], facts, CATALOGUE)
 
 
@@ -27,17 +28,18 @@ def test_the_noisy_side_is_named_and_the_request_estimate_decides_it():
     criteria = _judged(cand, base)
     assert criteria.answer == "inconclusive"
     notes = explain(criteria, num_requests=64)
-    assert len(notes) == 1 and notes[0].startswith(CRITERION + ": ttft_p50 spans 9-19 over its repeats, "
-                                                   "1.05 * baseline.ttft_p50 10.08-11.03; ttft_p50's spread")
+    assert len(notes) == 1 and notes[0].startswith(
+        CRITERION + ": ttft_p50 spans 9-19 over its repeats, 1.05 * baseline.ttft_p50 10.08-11.03; "
+        "ttft_p50's spread")
     assert "More repeats cannot decide it" in notes[0]
-    assert "reaches furthest" in criteria.conditions[0].comparisons[0].reason  # the reason carries it too
+    assert "reaches furthest" in criteria.conditions[0].comparisons[0].reason  # the reason too
     estimate = int(notes[0].split("about ")[1].split(" requests per repeat")[0])
     # independently: shrink both spreads as 1/sqrt(requests) and let the judge decide
-    assert _judged(_shrunk(cand, math.sqrt(64 / estimate)), _shrunk(base, math.sqrt(64 / estimate))).answer \
-        == "contradicted"
-    fewer = estimate * 0.8
-    assert _judged(_shrunk(cand, math.sqrt(64 / fewer)), _shrunk(base, math.sqrt(64 / fewer))).answer \
-        == "inconclusive"
+    def at(requests: float) -> str:
+        s = math.sqrt(64 / requests)
+        return _judged(_shrunk(cand, s), _shrunk(base, s)).answer
+
+    assert at(estimate) == "contradicted" and at(0.8 * estimate) == "inconclusive"
 
 
 def test_the_baselines_spread_can_be_the_culprit_and_a_tiny_gap_is_undecidable():
