@@ -163,6 +163,8 @@ def call(
         _print_json(data)
     else:
         render.result(out, tool, data)
+    if tool == "launch_serve":
+        err.print(ONE_SHOT_ENGINE, soft_wrap=True, highlight=False)
     raise typer.Exit(cli_call.exit_code(data))
 
 
@@ -179,6 +181,14 @@ def _refused(server, spec, arguments: dict) -> bool:
     except (ValueError, AgentError):  # pydantic's ValidationError and ExpectError are ValueErrors
         return True
     return False
+
+
+# `call` builds a server for one tool call and closes it on exit, stopping every engine it started.
+ONE_SHOT_ENGINE = ("note: the engine lived only as long as this command and was stopped when it "
+                   "exited, so its handle is gone. To keep one running, start the server "
+                   "(infra-agent serve --http) and call launch_serve, serve_benchmark and "
+                   "stop_serve from one MCP client, or use infra-agent agent; or start and "
+                   "benchmark it in one call: infra-agent call serve_benchmark engine=builtin ...")
 
 
 async def _call(server, tool: str, arguments: dict):

@@ -99,11 +99,21 @@ class Engine:
                 "socket": self.socket_path, "log": str(self.log_path)}
 
 
+@dataclass(frozen=True)
+class StoppedEngine:
+    engine: str  # its adapter
+    model: str | None
+    started_at: float  # Unix time, s
+    stopped_at: float  # Unix time, s
+    how: str  # "by stop_serve", "when its benchmark ended", ...
+
+
 class Engines:
     def __init__(self, sandbox, *, memory_bytes: int | None = None):
         self.sandbox = sandbox
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
         self._engines: dict[str, Engine] = {}
+        self.stopped: dict[str, StoppedEngine] = {}  # handle -> what it was: a second stop says so
 
     def get(self, handle: str) -> Engine:
         eng = self._engines.get(handle)
@@ -113,6 +123,12 @@ class Engines:
 
     def _unknown(self, handle: str) -> EngineError:
         known = ", ".join(self._engines) or "none running"
+        if handle in self.stopped:
+            gone = self.stopped[handle]
+            ago = time.time() - gone.stopped_at
+            return EngineError(f"the {gone.engine} engine {handle} was already stopped ({gone.how}, "
+                               f"{ago:.0f} s ago; running: {known}); start another with "
+                               "launch_serve")
         return EngineError(f"no serving engine with handle {handle!r} (running: {known}); start one with "
                            "launch_serve, or list them with list_serves")
 
@@ -138,7 +154,7 @@ class Engines:
             eng.cgroup, eng.proc = self._start(eng)
             await self._wait_ready(eng, ready_timeout_s, progress)
         except BaseException:
-            await self.stop(handle)
+            await self.stop(handle, how="after its failed start")
             raise
         return eng
 
@@ -206,12 +222,15 @@ class Engines:
                     await progress(waited, timeout_s, f"waiting for {eng.adapter.name} to become ready")
                 await asyncio.sleep(READY_POLL_S)
 
-    async def stop(self, handle: str) -> str:
-        """Stop an engine and everything it started; returns its log tail."""
+    async def stop(self, handle: str, how: str = "by stop_serve") -> str:
+        """Stop an engine and everything it started; returns its log tail. `how`: why, for the
+        record a later call on the handle is answered with."""
         eng = self._engines.pop(handle, None)
         if eng is None:
             raise self._unknown(handle)
         await asyncio.to_thread(self._stop_now, eng)
+        self.stopped[handle] = StoppedEngine(eng.adapter.name, eng.args.model, eng.started_at,
+                                             time.time(), how=how)
         return eng.log_tail()
 
     @staticmethod
@@ -238,7 +257,7 @@ class Engines:
 
     async def aclose(self) -> None:
         for handle in list(self._engines):
-            await self.stop(handle)
+            await self.stop(handle, how="when the server shut down")
 
 
 def _package_root() -> Path:

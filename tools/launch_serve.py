@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ..serving.adapters import ADAPTERS, EngineArgs
 from .base import Tool, ToolContext, ToolInput, ToolOutput
-from .common.engines import start_engine
+from .common.engines import engine_label, start_engine
 
 
 class Input(ToolInput):
@@ -40,8 +40,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     return Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
                   extensions=sorted(eng.adapter.extensions), metrics=eng.adapter.metrics_path is not None,
                   profiling=eng.adapter.profile_paths is not None,
-                  summary=f"{eng.adapter.name} engine {eng.handle} ready in {eng.ready_s:.1f} s (sandboxed; "
-                  "stop it with stop_serve)")
+                  summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
+                  f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
+                  "exits)")
 
 
 TOOL = Tool(

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 from pydantic import BaseModel, Field
 
 from .base import Tool, ToolContext, ToolInput, ToolOutput
+from .common.engines import engine_label
 
 
 class Serve(BaseModel):
@@ -21,9 +24,18 @@ class Output(ToolOutput):
 
 
 async def run(inp: ToolInput, ctx: ToolContext) -> Output:
-    serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields}) for e in ctx.engines.list()]
-    return Output(serves=serves, summary=f"{len(serves)} engine(s) running" + (
-        ": " + ", ".join(f"{s.handle} ({s.engine})" for s in serves) if serves else ""))
+    engines = ctx.engines.list()
+    serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields})
+              for e in engines]
+    now = time.time()
+    running = [f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
+               + ("" if e.alive else ", its process has EXITED (stop_serve it, read engine.log)")
+               for e in engines]
+    text = f"{len(serves)} engine(s) running" + (": " + "; ".join(running) if running else "")
+    if ctx.engines.stopped:
+        text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})"
+                                                  for h, gone in ctx.engines.stopped.items())
+    return Output(serves=serves, summary=text)
 
 
 TOOL = Tool(

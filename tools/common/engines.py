@@ -56,3 +56,22 @@ def engine_tokenizer(engine: Engine):
     if model_dir is not None and not (model_dir / "tokenizer.json").is_file():
         return None
     return PlainTokenizer(model_dir)
+
+
+def engine_label(engine: str, handle: str, args: EngineArgs) -> str:
+    """'builtin engine serve-1a2b (model tiny, kernels rmsnorm=triton, max_num_seqs=8)': what
+    runs, for summaries (the model folder by name; only the arguments that differ from the
+    defaults)."""
+    if args.model:
+        what = [f"model {Path(args.model).name}"]
+    else:
+        what = ["random weights"] if engine == "builtin" else []
+    changed = args.model_dump(exclude_defaults=True, exclude={"model", "health_path"})
+    for key, value in changed.items():
+        if key == "kernels":
+            what.append("kernels " + ", ".join(f"{op}={impl}" for op, impl in value.items()))
+        elif key == "command":
+            what.append("command " + " ".join(value)[:120])
+        else:
+            what.append(f"{key}={' '.join(value) if isinstance(value, list) else value}")
+    return f"{engine} engine {handle}" + (f" ({', '.join(what)})" if what else "")

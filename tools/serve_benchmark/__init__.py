@@ -11,13 +11,14 @@ the baseline) -> report (summary, per-request records, latency plot).
 from __future__ import annotations
 
 import json
+import time
 
 import anyio
 
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
-from ..common.engines import engine_tokenizer, get_engine, start_engine
-from . import jobs, plan, report
+from ..common.engines import engine_label, engine_tokenizer, get_engine, start_engine
+from . import jobs, plan, report, undecided
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
 
@@ -31,18 +32,34 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
         the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
+        estimate_s = await jobs.estimate_cost(engine, base_engine, the_plan, work,
+                                              repeats=inp.repeats, budget_s=inp.time_budget_s,
+                                              progress=ctx.progress)
+        started = time.monotonic()
+
+        async def progress(done, total, message):  # how far it is, in time too
+            elapsed = time.monotonic() - started
+            await ctx.progress(done, total, f"{message}; {elapsed:.0f} s of about {estimate_s:.0f} s "
+                               "estimated")
+
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
-            timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
+            timeout_s=inp.timeout_s, progress=progress, baseline=base_engine)
+        elapsed_s = time.monotonic() - started
     finally:
         if launched:
-            await ctx.engines.stop(engine.handle)
+            await ctx.engines.stop(engine.handle,
+                                   how="when the serve_benchmark that started it ended")
     rows = [repeat_metrics(r) for r in repeats]
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}
     out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
                  latencies=latency_table(metrics, spread),
-                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed")
+                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
+                 target=report.target(engine_label(engine.adapter.name, engine.handle, engine.args),
+                                      inp.workload, inp.repeats, launched),
+                 first_error=report.first_error([r.result.records for r in repeats]),
+                 estimated_s=round(estimate_s, 1), elapsed_s=round(elapsed_s, 1))
     if base_engine is not None:
         out.baseline_repeats = [repeat_metrics(r) for r in base_repeats]
         base_metrics, base_spread = aggregate(out.baseline_repeats)
@@ -53,8 +70,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
-        out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus)
+        out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus,
+                                               spread=spread, base_spread=out.baseline_spread)
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
+    out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
     records = [r.result.records for r in repeats]

@@ -17,8 +17,10 @@ import httpx
 from ...serving.lifecycle import Engine
 from ...serving.loadgen import Endpoint, RunResult, run_benchmark
 from ..base import AgentError
+from . import cost
 from .phases import parse, window
 from .plan import Plan
+from .schema import Workload
 
 
 @dataclass
@@ -55,6 +57,25 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
             runs[side].append(await _one_repeat(eng, ep, plan, done=len(runs[0]) + len(runs[1]), total=total,
                                                 label=label, warmup=warmup, timeout_s=timeout_s, progress=progress))
     return runs[0], runs[1]
+
+
+async def estimate_cost(engine: Engine, baseline: Engine | None, plan: Plan, work: Workload, *,
+                        repeats: int, budget_s: float, progress) -> float:
+    """The call's measurement time (`repeats` on the engine, as many on the baseline engine),
+    estimated from a short probe of each (cost.py), s; an AgentError when it passes the budget."""
+    probes: dict[str, cost.CostEstimate] = {}
+    for eng in [engine] + ([baseline] if baseline is not None else []):
+        if eng.handle not in probes:  # an A/A check probes its one engine once
+            ep = await _endpoint(eng, work.api, work.ignore_eos)
+            runs = repeats * (1 + (baseline is not None and baseline.handle == engine.handle))
+            probes[eng.handle] = await cost.probe(eng, ep, plan, work, repeats=runs,
+                                                  budget_s=budget_s, progress=progress)
+            if probes[eng.handle].failed and not await eng.settled():
+                raise AgentError(f"the {eng.adapter.name} engine {eng.handle} died during the "
+                                 f"benchmark (its cost probe, before the repeats; {_death(eng)}); "
+                                 f"its log ends:\n{eng.log_tail(2500)}")
+    sides = [probes[engine.handle]] + ([probes[baseline.handle]] if baseline is not None else [])
+    return cost.check(sides, probes, repeats, budget_s)
 
 
 async def _endpoint(engine: Engine, api: str, ignore_eos: bool) -> Endpoint:

@@ -6,7 +6,8 @@ both agree (`ttft_p50 <= 1.05 * baseline.ttft_p50` passes when this run's worst 
 within 5% of the baseline's best, fails when this run's best is over 5% above the
 baseline's worst, and is inconclusive in between). Attribution compares the engine's own
 per-phase times with the baseline's and names the phase that moved most, with the next
-cheapest experiment for that layer.
+cheapest experiment for that layer: only a phase whose repeats clear the baseline's (each
+median outside the other side's [min, max]) and that moved the way the latency did.
 """
 
 from __future__ import annotations
@@ -123,10 +124,17 @@ PARTS = {"ttft_p50": ("TTFT p50", ("queue_ms", "prefill_ms", "kv_transfer_ms")),
          "tpot_p50": ("TPOT p50", ("decode_ms",))}
 
 
-def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseChange], list[str]]:
+def attribution(metrics: dict, base: dict, focus: str = "", spread: dict | None = None,
+                base_spread: dict | None = None) -> tuple[list[PhaseChange], list[str]]:
     """Per-phase changes (largest first) and findings: for TTFT and TPOT, how much each moved, which
     of its phases moved most and the next cheapest experiment for that layer. A metric the criteria
-    name (`focus`: their text) comes first, else the one that moved most."""
+    name (`focus`: their text) comes first, else the one that moved most.
+
+    A phase is named only when it moved beyond noise (each side's median lies outside the other
+    side's [min, max] over repeats: `spread`, `base_spread`) and in the direction the latency moved;
+    otherwise the line says no phase moved beyond noise. Without spreads (one repeat) a side's
+    interval is its single value."""
+    spread, base_spread = spread or {}, base_spread or {}
     changes = {name: _change(name, base.get(name), metrics.get(name)) for name in PHASES}
     timed = sorted((c for name, c in changes.items() if name in PHASE_NAMES and c.delta is not None),
                    key=lambda c: -abs(c.delta))
@@ -134,6 +142,10 @@ def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseC
     if not timed:
         return rest, ["the engine exports no per-phase metrics (vLLM's request_*_time_seconds histograms), so no "
                       "phase can be named: profile the engine instead"]
+
+    def beyond_noise(name: str) -> bool:
+        return _beyond_noise(metrics[name], base[name], spread.get(name), base_spread.get(name))
+
     lines = []
     for key, (label, parts) in PARTS.items():
         b, c = base.get(key), metrics.get(key)
@@ -142,16 +154,25 @@ def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseC
             continue
         rel = (c - b) / b
         text = f"{label} {100 * rel:+.0f}%: " + ", ".join(f"{m.phase} {_pct(m)}" for m in moved)
-        top = max(moved, key=lambda m: abs(m.delta))
+        named = [m for m in moved if m.delta * (c - b) > 0 and abs(m.delta) >= 0.5
+                 and m.delta_pct is not None and abs(m.delta_pct) >= 5
+                 and beyond_noise(m.phase + "_ms")]  # the latency's direction, beyond noise
         explained = sum(m.delta for m in moved)
-        if abs(c - b) >= 1.0 and abs(rel) >= 0.05 and (explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2):
-            text += (f"; the engine's phases account for {explained:+.1f} of its {c - b:+.1f} ms, so the change "
-                     f"lies outside them; next: {NEXT_STEP['outside']}")
-        elif top.delta_pct is not None and abs(top.delta_pct) >= 5 and abs(top.delta) >= 0.5:
-            text += (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per request)"
-                     f"; next: {NEXT_STEP.get(top.phase + '_ms', 'profile that phase')}")
+        unexplained = explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2
+        if not beyond_noise(key):
+            text += (f"; {label} itself moved within noise (baseline "
+                     f"{_interval(base_spread.get(key), b)} ms, this run "
+                     f"{_interval(spread.get(key), c)} ms), so no phase is named")
+        elif named:
+            top = max(named, key=lambda m: abs(m.delta))
+            text += _named(top, spread, base_spread)
+        elif abs(c - b) >= 1.0 and abs(rel) >= 0.05 and unexplained:
+            text += (f"; the engine's phases account for {explained:+.1f} of its {c - b:+.1f} ms, "
+                     f"so the change lies outside them; next: {NEXT_STEP['outside']}")
         else:
-            text += "; none of its engine phases moved by 5% or more"
+            text += ("; no phase moved beyond noise in the same direction (a phase is named when it "
+                     "moved by 5% or more, its repeats clear of the baseline's, the way the latency "
+                     "moved)")
         lines.append((label.split()[0].lower() in focus, abs(rel), text))
     findings = [text for *_, text in sorted(lines, key=lambda item: (not item[0], -item[1]))]
     pre = changes["preemptions"]
@@ -161,6 +182,30 @@ def attribution(metrics: dict, base: dict, focus: str = "") -> tuple[list[PhaseC
 
 
 PHASE_NAMES = ("queue_ms", "prefill_ms", "decode_ms", "kv_transfer_ms")
+
+
+def _named(top: PhaseChange, spread: dict, base_spread: dict) -> str:
+    name = top.phase + "_ms"
+    if name in spread or name in base_spread:
+        noise = (f", beyond both runs' repeats ({_interval(base_spread.get(name), top.baseline)} -> "
+                 f"{_interval(spread.get(name), top.candidate)})")
+    else:
+        noise = ", one repeat a side (no spread to rule out noise)"
+    return (f"; the {top.phase} phase moved most ({top.baseline:.2f} -> {top.candidate:.2f} ms per "
+            f"request){noise}; next: {NEXT_STEP.get(name, 'profile that phase')}")
+
+
+def _beyond_noise(candidate: float, baseline: float, spread: list[float] | None,
+                  base_spread: list[float] | None) -> bool:
+    """Each side's median outside the other side's [min, max] over repeats (a missing spread: one
+    repeat, its interval the value itself)."""
+    c_lo, c_hi = spread or (candidate, candidate)
+    b_lo, b_hi = base_spread or (baseline, baseline)
+    return not (c_lo <= baseline <= c_hi) and not (b_lo <= candidate <= b_hi)
+
+
+def _interval(span: list[float] | None, value: float) -> str:
+    return f"{span[0]:.2f}-{span[1]:.2f}" if span and span[0] != span[1] else f"{value:.2f}"
 
 
 def _change(name: str, b: float | None, c: float | None) -> PhaseChange:

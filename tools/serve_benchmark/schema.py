@@ -66,6 +66,11 @@ class Input(ToolInput):
     repeats: int = Field(3, ge=1, le=20, description="Runs of the workload; each metric is the median over "
                          "runs with the [min, max] over runs as its interval.")
     timeout_s: float = Field(600.0, gt=0, le=7200, description="Wall-clock limit per repeat, s.")
+    time_budget_s: float = Field(
+        300.0, gt=0, le=86400, description="Before the repeats, a short probe times the engine on "
+        "the workload's shape (one request, then a few together) and estimates the whole "
+        "measurement (every repeat, on both engines with baseline_handle); past this budget, s, "
+        "the call refuses with the estimate. Raise it to run a long benchmark anyway.")
 
 
 class PhaseChange(BaseModel):
@@ -113,6 +118,17 @@ class RepeatMetrics(BaseModel):
 class Output(ToolOutput):
     handle: str = Field(description="The engine benchmarked.")
     engine: str = Field(description="Its adapter: builtin, transformers, vllm, sglang, command.")
+    target: str = Field("", description="What ran, in words: the engine with its model and "
+                        "non-default arguments, requests x repeats, the workload's shape and "
+                        "arrivals, the API.")
+    estimated_s: float | None = Field(None, description="The cost probe's estimate of the "
+                                      "measurement before it ran (every repeat, both engines), s; "
+                                      "compare elapsed_s.")
+    elapsed_s: float | None = Field(None, description="Wall time the repeats took, s.")
+    first_error: str | None = Field(None, description="The first failed request's error as the "
+                                    "engine (or the client) gave it, e.g. 'HTTP 400: ...' (up to 300 "
+                                    "characters); null when none failed. Every error with its count: "
+                                    "repeats[].errors.")
     metrics: dict[str, float | None] = Field(description="Median over repeats: ttft_p50, ttft_p90, ttft_p99, "
                                              "ttft_mean, the same for tpot, itl, e2el (ms); output_throughput, "
                                              "request_throughput (per s), completed, failed, goodput, "
@@ -133,7 +149,12 @@ class Output(ToolOutput):
                                                   "baseline's runs, in order (they alternated with `repeats`).")
     criteria: HypothesisAnswer = Field(default_factory=HypothesisAnswer, description="The acceptance criteria "
                                        "judged: supported (pass), contradicted (fail), inconclusive (the spread "
-                                       "straddles the threshold: add repeats or requests).")
+                                       "straddles the threshold: see undecided).")
+    undecided: list[str] = Field(default_factory=list, description="Per inconclusive criterion: "
+                                 "which side's spread over repeats kept it open and what would "
+                                 "decide it (more repeats cannot: [min, max] only widens; the "
+                                 "requests per repeat that would, from the observed spreads "
+                                 "shrinking as 1/sqrt(requests)).")
     phases: list[PhaseChange] = Field(default_factory=list, description="With a baseline: which engine phase "
                                       "moved, largest absolute change first.")
     findings: list[str] = Field(default_factory=list, description="The layer that moved and the next cheapest "

@@ -5,6 +5,7 @@ log tail, and nothing left running."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -29,6 +30,12 @@ class H(BaseHTTPRequestHandler):
         self.rfile.read(int(self.headers["Content-Length"]))
         if mode == "crash":
             os._exit(9)
+        if mode == "reject":  # as vLLM answers a prompt longer than its context
+            body = json.dumps({"error": {"message": "This model's maximum context length is 8 tokens",
+                                         "type": "BadRequestError"}}).encode()
+            self.send_response(400); self.send_header("Content-Length", str(len(body))); self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
         for t in ("a", "b"):
             self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": t}]}).encode() + b"\n\n")
@@ -51,11 +58,13 @@ def command(mode: str) -> dict:
 
 
 def engine_processes() -> list[int]:
-    """Host processes running the echo server (none may outlive its engine)."""
+    """Host processes running the echo server with this interpreter (none may outlive its engine; a
+    test run from another checkout on the same host has its own)."""
     out = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if b"echo_server.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"echo_server.py" in cmdline and os.fsencode(sys.executable) in cmdline:
                 out.append(int(pid))
         except OSError:
             pass
@@ -157,3 +166,75 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
     while engine_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine_processes() == []
+
+
+@pytest.mark.anyio
+async def test_summaries_name_the_engine_and_a_second_stop_says_so(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+    handle = launched["handle"]
+    assert launched["summary"].startswith(f"command engine {handle} (command {sys.executable} "
+                                          "/workspace/echo_server.py {port} ok) ready in ")
+    listed = await call(client, "list_serves")
+    assert listed["summary"].startswith(f"1 engine(s) running: command engine {handle} (command ")
+    first = await call(client, "stop_serve", handle=handle)
+    assert first["already_stopped"] is False
+    assert first["summary"].startswith(f"stopped command engine {handle}")
+    again = await call(client, "stop_serve", handle=handle)
+    assert again["already_stopped"] is True and again["engine"] == "command"
+    assert again["summary"].startswith(f"command engine {handle} already stopped (by stop_serve, ")
+    assert again["uptime_s"] == first["uptime_s"] or abs(again["uptime_s"] - first["uptime_s"]) < 1
+    gone = f"the command engine {handle} was already stopped \\(by stop_serve"
+    with pytest.raises(ToolCallError, match=gone):
+        await call(client, "serve_benchmark", handle=handle)
+    listed = await call(client, "list_serves")
+    assert listed["summary"] == f"0 engine(s) running; stopped earlier: {handle} (by stop_serve)"
+    assert engine_processes() == []
+
+
+def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
+    from typer.testing import CliRunner
+
+    from infra_agent.server.cli import app
+
+    arguments = json.dumps({"engine": "command", "args": command("ok")})
+    result = CliRunner().invoke(app, ["call", "launch_serve", arguments, "-w", str(echo_workspace)],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    note = "the engine lived only as long as this command and was stopped when it exited"
+    assert note in result.stderr
+    assert "infra-agent serve --http" in result.stderr
+    assert engine_processes() == []  # what the note says: nothing outlives the command
+
+
+@pytest.mark.anyio
+async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("reject"))
+    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
+                     workload={"num_requests": 4, "input_len": 12, "output_len": 2,
+                               "max_concurrency": 2})
+    assert (out["metrics"]["completed"], out["metrics"]["failed"]) == (0, 4)
+    assert out["first_error"].startswith("HTTP 400: ")
+    assert "maximum context length is 8 tokens" in out["first_error"]
+    assert out["target"] == (
+        f"command engine {launched['handle']} (command {sys.executable} /workspace/echo_server.py "
+        "{port} reject): 4 requests x 2 repeat(s), random prompts of 12 -> 2 tokens, closed loop, "
+        "2 in flight, /v1/completions")
+    assert out["summary"].startswith(
+        out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
+    await call(client, "stop_serve", handle=launched["handle"])
+
+
+@pytest.mark.anyio
+async def test_an_inconclusive_criterion_says_why(client, echo_workspace):
+    launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+    # a side compared with itself: the same interval on both sides always overlaps, so it stays open
+    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
+                     workload={"num_requests": 4, "input_len": 4, "output_len": 2, "rate": 50.0},
+                     criteria=["ttft_p50 <= ttft_p50"])
+    assert out["criteria"]["answer"] == "inconclusive"
+    assert out["undecided"]
+    assert out["undecided"][0].startswith("ttft_p50 <= ttft_p50: ttft_p50 spans ")
+    assert "the medians sit on the threshold" in out["undecided"][0]
+    assert ("Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); "
+            "ttft_p50 spans ") in out["summary"]
+    await call(client, "stop_serve", handle=launched["handle"])
