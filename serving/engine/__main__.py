@@ -75,6 +75,26 @@ def engine_args(ns: argparse.Namespace) -> EngineArgs:
     return EngineArgs(**{f.name: getattr(ns, f.name) for f in dataclasses.fields(EngineArgs)})
 
 
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound TCP socket whose accepted connections send each write at once (TCP_NODELAY).
+
+    asyncio sets TCP_NODELAY on an accepted connection only when the listening socket's proto is
+    IPPROTO_TCP; `socket.socket(AF_INET)` has proto 0, and then Nagle's algorithm holds every SSE
+    chunk after the first until the client's delayed ACK (~40 ms on Linux): measured, a closed
+    loop's TTFT p50 43 ms for an engine TTFT of 8 ms, and a request's tokens arriving in one burst.
+    """
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM,
+                         socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # Linux: accepted sockets inherit it
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 async def serve(ns: argparse.Namespace) -> None:
     import uvicorn
 
@@ -91,9 +111,7 @@ async def serve(ns: argparse.Namespace) -> None:
     else:
         core = LLMEngine(args)
     engine = AsyncEngine(core, profile_dir=ns.profile_dir)
-    sock = socket.socket(socket.AF_INET6 if ":" in ns.host else socket.AF_INET)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((ns.host, ns.port))
+    sock = listen_socket(ns.host, ns.port)
     host, port = sock.getsockname()[:2]
     config = uvicorn.Config(build_app(engine), log_level=ns.log_level, timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
