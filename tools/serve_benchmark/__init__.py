@@ -17,7 +17,7 @@ import anyio
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_tokenizer, get_engine, start_engine
-from . import jobs, plan, report
+from . import engine_truth, jobs, plan, report
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
 
@@ -30,7 +30,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     try:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
-        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
+        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats)
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
             timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
@@ -54,6 +54,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
         out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus)
+    out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
+    out.findings += engine_truth.findings(rows, work.reuse_prompts)  # the harness checks its own numbers
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
