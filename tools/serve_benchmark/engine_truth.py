@@ -22,16 +22,19 @@ from dataclasses import dataclass
 TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
 ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 
-# Client TTFT p50 may exceed the top of the engine's p50 bucket by this much before a finding:
-# the HTTP request's parse and tokenisation happen before the engine's arrival time, and a
-# loaded 2-core host adds scheduling delays. Measured (bench/engine_client_gap.py, TCP_NODELAY on):
-# the client TTFT p50 lay 0.3-3.6 ms above the engine's p50 estimate at 1-4 in flight; the Nagle
-# stall it must catch is ~40 ms (Linux's delayed ACK).
+# Client TTFT p50 may exceed the top of the engine's p50 bucket by this much before a finding: the
+# request's HTTP parse happens before the engine's arrival time. Measured on an idle host (issue 21,
+# 24 requests x 16 tokens): TCP_NODELAY on, client 7.5-10 ms against an engine p50 of 8-9 ms (bucket
+# top 10 ms: no gap); off, 43-44 ms (a 33 ms gap, Linux's 40 ms delayed ACK). On a host loaded 4-5x
+# over its 2 cores (bench/engine_client_gap.py) the gap was 37-80 ms at 1 in flight and 117-183 ms
+# at 4 either way: the engine's HTTP thread waits for the GIL and a CPU, a real gap the finding
+# names too (its layers include it), not a false one.
 GAP_FLOOR_MS = 10.0
 GAP_RATIO = 0.5  # ... or this fraction of the engine's TTFT p50 (its bucket top), if larger
 # Client chunks closer together than this fraction of the engine's mean inter-token gap are a
 # burst: the engine made the tokens apart, something between held them and let them go at once.
-# Measured: 0.9-1.1 of the engine's mean with TCP_NODELAY; 0.01 through the stall.
+# Measured: client ITL p50 1.0-1.5x the engine's mean with TCP_NODELAY (idle and loaded alike);
+# 0.01x through the stall on an idle host (issue 21: 0.03 ms against ~3 ms).
 BURST_RATIO = 0.25
 MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a burst from a stream
 CACHE_SPREAD = 0.1  # prefix-cache hit rates of repeats this far apart (absolute, 0-1) differ
@@ -101,7 +104,8 @@ def is_burst(client_itl_p50_ms: float, engine: dict[str, float | None]) -> bool:
 
 
 LAYERS = ("a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
-          "ACK, ~40 ms), streaming or detokenisation holding text back, the client (a busy process, a new "
+          "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
+          "the GIL or a CPU while its engine steps (a loaded host), the client (a busy process, a new "
           "connection per request), or the sandbox bridge")
 
 
