@@ -25,16 +25,17 @@ ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
 # Client TTFT p50 may exceed the top of the engine's p50 bucket by this much before a finding: the
 # request's HTTP parse happens before the engine's arrival time. Measured on an idle host (issue 21,
 # 24 requests x 16 tokens): TCP_NODELAY on, client 7.5-10 ms against an engine p50 of 8-9 ms (bucket
-# top 10 ms: no gap); off, 43-44 ms (a 33 ms gap, Linux's 40 ms delayed ACK). On a host loaded 4-5x
-# over its 2 cores (bench/engine_client_gap.py) the gap was 37-80 ms at 1 in flight and 117-183 ms
-# at 4 either way: the engine's HTTP thread waits for the GIL and a CPU, a real gap the finding
-# names too (its layers include it), not a false one.
+# top 10 ms: no gap); off, 43-44 ms (a 33 ms gap, Linux's 40 ms delayed ACK). bench/engine_client_gap.py
+# at load 4 on 2 cores, 1 in flight: on, 13.9 ms against a bucket top of 5 (8.9 ms: no finding);
+# off, 49 ms (44 ms). At 4 in flight the client's TTFT was ~3x the engine's either way (61 ms, top
+# 20), and at load 8-10 the gap was 37-80 ms at 1 in flight: the engine's HTTP thread waiting for
+# the GIL and a CPU, a real gap the finding names (its layers include it), not a false one.
 GAP_FLOOR_MS = 10.0
 GAP_RATIO = 0.5  # ... or this fraction of the engine's TTFT p50 (its bucket top), if larger
 # Client chunks closer together than this fraction of the engine's mean inter-token gap are a
 # burst: the engine made the tokens apart, something between held them and let them go at once.
-# Measured: client ITL p50 1.0-1.5x the engine's mean with TCP_NODELAY (idle and loaded alike);
-# 0.01x through the stall on an idle host (issue 21: 0.03 ms against ~3 ms).
+# Measured: client ITL p50 0.9-1.5x the engine's mean with TCP_NODELAY (load 4 and 8-10 alike);
+# through the stall 0.02x (0.07 ms against 3.6 ms) at 1 in flight and 0.1x at 4 (load 4).
 BURST_RATIO = 0.25
 MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a burst from a stream
 CACHE_SPREAD = 0.1  # prefix-cache hit rates of repeats this far apart (absolute, 0-1) differ

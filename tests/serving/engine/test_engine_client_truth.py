@@ -6,10 +6,17 @@ checkpoint) streams its text token by token.
 The engine's TCP_NODELAY is read from the engine process's own accepted connections
 (pidfd_getfd: a duplicate of the engine's socket, the engine being this test's child), so it
 is the option the engine really serves with, deterministic on any load. The latency bounds
-are behaviour, not speed: the client's TTFT p50 may exceed the top of the engine's p50
-bucket by a few HTTP exchanges measured at the same time on the same engine (/health, which
-is one write and so never waits on Nagle), and chunks may not arrive much closer together
-than the engine made the tokens.
+are behaviour, not speed: the client's TTFT p50 may be at most twice the top of the engine's
+p50 bucket plus four HTTP exchanges measured at the same time on the same engine (/health,
+one write, so it never waits on Nagle) plus 10 ms, and chunks may not arrive much closer
+together than the engine made the tokens.
+
+Bounds from bench/engine_client_gap.py (24 x 16 tokens, this 2-core host shared by 8): at load
+4, with TCP_NODELAY, client TTFT p50 13.9 ms (1 in flight; engine p50 4.1, bucket top 5,
+/health 4.2) and 61 ms (4 in flight; engine 18.5, top 20, /health 8.3): bounds 37 and 83 ms;
+without it 49 ms at 1 in flight (bound 29 ms) and ITL p50 0.07 ms against the engine's 3.6 ms.
+At load 8-10 every number was 3-5x larger (the engine's HTTP thread waits for a CPU), the
+stall hidden in it; the TCP_NODELAY assertion decides there.
 """
 
 from __future__ import annotations
@@ -121,9 +128,9 @@ def test_client_ttft_and_itl_agree_with_the_engine_own(tiny_engine, concurrency)
     # the load generator's connection(s), the probe's and the scrape's
     assert len(nodelay) >= 2 and all(nodelay), f"accepted connections' TCP_NODELAY: {nodelay}"
     floor_ms = statistics.median(rtts)
-    bound = engine["engine_ttft_p50_high_ms"] + 3 * floor_ms + 10.0
-    assert m.ttft_ms.median <= bound, (f"client TTFT p50 {m.ttft_ms.median:.1f} ms over the engine's "
-                                       f"{engine} + 3 x /health {floor_ms:.1f} ms + 10 ms")
+    bound = 2 * engine["engine_ttft_p50_high_ms"] + 4 * floor_ms + 10.0
+    assert m.ttft_ms.median <= bound, (f"client TTFT p50 {m.ttft_ms.median:.1f} ms over 2 x the engine's "
+                                       f"{engine} + 4 x /health {floor_ms:.1f} ms + 10 ms")
     assert m.itl_ms.median >= BURST_RATIO * engine["engine_itl_mean_ms"], (
         f"a burst: client ITL p50 {m.itl_ms.median:.3f} ms, engine {engine['engine_itl_mean_ms']:.3f} ms")
 
