@@ -55,7 +55,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
         out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus)
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
-    out.findings += engine_truth.findings(rows, work.reuse_prompts)  # the harness checks its own numbers
+    out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)  # the harness checks its own numbers
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")

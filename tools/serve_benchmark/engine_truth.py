@@ -110,9 +110,11 @@ LAYERS = ("a server socket without TCP_NODELAY (Nagle holds each small write unt
           "connection per request), or the sandbox bridge")
 
 
-def findings(repeats: list, reuse_prompts: bool) -> list[str]:
+def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> list[str]:
     """client_engine_gap and cache_warm_repeats over a run's repeats (RepeatMetrics)."""
-    return [text for text in (_ttft_gap(repeats), _burst(repeats), _cache_warm(repeats, reuse_prompts)) if text]
+    texts = (_ttft_gap(repeats), _burst(repeats), _cache_warm(repeats, reuse_prompts),
+             _cache_warm_from_before(repeats, reuse_prompts, dataset))
+    return [text for text in texts if text]
 
 
 def _majority(flags: list[bool]) -> bool:
@@ -163,3 +165,15 @@ def _cache_warm(repeats: list, reuse_prompts: bool) -> str | None:
     return (f"cache_warm_repeats: the prefix-cache hit rate differs between repeats ({listing}): {why}; the "
             "median over repeats mixes cold and warm measurements. Compare repeats with equal hit rates, "
             "or restart the engine (or turn prefix caching off) for cold numbers")
+
+
+def _cache_warm_from_before(repeats: list, reuse_prompts: bool, dataset: str) -> str | None:
+    """Random prompts share no prefix, so a hit in every repeat means the engine had seen them: an
+    earlier call on this engine with the same seed sent the same (seed, repeat) prompts."""
+    rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in repeats]
+    if reuse_prompts or dataset != "random" or not rates or any(x is None or x <= CACHE_SPREAD for x in rates):
+        return None
+    listing = ", ".join(f"{x:.2f}" for x in rates)
+    return (f"cache_warm_repeats: every repeat found its random prompts in the prefix cache ({listing}): an "
+            "earlier call on this engine sent the same prompts (same seed); change workload.seed, or restart "
+            "the engine, for cold numbers")

@@ -48,4 +48,8 @@ async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(builtin_client):
     assert rates[0] < 0.1 and min(rates[1:]) > 0.5, rates  # 3 full blocks of 16 of each 49-token prompt
     (finding,) = [f for f in warm["findings"] if f.startswith("cache_warm_repeats")]
     assert "reuse_prompts" in finding
+    # the first call again (same seed, same engine): its prompts are in the cache in every repeat
+    again = await call(c, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD | {"seed": 1}, repeats=2)
+    assert min(again["prefix_cache_hit_rates"]) > 0.5, again["prefix_cache_hit_rates"]
+    assert any(f.startswith("cache_warm_repeats") and "same seed" in f for f in again["findings"]), again["findings"]
     await call(c, "stop_serve", handle=eng["handle"])

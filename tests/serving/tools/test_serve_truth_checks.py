@@ -66,6 +66,10 @@ def test_cache_warm_repeats_when_hit_rates_differ():
     assert text.startswith("cache_warm_repeats") and "0.03, 0.75, 0.75" in text and "reuse_prompts" in text
     cold = [_repeat(9.0, 3.5, 10, 3.2, hit) for hit in (0.03, 0.05, 0.0)]
     assert engine_truth.findings(cold, reuse_prompts=False) == []
+    # a second call with the same seed on the same engine: warm in every repeat, alike
+    (again,) = engine_truth.findings([_repeat(9.0, 3.5, 10, 3.2, 0.67) for _ in range(3)], reuse_prompts=False)
+    assert again.startswith("cache_warm_repeats") and "same seed" in again
+    assert engine_truth.findings([_repeat(9.0, 3.5, 10, 3.2, 0.67)] * 3, False, dataset="shared_prefix") == []
 
 
 def test_each_repeat_draws_its_own_prompts_seeded_by_its_index(tiny_checkpoint):
