@@ -30,7 +30,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     try:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
-        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats)
+        # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
+        same = base_engine is not None and base_engine.handle == engine.handle
+        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same))
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
             timeout_s=inp.timeout_s, progress=ctx.progress, baseline=base_engine)
@@ -55,7 +57,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
         out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus)
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
-    out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)  # the harness checks its own numbers
+    # the harness checks its own numbers: client vs engine, and the cache across repeats
+    out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")

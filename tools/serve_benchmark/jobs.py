@@ -49,7 +49,7 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
         sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
     runs: list[list[Repeat]] = [[], []]  # this engine's, the baseline's
     # the same engine as its own baseline (A/A): its second side would find the first's prompts in
-    # the prefix cache, so that side draws prompts of its own (repeats past this run's)
+    # the prefix cache, so that side draws prompts of its own (the plan's repeats past this run's)
     same = baseline is not None and baseline.handle == engine.handle
     total = repeats * len(sides)
     for i in range(repeats):

@@ -52,4 +52,9 @@ async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(builtin_client):
     again = await call(c, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD | {"seed": 1}, repeats=2)
     assert min(again["prefix_cache_hit_rates"]) > 0.5, again["prefix_cache_hit_rates"]
     assert any(f.startswith("cache_warm_repeats") and "same seed" in f for f in again["findings"]), again["findings"]
+    # A/A on one handle: the baseline side gets prompts of its own, so neither side runs warm
+    aa = await call(c, "serve_benchmark", handle=eng["handle"], baseline_handle=eng["handle"],
+                    workload=WORKLOAD | {"seed": 3}, repeats=2)
+    sides = aa["prefix_cache_hit_rates"] + [r["phases_ms"]["prefix_cache_hit_rate"] for r in aa["baseline_repeats"]]
+    assert max(sides) < 0.1, sides
     await call(c, "stop_serve", handle=eng["handle"])
