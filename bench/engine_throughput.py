@@ -13,7 +13,10 @@ says which. The static loop
 runs `generate` on batches of C prompts (left padding, greedy, no EOS stop) in this process.
 `offline` is the built-in engine's LLMEngine driven in this process the same way (C in flight,
 no HTTP, no client): offline / static compares the engines' steps alone, served / offline is
-what serving (HTTP, streaming, the client on the same cores) costs.
+what serving (HTTP, streaming, the client on the same cores) costs. `old socket` is the same
+engine with the hidden bench-only `--no-tcp-nodelay` (its listening socket as before issue 21:
+Nagle on every accepted connection), measured beside it in the same run: fixed / old socket is
+what TCP_NODELAY changed, on the same machine load.
 
 Workloads: `equal` asks every request for --max-tokens tokens: the static loop's best case (a
 batch has no idle rows). `varied` draws each request's max_tokens uniformly from
@@ -161,6 +164,38 @@ def offline_engine(folder: Path, concurrency: int, lengths: list[int], extra_arg
     return {"output_tokens": tokens, "seconds": elapsed, "tokens_per_s": tokens / elapsed, "count_rule": "exact"}
 
 
+def socket_only(engine_cmd: list[str], ns, tokenizer) -> int:
+    """The engine with TCP_NODELAY and without (its socket before issue 21), side by side per level,
+    the order alternating, `ns.rounds` runs of each, the median reported."""
+    fixed, url = start(engine_cmd, r"ready at (http://\S+)")
+    old, url_old = start(engine_cmd + ["--no-tcp-nodelay"], r"ready at (http://\S+)")
+    rows = {}
+    try:
+        for c in CONCURRENCY:
+            lengths = output_lengths(c * 2, ns.max_tokens, ns.workload, seed=c)
+            runs: dict[str, list[float]] = {"fixed": [], "old": []}
+            for i in range(ns.rounds):
+                for name in (("fixed", "old") if i % 2 == 0 else ("old", "fixed")):
+                    res = asyncio.run(load(url if name == "fixed" else url_old, "bench-llama", c, lengths,
+                                           {"ignore_eos": True}, tokenizer))
+                    runs[name].append(res["tokens_per_s"])
+            rows[c] = runs
+            print(c, runs, file=sys.stderr)
+    finally:
+        for proc in (fixed, old):
+            proc.terminate()
+            proc.wait()
+    print(f"workload {ns.workload}, max_tokens {ns.max_tokens}, {ns.rounds} alternating runs of 2*C requests; "
+          "output tok/s, median [min, max]")
+    print("| streams | TCP_NODELAY (now) | old socket (Nagle) | now / old |")
+    print("|---|---|---|---|")
+    for c, runs in rows.items():
+        f, o = (sorted(runs[k]) for k in ("fixed", "old"))
+        fm, om = f[len(f) // 2], o[len(o) // 2]
+        print(f"| {c} | {fm:.1f} [{f[0]:.1f}, {f[-1]:.1f}] | {om:.1f} [{o[0]:.1f}, {o[-1]:.1f}] | {fm / om:.2f}x |")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--max-tokens", type=int, default=64)
@@ -169,6 +204,8 @@ def main() -> int:
                     help="equal: every request asks for --max-tokens; varied: seeded, uniform in [8, 2*max-8]")
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--engine-args", default="", help="extra args for the built-in engine")
+    ap.add_argument("--socket-only", action="store_true", help="only the engine and its old-socket twin, "
+                    "alternating per level (a quick TCP_NODELAY before/after on a busy host)")
     ns = ap.parse_args()
     from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
@@ -177,12 +214,15 @@ def main() -> int:
                                    initializer_range=0.02)
     tokenizer = PlainTokenizer(folder)
     results: dict[str, dict] = {"builtin": {}, "builtin_torch_attention": {}, "transformers_serve": {},
-                                "static_generate": {}, "builtin_offline": {}}
+                                "static_generate": {}, "builtin_offline": {}, "builtin_old_socket": {}}
     engine_cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(folder), "--port", "0",
                   *ENGINE_FLAGS, *ns.engine_args.split()]
+    if ns.socket_only:
+        return socket_only(engine_cmd, ns, tokenizer)
     # the default (the zoo's reference kernels on CPU), and the engine's batched torch decode attention
     builtin, url = start(engine_cmd, r"ready at (http://\S+)")
     builtin_t, url_t = start(engine_cmd + ["--kernels", "paged_attention_decode=torch"], r"ready at (http://\S+)")
+    builtin_old, url_old = start(engine_cmd + ["--no-tcp-nodelay"], r"ready at (http://\S+)")
     port = free_port()
     tf = subprocess.Popen([str(Path(sys.executable).with_name("transformers")), "serve", str(folder), "--device",
                            "cpu", "--continuous-batching", "--port", str(port), "--host", "127.0.0.1"],
@@ -193,6 +233,8 @@ def main() -> int:
         for c in CONCURRENCY:  # the four side by side per level, so machine load drifts hit all alike
             lengths = output_lengths(c * ns.rounds, ns.max_tokens, ns.workload, seed=c)
             results["builtin"][c] = asyncio.run(load(url, "bench-llama", c, lengths, {"ignore_eos": True}, tokenizer))
+            results["builtin_old_socket"][c] = asyncio.run(load(url_old, "bench-llama", c, lengths,
+                                                                {"ignore_eos": True}, tokenizer))
             results["builtin_torch_attention"][c] = asyncio.run(load(url_t, "bench-llama", c, lengths,
                                                                      {"ignore_eos": True}, tokenizer))
             results["transformers_serve"][c] = asyncio.run(load(tf_url, str(folder), c, lengths, {}, tokenizer))
@@ -201,7 +243,7 @@ def main() -> int:
             for k in results:
                 print(k, c, results[k][c], file=sys.stderr)
     finally:
-        for proc in (builtin, builtin_t, tf):
+        for proc in (builtin, builtin_t, builtin_old, tf):
             proc.terminate()
             proc.wait()
 
@@ -210,11 +252,11 @@ def main() -> int:
                                  f"{results['static_generate'][c]['output_tokens']}" for c in CONCURRENCY))
     print(f"{'concurrency':>11} {'builtin':>8} {'builtin+torch attn':>19} {'tf serve':>9} {'static':>8} "
           f"{'vs tf serve':>12} {'vs static':>10} {'offline':>8} {'offline/static':>15} {'served/offline':>15}"
-          "  (tok/s; ratios: builtin / builtin+torch attn)")
+          f" {'old socket':>11} {'fixed/old':>10}  (tok/s; ratios: builtin / builtin+torch attn)")
     for c in CONCURRENCY:
-        b, bt, t, s, o = (results[k][c]["tokens_per_s"] for k in results)
+        b, bt, t, s, o, old = (results[k][c]["tokens_per_s"] for k in results)
         print(f"{c:>11} {b:>8.1f} {bt:>19.1f} {t:>9.1f} {s:>8.1f} {b / t:>5.2f}/{bt / t:<5.2f}x "
-              f"{b / s:>4.2f}/{bt / s:<4.2f}x {o:>8.1f} {o / s:>14.2f}x {b / o:>14.2f}x")
+              f"{b / s:>4.2f}/{bt / s:<4.2f}x {o:>8.1f} {o / s:>14.2f}x {b / o:>14.2f}x {old:>11.1f} {b / old:>9.2f}x")
     if ns.json:
         Path(ns.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -180,9 +180,14 @@ class DisaggregatedEngine:
                 self.outputs.put(out)
 
     def _adopt(self, h: Handover) -> bool:
-        if self.decode.adopt(h) is None:
+        seq = self.decode.adopt(h)
+        if seq is None:
             return False
-        self.kv_transfer_times_s.append(time.monotonic() - h.handed_over_at)
+        now = time.monotonic()
+        self.kv_transfer_times_s.append(now - h.handed_over_at)
+        # The first token reaches the client from here: TTFT (and the decode's start) is now, and the
+        # prefill's end is kept beside it, so TTFT = queue + prefill + KV transfer (+ the hand-over's read).
+        seq.prefill_end_time, seq.first_token_time, seq.last_token_time = seq.first_token_time, now, now
         if h.first_output is not None:
             self.outputs.put(h.first_output)
         return True

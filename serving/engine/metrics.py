@@ -5,7 +5,10 @@ Per request (seconds): queue = arrival -> first scheduled; prefill = first sched
 first token; decode = first token -> last token; inference = first scheduled -> finish;
 TTFT = arrival -> first token; e2e = arrival -> finish; inter-token latency = gap between
 consecutive tokens of one request. Ours alone: `infra_agent:kv_transfer_time_seconds`
-(disaggregated mode's prefill -> decode hand-over).
+(disaggregated mode's prefill -> decode hand-over). In disaggregated mode the first token
+reaches the client once the decode worker has the K/V, so there TTFT = queue + prefill +
+KV transfer (what the client waits for), prefill ends at the prefill's first token, and
+decode starts at the hand-over.
 """
 
 from __future__ import annotations
@@ -93,7 +96,8 @@ class EngineMetrics:
             self.inference.observe(end - seq.first_scheduled_time)
         if seq.first_token_time is not None:
             self.ttft.observe(seq.first_token_time - seq.arrival_time)
-            self.prefill.observe(seq.first_token_time - (seq.first_scheduled_time or seq.arrival_time))
+            prefill_end = seq.prefill_end_time or seq.first_token_time
+            self.prefill.observe(prefill_end - (seq.first_scheduled_time or seq.arrival_time))
             self.decode.observe(seq.last_token_time - seq.first_token_time)
 
     def render(self) -> bytes:

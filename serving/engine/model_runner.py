@@ -13,6 +13,7 @@ from .model import AttentionBatch, LlamaModel, PrefillChunk
 from .ops import KernelOps
 from .sampler import Sampler
 from .scheduler import ScheduledSeq
+from .tokenizer import ByteTokenizer
 from .weights import load_checkpoint_weights, random_weights
 
 
@@ -53,7 +54,9 @@ class ModelRunner:
             self.ops.enable_w8a8()
         self.model = LlamaModel(cfg, weights, self.ops, self.device, args.quantization)
         self.kv_caches = self._make_kv_caches(args, cfg)
-        self.sampler = Sampler(args.seed)
+        # Random weights with the byte tokenizer sample only ids that decode to text, so the
+        # default engine streams token by token (ByteTokenizer.text_token_ids says why).
+        self.sampler = Sampler(args.seed, None if args.checkpoint else ByteTokenizer.text_token_ids())
 
     def _make_kv_caches(self, args: EngineArgs, cfg: ModelConfig) -> list[KVCache]:
         if args.kv_cache_dtype not in KV_CACHE_DTYPES:

@@ -12,11 +12,18 @@ from .sequence import SamplingParams
 
 
 class Sampler:
-    def __init__(self, seed: int = 0):
+    """`allowed_ids`: when given, only these ids are ever sampled (the others' logits are -inf)."""
+
+    def __init__(self, seed: int = 0, allowed_ids: list[int] | None = None):
         self._unseeded = torch.Generator().manual_seed(seed)
+        self._allowed = None if allowed_ids is None else torch.tensor(allowed_ids, dtype=torch.long)
 
     def sample(self, logits: torch.Tensor, params: list[SamplingParams], positions: list[int]) -> list[int]:
         """logits [S, V] fp32; positions: each row's output index (0 = first token) -> S ids."""
+        if self._allowed is not None:
+            keep = torch.full_like(logits, float("-inf"))
+            index = self._allowed.to(logits.device).expand(logits.shape[0], -1)
+            logits = keep.scatter(1, index, logits.gather(1, index))
         greedy = logits.argmax(dim=-1).tolist()
         out = []
         for row, (p, pos) in enumerate(zip(params, positions, strict=True)):

@@ -55,7 +55,8 @@ class Sequence:
         # timestamps (time.monotonic) for the per-phase metrics
         self.arrival_time = time.monotonic()
         self.first_scheduled_time: float | None = None
-        self.first_token_time: float | None = None
+        self.first_token_time: float | None = None  # when the client can have it (disaggregated: adopted)
+        self.prefill_end_time: float | None = None  # disaggregated: the prefill's first token (pre-transfer)
         self.last_token_time: float | None = None
         self.finished_time: float | None = None
 

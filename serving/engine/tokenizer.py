@@ -24,6 +24,14 @@ class ByteTokenizer:
     def decode(self, ids: list[int]) -> str:
         return bytes(i for i in ids if i < 256).decode("utf-8", errors="replace")
 
+    @staticmethod
+    def text_token_ids() -> list[int]:
+        """The ids a model without a checkpoint may sample: printable ASCII, newline and EOS. Its
+        random weights pick any of the 258 ids otherwise, most bytes >= 128 are no complete UTF-8
+        character, and the detokeniser holds them back to the request's end: it streamed one chunk
+        per request (TTFT = E2EL). Each of these ids decodes to text on its own."""
+        return [*range(32, 127), ord("\n"), BYTE_EOS]
+
 
 class HFTokenizer:
     """A checkpoint's tokenizer.json; BOS and the chat template from tokenizer_config.json."""

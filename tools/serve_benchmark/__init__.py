@@ -18,7 +18,7 @@ import anyio
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, get_engine, start_engine
-from . import jobs, plan, report, undecided
+from . import engine_truth, jobs, plan, report, undecided
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
 
@@ -31,7 +31,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     try:
         work = inp.workload
         sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
-        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
+        # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
+        same = base_engine is not None and base_engine.handle == engine.handle
+        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same))
         estimate_s = await jobs.estimate_cost(engine, base_engine, the_plan, work,
                                               repeats=inp.repeats, budget_s=inp.time_budget_s,
                                               progress=ctx.progress)
@@ -72,6 +74,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
         out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus,
                                                spread=spread, base_spread=out.baseline_spread)
+    out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
+    # the harness checks its own numbers: client vs engine, and the cache across repeats
+    out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
     out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
     out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 import httpx
 
 from ...serving.lifecycle import Engine
-from ...serving.loadgen import Endpoint, RunResult, run_benchmark
+from ...serving.loadgen import BenchRequest, Endpoint, RunResult, run_benchmark
 from ..base import AgentError
 from . import cost
+from .engine_truth import engine_side
 from .phases import parse, window
 from .plan import Plan
 from .schema import Workload
@@ -49,13 +50,18 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
     if baseline is not None:
         sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
     runs: list[list[Repeat]] = [[], []]  # this engine's, the baseline's
+    # the same engine as its own baseline (A/A): its second side would find the first's prompts in
+    # the prefix cache, so that side draws prompts of its own (the plan's repeats past this run's)
+    same = baseline is not None and baseline.handle == engine.handle
     total = repeats * len(sides)
     for i in range(repeats):
         for side in (range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))):
             eng, ep = sides[side]
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
-            runs[side].append(await _one_repeat(eng, ep, plan, done=len(runs[0]) + len(runs[1]), total=total,
-                                                label=label, warmup=warmup, timeout_s=timeout_s, progress=progress))
+            requests = plan.requests_for(i + repeats * side * same)
+            runs[side].append(await _one_repeat(eng, ep, plan, requests, done=len(runs[0]) + len(runs[1]),
+                                                total=total, label=label, warmup=warmup, timeout_s=timeout_s,
+                                                progress=progress))
     return runs[0], runs[1]
 
 
@@ -84,9 +90,9 @@ async def _endpoint(engine: Engine, api: str, ignore_eos: bool) -> Endpoint:
                     continuous_usage=engine.adapter.continuous_usage)
 
 
-async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, *, done: int, total: int, label: str,
-                      warmup: int, timeout_s: float, progress) -> Repeat:
-    n = len(plan.requests)
+async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, requests: list[BenchRequest], *, done: int,
+                      total: int, label: str, warmup: int, timeout_s: float, progress) -> Repeat:
+    n = len(requests)
 
     async def tick(sent, _total, message):
         await progress(done * n + sent, total * n, f"{label}: {message}")
@@ -94,7 +100,7 @@ async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, *, done: int, to
     before = await _scrape(engine)
     try:
         with _no_gc_pauses():
-            result = await asyncio.wait_for(run_benchmark(ep, plan.requests, plan.arrivals, warmup=warmup,
+            result = await asyncio.wait_for(run_benchmark(ep, requests, plan.arrivals, warmup=warmup,
                                                           tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
                                                           timeout_s=timeout_s, progress=tick), timeout_s)
     except asyncio.TimeoutError:
@@ -104,7 +110,9 @@ async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, *, done: int, to
         raise AgentError(f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
                          f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
     after = await _scrape(engine)
-    return Repeat(result, window(before, after) if before is not None and after is not None else {})
+    if before is None or after is None:
+        return Repeat(result, {})
+    return Repeat(result, window(before, after) | engine_side(before, after))
 
 
 @contextlib.contextmanager

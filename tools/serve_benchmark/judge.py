@@ -37,7 +37,8 @@ CATALOGUE = Catalogue(fields={
     "queue_ms": "engine: arrival to first scheduled, ms per request", "prefill_ms": "engine: first scheduled to "
     "first token, ms per request", "decode_ms": "engine: first to last token, ms per request",
     "kv_transfer_ms": "engine: prefill-to-decode KV hand-over, ms per request (disaggregated mode)",
-    "engine_ttft_ms": "engine-side TTFT, ms per request", "preemptions": "preemptions in the run",
+    "engine_ttft_ms": "engine-side TTFT, ms per request: arrival to the first token the client can have "
+    "(queue + prefill, + KV transfer in disaggregated mode)", "preemptions": "preemptions in the run",
     "prefix_cache_hit_rate": "prompt tokens found in the prefix cache, 0-1"})
 
 NEXT_STEP = {

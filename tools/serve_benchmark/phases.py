@@ -29,9 +29,11 @@ def parse(text: str) -> dict[str, float]:
     totals: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name.endswith(("_bucket", "_created")):
+            if sample.name.endswith("_created"):
                 continue
-            totals[sample.name] = totals.get(sample.name, 0.0) + float(sample.value)
+            name = sample.name  # buckets keep their edge: NAME_bucket{le="0.01"} (engine_truth.py reads them)
+            name += f'{{le="{sample.labels["le"]}"}}' if name.endswith("_bucket") else ""
+            totals[name] = totals.get(name, 0.0) + float(sample.value)
     return totals
 
 

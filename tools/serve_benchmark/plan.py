@@ -1,4 +1,10 @@
-"""What to send and when, from the workload and the engine's tokenizer (pure: runs nothing)."""
+"""What to send and when, from the workload and the engine's tokenizer (pure: runs nothing).
+
+Each repeat sends prompts of its own, drawn from (seed, repeat index): the same prompts every
+repeat turned repeats 2.. into prefix-cache hits (hit rate 0.03 in repeat 1, 0.75 after), and
+the median over repeats into a warm-cache number. Seeded by the index, a baseline's repeat i
+and this run's repeat i see the same prompts. `reuse_prompts` sends repeat 0's every time.
+"""
 
 from __future__ import annotations
 
@@ -20,32 +26,50 @@ from .schema import Workload
 
 @dataclass(frozen=True)
 class Plan:
-    requests: list[BenchRequest]
+    repeat_requests: list[list[BenchRequest]]  # what repeat i sends (one list for all with reuse_prompts)
     arrivals: Arrivals
     slos_ms: dict[str, float]
     tokenizer: PlainTokenizer | None
     exact_lengths: bool
 
+    @property
+    def requests(self) -> list[BenchRequest]:
+        """The first repeat's requests."""
+        return self.repeat_requests[0]
 
-def plan(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None) -> Plan:
-    if work.dataset == "random":
-        requests = random_requests(work.num_requests, work.input_len, work.output_len, work.range_ratio,
-                                   seed=work.seed, tokenizer=tokenizer)
-    elif work.dataset == "shared_prefix":
-        per_prefix = max(1, math.ceil(work.num_requests / work.num_prefixes))
-        requests = shared_prefix_requests(work.num_prefixes, per_prefix, work.prefix_len, work.input_len,
-                                          work.output_len, seed=work.seed, tokenizer=tokenizer)[:work.num_requests]
-    else:
-        if sharegpt_file is None:
-            raise AgentError("dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
-                             "workspace")
-        try:
-            requests = sharegpt_requests(sharegpt_file, work.num_requests, tokenizer, seed=work.seed,
-                                         max_output_len=work.output_len)
-        except ValueError as exc:
-            raise AgentError(str(exc)) from None
+    def requests_for(self, repeat: int) -> list[BenchRequest]:
+        return self.repeat_requests[repeat % len(self.repeat_requests)]
+
+
+def repeat_seed(seed: int, repeat: int) -> int:
+    """The prompts' seed of repeat `repeat` (0-based): the workload's seed for the first."""
+    return (seed + 1_000_003 * repeat) % (1 << 32)
+
+
+def plan(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, repeats: int = 1) -> Plan:
+    draws = 1 if work.reuse_prompts else repeats
+    lists = [_requests(work, tokenizer, sharegpt_file, repeat_seed(work.seed, i)) for i in range(draws)]
     arrivals = Arrivals(rate=work.rate or math.inf, burstiness=work.burstiness, max_concurrency=work.max_concurrency,
                         seed=work.seed)
     slos = {name: v for name, v in (("ttft", work.slo_ttft_ms), ("tpot", work.slo_tpot_ms),
                                     ("e2el", work.slo_e2el_ms)) if v is not None}
-    return Plan(requests, arrivals, slos, tokenizer, all(r.exact for r in requests))
+    return Plan(lists, arrivals, slos, tokenizer, all(r.exact for reqs in lists for r in reqs))
+
+
+def _requests(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None,
+              seed: int) -> list[BenchRequest]:
+    if work.dataset == "random":
+        return random_requests(work.num_requests, work.input_len, work.output_len, work.range_ratio,
+                               seed=seed, tokenizer=tokenizer)
+    if work.dataset == "shared_prefix":
+        per_prefix = max(1, math.ceil(work.num_requests / work.num_prefixes))
+        return shared_prefix_requests(work.num_prefixes, per_prefix, work.prefix_len, work.input_len,
+                                      work.output_len, seed=seed, tokenizer=tokenizer)[:work.num_requests]
+    if sharegpt_file is None:
+        raise AgentError("dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
+                         "workspace")
+    try:  # each repeat a different sample of the file's conversations (the same ones if it has too few)
+        return sharegpt_requests(sharegpt_file, work.num_requests, tokenizer, seed=seed,
+                                 max_output_len=work.output_len)
+    except ValueError as exc:
+        raise AgentError(str(exc)) from None

@@ -35,7 +35,10 @@ class Workload(BaseModel):
     burstiness: float = Field(1.0, gt=0, le=1000, description="Gamma shape of the gaps: 1 = Poisson, <1 "
                               "burstier; the gaps' CV is 1/sqrt(burstiness).")
     max_concurrency: int | None = Field(None, ge=1, le=5000, description="Requests in flight at most.")
-    seed: int = Field(0, ge=0, le=2**31, description="Seeds prompts and arrivals (the same every repeat).")
+    seed: int = Field(0, ge=0, le=2**31, description="Seeds prompts and arrivals. Each repeat draws new prompts "
+                      "from (seed, repeat index), so repeat i of this run and of a baseline send the same ones.")
+    reuse_prompts: bool = Field(False, description="Send the first repeat's prompts in every repeat: later "
+                                "repeats then find them in the prefix cache (a cache-warm measurement).")
     warmup: int = Field(2, ge=0, le=100, description="Requests sent first and excluded from the metrics.")
     api: Literal["completions", "chat"] = Field("completions", description="/v1/completions or "
                                                 "/v1/chat/completions.")
@@ -111,8 +114,12 @@ class RepeatMetrics(BaseModel):
                                                       "engine reports tokens per chunk) -> mean/median/std/p90/p99, "
                                                       "ms.")
     phases_ms: dict[str, float | None] = Field(default_factory=dict, description="Engine-side mean time per "
-                                               "request in this run: queue, prefill, decode, kv_transfer (ms); "
-                                               "plus preemptions (count) and prefix_cache_hit_rate (0-1).")
+                                               "request in this run: queue, prefill, decode, kv_transfer, "
+                                               "engine_ttft (ms); preemptions (count), prefix_cache_hit_rate "
+                                               "(0-1); engine_ttft_p50_ms (from the engine's TTFT histogram, "
+                                               "with engine_ttft_p50_low_ms/high_ms: the bucket it lies in) and "
+                                               "engine_itl_mean_ms (its mean inter-token gap), which the "
+                                               "client's numbers are checked against.")
 
 
 class Output(ToolOutput):
@@ -158,7 +165,13 @@ class Output(ToolOutput):
     phases: list[PhaseChange] = Field(default_factory=list, description="With a baseline: which engine phase "
                                       "moved, largest absolute change first.")
     findings: list[str] = Field(default_factory=list, description="The layer that moved and the next cheapest "
-                                "experiment, in words.")
+                                "experiment, in words; and the harness's checks of its own numbers: "
+                                "client_engine_gap (the client's TTFT far above the engine's own, or its chunks "
+                                "arriving in bursts) and cache_warm_repeats (the repeats' prefix-cache hit "
+                                "rates differ).")
+    prefix_cache_hit_rates: list[float | None] = Field(default_factory=list, description="Each repeat's share "
+                                                       "of prompt tokens found in the prefix cache (0-1), in "
+                                                       "order; null where the engine exports no such counter.")
     definitions: dict[str, str] = Field(default_factory=lambda: dict(DEFINITIONS), description="How each "
                                         "latency is defined here.")
     output_tokens_source: str = Field(description="'usage' when the engine counted output tokens, else how they "

@@ -91,3 +91,34 @@ def test_disaggregated_engine_behind_the_http_api(tiny_checkpoint, unified):
     finally:
         proc.terminate()
         proc.wait(timeout=10)
+
+
+def test_disaggregated_ttft_is_what_the_client_waits_for(args):
+    """The first token reaches the client once the decode worker has the K/V, so the engine's TTFT
+    must hold queue + prefill + KV transfer (issue 21: it left the transfer out, and fell while
+    the client's TTFT rose). Per request the parts sum to at most the TTFT (the hand-over's K/V
+    read lies between the prefill's end and the transfer's start), so the sums must too."""
+    from infra_agent.serving.engine.metrics import EngineMetrics
+    from infra_agent.tools.serve_benchmark.phases import parse
+
+    engine = DisaggregatedEngine(DisaggArgs(comm_us=100, transfer="bytes", engine=args))
+    metrics = EngineMetrics(engine.model_name)
+    params = SamplingParams(max_tokens=4, temperature=0, ignore_eos=True)
+    try:
+        for i, prompt in enumerate(PROMPTS * 2):
+            engine.add_request(prompt, params, f"r{i}")
+        finished = 0
+        while finished < 2 * len(PROMPTS):
+            outs = engine.step()
+            metrics.on_step(engine, outs)
+            finished += sum(o.finished for o in outs)
+    finally:
+        engine.shutdown()
+    m = parse(metrics.render().decode())
+    total = {name: m[f"{name}_sum"] for name in (
+        "vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds",
+        "vllm:request_prefill_time_seconds", "infra_agent:kv_transfer_time_seconds")}
+    assert m["infra_agent:kv_transfer_time_seconds_count"] == m["vllm:time_to_first_token_seconds_count"] == 8
+    parts = sum(v for k, v in total.items() if k != "vllm:time_to_first_token_seconds")
+    assert total["infra_agent:kv_transfer_time_seconds"] > 0
+    assert total["vllm:time_to_first_token_seconds"] >= parts - 1e-9, total

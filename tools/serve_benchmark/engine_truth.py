@@ -1,0 +1,179 @@
+"""The harness checks its own numbers: the client's latencies against the engine's own.
+
+Any engine that exports vLLM's histograms (vLLM, the built-in engine) says how long it took
+to produce each first token (`vllm:time_to_first_token_seconds`) and the gap between
+consecutive tokens (`vllm:inter_token_latency_seconds`). Scraped before and after a repeat,
+the histograms' deltas give the engine-side TTFT p50 of that repeat, and the engine's mean
+inter-token gap. A client TTFT far above the engine's, or client chunks arriving far closer
+together than the engine made the tokens, is time spent between the engine and the client:
+a socket option (Nagle holding small writes for the peer's delayed ACK), streaming or
+detokenisation holding text back, the client itself, or the sandbox bridge.
+
+A histogram gives a quantile only to within its bucket: the engine's p50 is known to lie in
+[low, high] (two adjacent bucket edges). The gap is measured from `high`, so bucket
+resolution can never make a finding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+TTFT_HISTOGRAM = "vllm:time_to_first_token_seconds"
+ITL_HISTOGRAM = "vllm:inter_token_latency_seconds"
+
+# Client TTFT p50 may exceed the top of the engine's p50 bucket by this much before a finding: the
+# request's HTTP parse happens before the engine's arrival time. Measured on an idle host (issue 21,
+# 24 requests x 16 tokens): TCP_NODELAY on, client 7.5-10 ms against an engine p50 of 8-9 ms (bucket
+# top 10 ms: no gap); off, 43-44 ms (a 33 ms gap, Linux's 40 ms delayed ACK). bench/engine_client_gap.py
+# at load 4 on 2 cores, 1 in flight: on, 13.9 ms against a bucket top of 5 (8.9 ms: no finding);
+# off, 49 ms (44 ms). At 4 in flight the client's TTFT was ~3x the engine's either way (61 ms, top
+# 20), and at load 8-10 the gap was 37-80 ms at 1 in flight: the engine's HTTP thread waiting for
+# the GIL and a CPU, a real gap the finding names (its layers include it), not a false one.
+GAP_FLOOR_MS = 10.0
+GAP_RATIO = 0.5  # ... or this fraction of the engine's TTFT p50 (its bucket top), if larger
+# Client chunks closer together than this fraction of the engine's mean inter-token gap are a
+# burst: the engine made the tokens apart, something between held them and let them go at once.
+# Measured: client ITL p50 0.9-1.5x the engine's mean with TCP_NODELAY (load 4 and 8-10 alike);
+# through the stall 0.02x (0.07 ms against 3.6 ms) at 1 in flight and 0.1x at 4 (load 4).
+BURST_RATIO = 0.25
+MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a burst from a stream
+CACHE_SPREAD = 0.1  # prefix-cache hit rates of repeats this far apart (absolute, 0-1) differ
+
+
+@dataclass(frozen=True)
+class Quantile:
+    """A quantile from a histogram: it lies in [low_ms, high_ms]; estimate_ms interpolates
+    linearly inside the bucket (Prometheus' histogram_quantile rule)."""
+
+    low_ms: float
+    high_ms: float
+    estimate_ms: float
+
+
+def _buckets(scrape: dict[str, float], name: str) -> list[tuple[float, float]]:
+    """(upper edge s, cumulative count) of a histogram in a phases.parse() scrape, by edge."""
+    prefix = f'{name}_bucket{{le="'
+    rows = [(float(key[len(prefix):-2]), value) for key, value in scrape.items() if key.startswith(prefix)]
+    return sorted(rows)
+
+
+def histogram_quantile(before: dict[str, float], after: dict[str, float], name: str,
+                       q: float) -> Quantile | None:
+    """The q-quantile of the observations made between two scrapes; None without any."""
+    old = dict(_buckets(before, name))
+    delta = [(edge, count - old.get(edge, 0.0)) for edge, count in _buckets(after, name)]
+    if not delta or delta[-1][1] <= 0:
+        return None
+    rank, low, below = q * delta[-1][1], 0.0, 0.0
+    for edge, cumulative in delta:
+        if cumulative >= rank:
+            if math.isinf(edge):  # above the last finite edge: known only to be over it
+                return Quantile(1e3 * low, math.inf, 1e3 * low)
+            inside = cumulative - below
+            fraction = (rank - below) / inside if inside else 1.0
+            return Quantile(1e3 * low, 1e3 * edge, 1e3 * (low + fraction * (edge - low)))
+        low, below = edge, cumulative
+    return None
+
+
+def engine_side(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
+    """Per repeat: the engine's TTFT p50 (estimate and its bucket) and mean inter-token gap, ms."""
+    ttft = histogram_quantile(before, after, TTFT_HISTOGRAM, 0.5)
+    total = after.get(ITL_HISTOGRAM + "_sum", 0.0) - before.get(ITL_HISTOGRAM + "_sum", 0.0)
+    count = after.get(ITL_HISTOGRAM + "_count", 0.0) - before.get(ITL_HISTOGRAM + "_count", 0.0)
+    return {"engine_ttft_p50_ms": ttft and ttft.estimate_ms, "engine_ttft_p50_low_ms": ttft and ttft.low_ms,
+            "engine_ttft_p50_high_ms": ttft and ttft.high_ms,
+            "engine_itl_mean_ms": 1e3 * total / count if count > 0 else None}
+
+
+def ttft_gap_ms(client_ttft_p50_ms: float, engine: dict[str, float | None]) -> float | None:
+    """How far the client's TTFT p50 lies above the top of the engine's p50 bucket, ms."""
+    high = engine.get("engine_ttft_p50_high_ms")
+    if high is None or math.isinf(high):
+        return None
+    return client_ttft_p50_ms - high
+
+
+def ttft_gap_is_large(gap_ms: float, engine: dict[str, float | None]) -> bool:
+    return gap_ms > max(GAP_FLOOR_MS, GAP_RATIO * engine["engine_ttft_p50_high_ms"])
+
+
+def is_burst(client_itl_p50_ms: float, engine: dict[str, float | None]) -> bool:
+    itl = engine.get("engine_itl_mean_ms")
+    return itl is not None and itl >= MIN_ENGINE_ITL_MS and client_itl_p50_ms < BURST_RATIO * itl
+
+
+LAYERS = ("a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
+          "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
+          "the GIL or a CPU while its engine steps (a loaded host), the client (a busy process, a new "
+          "connection per request), or the sandbox bridge")
+
+
+def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> list[str]:
+    """client_engine_gap and cache_warm_repeats over a run's repeats (RepeatMetrics)."""
+    texts = (_ttft_gap(repeats), _burst(repeats), _cache_warm(repeats, reuse_prompts),
+             _cache_warm_from_before(repeats, reuse_prompts, dataset))
+    return [text for text in texts if text]
+
+
+def _majority(flags: list[bool]) -> bool:
+    return sum(flags) * 2 > len(flags)
+
+
+def _ttft_gap(repeats: list) -> str | None:
+    rows = []
+    for r in repeats:
+        client = r.latencies_ms.get("ttft", {}).get("median")
+        gap = None if client is None else ttft_gap_ms(client, r.phases_ms)
+        if gap is not None:
+            rows.append((client, gap, r.phases_ms))
+    if not rows or not _majority([ttft_gap_is_large(gap, engine) for _, gap, engine in rows]):
+        return None
+    client, gap, engine = sorted(rows, key=lambda row: row[1])[len(rows) // 2]
+    return (f"client_engine_gap: the client's TTFT p50 {client:.1f} ms lies {gap:.1f} ms above the engine's own "
+            f"(p50 {engine['engine_ttft_p50_ms']:.1f} ms, in its histogram bucket "
+            f"{engine['engine_ttft_p50_low_ms']:g}-{engine['engine_ttft_p50_high_ms']:g} ms; median repeat of "
+            f"{len(rows)}): the time is spent between the engine's first token and the client: {LAYERS}. "
+            "Next: compare with a client on the engine's host, or check the server's socket options")
+
+
+def _burst(repeats: list) -> str | None:
+    rows = []
+    for r in repeats:
+        client = r.latencies_ms.get("itl", {}).get("median")
+        if client is not None and r.phases_ms.get("engine_itl_mean_ms") is not None:
+            rows.append((client, r.phases_ms))
+    if not rows or not _majority([is_burst(client, engine) for client, engine in rows]):
+        return None
+    client, engine = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
+    return (f"client_engine_gap: tokens reach the client in bursts: its ITL p50 is {client:.3g} ms while the "
+            f"engine made them {engine['engine_itl_mean_ms']:.3g} ms apart on average (median repeat of "
+            f"{len(rows)}), so TPOT and ITL here measure the delivery, not the decode: something holds text "
+            f"back: {LAYERS}")
+
+
+def _cache_warm(repeats: list, reuse_prompts: bool) -> str | None:
+    rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in repeats]
+    known = [x for x in rates if x is not None]
+    if len(known) < 2 or max(known) - min(known) <= CACHE_SPREAD:
+        return None
+    listing = ", ".join("-" if x is None else f"{x:.2f}" for x in rates)
+    why = ("reuse_prompts sends the same prompts every repeat, so later repeats find them cached"
+           if reuse_prompts else "each repeat sent prompts of its own, so the cache held something else: "
+           "earlier calls' prompts, shared prefixes, or warm-up requests")
+    return (f"cache_warm_repeats: the prefix-cache hit rate differs between repeats ({listing}): {why}; the "
+            "median over repeats mixes cold and warm measurements. Compare repeats with equal hit rates, "
+            "or restart the engine (or turn prefix caching off) for cold numbers")
+
+
+def _cache_warm_from_before(repeats: list, reuse_prompts: bool, dataset: str) -> str | None:
+    """Random prompts share no prefix, so a hit in every repeat means the engine had seen them: an
+    earlier call on this engine with the same seed sent the same (seed, repeat) prompts."""
+    rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in repeats]
+    if reuse_prompts or dataset != "random" or not rates or any(x is None or x <= CACHE_SPREAD for x in rates):
+        return None
+    listing = ", ".join(f"{x:.2f}" for x in rates)
+    return (f"cache_warm_repeats: every repeat found its random prompts in the prefix cache ({listing}): an "
+            "earlier call on this engine sent the same prompts (same seed); change workload.seed, or restart "
+            "the engine, for cold numbers")
