@@ -113,10 +113,15 @@ class Workspace:
         return read_source(self.file(path), shown=path)
 
     def folder(self, path: str | Path) -> Path:
-        """An existing folder of this workspace (a model checkpoint for an engine), checked as `file` is."""
+        """An existing folder of this workspace (a model checkpoint for an engine), checked as `file` is,
+        and never one that holds the state folder (an engine sees the whole folder)."""
         host, shown = self._resolve(path, "a folder")
         if not host.is_dir():
             raise WorkspaceError(f"no such folder in the workspace: {shown}")
+        if self.state_dir.resolve().is_relative_to(host):  # the workspace root, '.', a link to '/'
+            raise WorkspaceError(f"{shown} holds the server's state folder ({STATE_FOLDER}: ledger, seed "
+                                 "secret), which no tool shows; give a folder inside the workspace that "
+                                 "holds only the model, e.g. 'models/my-model'")
         return host
 
     def _resolve(self, path: str | Path, what: str) -> tuple[Path, str]:

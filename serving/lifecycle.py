@@ -176,7 +176,13 @@ class Engines:
     def _bwrap(self, eng: Engine) -> list[str]:
         argv = self.sandbox.view.bwrap_argv()
         if eng.args.model:
-            argv += ["--ro-bind", str(Path(eng.args.model).resolve()), MODEL_MOUNT]
+            model = Path(eng.args.model).resolve()
+            argv += ["--ro-bind", str(model), MODEL_MOUNT]
+            state = Path(self.sandbox.state_dir).resolve()
+            if state.is_relative_to(model):  # tools refuse such a folder; masked anyway, as jobs mask it
+                rel = state.relative_to(model)
+                hidden = f"{MODEL_MOUNT}/{rel}" if rel.parts else MODEL_MOUNT
+                argv += ["--tmpfs", hidden, "--remount-ro", hidden]
         pkg = _package_root()
         # the built-in engine, the specs it loads and the worker loader it loads them with; never server/ or tools/
         for name in ("serving", "kernels", "sandbox"):
