@@ -9,6 +9,7 @@ import re
 import traceback
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import ToolCallError, call
 
@@ -180,3 +181,33 @@ def test_worker_frames_are_shown_only_when_the_fault_is_ours(tmp_path):
     except OSError as exc:
         err = harness.describe_exception(exc, [str(tmp_path / "agent")])
     assert "harness.py" not in err["traceback"], traceback.format_exc()
+
+
+async def test_deep_or_overflowing_expect_is_a_clean_answer_for_every_tool(client):
+    """Issue 27 items 1-2: 30 unary minuses nest past the parser's bound (a clear refusal, no
+    RecursionError); numbers that overflow (inf - inf is NaN) make the comparison inconclusive
+    with a reason, and the answer still validates against the tool's output schema."""
+    tools = (await client.list_tools()).tools
+    assert len(tools) >= 13
+    for tool in tools:
+        for deep in ["-" * 30 + "1 > 0", "not " * 30 + "true", "-" * 400 + "1 > 0"]:
+            text = await _error(client, tool.name, expect=[deep])
+            assert "nests" in text and "limit is 20" in text and len(text) < SHORT_ERROR, (tool.name, text)
+    cheap = {"list_kernels": {}, "list_serves": {}, "list_experiments": {}, "describe_kernel": {"kernel": "rmsnorm"},
+             "device_info": {"measure_peaks": False}}
+    schemas = {t.name: t.output_schema for t in tools}
+    for name, args in cheap.items():
+        result = await client.call_tool(name, {**args, "expect": ["1e308*10 - 1e308*10 == 0", "1e308*10 > 0"]})
+        assert not result.is_error, (name, result.content)
+        out = result.structured_content
+        jsonschema.validate(out, schemas[name])
+        answer = out["hypothesis_answer"]
+        assert answer["answer"] == "inconclusive", (name, answer)
+        assert all("not a finite number" in c["comparisons"][0]["reason"] for c in answer["conditions"]), answer
+    # a condition that fails whatever the result holds is refused before the call runs anything
+    text = await _error(client, "launch_serve", engine="builtin", expect=["1/0 > 1"])
+    assert "divides by zero" in text
+    text = await _error(client, "list_serves", expect=["len(serves) / 0 > 1"])
+    assert "divides by zero" in text
+    assert (await call(client, "list_serves"))["serves"] == []
+    await _still_serving(client)
