@@ -108,6 +108,15 @@ class Workspace:
             raise WorkspaceError(f"{shown} is {size} bytes; source files are at most {MAX_FILE_BYTES} bytes")
         return host
 
+    def has_file(self, path: str | Path) -> bool:
+        """Whether `file` would accept `path`: checked against the workspace before anything is
+        opened (a host path outside it, /proc/1/root/..., is never even looked at)."""
+        try:
+            self.file(path)
+        except WorkspaceError:
+            return False
+        return True
+
     def read_text(self, path: str | Path) -> str:
         """A workspace source file's text (checked as `file` does)."""
         return read_source(self.file(path), shown=path)
@@ -130,6 +139,11 @@ class Workspace:
         shown = excerpt(path)
         _check_path_text(str(path), shown)
         root = self.root.resolve()
+        if not Path(os.path.normpath(root / path)).is_relative_to(root):
+            # by its text alone: nothing outside the workspace is ever looked at (resolve() would
+            # read links on the host path first: /proc/1/root/... fails with EACCES there)
+            raise WorkspaceError(f"{shown} is outside the workspace {root}; sandboxed code sees only "
+                                 "workspace files: give a workspace-relative path")
         try:
             host = (root / path).resolve()  # an absolute `path` replaces root
             if host.is_relative_to(self.state_dir.resolve()) or STATE_FOLDER in host.relative_to(root).parts:

@@ -211,3 +211,26 @@ async def test_deep_or_overflowing_expect_is_a_clean_answer_for_every_tool(clien
     assert "divides by zero" in text
     assert (await call(client, "list_serves"))["serves"] == []
     await _still_serving(client)
+
+
+async def test_a_path_outside_the_workspace_is_refused_by_its_text(client):
+    """Issue 27 item 3: every path argument (path fields, a reference or baseline named by
+    file:function, a model folder, a ShareGPT file) is checked against the workspace before
+    the server looks at it on the host: /proc/1/root/... is refused by the rule, never opened
+    (opening it fails with EACCES even for root, which used to surface as an internal error)."""
+    host = "/proc/1/root/etc/passwd"
+    calls = [("check_numerics", {"kernel": "vector_add", "reference": host + ":f"}),
+             ("check_numerics", {"source": "def f(x):\n    return x\n", "entry": "f", "reference": host + ":f",
+                                 "shapes": [{"N": 8}], "args": [{"name": "x", "shape": ["N"]}]}),
+             ("check_numerics", {"kernel": "vector_add", "path": host, "entry": "f"}),
+             ("microbench", {"kernel": "vector_add", "path": host, "entry": "f"}),
+             ("microbench", {"kernel": "vector_add", "baseline_path": host, "baseline_entry": "f"}),
+             ("compile_kernel", {"path": host}),
+             ("launch_serve", {"engine": "command", "args": {"model": "/proc/1/root", "command": ["x"]}}),
+             ("serve_benchmark", {"engine": "command", "args": {"model": "/proc/1/root/etc", "command": ["x"]}}),
+             ("serve_benchmark", {"engine": "builtin", "workload": {"dataset": "sharegpt", "sharegpt_path": host}})]
+    for tool, args in calls:
+        text = await _error(client, tool, **args)
+        assert "outside the workspace" in text and "Permission denied" not in text, (tool, text)
+    assert (await call(client, "list_serves"))["serves"] == []
+    await _still_serving(client)

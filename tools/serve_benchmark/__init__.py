@@ -26,10 +26,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None or inp.baseline_handle is not None)
     base = _baseline(inp, ctx)
     base_engine = get_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
+    work = inp.workload
+    sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None  # before any start
     engine, launched = await _engine(inp, ctx)
     try:
-        work = inp.workload
-        sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
         the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt)
         repeats, base_repeats = await jobs.run_repeats(
             engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
