@@ -82,6 +82,13 @@ class Engine:
         except (OSError, ValueError, KeyError):
             return self.proc.returncode if self.proc is not None else None
 
+    def death_cause(self) -> str:
+        """Why it is not running, in words: the memory limit, a signal, or its exit code."""
+        if self.cgroup is not None and self.cgroup.oom_kills():
+            return f"killed for exceeding its memory limit ({self.cgroup.peak_memory_bytes()} bytes peak)"
+        code = self.exit_code()
+        return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+
     async def settled(self, timeout_s: float = 2.0) -> bool:
         """Whether it is still alive once a moment has passed (after failed requests: did it die?)."""
         deadline = time.monotonic() + timeout_s
@@ -94,9 +101,11 @@ class Engine:
                                  timeout=timeout_s)
 
     def describe(self) -> dict:
+        alive = self.alive
         return {"handle": self.handle, "engine": self.adapter.name, "model": self.args.model,
-                "alive": self.alive, "ready_s": self.ready_s, "started_at": self.started_at,
-                "socket": self.socket_path, "log": str(self.log_path)}
+                "alive": alive, "ready_s": self.ready_s, "started_at": self.started_at,
+                "socket": self.socket_path, "log": str(self.log_path),
+                "exit_cause": None if alive else f"{self.death_cause()}; its log ends:\n{self.log_tail(1500)}"}
 
 
 class Engines:

@@ -14,16 +14,21 @@ class Serve(BaseModel):
     alive: bool = Field(description="Whether its process still runs.")
     ready_s: float | None = Field(description="Start-up time to its first healthy answer, s.")
     started_at: float = Field(description="Unix time it was started, s.")
+    exit_cause: str | None = Field(None, description="When it is no longer alive: why (exit code, signal, "
+                                   "the memory limit) and the end of its log; null while alive. stop_serve it.")
 
 
 class Output(ToolOutput):
-    serves: list[Serve] = Field(description="Running engines, oldest first.")
+    serves: list[Serve] = Field(description="The engines this server started and has not stopped (alive or "
+                                "dead), oldest first.")
 
 
 async def run(inp: ToolInput, ctx: ToolContext) -> Output:
     serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields}) for e in ctx.engines.list()]
-    return Output(serves=serves, summary=f"{len(serves)} engine(s) running" + (
-        ": " + ", ".join(f"{s.handle} ({s.engine})" for s in serves) if serves else ""))
+    dead = [s for s in serves if not s.alive]
+    return Output(serves=serves, summary=f"{len(serves) - len(dead)} engine(s) running" + (
+        ": " + ", ".join(f"{s.handle} ({s.engine})" for s in serves if s.alive) if len(serves) > len(dead) else "")
+        + "".join(f"; {s.handle} ({s.engine}) is dead: {s.exit_cause.splitlines()[0]}" for s in dead))
 
 
 TOOL = Tool(

@@ -5,13 +5,65 @@ from __future__ import annotations
 
 import json
 import re
+import sys
+from pathlib import Path
 
+import anyio
+import httpx
 import pytest
 from conftest import ToolCallError, call
 
 from infra_agent.tools.common import seeds
 
 pytestmark = pytest.mark.anyio
+
+# An OpenAI-compatible echo server (stdlib, threads) that counts the requests it holds at once:
+# slow: each request streams two chunks 0.5 s apart; crash: exits at the first request.
+SERVER = r'''
+import json, os, sys, threading, time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+port, mode = int(sys.argv[1]), sys.argv[2]
+lock, now, most = threading.Lock(), [0], [0]
+class H(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *a): pass
+    def send(self, body):
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def do_GET(self):
+        if self.path == "/stats":
+            return self.send(json.dumps({"most_in_flight": most[0]}).encode())
+        self.send(b"{}" if self.path == "/health" else json.dumps({"data": [{"id": "echo"}]}).encode())
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if mode == "crash":
+            print("crashing on purpose", flush=True); os._exit(9)
+        with lock:
+            now[0] += 1; most[0] = max(most[0], now[0])
+        try:
+            self.send_response(200); self.send_header("Content-Type", "text/event-stream"); self.end_headers()
+            for t in ("a", "b"):
+                self.wfile.write(b"data: " + json.dumps({"choices": [{"index": 0, "text": t}]}).encode() + b"\n\n")
+                self.wfile.flush(); time.sleep(0.5 if mode == "slow" else 0)
+            usage = {"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 2}}
+            self.wfile.write(b"data: " + json.dumps(usage).encode() + b"\n\ndata: [DONE]\n\n")
+        except OSError:
+            pass  # the client went away (an abandoned benchmark)
+        finally:
+            with lock:
+                now[0] -= 1
+        self.close_connection = True
+class S(ThreadingHTTPServer):
+    request_queue_size = 1024
+    daemon_threads = True
+print("serving on", port, flush=True)
+S(("127.0.0.1", port), H).serve_forever()
+'''
+
+
+def echo(workspace: Path, mode: str) -> dict:
+    (workspace / "echo_server.py").write_text(SERVER)
+    return {"command": [sys.executable, "/workspace/echo_server.py", "{port}", mode]}
 
 LEAK = ["/bin/sh", "-c", "od -An -tx1 /model/.infra-agent/seed-secret | tr -d ' \\n'; "
         "od -An -tx1 /model/seed-secret | tr -d ' \\n'; ls -R /model | head -50; exit 1"]
@@ -64,3 +116,64 @@ async def test_the_engine_view_masks_the_state_folder_inside_a_model_folder(serv
         await engines.launch(CommandAdapter(), EngineArgs(model=str(workspace), command=LEAK), ready_timeout_s=20)
     assert "/model:" in str(info.value) and secret not in str(info.value)
     assert engines.list() == []
+
+
+@pytest.mark.timeout(400)
+async def test_a_long_benchmark_leaves_the_server_answering_and_the_engine_alive(client, workspace):
+    """Issue 27 items 0b/5/6: 5000 requests at once with a short timeout_s. The load generator
+    holds at most 256 in flight (the engine counts them), other calls are answered while it
+    runs, the repeat ends at timeout_s with an error that says how far it got, and the engine
+    survives the abandoned requests and serves the next benchmark."""
+    from infra_agent.serving.loadgen import MAX_IN_FLIGHT
+
+    launched = await call(client, "launch_serve", engine="command", args=echo(workspace, "slow"))
+    handle = launched["handle"]
+    order: list[str] = []
+    outcome: dict = {}
+
+    async def benchmark():
+        result = await client.call_tool("serve_benchmark", {
+            "handle": handle, "repeats": 1, "timeout_s": 15,
+            "workload": {"num_requests": 5000, "input_len": 8, "output_len": 4, "warmup": 0}})
+        outcome["text"] = " ".join(getattr(c, "text", "") for c in result.content)
+        outcome["error"] = result.is_error
+        order.append("benchmark")
+
+    async def meanwhile():
+        await anyio.sleep(3)  # the benchmark is sending by now
+        listed = await call(client, "list_serves")
+        order.append("list_serves")
+        outcome["listed"] = listed
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(benchmark)
+        tg.start_soon(meanwhile)
+    assert order == ["list_serves", "benchmark"], order  # answered while the benchmark ran
+    assert outcome["error"] and "did not finish within timeout_s=15" in outcome["text"], outcome["text"]
+    assert "engine is alive" in outcome["text"] and "internal error" not in outcome["text"]
+    async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=launched["socket"])) as http:
+        most = (await http.get("http://engine/stats")).json()["most_in_flight"]
+    assert 1 <= most <= MAX_IN_FLIGHT, most
+    serves = (await call(client, "list_serves"))["serves"]
+    assert [(s["handle"], s["alive"], s["exit_cause"]) for s in serves] == [(handle, True, None)]
+    out = await call(client, "serve_benchmark", handle=handle, repeats=1,
+                     workload={"num_requests": 4, "input_len": 8, "output_len": 2, "warmup": 0})
+    assert out["metrics"]["completed"] == 4
+    await call(client, "stop_serve", handle=handle)
+
+
+async def test_a_dead_engine_is_reported_with_its_cause(client, workspace):
+    """Issue 27 item 6: when an engine dies, list_serves and the next call on its handle say
+    so, with the cause (its exit code) and the end of its log."""
+    handle = (await call(client, "launch_serve", engine="command", args=echo(workspace, "crash")))["handle"]
+    text = await _error(client, "serve_benchmark", handle=handle, repeats=1,
+                        workload={"num_requests": 2, "input_len": 8, "output_len": 2, "warmup": 0})
+    assert "died" in text and "exit code 9" in text
+    listed = await call(client, "list_serves")
+    (serve,) = listed["serves"]
+    assert not serve["alive"] and "exit code 9" in serve["exit_cause"]
+    assert "crashing on purpose" in serve["exit_cause"] and "dead" in listed["summary"]
+    text = await _error(client, "serve_benchmark", handle=handle, workload={"num_requests": 2})
+    assert "no longer running (exit code 9)" in text and "crashing on purpose" in text
+    await call(client, "stop_serve", handle=handle)
+    assert (await call(client, "list_serves"))["serves"] == []
