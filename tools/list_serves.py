@@ -18,12 +18,16 @@ class Serve(BaseModel):
                                    "the memory limit) and the end of its log; null while alive. stop_serve it.")
 
 
+class Input(ToolInput):
+    """No arguments beyond hypothesis/expect (a subclass, so that they get ToolInput's limits)."""
+
+
 class Output(ToolOutput):
     serves: list[Serve] = Field(description="The engines this server started and has not stopped (alive or "
                                 "dead), oldest first.")
 
 
-async def run(inp: ToolInput, ctx: ToolContext) -> Output:
+async def run(inp: Input, ctx: ToolContext) -> Output:
     serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields}) for e in ctx.engines.list()]
     dead = [s for s in serves if not s.alive]
     return Output(serves=serves, summary=f"{len(serves) - len(dead)} engine(s) running" + (
@@ -35,7 +39,7 @@ TOOL = Tool(
     name="list_serves",
     title="List serving engines",
     description="The serving engines this server started and is running, with their handles.",
-    input_model=ToolInput,
+    input_model=Input,
     output_model=Output,
     run=run,
     read_only=True,

@@ -177,3 +177,35 @@ async def test_a_dead_engine_is_reported_with_its_cause(client, workspace):
     assert "no longer running (exit code 9)" in text and "crashing on purpose" in text
     await call(client, "stop_serve", handle=handle)
     assert (await call(client, "list_serves"))["serves"] == []
+
+
+async def test_ignored_or_unbounded_arguments_are_refused(client, workspace):
+    """Issue 27 items 7, 8, 13: a misspelt workload key, a seed past 31 bits, args= with
+    handle=, a 100 kB hypothesis to list_serves: each refused by name, nothing run with the
+    defaults. A ShareGPT file of nested lists is a shape error; engine= takes the
+    ready_timeout_s its error advises."""
+    handle = (await call(client, "launch_serve", engine="command", args=echo(workspace, "ok")))["handle"]
+    text = await _error(client, "serve_benchmark", handle=handle, workload={"num_request": 4, "input_length": 8})
+    assert "unknown argument 'workload.num_request'" in text and "input_length" in text, text
+    text = await _error(client, "serve_benchmark", handle=handle, workload={"seed": 2147483648})
+    assert "seed" in text and "2147483647" in text, text
+    out = await call(client, "serve_benchmark", handle=handle, repeats=1,
+                     workload={"seed": 2147483647, "num_requests": 3, "warmup": 0})
+    assert out["metrics"]["completed"] == 3
+    text = await _error(client, "serve_benchmark", handle=handle, args={"dtype": "float32"})
+    assert "args=" in text and "launch_serve" in text, text
+    text = await _error(client, "list_serves", hypothesis="h" * 100_000)
+    assert "at most 2000 characters" in text and len(text) < 600, text
+    (workspace / "nested.json").write_text("[" * 100_000 + "]" * 100_000)
+    (workspace / "deep_values.json").write_text(json.dumps(
+        [{"conversations": [{"value": json.loads("[" * 500 + "]" * 500)}, {"value": "b"}]}]))
+    for name in ("nested.json", "deep_values.json"):
+        text = await _error(client, "serve_benchmark", handle=handle, repeats=1,
+                            workload={"dataset": "sharegpt", "sharegpt_path": name, "num_requests": 2})
+        assert re.search("nests too deeply|no conversations", text) and "Recursion" not in text, text
+    await call(client, "stop_serve", handle=handle)
+    hang = {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]}
+    text = await _error(client, "serve_benchmark", engine="command", args=hang, ready_timeout_s=2,
+                        workload={"num_requests": 1})
+    assert "did not answer /health within 2 s" in text and "ready_timeout_s" in text, text
+    assert (await call(client, "list_serves"))["serves"] == []
