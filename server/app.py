@@ -176,6 +176,12 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         state.ledger.close_error(experiment_id, message, ctx.artifacts)
         return ToolError(f"{message} [experiment {experiment_id}]")
 
+    def cancelled() -> None:  # keep the ledger honest wherever a cancellation lands, then let it unwind
+        if state.stopping:
+            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
+        else:
+            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
+
     try:
         ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
         inp = tool.input_model.model_validate(_pre_parse(tool, arguments))
@@ -183,6 +189,9 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
         raise fail(str(exc)) from None
+    except BaseException:  # cancelled while the workspace was read (the first await)
+        cancelled()
+        raise
     try:
         out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
         out.experiment_id = experiment_id
@@ -196,11 +205,8 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
         raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
                    f"{type(exc).__name__}: {clip_text(str(exc), 500)}") from None
-    except BaseException:  # cancelled: keep the ledger honest, then let it unwind
-        if state.stopping:
-            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
-        else:
-            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts)
+    except BaseException:  # cancelled
+        cancelled()
         raise
     state.ledger.close_ok(experiment_id, result, result["artifacts"])
     # The text block mirrors the structured result for clients that ignore

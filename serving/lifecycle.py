@@ -57,6 +57,7 @@ class Engine:
     cgroup: object | None
     started_at: float = field(default_factory=time.time)
     ready_s: float | None = None
+    stopped: bool = False  # stop() was called (maybe by another call, while it was still starting)
 
     @property
     def log_path(self) -> Path:
@@ -146,8 +147,12 @@ class Engines:
         try:
             eng.cgroup, eng.proc = self._start(eng)
             await self._wait_ready(eng, ready_timeout_s, progress)
-        except BaseException:
-            await self.stop(handle)
+        except BaseException as exc:
+            if handle in self._engines:
+                await self.stop(handle)
+            elif isinstance(exc, EngineError):  # another call stopped it (its handle is in list_serves)
+                raise EngineError(f"the {adapter.name} engine {handle} was stopped during launch (stop_serve); "
+                                  "launch it again if it is still wanted") from None
             raise
         return eng
 
@@ -203,6 +208,8 @@ class Engines:
         path = eng.adapter.health_path
         async with eng.client(timeout_s=5.0) as client:
             while True:
+                if eng.stopped:
+                    raise EngineError(f"the {eng.adapter.name} engine {eng.handle} was stopped during launch")
                 if not eng.alive:
                     raise EngineError(f"the {eng.adapter.name} engine exited during start-up (code "
                                       f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}")
@@ -226,6 +233,7 @@ class Engines:
         eng = self._engines.pop(handle, None)
         if eng is None:
             raise self._unknown(handle)
+        eng.stopped = True
         await asyncio.to_thread(self._stop_now, eng)
         return eng.log_tail()
 

@@ -234,3 +234,19 @@ async def test_a_path_outside_the_workspace_is_refused_by_its_text(client):
         assert "outside the workspace" in text and "Permission denied" not in text, (tool, text)
     assert (await call(client, "list_serves"))["serves"] == []
     await _still_serving(client)
+
+
+async def test_cancelled_calls_do_not_stay_running_in_the_ledger(client, server):
+    """Issue 27 item 12: a call cancelled at once (the client sends notifications/cancelled)
+    is closed in the ledger wherever the cancellation lands, never left `running`."""
+    import anyio
+
+    for i in range(40):
+        with anyio.move_on_after(i * 0.002):
+            await client.call_tool("describe_kernel", {"kernel": "rmsnorm"})
+    await _still_serving(client)
+    await anyio.sleep(0.5)  # cancellations still unwinding in the server
+    rows = server.state.ledger.query(limit=100)
+    running = [r["id"] for r in rows if r["status"] == "running"]
+    assert running == [], running
+    assert any(r["error"] == "cancelled by the client" for r in rows)

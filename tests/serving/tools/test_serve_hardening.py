@@ -209,3 +209,28 @@ async def test_ignored_or_unbounded_arguments_are_refused(client, workspace):
                         workload={"num_requests": 1})
     assert "did not answer /health within 2 s" in text and "ready_timeout_s" in text, text
     assert (await call(client, "list_serves"))["serves"] == []
+
+
+async def test_a_failed_or_stopped_launch_leaves_no_engine(client, workspace):
+    """Issue 27 item 12: a launch whose expect cannot be judged (refused before the start, or
+    failing over the real answer) leaves no engine running; stop_serve during a launch makes
+    the launch say it was stopped, not 'no serving engine with handle'."""
+    text = await _error(client, "launch_serve", engine="builtin", expect=["1/0 > 1"])
+    assert "divides by zero" in text
+    text = await _error(client, "launch_serve", engine="command", args=echo(workspace, "ok"), expect=["engine > 1"])
+    assert "compares" in text, text
+    assert (await call(client, "list_serves"))["serves"] == []
+    hang = {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]}
+    outcome: dict = {}
+
+    async def launch():
+        result = await client.call_tool("launch_serve", {"engine": "command", "args": hang, "ready_timeout_s": 120})
+        outcome["text"] = " ".join(getattr(c, "text", "") for c in result.content)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(launch)
+        while not (serves := (await call(client, "list_serves"))["serves"]):
+            await anyio.sleep(0.2)
+        await call(client, "stop_serve", handle=serves[0]["handle"])
+    assert "was stopped during launch" in outcome["text"] and "no serving engine" not in outcome["text"], outcome
+    assert (await call(client, "list_serves"))["serves"] == []
