@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from . import engine_folders
 from .adapters import EngineAdapter, EngineArgs
 
 READY_POLL_S = 0.25
@@ -58,12 +60,16 @@ class Engine:
     started_at: float = field(default_factory=time.time)
     ready_s: float | None = None
     stopped: bool = False  # stop() was called (maybe by another call, while it was still starting)
+    disk: engine_folders.DiskCap | None = None
+    final_log: str | None = None  # the log's end, kept when the folder is removed at stop
 
     @property
     def log_path(self) -> Path:
         return self.folder / "engine.log"
 
     def log_tail(self, num_bytes: int = 4000) -> str:
+        if self.final_log is not None:
+            return self.final_log[-num_bytes:]
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, self.log_path.stat().st_size - num_bytes))
@@ -84,7 +90,9 @@ class Engine:
             return self.proc.returncode if self.proc is not None else None
 
     def death_cause(self) -> str:
-        """Why it is not running, in words: the memory limit, a signal, or its exit code."""
+        """Why it is not running, in words: the disk or memory limit, a signal, or its exit code."""
+        if self.disk is not None and self.disk.exceeded:
+            return self.disk.describe()
         if self.cgroup is not None and self.cgroup.oom_kills():
             return f"killed for exceeding its memory limit ({self.cgroup.peak_memory_bytes()} bytes peak)"
         code = self.exit_code()
@@ -113,7 +121,9 @@ class Engines:
     def __init__(self, sandbox, *, memory_bytes: int | None = None):
         self.sandbox = sandbox
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
+        self.disk_bytes = sandbox.limits.disk_bytes  # each engine's folder, as each job's
         self._engines: dict[str, Engine] = {}
+        engine_folders.sweep_stale(sandbox.view.layout.jobs_dir)  # a previous server's engines died with it
 
     def get(self, handle: str) -> Engine:
         eng = self._engines.get(handle)
@@ -140,12 +150,15 @@ class Engines:
         folder = sb.view.layout.jobs_dir / f"engine-{handle}"
         for sub in ("home", "tmp", "cache"):
             (folder / sub).mkdir(parents=True)
+        engine_folders.claim(folder)
         port = 8000 if sb.isolation.sandboxed else free_port()  # a namespace of its own: any port is free
         eng = Engine(handle, adapter, args, folder, _short_socket_path(folder / _SOCKET), port, proc=None,
                      cgroup=None)
         self._engines[handle] = eng
         try:
             eng.cgroup, eng.proc = self._start(eng)
+            eng.disk = engine_folders.DiskCap(folder, self.disk_bytes, sb.limits.max_files)
+            eng.disk.start(lambda: asyncio.to_thread(_kill_tree, eng))  # dead, still listed, with the cause
             await self._wait_ready(eng, ready_timeout_s, progress)
         except BaseException as exc:
             if handle in self._engines:
@@ -234,7 +247,11 @@ class Engines:
         if eng is None:
             raise self._unknown(handle)
         eng.stopped = True
+        if eng.disk is not None:
+            eng.disk.cancel()
         await asyncio.to_thread(self._stop_now, eng)
+        eng.final_log = eng.log_tail(200_000)
+        await asyncio.to_thread(shutil.rmtree, eng.folder, True)  # its caches and profiles: unbounded otherwise
         return eng.log_tail()
 
     @staticmethod
@@ -262,6 +279,14 @@ class Engines:
     async def aclose(self) -> None:
         for handle in list(self._engines):
             await self.stop(handle)
+
+
+def _kill_tree(eng: Engine) -> None:
+    """Kill the engine and all it started (its folder outgrew the disk cap); stop() tidies up later."""
+    if eng.cgroup is not None:
+        eng.cgroup.kill_all(timeout_s=5.0)
+    elif eng.proc is not None and eng.proc.poll() is None:
+        os.killpg(eng.proc.pid, signal.SIGKILL)
 
 
 def _package_root() -> Path:

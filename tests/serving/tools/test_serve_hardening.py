@@ -234,3 +234,35 @@ async def test_a_failed_or_stopped_launch_leaves_no_engine(client, workspace):
         await call(client, "stop_serve", handle=serves[0]["handle"])
     assert "was stopped during launch" in outcome["text"] and "no serving engine" not in outcome["text"], outcome
     assert (await call(client, "list_serves"))["serves"] == []
+
+
+async def test_engine_folders_are_capped_and_removed(client, server, workspace):
+    """Issue 27 item 10: an engine whose folder outgrows the disk cap is stopped (list_serves
+    says why); stop_serve removes its folder; a folder a previous server left is removed when
+    this server first manages engines, and a live server's is kept."""
+    import subprocess
+
+    jobs = server.state.sandbox.view.layout.jobs_dir
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    for name, owner in (("engine-serve-stale", gone.pid), ("engine-serve-other", 1)):  # pid 1 lives
+        (jobs / name / "cache").mkdir(parents=True)
+        (jobs / name / "owner.pid").write_text(str(owner))
+    engines = server.state.engines
+    assert not (jobs / "engine-serve-stale").exists() and (jobs / "engine-serve-other").exists()
+    engines.disk_bytes = 1 << 20  # 1 MiB instead of 8 GiB: the rule, not the size, is under test
+    writer = echo(workspace, "ok")
+    writer["command"] = ["/bin/sh", "-c", "head -c 3000000 /dev/zero > big && echo wrote && exec "
+                         + " ".join(writer["command"])]
+    handle = (await call(client, "launch_serve", engine="command", args=writer))["handle"]
+    for _ in range(150):
+        (serve,) = (await call(client, "list_serves"))["serves"]
+        if not serve["alive"]:
+            break
+        await anyio.sleep(0.2)
+    assert not serve["alive"] and "disk cap" in serve["exit_cause"] and "wrote" in serve["exit_cause"], serve
+    text = await _error(client, "serve_benchmark", handle=handle, workload={"num_requests": 1})
+    assert "disk cap" in text
+    assert (jobs / f"engine-{handle}").is_dir()
+    await call(client, "stop_serve", handle=handle)
+    assert not (jobs / f"engine-{handle}").exists()
