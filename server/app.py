@@ -30,6 +30,7 @@ from ..sandbox import SandboxError
 from ..tools.base import MAX_NAME_CHARS, AgentError, Tool, run_tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState, run_link
+from .host_paths import sandbox_view
 from .limits import (
     MAX_ERROR_CHARS,
     MAX_FULL_REPLY_CHARS,
@@ -172,6 +173,7 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
     ctx = CallContext(state, experiment_id, mcp_context)
 
     def fail(message: str) -> ToolError:
+        message = sandbox_view(message, state.workspace.root, state.workspace.state_dir)
         message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
         state.ledger.close_error(experiment_id, message, ctx.artifacts)
         return ToolError(f"{message} [experiment {experiment_id}]")

@@ -250,3 +250,21 @@ async def test_cancelled_calls_do_not_stay_running_in_the_ledger(client, server)
     running = [r["id"] for r in rows if r["status"] == "running"]
     assert running == [], running
     assert any(r["error"] == "cancelled by the client" for r in rows)
+
+
+async def test_tool_errors_show_paths_as_the_sandbox_sees_them(client, workspace):
+    """Issue 27 item 14: a traceback from the agent's code names its files as /jobs/... or
+    /workspace/...; no error shows a host path of the server (the workspace, the state and
+    jobs folders, the Python install, this package's source)."""
+    import sys
+
+    from infra_agent import tools
+
+    source = "import json\ndef g(x, y, out=None):\n    return json.loads('{')\n"
+    text = await _error(client, "check_numerics", kernel="vector_add", source=source, entry="g")
+    assert "JSONDecodeError" in text and re.search(r'File "/jobs/[^"]+", line 3, in g', text), text
+    text += await _error(client, "compile_kernel", path=str(workspace.parent / "elsewhere.py"))
+    assert "outside the workspace /workspace" in text
+    hosts = {str(workspace), str(workspace.resolve()), sys.prefix, sys.base_prefix,
+             str(Path(tools.__file__).resolve().parent.parent)}
+    assert not [h for h in hosts if h in text], (hosts, text)
