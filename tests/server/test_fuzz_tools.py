@@ -48,10 +48,11 @@ PINNED = {"device_info": {"measure_peaks": False},
           "launch_serve": {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
           "serve_benchmark": {"handle": "serve-fuzz", "engine": None},
           "profile": {"handle": "serve-fuzz"}}
-ODD_EXPECT = ["-" * 30 + "1 > 0", "not " * 30 + "true", "1e308*10 - 1e308*10 == 0", "1e308*10 > 0", "1/0 > 1",
-              "((((((((((1))))))))) > 0", "x ==", "__import__('os')", "a.b.c > 1"]
-ODD_PATHS = ["/proc/1/root/etc/passwd", "../../../../etc/passwd", ".infra-agent/seed-secret", "/", ".", "a\x00b",
-             "x/" * 600, "/proc/1/root/etc/passwd:f"]
+ODD_EXPECT = ["-" * 30 + "1 > 0", "-" * 400 + "1 > 0", "not " * 30 + "true",
+              "1e308*10 - 1e308*10 == 0", "1e308*10 > 0", "1/0 > 1", "((((((((((1))))))))) > 0",
+              "x ==", "__import__('os')", "a.b.c > 1"]
+ODD_PATHS = ["/proc/1/root/etc/passwd", "../../../../etc/passwd", ".infra-agent/seed-secret", "/",
+             ".", "a\x00b", "x/" * 600, "/proc/1/root/etc/passwd:f"]
 PATH_FIELDS = {"path", "reference", "baseline", "sharegpt_path", "model"}
 # Arguments under which a tool answers (so the odd expect strings reach the judge of a real answer)
 SUCCEEDS_WITH = {"describe_kernel": {"kernel": "rmsnorm"}, "list_experiments": {"limit": 5}}
@@ -72,6 +73,8 @@ def _outcome(tool, result) -> str:
     """clean_error, success, internal_error, long_error or schema_breaking."""
     if result is None:
         return "unanswered"
+    if isinstance(result, _SchemaBreaking):
+        return "schema_breaking"
     text = " ".join(getattr(c, "text", "") for c in result.content)
     if result.is_error:
         if "internal error" in text:
@@ -86,9 +89,21 @@ def _outcome(tool, result) -> str:
     return "success"
 
 
+class _SchemaBreaking:
+    """The client refused the answer itself: its structured content breaks the output schema."""
+
+    def __init__(self, message: str):
+        self.content, self.message = [], message
+
+
 async def _call(client, name: str, arguments: dict):
     with anyio.move_on_after(CALL_LIMIT_S):
-        return await client.call_tool(name, arguments)
+        try:
+            return await client.call_tool(name, arguments)
+        except RuntimeError as exc:
+            if "Invalid structured content" not in str(exc):
+                raise
+            return _SchemaBreaking(str(exc))
     return None
 
 
@@ -110,7 +125,8 @@ def _record(tool, arguments: dict, result, tally: Counter, bad: list) -> None:
     tally[(tool.name, "calls")] += 1
     tally[(tool.name, outcome)] += 1
     if outcome not in ("clean_error", "success"):
-        text = "" if result is None else " ".join(getattr(c, "text", "") for c in result.content)
+        blocks = getattr(result, "content", [])
+        text = getattr(result, "message", "") or " ".join(getattr(c, "text", "") for c in blocks)
         bad.append((tool.name, outcome, json.dumps(arguments, default=str)[:300], text[:500]))
 
 
