@@ -114,5 +114,6 @@ def ref_or_source(workspace: Workspace, ref: str, kernel: Kernel | None, entry: 
         file_name, fn = split_ref(ref)
     except ValueError as exc:
         raise CodeRefError(str(exc)) from None
-    base = kernel.folder if kernel and (kernel.folder / file_name).is_file() else workspace.root
+    # Path.is_file() would stat a host path before the workspace check (/proc/1/root/...: EACCES)
+    base = kernel.folder if kernel and workspace.has_file(kernel.folder / file_name) else workspace.root
     return CodeRef(entry=fn, path=workspace.file(str(base / file_name)))

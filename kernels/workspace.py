@@ -144,15 +144,29 @@ class Workspace:
             raise WorkspaceError(f"{shown} is {size} bytes; source files are at most {MAX_FILE_BYTES} bytes")
         return host
 
+    def has_file(self, path: str | Path) -> bool:
+        """Whether `file` would accept `path`: checked against the workspace before anything is
+        opened (a host path outside it, /proc/1/root/..., is never even looked at)."""
+        try:
+            self.file(path)
+        except WorkspaceError:
+            return False
+        return True
+
     def read_text(self, path: str | Path) -> str:
         """A workspace source file's text (checked as `file` does)."""
         return read_source(self.file(path), shown=path)
 
     def folder(self, path: str | Path) -> Path:
-        """An existing folder of this workspace (a model checkpoint for an engine), checked as `file` is."""
+        """An existing folder of this workspace (a model checkpoint for an engine), checked as `file` is,
+        and never one that holds the state folder (an engine sees the whole folder)."""
         host, shown = self._resolve(path, "a folder")
         if not host.is_dir():
             raise WorkspaceError(f"no such folder in the workspace: {shown}")
+        if self.state_dir.resolve().is_relative_to(host):  # the workspace root, '.', a link to '/'
+            raise WorkspaceError(f"{shown} holds the server's state folder ({STATE_FOLDER}: ledger, seed "
+                                 "secret), which no tool shows; give a folder inside the workspace that "
+                                 "holds only the model, e.g. 'models/my-model'")
         return host
 
     def _resolve(self, path: str | Path, what: str) -> tuple[Path, str]:
@@ -161,6 +175,11 @@ class Workspace:
         shown = excerpt(path)
         _check_path_text(str(path), shown)
         root = self.root.resolve()
+        if not Path(os.path.normpath(root / path)).is_relative_to(root):
+            # by its text alone: nothing outside the workspace is ever looked at (resolve() would
+            # read links on the host path first: /proc/1/root/... fails with EACCES there)
+            raise WorkspaceError(f"{shown} is outside the workspace {root}; sandboxed code sees only "
+                                 "workspace files: give a workspace-relative path")
         try:
             host = (root / path).resolve()  # an absolute `path` replaces root
             if host.is_relative_to(self.state_dir.resolve()) or STATE_FOLDER in host.relative_to(root).parts:

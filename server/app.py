@@ -30,6 +30,7 @@ from ..sandbox import SandboxError
 from ..tools.base import MAX_NAME_CHARS, AgentError, Tool, run_tool
 from ..tools.common import provenance
 from .context import CallContext, ServerState, run_link
+from .host_paths import sandbox_view
 from .limits import (
     MAX_ERROR_CHARS,
     MAX_FULL_REPLY_CHARS,
@@ -172,9 +173,16 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
     ctx = CallContext(state, experiment_id, mcp_context)
 
     def fail(message: str) -> ToolError:
+        message = sandbox_view(message, state.workspace.root, state.workspace.state_dir)
         message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
         state.ledger.close_error(experiment_id, message, ctx.artifacts, ctx.code_manifest())
         return ToolError(f"{message} [experiment {experiment_id}]")
+
+    def cancelled() -> None:  # keep the ledger honest wherever a cancellation lands, then let it unwind
+        if state.stopping:
+            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
+        else:
+            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest())
 
     try:
         ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
@@ -185,6 +193,9 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
         raise fail(str(exc)) from None
+    except BaseException:  # cancelled while the workspace was read (the first await)
+        cancelled()
+        raise
     try:
         out = await run_tool(tool, inp, ctx)  # expect checked before the run, judged after
         out.experiment_id = experiment_id
@@ -198,11 +209,8 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
         raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
                    f"{type(exc).__name__}: {clip_text(str(exc), 500)}") from None
-    except BaseException:  # cancelled: keep the ledger honest, then let it unwind
-        if state.stopping:
-            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
-        else:
-            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest())
+    except BaseException:  # cancelled
+        cancelled()
         raise
     state.ledger.close_ok(experiment_id, result, result["artifacts"], ctx.code_manifest())
     # The text block mirrors the structured result for clients that ignore

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,6 +33,7 @@ from pathlib import Path
 
 import httpx
 
+from . import engine_folders
 from .adapters import EngineAdapter, EngineArgs
 
 READY_POLL_S = 0.25
@@ -57,12 +59,17 @@ class Engine:
     cgroup: object | None
     started_at: float = field(default_factory=time.time)
     ready_s: float | None = None
+    stopped: bool = False  # stop() was called (maybe by another call, while it was still starting)
+    disk: engine_folders.DiskCap | None = None
+    final_log: str | None = None  # the log's end, kept when the folder is removed at stop
 
     @property
     def log_path(self) -> Path:
         return self.folder / "engine.log"
 
     def log_tail(self, num_bytes: int = 4000) -> str:
+        if self.final_log is not None:
+            return self.final_log[-num_bytes:]
         try:
             with open(self.log_path, "rb") as f:
                 f.seek(max(0, self.log_path.stat().st_size - num_bytes))
@@ -82,6 +89,15 @@ class Engine:
         except (OSError, ValueError, KeyError):
             return self.proc.returncode if self.proc is not None else None
 
+    def death_cause(self) -> str:
+        """Why it is not running, in words: the disk or memory limit, a signal, or its exit code."""
+        if self.disk is not None and self.disk.exceeded:
+            return self.disk.describe()
+        if self.cgroup is not None and self.cgroup.oom_kills():
+            return f"killed for exceeding its memory limit ({self.cgroup.peak_memory_bytes()} bytes peak)"
+        code = self.exit_code()
+        return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
+
     async def settled(self, timeout_s: float = 2.0) -> bool:
         """Whether it is still alive once a moment has passed (after failed requests: did it die?)."""
         deadline = time.monotonic() + timeout_s
@@ -94,9 +110,11 @@ class Engine:
                                  timeout=timeout_s)
 
     def describe(self) -> dict:
+        alive = self.alive
         return {"handle": self.handle, "engine": self.adapter.name, "model": self.args.model,
-                "alive": self.alive, "ready_s": self.ready_s, "started_at": self.started_at,
-                "socket": self.socket_path, "log": str(self.log_path)}
+                "alive": alive, "ready_s": self.ready_s, "started_at": self.started_at,
+                "socket": self.socket_path, "log": str(self.log_path),
+                "exit_cause": None if alive else f"{self.death_cause()}; its log ends:\n{self.log_tail(1500)}"}
 
 
 @dataclass(frozen=True)
@@ -112,8 +130,10 @@ class Engines:
     def __init__(self, sandbox, *, memory_bytes: int | None = None):
         self.sandbox = sandbox
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
+        self.disk_bytes = sandbox.limits.disk_bytes  # each engine's folder, as each job's
         self._engines: dict[str, Engine] = {}
         self.stopped: dict[str, StoppedEngine] = {}  # handle -> what it was: a second stop says so
+        engine_folders.sweep_stale(sandbox.view.layout.jobs_dir)  # a previous server's engines died with it
 
     def get(self, handle: str) -> Engine:
         eng = self._engines.get(handle)
@@ -146,15 +166,22 @@ class Engines:
         folder = sb.view.layout.jobs_dir / f"engine-{handle}"
         for sub in ("home", "tmp", "cache"):
             (folder / sub).mkdir(parents=True)
+        engine_folders.claim(folder)
         port = 8000 if sb.isolation.sandboxed else free_port()  # a namespace of its own: any port is free
         eng = Engine(handle, adapter, args, folder, _short_socket_path(folder / _SOCKET), port, proc=None,
                      cgroup=None)
         self._engines[handle] = eng
         try:
             eng.cgroup, eng.proc = self._start(eng)
+            eng.disk = engine_folders.DiskCap(folder, self.disk_bytes, sb.limits.max_files)
+            eng.disk.start(lambda: asyncio.to_thread(_kill_tree, eng))  # dead, still listed, with the cause
             await self._wait_ready(eng, ready_timeout_s, progress)
-        except BaseException:
-            await self.stop(handle, how="after its failed start")
+        except BaseException as exc:
+            if handle in self._engines:
+                await self.stop(handle, how="after its failed start")
+            elif isinstance(exc, EngineError):  # another call stopped it (its handle is in list_serves)
+                raise EngineError(f"the {adapter.name} engine {handle} was stopped during launch (stop_serve); "
+                                  "launch it again if it is still wanted") from None
             raise
         return eng
 
@@ -192,7 +219,13 @@ class Engines:
     def _bwrap(self, eng: Engine) -> list[str]:
         argv = self.sandbox.view.bwrap_argv()
         if eng.args.model:
-            argv += ["--ro-bind", str(Path(eng.args.model).resolve()), MODEL_MOUNT]
+            model = Path(eng.args.model).resolve()
+            argv += ["--ro-bind", str(model), MODEL_MOUNT]
+            state = Path(self.sandbox.state_dir).resolve()
+            if state.is_relative_to(model):  # tools refuse such a folder; masked anyway, as jobs mask it
+                rel = state.relative_to(model)
+                hidden = f"{MODEL_MOUNT}/{rel}" if rel.parts else MODEL_MOUNT
+                argv += ["--tmpfs", hidden, "--remount-ro", hidden]
         pkg = _package_root()
         # the built-in engine, the specs it loads and the worker loader it loads them with; never server/ or tools/
         for name in ("serving", "kernels", "sandbox"):
@@ -204,6 +237,8 @@ class Engines:
         path = eng.adapter.health_path
         async with eng.client(timeout_s=5.0) as client:
             while True:
+                if eng.stopped:
+                    raise EngineError(f"the {eng.adapter.name} engine {eng.handle} was stopped during launch")
                 if not eng.alive:
                     raise EngineError(f"the {eng.adapter.name} engine exited during start-up (code "
                                       f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}")
@@ -228,9 +263,14 @@ class Engines:
         eng = self._engines.pop(handle, None)
         if eng is None:
             raise self._unknown(handle)
+        eng.stopped = True
+        if eng.disk is not None:
+            eng.disk.cancel()
         await asyncio.to_thread(self._stop_now, eng)
         self.stopped[handle] = StoppedEngine(eng.adapter.name, eng.args.model, eng.started_at,
                                              time.time(), how=how)
+        eng.final_log = eng.log_tail(200_000)
+        await asyncio.to_thread(shutil.rmtree, eng.folder, True)  # its caches and profiles: unbounded otherwise
         return eng.log_tail()
 
     @staticmethod
@@ -258,6 +298,14 @@ class Engines:
     async def aclose(self) -> None:
         for handle in list(self._engines):
             await self.stop(handle, how="when the server shut down")
+
+
+def _kill_tree(eng: Engine) -> None:
+    """Kill the engine and all it started (its folder outgrew the disk cap); stop() tidies up later."""
+    if eng.cgroup is not None:
+        eng.cgroup.kill_all(timeout_s=5.0)
+    elif eng.proc is not None and eng.proc.poll() is None:
+        os.killpg(eng.proc.pid, signal.SIGKILL)
 
 
 def _package_root() -> Path:

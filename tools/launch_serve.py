@@ -8,7 +8,9 @@ from pydantic import Field
 
 from ..serving.adapters import ADAPTERS, EngineArgs
 from .base import Tool, ToolContext, ToolInput, ToolOutput
+from .common.answer import facts_of
 from .common.engines import engine_label, start_engine
+from .common.expect import judge
 
 
 class Input(ToolInput):
@@ -37,12 +39,18 @@ class Output(ToolOutput):
 async def run(inp: Input, ctx: ToolContext) -> Output:
     eng = await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s)
     ctx.artifact("engine.log", eng.log_tail(200_000))
-    return Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
+    out = Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
                   extensions=sorted(eng.adapter.extensions), metrics=eng.adapter.metrics_path is not None,
                   profiling=eng.adapter.profile_paths is not None,
                   summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
                   f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
                   "exits)")
+    try:  # judged again after this returns; a condition that cannot be judged must not orphan the engine
+        judge(inp.expect, facts_of(out), TOOL.catalogue)
+    except Exception:
+        await ctx.engines.stop(eng.handle, how="after its expect could not be judged")
+        raise
+    return out
 
 
 TOOL = Tool(

@@ -17,21 +17,29 @@ class Serve(BaseModel):
     alive: bool = Field(description="Whether its process still runs.")
     ready_s: float | None = Field(description="Start-up time to its first healthy answer, s.")
     started_at: float = Field(description="Unix time it was started, s.")
+    exit_cause: str | None = Field(None, description="When it is no longer alive: why (exit code, signal, "
+                                   "the memory limit) and the end of its log; null while alive. stop_serve it.")
+
+
+class Input(ToolInput):
+    """No arguments beyond hypothesis/expect (a subclass, so that they get ToolInput's limits)."""
 
 
 class Output(ToolOutput):
-    serves: list[Serve] = Field(description="Running engines, oldest first.")
+    serves: list[Serve] = Field(description="The engines this server started and has not stopped (alive or "
+                                "dead), oldest first.")
 
 
-async def run(inp: ToolInput, ctx: ToolContext) -> Output:
+async def run(inp: Input, ctx: ToolContext) -> Output:
     engines = ctx.engines.list()
     serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields})
               for e in engines]
     now = time.time()
     running = [f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
-               + ("" if e.alive else ", its process has EXITED (stop_serve it, read engine.log)")
-               for e in engines]
-    text = f"{len(serves)} engine(s) running" + (": " + "; ".join(running) if running else "")
+               for e, s in zip(engines, serves) if s.alive]
+    text = f"{len(running)} engine(s) running" + (": " + "; ".join(running) if running else "")
+    text += "".join(f"; {s.handle} ({s.engine}) is dead: {s.exit_cause.splitlines()[0]}"
+                    for s in serves if not s.alive)
     if ctx.engines.stopped:
         text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})"
                                                   for h, gone in ctx.engines.stopped.items())
@@ -42,7 +50,7 @@ TOOL = Tool(
     name="list_serves",
     title="List serving engines",
     description="The serving engines this server started and is running, with their handles.",
-    input_model=ToolInput,
+    input_model=Input,
     output_model=Output,
     run=run,
     read_only=True,

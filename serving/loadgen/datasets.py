@@ -129,11 +129,15 @@ def sharegpt_requests(path: str | Path, n: int, tokenizer: Tokenizer | None = No
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read ShareGPT file {path}: {exc}") from None
+    except RecursionError:  # lists in lists thousands deep: no conversation is shaped like that
+        raise ValueError(f"{path} nests too deeply to be a ShareGPT file (a list of conversations)") from None
     pairs = []
     for item in data if isinstance(data, list) else []:
         turns = item.get("conversations") if isinstance(item, dict) else None
         if isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
-            pairs.append((str(turns[0].get("value", "")), str(turns[1].get("value", ""))))
+            prompt, reply = (turns[i].get("value", "") for i in (0, 1))
+            if isinstance(prompt, str) and isinstance(reply, str):  # str() of a deep list would recurse
+                pairs.append((prompt, reply))
     if not pairs:
         raise ValueError(f"{path} has no conversations with at least two turns (ShareGPT format: "
                          '[{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}])')

@@ -20,6 +20,12 @@ from .metrics import Metrics, RequestRecord, compute
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 SPIN_S = 0.0015  # default: spin this long before each scheduled send (asyncio timers wake up to 1 ms late)
+# Requests in flight at most, whatever the arrivals ask: the load generator shares the MCP
+# server's event loop, and httpx's pool scans every waiting request on each change, so
+# 5,000 at once kept the loop busy for 15 minutes (no other call answered; issue 27).
+# Above the ceiling requests wait their turn, and their timers still start at the scheduled
+# time, so the queueing shows in TTFT instead of being hidden.
+MAX_IN_FLIGHT = 256
 
 
 @dataclass
@@ -48,16 +54,15 @@ async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Ar
         raise ValueError(f"spin_s must be >= 0 seconds (default {SPIN_S}), got {spin_s}")
     if send_for_s is not None and not arrivals.is_closed_loop:
         raise ValueError("send_for_s needs a closed loop (Arrivals(max_concurrency=N) without a rate)")
-    width = arrivals.max_concurrency or len(requests)
+    width = min(arrivals.max_concurrency or len(requests), MAX_IN_FLIGHT)
     async with ep.client(max_connections=max(width, 1), timeout_s=timeout_s) as client:
         for i in range(warmup):
             rec = RequestRecord(index=-1 - i, scheduled_s=time.perf_counter(), is_warmup=True)
             await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
         if arrivals.is_closed_loop:
-            records, t0 = await _closed_loop(client, ep, requests, arrivals.max_concurrency, tokenizer, progress,
-                                             send_for_s)
+            records, t0 = await _closed_loop(client, ep, requests, width, tokenizer, progress, send_for_s)
         else:
-            records, t0 = await _open_loop(client, ep, requests, arrivals, tokenizer, progress, spin_s)
+            records, t0 = await _open_loop(client, ep, requests, arrivals, width, tokenizer, progress, spin_s)
     ends = [r.last_chunk_s for r in records if r.ok]
     duration = (max(ends) - t0) if ends else time.perf_counter() - t0
     return RunResult(records, duration, compute(records, duration, slos_ms))
@@ -74,8 +79,8 @@ class _Counter:
             await self.progress(self.done, self.total, f"request {self.done}/{self.total or '?'} {state}")
 
 
-async def _open_loop(client, ep, requests, arrivals: Arrivals, tokenizer, progress, spin_s: float):
-    sem = asyncio.Semaphore(arrivals.max_concurrency) if arrivals.max_concurrency else None
+async def _open_loop(client, ep, requests, arrivals: Arrivals, width: int, tokenizer, progress, spin_s: float):
+    sem = asyncio.Semaphore(width) if width < len(requests) else None
     counter = _Counter(len(requests), progress)
     t0 = time.perf_counter() + 0.01  # a moment to set up before the first send
     records = [RequestRecord(index=i, scheduled_s=t0 + off) for i, off in enumerate(arrivals.offsets_s(len(requests)))]

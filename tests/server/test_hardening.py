@@ -9,6 +9,7 @@ import re
 import traceback
 from pathlib import Path
 
+import jsonschema
 import pytest
 from conftest import ToolCallError, call
 
@@ -180,3 +181,90 @@ def test_worker_frames_are_shown_only_when_the_fault_is_ours(tmp_path):
     except OSError as exc:
         err = harness.describe_exception(exc, [str(tmp_path / "agent")])
     assert "harness.py" not in err["traceback"], traceback.format_exc()
+
+
+async def test_deep_or_overflowing_expect_is_a_clean_answer_for_every_tool(client):
+    """Issue 27 items 1-2: 30 unary minuses nest past the parser's bound (a clear refusal, no
+    RecursionError); numbers that overflow (inf - inf is NaN) make the comparison inconclusive
+    with a reason, and the answer still validates against the tool's output schema."""
+    tools = (await client.list_tools()).tools
+    assert len(tools) >= 13
+    for tool in tools:
+        for deep in ["-" * 30 + "1 > 0", "not " * 30 + "true", "-" * 400 + "1 > 0"]:
+            text = await _error(client, tool.name, expect=[deep])
+            assert "nests" in text and "limit is 20" in text and len(text) < SHORT_ERROR, (tool.name, text)
+    cheap = {"list_kernels": {}, "list_serves": {}, "list_experiments": {}, "describe_kernel": {"kernel": "rmsnorm"},
+             "device_info": {"measure_peaks": False}}
+    schemas = {t.name: t.output_schema for t in tools}
+    for name, args in cheap.items():
+        result = await client.call_tool(name, {**args, "expect": ["1e308*10 - 1e308*10 == 0", "1e308*10 > 0"]})
+        assert not result.is_error, (name, result.content)
+        out = result.structured_content
+        jsonschema.validate(out, schemas[name])
+        answer = out["hypothesis_answer"]
+        assert answer["answer"] == "inconclusive", (name, answer)
+        assert all("not a finite number" in c["comparisons"][0]["reason"] for c in answer["conditions"]), answer
+    # a condition that fails whatever the result holds is refused before the call runs anything
+    text = await _error(client, "launch_serve", engine="builtin", expect=["1/0 > 1"])
+    assert "divides by zero" in text
+    text = await _error(client, "list_serves", expect=["len(serves) / 0 > 1"])
+    assert "divides by zero" in text
+    assert (await call(client, "list_serves"))["serves"] == []
+    await _still_serving(client)
+
+
+async def test_a_path_outside_the_workspace_is_refused_by_its_text(client):
+    """Issue 27 item 3: every path argument (path fields, a reference or baseline named by
+    file:function, a model folder, a ShareGPT file) is checked against the workspace before
+    the server looks at it on the host: /proc/1/root/... is refused by the rule, never opened
+    (opening it fails with EACCES even for root, which used to surface as an internal error)."""
+    host = "/proc/1/root/etc/passwd"
+    calls = [("check_numerics", {"kernel": "vector_add", "reference": host + ":f"}),
+             ("check_numerics", {"source": "def f(x):\n    return x\n", "entry": "f", "reference": host + ":f",
+                                 "shapes": [{"N": 8}], "args": [{"name": "x", "shape": ["N"]}]}),
+             ("check_numerics", {"kernel": "vector_add", "path": host, "entry": "f"}),
+             ("microbench", {"kernel": "vector_add", "path": host, "entry": "f"}),
+             ("microbench", {"kernel": "vector_add", "baseline_path": host, "baseline_entry": "f"}),
+             ("compile_kernel", {"path": host}),
+             ("launch_serve", {"engine": "command", "args": {"model": "/proc/1/root", "command": ["x"]}}),
+             ("serve_benchmark", {"engine": "command", "args": {"model": "/proc/1/root/etc", "command": ["x"]}}),
+             ("serve_benchmark", {"engine": "builtin", "workload": {"dataset": "sharegpt", "sharegpt_path": host}})]
+    for tool, args in calls:
+        text = await _error(client, tool, **args)
+        assert "outside the workspace" in text and "Permission denied" not in text, (tool, text)
+    assert (await call(client, "list_serves"))["serves"] == []
+    await _still_serving(client)
+
+
+async def test_cancelled_calls_do_not_stay_running_in_the_ledger(client, server):
+    """Issue 27 item 12: a call cancelled at once (the client sends notifications/cancelled)
+    is closed in the ledger wherever the cancellation lands, never left `running`."""
+    import anyio
+
+    for i in range(40):
+        with anyio.move_on_after(i * 0.002):
+            await client.call_tool("describe_kernel", {"kernel": "rmsnorm"})
+    await _still_serving(client)
+    await anyio.sleep(0.5)  # cancellations still unwinding in the server
+    rows = server.state.ledger.query(limit=100)
+    running = [r["id"] for r in rows if r["status"] == "running"]
+    assert running == [], running
+    assert any(r["error"] == "cancelled by the client" for r in rows)
+
+
+async def test_tool_errors_show_paths_as_the_sandbox_sees_them(client, workspace):
+    """Issue 27 item 14: a traceback from the agent's code names its files as /jobs/... or
+    /workspace/...; no error shows a host path of the server (the workspace, the state and
+    jobs folders, the Python install, this package's source)."""
+    import sys
+
+    from infra_agent import tools
+
+    source = "import json\ndef g(x, y, out=None):\n    return json.loads('{')\n"
+    text = await _error(client, "check_numerics", kernel="vector_add", source=source, entry="g")
+    assert "JSONDecodeError" in text and re.search(r'File "/jobs/[^"]+", line 3, in g', text), text
+    text += await _error(client, "compile_kernel", path=str(workspace.parent / "elsewhere.py"))
+    assert "outside the workspace /workspace" in text
+    hosts = {str(workspace), str(workspace.resolve()), sys.prefix, sys.base_prefix,
+             str(Path(tools.__file__).resolve().parent.parent)}
+    assert not [h for h in hosts if h in text], (hosts, text)

@@ -46,6 +46,15 @@ def get_engine(ctx, handle: str) -> Engine:
         raise AgentError(str(exc)) from None
 
 
+def live_engine(ctx, handle: str) -> Engine:
+    """A running engine; a dead one is an error that says why it died (stop_serve clears it)."""
+    eng = get_engine(ctx, handle)
+    if not eng.alive:
+        raise AgentError(f"the {eng.adapter.name} engine {handle} is no longer running ({eng.death_cause()}); "
+                         f"stop_serve it and launch_serve a new one. Its log ends:\n{eng.log_tail(1500)}")
+    return eng
+
+
 def engine_tokenizer(engine: Engine):
     """The engine's tokenizer, so that prompts have exact token lengths: the checkpoint's
     tokenizer.json, bytes for the random-weights built-in engine, None (approximate lengths)

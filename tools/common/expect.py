@@ -162,6 +162,15 @@ def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: b
         if baseline_fields and not has_baseline:
             raise ExpectError(f"condition {excerpt(condition)} names baseline.{sorted(baseline_fields)[0]} but "
                               "this call has no baseline; pass baseline= or drop the baseline. part")
+        _dry_run(parse(condition), catalogue)
+
+
+def _dry_run(tree, catalogue: Catalogue) -> None:
+    """Evaluate a condition with every field unknown: what fails whatever the result holds (a
+    division by zero between numbers, a number used as a test) fails now, before the call runs
+    anything (an engine it starts, a benchmark of minutes)."""
+    functions = {name: (lambda *_: None) for name in catalogue.function_names - set(BUILTIN_FUNCTIONS)}
+    Evaluator(lambda name: Missing(name), lambda name: Missing("baseline." + name), functions).truth(tree)
 
 
 def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> HypothesisAnswer:
@@ -215,7 +224,9 @@ def _comparison_result(c, scope: str) -> ComparisonResult:
 
 
 def _interval(value: Any) -> list[float] | None:
-    return [value.low, value.high] if isinstance(value, Measured) and not value.is_exact else None
+    if not isinstance(value, Measured) or value.is_exact or not value.is_finite:
+        return None  # exact, or not a finite interval (JSON has no infinity; the reason says so)
+    return [value.low, value.high]
 
 
 def _answer(truth: bool | None) -> Answer:

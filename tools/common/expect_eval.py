@@ -19,6 +19,10 @@ from typing import Any, Callable
 from .errors import AgentError
 
 MAX_CONDITION_CHARS = 500
+# Nesting of one condition's syntax tree (an operator inside an operator ...): the walkers
+# below recurse once per level, so a deep tree (400 unary minuses fit in 500 chars) would
+# exhaust Python's stack. Real conditions nest a handful of levels.
+MAX_CONDITION_DEPTH = 20
 CONSTANT_NAMES = {"true": True, "false": False, "True": True, "False": False}
 BUILTIN_FUNCTIONS = ("abs", "min", "max", "len")
 
@@ -52,6 +56,10 @@ class Measured:
     def is_exact(self) -> bool:
         return self.low == self.high
 
+    @property
+    def is_finite(self) -> bool:
+        return all(math.isfinite(v) for v in (self.value, self.low, self.high))
+
 
 @dataclass(frozen=True)
 class Missing:
@@ -73,9 +81,24 @@ def parse(condition: str) -> ast.Expression:
             where += ", '=' assigns; compare with '=='"
         raise ExpectError(f"condition {condition!r} is malformed{where} ({e.msg}); write e.g. "
                           "'median_ms <= 0.95 * baseline.median_ms' using " + GRAMMAR) from None
+    depth = _depth(tree)
+    if depth > MAX_CONDITION_DEPTH:
+        raise ExpectError(f"condition {condition[:40]!r} nests {depth} levels deep (operators inside operators); "
+                          f"the limit is {MAX_CONDITION_DEPTH}: write it flatter, or split it into several "
+                          "conditions")
     for node in ast.walk(tree):
         _check_node(condition, node)
     return tree
+
+
+def _depth(tree: ast.AST) -> int:
+    """How deep the tree nests (iteratively: measuring must not recurse either)."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, level = stack.pop()
+        deepest = max(deepest, level)
+        stack += [(child, level + 1) for child in ast.iter_child_nodes(node)]
+    return deepest
 
 
 def _check_node(condition: str, node: ast.AST) -> None:
@@ -211,6 +234,11 @@ def compare(op: ast.cmpop, a: Any, b: Any, text: str) -> tuple[bool | None, str]
         found = plain(a) in b
         return (found if isinstance(op, ast.In) else not found), ""
     if isinstance(a, Measured) and isinstance(b, Measured):
+        overflowed = [side for side, v in (("left", a), ("right", b)) if not v.is_finite]
+        if overflowed:  # inf - inf is NaN, and no answer holds over an infinite interval
+            return None, (f"the {' and '.join(overflowed)} side is not a finite number (it overflowed to "
+                          "infinity or NaN, or divides by an interval that holds 0); compare numbers within "
+                          "about 1e308")
         return _compare_intervals(op, a, b)
     if type(a) is not type(b) or (isinstance(a, (str, bool, list)) and not isinstance(op, (ast.Eq, ast.NotEq))):
         raise ExpectError(f"{text!r} compares {_show(a)} with {_show(b)}; compare numbers with numbers, "
@@ -240,6 +268,8 @@ def _compare_intervals(op: ast.cmpop, a: Measured, b: Measured) -> tuple[bool | 
 
 def arithmetic(op: ast.operator, a: Any, b: Any, text: str = "") -> Any:
     """Interval arithmetic (worst case over both intervals); Missing propagates."""
+    if isinstance(op, ast.Div) and isinstance(b, Measured) and b.is_exact and b.value == 0:
+        raise ExpectError(f"{text!r} divides by zero")  # whatever the left side holds: said before a run
     for v in (a, b):
         if isinstance(v, Missing):
             return v
@@ -251,8 +281,6 @@ def arithmetic(op: ast.operator, a: Any, b: Any, text: str = "") -> Any:
         return Measured(a.value - b.value, a.low - b.high, a.high - b.low)
     if isinstance(op, ast.Div):
         if b.low <= 0 <= b.high:
-            if b.is_exact:
-                raise ExpectError(f"{text!r} divides by zero")
             return Measured(a.value / b.value if b.value else math.nan, -math.inf, math.inf)
         b = Measured(1 / b.value, 1 / b.high, 1 / b.low)
     products = [x * y for x in (a.low, a.high) for y in (b.low, b.high)]
@@ -284,8 +312,13 @@ def _number(value: Any) -> Any:
 
 
 def plain(value: Any) -> Any:
-    """A value as reported (JSON): a Measured becomes its central number."""
-    return value.value if isinstance(value, Measured) else (None if isinstance(value, Missing) else value)
+    """A value as reported (JSON): a Measured becomes its central number; a number that is not
+    finite becomes None (JSON has no infinity or NaN; the comparison's reason says why)."""
+    if isinstance(value, Measured):
+        value = value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return None if isinstance(value, Missing) else value
 
 
 def _show(value: Any) -> str:

@@ -15,9 +15,10 @@ import time
 
 import anyio
 
+from ...serving.adapters import EngineArgs
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
-from ..common.engines import engine_label, engine_tokenizer, get_engine, start_engine
+from ..common.engines import engine_label, engine_tokenizer, live_engine, start_engine
 from . import engine_truth, jobs, plan, report, undecided
 from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
 from .schema import Input, Output
@@ -26,11 +27,11 @@ from .schema import Input, Output
 async def run(inp: Input, ctx: ToolContext) -> Output:
     expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None or inp.baseline_handle is not None)
     base = _baseline(inp, ctx)
-    base_engine = get_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
+    base_engine = live_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
+    work = inp.workload
+    sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None  # before any start
     engine, launched = await _engine(inp, ctx)
     try:
-        work = inp.workload
-        sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
         # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
         same = base_engine is not None and base_engine.handle == engine.handle
         the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same))
@@ -100,9 +101,12 @@ async def _engine(inp: Input, ctx: ToolContext):
     if inp.handle and inp.engine:
         raise AgentError("give handle= (a running engine) or engine= (start one for this benchmark), not both")
     if inp.handle:
-        return get_engine(ctx, inp.handle), False
+        if inp.args != EngineArgs():
+            raise AgentError("args= configures an engine this call starts (engine=); a running engine keeps the "
+                             "arguments it was launched with: drop args=, or launch_serve a new engine with them")
+        return live_engine(ctx, inp.handle), False
     if inp.engine:
-        return await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=300.0), True
+        return await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s), True
     raise AgentError("name the engine: handle= from launch_serve, or engine= with args= to start one for this call")
 
 

@@ -78,7 +78,7 @@ async def estimate_cost(engine: Engine, baseline: Engine | None, plan: Plan, wor
                                                   budget_s=budget_s, progress=progress)
             if probes[eng.handle].failed and not await eng.settled():
                 raise AgentError(f"the {eng.adapter.name} engine {eng.handle} died during the "
-                                 f"benchmark (its cost probe, before the repeats; {_death(eng)}); "
+                                 f"benchmark (its cost probe, before the repeats; {eng.death_cause()}); "
                                  f"its log ends:\n{eng.log_tail(2500)}")
     sides = [probes[engine.handle]] + ([probes[baseline.handle]] if baseline is not None else [])
     return cost.check(sides, probes, repeats, budget_s)
@@ -93,8 +93,10 @@ async def _endpoint(engine: Engine, api: str, ignore_eos: bool) -> Endpoint:
 async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, requests: list[BenchRequest], *, done: int,
                       total: int, label: str, warmup: int, timeout_s: float, progress) -> Repeat:
     n = len(requests)
+    finished = [0]  # measured requests that ended, for the time-out message
 
     async def tick(sent, _total, message):
+        finished[0] = sent
         await progress(done * n + sent, total * n, f"{label}: {message}")
 
     before = await _scrape(engine)
@@ -104,11 +106,14 @@ async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, requests: list[B
                                                           tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
                                                           timeout_s=timeout_s, progress=tick), timeout_s)
     except asyncio.TimeoutError:
-        raise AgentError(f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: lower "
-                         "num_requests or raise timeout_s") from None
+        state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
+        raise AgentError(f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: "
+                         f"{finished[0]} of {n} measured requests had ended (after {warmup} warm-up); the rest "
+                         f"were abandoned and the engine is {state}. Lower num_requests, raise max_concurrency "
+                         "or rate, or raise timeout_s") from None
     if not (await engine.settled() if result.metrics.failed else engine.alive):
         raise AgentError(f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
-                         f"{_death(engine)}); its log ends:\n{engine.log_tail(2500)}")
+                         f"{engine.death_cause()}); its log ends:\n{engine.log_tail(2500)}")
     after = await _scrape(engine)
     if before is None or after is None:
         return Repeat(result, {})
@@ -149,10 +154,3 @@ async def _scrape(engine: Engine) -> dict[str, float] | None:
         return parse(resp.text)
     except ValueError:  # not Prometheus text (an engine that answers every path): no attribution
         return None
-
-
-def _death(engine: Engine) -> str:
-    if engine.cgroup is not None and engine.cgroup.oom_kills():
-        return f"killed for exceeding its memory limit ({engine.cgroup.peak_memory_bytes()} bytes peak)"
-    code = engine.exit_code()
-    return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"

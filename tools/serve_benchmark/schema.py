@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ...serving.adapters import ADAPTERS, EngineArgs
-from ...serving.loadgen import TTFT_RULE
+from ...serving.loadgen import MAX_IN_FLIGHT, TTFT_RULE
 from ..base import ToolInput, ToolOutput
 from ..common.expect import HypothesisAnswer
 
@@ -16,11 +16,15 @@ STATS = ("mean", "p50", "p90", "p99")
 
 
 class Workload(BaseModel):
+    model_config = ConfigDict(extra="forbid")  # a misspelt key (num_request) must not run the defaults
+
     dataset: Literal["random", "shared_prefix", "sharegpt"] = Field("random", description="random: prompts of "
                                                                     "exact token lengths; shared_prefix: groups "
                                                                     "sharing a long prefix (prefix caching); "
                                                                     "sharegpt: a ShareGPT-format JSON file.")
-    num_requests: int = Field(64, ge=1, le=5000, description="Measured requests per repeat.")
+    num_requests: int = Field(64, ge=1, le=5000, description="Measured requests per repeat "
+                              "(at most 5000, for safety: with at most 256 in flight a repeat must end within "
+                              "timeout_s).")
     input_len: int = Field(32, ge=1, le=1 << 17, description="Prompt length, tokens (random; shared_prefix: "
                            "the unique suffix).")
     output_len: int = Field(16, ge=1, le=1 << 15, description="Tokens asked per request (max_tokens).")
@@ -30,13 +34,17 @@ class Workload(BaseModel):
     sharegpt_path: str | None = Field(None, max_length=4096, description="sharegpt: the JSON file, in the "
                                       "workspace.")
     rate: float | None = Field(None, gt=0, le=1e6, description="Arrival rate, requests/s: Poisson/gamma gaps "
-                               "from scheduled absolute times. null: all at once, or a closed loop with "
-                               "max_concurrency in flight.")
+                               "from scheduled absolute times. null: all at once (at most "
+                               f"{MAX_IN_FLIGHT} in flight), or a closed loop with max_concurrency in flight.")
     burstiness: float = Field(1.0, gt=0, le=1000, description="Gamma shape of the gaps: 1 = Poisson, <1 "
                               "burstier; the gaps' CV is 1/sqrt(burstiness).")
-    max_concurrency: int | None = Field(None, ge=1, le=5000, description="Requests in flight at most.")
-    seed: int = Field(0, ge=0, le=2**31, description="Seeds prompts and arrivals. Each repeat draws new prompts "
-                      "from (seed, repeat index), so repeat i of this run and of a baseline send the same ones.")
+    max_concurrency: int | None = Field(None, ge=1, le=MAX_IN_FLIGHT, description="Requests in flight at most "
+                                        f"(default and ceiling {MAX_IN_FLIGHT}, for safety: the load generator "
+                                        "shares the server's event loop; later requests wait, and their "
+                                        "timers start at the scheduled time, so the wait shows in TTFT).")
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="Seeds prompts and arrivals (a 31-bit integer). Each repeat "
+                      "draws new prompts from (seed, repeat index), so repeat i of this run and of a baseline "
+                      "send the same ones.")
     reuse_prompts: bool = Field(False, description="Send the first repeat's prompts in every repeat: later "
                                 "repeats then find them in the prefix cache (a cache-warm measurement).")
     warmup: int = Field(2, ge=0, le=100, description="Requests sent first and excluded from the metrics.")
@@ -68,7 +76,11 @@ class Input(ToolInput):
                                 "spread, e.g. ['ttft_p50 <= 1.05 * baseline.ttft_p50', 'failed == 0'].")
     repeats: int = Field(3, ge=1, le=20, description="Runs of the workload; each metric is the median over "
                          "runs with the [min, max] over runs as its interval.")
-    timeout_s: float = Field(600.0, gt=0, le=7200, description="Wall-clock limit per repeat, s.")
+    timeout_s: float = Field(600.0, gt=0, le=7200, description="Wall-clock limit per repeat, warm-up "
+                             "included, s: at the limit the requests in flight are abandoned (the engine keeps "
+                             "running) and the call ends with an error that says how far the repeat got.")
+    ready_timeout_s: float = Field(300.0, gt=0, le=3600, description="With engine=: how long to wait for the "
+                                   "engine to answer its health check, s.")
     time_budget_s: float = Field(
         300.0, gt=0, le=86400, description="Before the repeats, a short probe times the engine on "
         "the workload's shape (one request, then a few together) and estimates the whole "

@@ -126,7 +126,7 @@ async def test_bad_arguments(client, echo_workspace):
     with pytest.raises(ToolCallError, match="outside the workspace"):
         await call(client, "launch_serve", engine="transformers", args={"model": "/etc"})
     with pytest.raises(ToolCallError, match="not installed"):
-        await call(client, "launch_serve", engine="vllm", args={"model": "."})
+        await call(client, "launch_serve", engine="vllm", args={"model": "vector_add"})
     assert engine_processes() == []
 
 
