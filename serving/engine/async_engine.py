@@ -31,6 +31,8 @@ class AsyncEngine:
         self.engine = engine
         self.metrics = EngineMetrics(engine.model_name)
         self.profile_dir = profile_dir
+        if profile_dir is not None:  # imported now, not inside the first /start_profile (seconds on a
+            from ...sandbox.worker import recorder  # noqa: F401  cold host, with the GIL held)
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}

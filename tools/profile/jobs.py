@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
+
 from ...sandbox.job import Job, JobResult
 from ..base import AgentError, ToolContext
 from .plan import Plan
@@ -124,22 +126,27 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
     deadline = time.monotonic() + plan.timeout_s
     with _phase(watch, "attach"):
         await asyncio.to_thread(_watch_engine, watch, engine, sample, gil_hz, plan.timeout_s, scratch)
-    failed, paths = None, {}
+    failed, paths, opened = None, {}, False
     try:
         async with engine.client(timeout_s=max(1.0, deadline - time.monotonic())) as client:
             with _phase(watch, "start_profile"):
+                opened = True  # from the request on: a cancel may land after the engine opened it
                 await _open_window(client, engine, deadline)
-            try:
-                await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
-                with _phase(watch, "load"):
-                    failed = await _load(engine, plan.payload)
-            finally:  # closed however the window ends (a failed load, the client's cancel): never left on
-                # the samplers stop with the load, before the export holds the GIL (py-spy keeps no times)
-                await asyncio.shield(asyncio.to_thread(_stop, watch))
+            if watch.proc is not None:  # py-spy keeps no times: from the open window on, not before it
+                with _phase(watch, "attach_py_spy"):  # (opening it can hold the GIL for seconds)
+                    await asyncio.to_thread(_start_spy, watch, gil_hz, plan.timeout_s, scratch)
+            await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
+            with _phase(watch, "load"):
+                failed = await _load(engine, plan.payload)
+    finally:  # closed however the window ends (a failed load, the client's cancel): never left on.
+        # anyio's cancellation is level-triggered (every await in a cancelled scope raises again):
+        # only a shielded scope lets the close run after a cancel.
+        with anyio.CancelScope(shield=True):
+            # the samplers stop with the load, before the export holds the GIL (py-spy keeps no times)
+            await asyncio.to_thread(_stop, watch)
+            if opened:
                 with _phase(watch, "stop_profile"):
-                    paths = await asyncio.shield(_close_window(engine, deadline, watch))
-    finally:
-        await asyncio.to_thread(_stop, watch)
+                    paths = await _close_window(engine, deadline, watch)
     if failed:
         raise AgentError(failed)
     with _phase(watch, "read_window"):
@@ -183,11 +190,14 @@ def _watch_engine(watch: Watch, engine, sample: bool, gil_hz: int, max_s: float,
         return
     watch.proc = ProcSampler(host_pid)
     watch.proc.start()
-    watch.spy = PySpy(host_pid, scratch / "py-spy.txt", gil_hz, max_s)
-    watch.spy.wait_attached(SPY_ATTACH_S)  # its samples count from then: the window opens after
 
 
-SPY_ATTACH_S = 5.0  # py-spy attaches in well under a second; past this the window opens anyway
+def _start_spy(watch: Watch, gil_hz: int, max_s: float, scratch: Path) -> None:
+    watch.spy = PySpy(watch.proc.host_pid, scratch / "py-spy.txt", gil_hz, max_s)
+    watch.spy.wait_attached(SPY_ATTACH_S)  # its samples count from then (Evidence.gil_sampled_ns)
+
+
+SPY_ATTACH_S = 5.0  # py-spy attaches in well under a second; past this the load starts anyway
 MIN_EXPORT_WAIT_S = 30.0  # /stop_profile gets at least this long, however little of timeout_s is left
 
 
@@ -210,6 +220,8 @@ async def _close_window(engine, deadline: float, watch: Watch) -> dict:
     except httpx.HTTPError as exc:
         raise AgentError(f"the engine did not answer /stop_profile ({type(exc).__name__}); its log ends:\n"
                          f"{engine.log_tail(1500)}") from None
+    if resp.status_code == 400 and "no profile is running" in resp.text:
+        return {}  # the open failed (its error is the answer) or never reached the engine
     if resp.status_code != 200:
         raise AgentError(f"the engine refused /stop_profile (HTTP {resp.status_code}): {resp.text[:300]}")
     try:

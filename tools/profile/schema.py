@@ -217,8 +217,9 @@ class Output(ToolOutput):
                                              "interpreter, pure-Python loops).")
     load: LoadUsed | None = Field(default=None, description="With handle: the load the window ran under.")
     phases_ms: dict[str, float] = Field(default_factory=dict, description="Where this call's time went, ms: "
-                                        "with handle attach, start_profile, load, stop_profile (the engine's "
-                                        "export of the window), read_window; else job (the sandbox job).")
+                                        "with handle attach, start_profile, attach_py_spy, load, "
+                                        "stop_profile (the engine's export of the window), read_window; "
+                                        "else job (the sandbox job); judge in both.")
     notes: list[str] = Field(default_factory=list, description="How the input was read (e.g. an alias).")
     _overlap_fraction: Any = PrivateAttr(default=None)  # (a, b) -> fraction, for expect's overlap_fraction()
 
