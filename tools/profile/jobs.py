@@ -147,6 +147,9 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
             if opened:
                 with _phase(watch, "stop_profile"):
                     paths = await _close_window(engine, deadline, watch)
+                for part in ("close", "export"):  # the engine's own account of /stop_profile
+                    if isinstance(paths.get(f"{part}_s"), (int, float)):
+                        watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
     if failed:
         raise AgentError(failed)
     with _phase(watch, "read_window"):

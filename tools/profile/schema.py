@@ -43,7 +43,9 @@ class Input(ToolInput):
     load_concurrency: int = Field(default=4, ge=0, le=256, description="With handle: requests kept in flight "
                                   "during the window (random prompts of load_input_len tokens, load_output_len "
                                   "tokens each); 0 sends none, when you drive the load yourself (e.g. a "
-                                  "serve_benchmark call at the same time).")
+                                  "serve_benchmark call at the same time). The load_* fields not given come "
+                                  "from the last serve_benchmark on this handle (its max_concurrency, "
+                                  "input_len, output_len), else these defaults; the answer's load says which.")
     load_input_len: int = Field(default=32, ge=1, le=1 << 17, description="With handle: prompt length of the "
                                 "load's requests, tokens. Shape the load like the workload under test: long "
                                 "prompts keep prefill (and a KV transfer) busy, long outputs keep decode busy.")
@@ -218,7 +220,8 @@ class Output(ToolOutput):
     load: LoadUsed | None = Field(default=None, description="With handle: the load the window ran under.")
     phases_ms: dict[str, float] = Field(default_factory=dict, description="Where this call's time went, ms: "
                                         "with handle attach, start_profile, attach_py_spy, load, "
-                                        "stop_profile (the engine's export of the window), read_window; "
+                                        "stop_profile (of it, the engine's own engine_close: torch.profiler "
+                                        "stopping, and engine_export: the window written out), read_window; "
                                         "else job (the sandbox job); judge in both.")
     notes: list[str] = Field(default_factory=list, description="How the input was read (e.g. an alias).")
     _overlap_fraction: Any = PrivateAttr(default=None)  # (a, b) -> fraction, for expect's overlap_fraction()
