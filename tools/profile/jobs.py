@@ -142,14 +142,20 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
         # anyio's cancellation is level-triggered (every await in a cancelled scope raises again):
         # only a shielded scope lets the close run after a cancel.
         with anyio.CancelScope(shield=True):
-            # the samplers stop with the load, before the export holds the GIL (py-spy keeps no times)
-            await asyncio.to_thread(_stop, watch)
-            if opened:
-                with _phase(watch, "stop_profile"):
-                    paths = await _close_window(engine, deadline, watch)
-                for part in ("close", "export"):  # the engine's own account of /stop_profile
-                    if isinstance(paths.get(f"{part}_s"), (int, float)):
-                        watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
+            # py-spy stops with the load, before the export holds the GIL (it keeps no times); the /proc
+            # sampler (timestamped) runs on until the window is closed: ranges past its end would count
+            # as running, with no samples to say they were blocked
+            if watch.spy is not None:
+                await asyncio.to_thread(watch.spy.stop)
+            try:
+                if opened:
+                    with _phase(watch, "stop_profile"):
+                        paths = await _close_window(engine, deadline, watch)
+                    for part in ("close", "export"):  # the engine's own account of /stop_profile
+                        if isinstance(paths.get(f"{part}_s"), (int, float)):
+                            watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
+            finally:
+                await asyncio.to_thread(_stop, watch)
     if failed:
         raise AgentError(failed)
     with _phase(watch, "read_window"):
