@@ -31,8 +31,8 @@ class AsyncEngine:
         self.engine = engine
         self.metrics = EngineMetrics(engine.model_name)
         self.profile_dir = profile_dir
-        if profile_dir is not None:  # imported now, not inside the first /start_profile (seconds on a
-            from ...sandbox.worker import recorder  # noqa: F401  cold host, with the GIL held)
+        if profile_dir is not None:
+            _warm_profiler()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
@@ -198,6 +198,18 @@ class AsyncEngine:
         """Close the window and wait for its export (a client that gives up leaves it running)."""
         export = await self.call("stop_profile")
         return await asyncio.wrap_future(export)
+
+
+def _warm_profiler() -> None:
+    """Start and stop torch.profiler once, at launch: the first start in a process imports and
+    initialises its machinery for seconds with the GIL held (measured 4-20 s on a busy 2-core host),
+    which would otherwise land in the first /start_profile, next to a profiling window."""
+    import torch
+
+    from ...sandbox.worker import recorder  # noqa: F401
+
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        torch.zeros(1).add_(1)
 
 
 class _Stream:

@@ -246,7 +246,6 @@ class PySpy:
         self.out_file, self.rate_hz, self.error = out_file, rate_hz, ""
         self.sampling_from_ns: int | None = None  # when py-spy said it was sampling (attached), monotonic
         self.sampling_to_ns: int | None = None  # when it was told to stop
-        self._attached = threading.Event()
         self._err_file = out_file.with_suffix(".stderr")
         exe = py_spy_path()
         self.proc = None
@@ -265,11 +264,6 @@ class PySpy:
         for line in self.proc.stdout:
             if self.sampling_from_ns is None and b"Sampling process" in line:
                 self.sampling_from_ns = time.monotonic_ns()
-                self._attached.set()
-        self._attached.set()
-
-    def wait_attached(self, timeout_s: float) -> bool:
-        return self.proc is not None and self._attached.wait(timeout_s) and self.sampling_from_ns is not None
 
     def stop(self, wait_s: float = 5.0) -> None:
         if self.proc is None or self.sampling_to_ns is not None:

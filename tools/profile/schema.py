@@ -219,7 +219,7 @@ class Output(ToolOutput):
                                              "interpreter, pure-Python loops).")
     load: LoadUsed | None = Field(default=None, description="With handle: the load the window ran under.")
     phases_ms: dict[str, float] = Field(default_factory=dict, description="Where this call's time went, ms: "
-                                        "with handle attach, start_profile, attach_py_spy, load, "
+                                        "with handle attach, start_profile, load, "
                                         "stop_profile (of it, the engine's own engine_close: torch.profiler "
                                         "stopping, and engine_export: the window written out), read_window; "
                                         "else job (the sandbox job); judge in both.")
