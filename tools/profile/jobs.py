@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,10 +150,18 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
             # as running, with no samples to say they were blocked
             if watch.spy is not None:
                 await asyncio.to_thread(watch.spy.stop)
+            unwinding = sys.exc_info()[1] is not None  # a cancel or an error: that is the answer
             try:
                 if opened:
                     with _phase(watch, "stop_profile"):
-                        paths = await _close_window(engine, deadline, watch)
+                        try:
+                            # unwinding, the engine closes the window on the request alone; no need
+                            # to wait out its export
+                            paths = await _close_window(engine, deadline, watch,
+                                                        wait_s=UNWIND_WAIT_S if unwinding else None)
+                        except AgentError:
+                            if not unwinding:
+                                raise
                     for part in ("close", "export"):  # the engine's own account of /stop_profile
                         if isinstance(paths.get(f"{part}_s"), (int, float)):
                             watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
@@ -174,7 +183,9 @@ async def _open_window(client, engine, deadline: float) -> None:
             await _post(client, "/start_profile", engine)
             return
         except AgentError as exc:
-            if "still being exported" not in str(exc) or time.monotonic() > deadline:
+            # (a keep-alive connection the server closed between two tries reads as RemoteProtocolError)
+            busy = "still being exported" in str(exc) or "RemoteProtocolError" in str(exc)
+            if not busy or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.5)
 
@@ -203,15 +214,16 @@ def _watch_engine(watch: Watch, engine, sample: bool, gil_hz: int, max_s: float,
     watch.proc.start()
 
 
+UNWIND_WAIT_S = 5.0  # a cancelled or failed call: time for /stop_profile to reach the engine
 MIN_EXPORT_WAIT_S = 30.0  # /stop_profile gets at least this long, however little of timeout_s is left
 
 
-async def _close_window(engine, deadline: float, watch: Watch) -> dict:
+async def _close_window(engine, deadline: float, watch: Watch, wait_s: float | None = None) -> dict:
     """POST /stop_profile within what is left of the call's time. The engine exports the window on a
     thread of its own and keeps serving; past the wait, the export goes on there and the answer says so."""
     import httpx
 
-    wait_s = max(MIN_EXPORT_WAIT_S, deadline - time.monotonic())
+    wait_s = wait_s or max(MIN_EXPORT_WAIT_S, deadline - time.monotonic())
     try:
         async with engine.client(timeout_s=wait_s) as client:
             resp = await client.post("/stop_profile")

@@ -60,8 +60,11 @@ async def test_the_load_is_the_last_benchmarks_and_the_thread_table_is_bounded(e
 async def test_a_cancelled_window_is_closed_and_the_next_profile_runs(engine_server, engine_client):
     c = engine_client
     handle = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
-    with pytest.raises((asyncio.TimeoutError, TimeoutError)):
-        await asyncio.wait_for(engine_server.call_tool("profile", {"handle": handle, "duration_s": 20.0}), 8.0)
-    out = await call(c, "profile", handle=handle, duration_s=0.5, load_concurrency=1)
+    with pytest.raises((asyncio.TimeoutError, TimeoutError)):  # cancelled a few seconds into the load
+        await asyncio.wait_for(engine_server.call_tool("profile", {"handle": handle, "duration_s": 20.0,
+                                                                   "load_concurrency": 1}), 5.0)
+    # the cancelled window was closed; its export goes on in the engine (tens of seconds on a busy
+    # host) and this call waits for it within its timeout_s, then profiles
+    out = await call(c, "profile", handle=handle, duration_s=0.5, load_concurrency=1, timeout_s=300)
     assert out["window_ms"] > 0  # not "a profile is already running"
     await call(c, "stop_serve", handle=handle)
