@@ -42,8 +42,11 @@ async def test_thread_on_cpu_and_gil_shares_stay_within_the_window(profile_clien
     shares = [t["gil_held_fraction"] or 0 for t in out["threads"]]
     assert sum(shares) <= 1.1, (shares, out["threads"])  # one holder at a time, within sampling error
     spinner = next(t for t in out["threads"] if t["name"] == "spinner")
-    # the spinner shares the GIL with the op loop: neither holds it for the whole window
-    assert spinner["gil_held_fraction"] < 0.9 and spinner["on_cpu_ms"] > 0, spinner
+    # a pure-Python spinner holds the GIL only while it runs or waits for a CPU (preempted holding it),
+    # never while asleep on a futex (waiting for the GIL): py-spy's share within the /proc states' share
+    states = spinner["state_fractions"]
+    assert spinner["on_cpu_ms"] > 0, spinner
+    assert spinner["gil_held_fraction"] <= states.get("running", 0) + states.get("cpu_wait", 0) + 0.1, spinner
     assert set(out["phases_ms"]) >= {"job", "judge"}
 
 
