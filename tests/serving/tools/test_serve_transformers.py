@@ -50,5 +50,5 @@ async def test_transformers_serve_benchmark(ts_client):
     assert any(a.endswith("/latency.png") for a in out["artifacts"])
     stopped = await call(ts_client, "stop_serve", handle=handle)
     assert stopped["handle"] == handle
-    with pytest.raises(ToolCallError, match="no serving engine with handle"):
+    with pytest.raises(ToolCallError, match="was already stopped \\(by stop_serve"):
         await call(ts_client, "serve_benchmark", handle=handle)

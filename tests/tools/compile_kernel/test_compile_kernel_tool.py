@@ -77,7 +77,7 @@ async def test_tool_baseline_source_and_amd(client):
 async def test_tool_bad_inputs_are_clear_errors(client):
     with pytest.raises(ToolCallError, match="unknown target 'sm_99'.*sm_90a"):
         await call(client, "compile_kernel", kernel="rmsnorm", target="sm_99")
-    with pytest.raises(ToolCallError, match=r"names registers,.*registers_per_thread \(NVIDIA: 32-bit"):
+    with pytest.raises(ToolCallError, match=r"names registers,.*registers_per_thread.*expect://compile_kernel"):
         await call(client, "compile_kernel", kernel="rmsnorm", expect=["registers <= 64"])
     with pytest.raises(ToolCallError, match="no baseline; pass baseline="):
         await call(client, "compile_kernel", kernel="rmsnorm", expect=["ffma < baseline.ffma"])
