@@ -76,7 +76,9 @@ class Input(ToolInput):
                                                 "per call.")
     dtypes: list[str] | None = Field(default=None, description="float32, float16, bfloat16, float64, or tf32 (float32 "
                                      "tensors judged at TF32 tolerance); default: the spec's.")
-    trials: int = Field(default=3, ge=1, le=20, description="Fresh random inputs per case (each its own seed).")
+    trials: int = Field(default=3, ge=1, le=20, description="Fresh random inputs per case (each its own seed). The "
+                        "ceiling of 20 is for safety: a call runs cases x trials, each case job within timeout_s, "
+                        "and reports progress per case.")
     tolerance: float | None = Field(default=None, gt=0, le=1.0, description="Relative L2 tolerance for every case, "
                                     "overriding spec and dtype defaults (reported as source 'argument'); at most 1 "
                                     "(an all-zero output is already at 1).")
@@ -88,7 +90,8 @@ class Input(ToolInput):
                                                     "one; default: the spec's if any.")
     checks: list[CheckName] | None = Field(default=None, description="Integrity checks to run (default all): "
                                            + ", ".join(CHECKS) + ".")
-    timeout_s: float = Field(default=300, gt=0, le=3600, description="Wall-clock limit per case job, in seconds.")
+    timeout_s: float = Field(default=300, gt=0, le=3600, description="Wall-clock limit per case job, in seconds; "
+                             "the ceiling of 3,600 is for safety (a hung candidate is killed there).")
 
 
 class ErrorStats(BaseModel):

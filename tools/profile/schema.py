@@ -25,7 +25,8 @@ class Input(ToolInput):
                                                                  "of shape, as other tools name it: one "
                                                                  "shape or a list of one.")
     dtype: str | None = Field(default=None, description="With kernel: input dtype (default: the spec's first).")
-    calls: int = Field(default=10, ge=1, le=10_000, description="With kernel: calls profiled (after one warm-up).")
+    calls: int = Field(default=10, ge=1, le=10_000, description="With kernel: calls profiled (after one warm-up); "
+                       "the ceiling of 10,000 is for safety, and timeout_s bounds the job whatever the count.")
     source: str | None = Field(default=None, description="Inline Python: the kernel candidate (with kernel) or, "
                                "without kernel, target (b): a workload whose entry runs one step of a stack "
                                "(threads of its own allowed) and returns when the step is done.")

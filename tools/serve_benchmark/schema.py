@@ -74,7 +74,8 @@ class Input(ToolInput):
     criteria: list[str] = Field(default_factory=list, max_length=20, description="Acceptance criteria, in the "
                                 "expect language over this tool's metrics, judged over the repeats with their "
                                 "spread, e.g. ['ttft_p50 <= 1.05 * baseline.ttft_p50', 'failed == 0'].")
-    repeats: int = Field(3, ge=1, le=20, description="Runs of the workload; each metric is the median over "
+    repeats: int = Field(3, ge=1, le=20, description="Runs of the workload (at most 20, for safety; the cost "
+                         "probe refuses a call estimated past time_budget_s); each metric is the median over "
                          "runs with the [min, max] over runs as its interval.")
     timeout_s: float = Field(600.0, gt=0, le=7200, description="Wall-clock limit per repeat, warm-up "
                              "included, s: at the limit the requests in flight are abandoned (the engine keeps "
