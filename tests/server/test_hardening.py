@@ -261,8 +261,12 @@ async def test_tool_errors_show_paths_as_the_sandbox_sees_them(client, workspace
     from infra_agent import tools
 
     source = "import json\ndef g(x, y, out=None):\n    return json.loads('{')\n"
-    text = await _error(client, "check_numerics", kernel="vector_add", source=source, entry="g")
-    assert "JSONDecodeError" in text and re.search(r'File "/jobs/[^"]+", line 3, in g', text), text
+    out = await call(client, "check_numerics", kernel="vector_add", source=source, entry="g")
+    text = "\n".join(case["error"] for case in out["cases"])  # a raising candidate is a case error
+    assert "candidate.py:3:12: JSONDecodeError" in text, text
+    workload = "import json\ndef step():\n    return json.loads('{')\n"
+    text += await _error(client, "profile", source=workload, entry="step")  # a workload's traceback
+    assert re.search(r'File "/jobs/[^"]+", line 3, in step', text), text
     text += await _error(client, "compile_kernel", path=str(workspace.parent / "elsewhere.py"))
     assert "outside the workspace /workspace" in text
     hosts = {str(workspace), str(workspace.resolve()), sys.prefix, sys.base_prefix,

@@ -65,7 +65,7 @@ async def test_what_expect_may_name_is_listed_whole_and_described_in_a_resource(
     """A long condition with a typo, on every tool: the error names every field whole (the
     descriptions made it pass 4,000 characters and cut it mid-word), suggests the near miss,
     and points at expect://{tool}, which has each name with its meaning and unit."""
-    filler = " + ".join(["1"] * 110)  # a long, valid condition: 437 characters
+    filler = "max(" + ", ".join(["1"] * 140) + ")"  # a long, shallow, valid condition: 423 characters
     required = {"compare_experiments": {"a": "e1", "b": "e2"}, "describe_kernel": {"kernel": "rmsnorm"},
                 "microbench": {"kernel": "rmsnorm"}, "stop_serve": {"handle": "h"}}
     for name, tool in discover_tools().items():
