@@ -35,6 +35,7 @@ import httpx
 
 from . import engine_folders
 from .adapters import EngineAdapter, EngineArgs
+from .unix_http import UnixSocketTransport
 
 READY_POLL_S = 0.25
 MODEL_MOUNT = "/model"
@@ -106,7 +107,7 @@ class Engine:
         return self.alive
 
     def client(self, timeout_s: float = 30.0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url="http://engine", transport=httpx.AsyncHTTPTransport(uds=self.socket_path),
+        return httpx.AsyncClient(base_url="http://engine", transport=UnixSocketTransport(self.socket_path),
                                  timeout=timeout_s)
 
     def describe(self) -> dict:

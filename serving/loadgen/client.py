@@ -15,6 +15,7 @@ from typing import Literal
 
 import httpx
 
+from ..unix_http import UnixSocketTransport
 from .datasets import BenchRequest, Tokenizer
 from .metrics import RequestRecord
 
@@ -45,12 +46,11 @@ class Endpoint:
         return {**body, **self.extra_body}
 
     def client(self, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
-        transport = httpx.AsyncHTTPTransport(uds=self.uds) if self.uds else None
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        transport = UnixSocketTransport(self.uds, limits) if self.uds else None
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(base_url=self.base_url, transport=transport, headers=headers,
-                                 timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
-                                 limits=httpx.Limits(max_connections=max_connections,
-                                                     max_keepalive_connections=max_connections))
+        return httpx.AsyncClient(base_url=self.base_url, transport=transport, headers=headers, limits=limits,
+                                 timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
 
 
 def _content(choice: dict) -> str:
