@@ -46,21 +46,37 @@ class Window:
         self.prof = _profiler(self.device)
         self.prof.__enter__()
         self.start_ns = time.perf_counter_ns()
+        self.end_ns: int | None = None
 
     def stop(self, scratch: Path, keep_trace: Path | None = None) -> dict:
         """End the window. The torch trace goes through `scratch` (or is kept at `keep_trace`)."""
-        end_ns = time.perf_counter_ns()
+        self.close()
+        return self.export(scratch, keep_trace)
+
+    def end(self) -> None:
+        """The window's end: its time, and every thread's on-CPU time as of now (torch.profiler's
+        post-processing after it takes seconds of CPU on a busy window and is not the window's)."""
+        if self.end_ns is None:
+            self.end_ns = time.perf_counter_ns()
+            self.watcher.stop()
+
+    def close(self) -> None:
+        """Stop recording (after end(), or ending the window now)."""
+        self.end()
+        self.recorded = ranges.stop()
         self.prof.__exit__(None, None, None)
-        recorded = ranges.stop()
-        self.watcher.stop()
+
+    def export(self, scratch: Path, keep_trace: Path | None = None) -> dict:
+        """The closed window as raw data (any thread may call it: the engine does, off its loop)."""
         trace_file = keep_trace or Path(scratch) / "torch_trace.json"
         self.prof.export_chrome_trace(str(trace_file))
         events = _trace_events(trace_file, self.offset_ns, self.limits["max_events"])
         if keep_trace is None:
             trace_file.unlink(missing_ok=True)
+        recorded = self.recorded
         return {
             "pid": os.getpid(), "main_tid": threading.get_native_id(),
-            "window": {"start_ns": self.start_ns, "end_ns": end_ns},
+            "window": {"start_ns": self.start_ns, "end_ns": self.end_ns},
             "ops": _op_rows(self.prof, self.limits["max_ops"]), **events,
             "ranges": _columns(recorded["ranges"], self.limits["max_ranges"]),
             "ranges_dropped": recorded["dropped"], "unfinished_ranges": recorded["unfinished"][:100],
@@ -136,6 +152,7 @@ class ThreadWatcher:
 
     def start(self) -> None:
         threading.setprofile(self._name_hook)  # threads started from now on announce themselves once
+        self._poll()  # every thread's CPU time at the window's start, not 20 ms into it
         self.thread.start()
 
     def stop(self) -> None:

@@ -34,28 +34,32 @@ def _field_help() -> dict[str, str]:
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="infra-agent engine", description="the built-in serving engine (OpenAI API)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one")
+    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
     p.add_argument("--profile-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
                    help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)")
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", default="warning", help="(default: %(default)s)")
     # bench-only (bench/engine_client_gap.py): --no-tcp-nodelay serves as before issue 21, so one
     # run measures the stalled and the fixed socket side by side on the same machine load
     p.add_argument("--tcp-nodelay", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
     p.add_argument("--disaggregated", action="store_true",
                    help="prefill worker + KV-transfer thread + decode worker (disagg.py) instead of one engine")
     p.add_argument("--comm-releases-gil", action=argparse.BooleanOptionalAction, default=True,
-                   help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL")
-    p.add_argument("--comm-us", type=int, default=500, help="disaggregated: microseconds per dispatch and combine")
+                   help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL "
+                   "(default: %(default)s)")
+    # 8000: the GIL-held episode (replay 2) shows at the default. At 500 the native call is open ~5% of
+    # a 2 s window and the transfer thread blocked ~12% of its time: no finding, and rightly so
+    p.add_argument("--comm-us", type=int, default=8000,
+                   help="disaggregated: microseconds per dispatch and combine (default: %(default)s)")
     p.add_argument("--kv-transfer-impl", default="bytes", choices=("bytes", "clone", "none"),
                    help="disaggregated: bytes (one message per KV block, Python-bound), clone (one copy) or none (the "
-                   "decode worker reads the prefill's K/V in place: the no-transfer baseline)")
+                   "decode worker reads the prefill's K/V in place: the no-transfer baseline) (default: %(default)s)")
     helps = _field_help()
     for f in dataclasses.fields(EngineArgs):
         flag = "--" + f.name.replace("_", "-")
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
         text = f"{helps.get(f.name, '')} (default: {default})"
         if f.type in ("bool", bool):
-            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=helps.get(f.name))
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         elif f.name == "kernels":
             p.add_argument(flag, type=_kernels, default={}, help='op=impl pairs or JSON, e.g. '
                            '"rmsnorm=triton,paged_attention_decode=torch"; ops: rmsnorm, paged_attention_decode, '

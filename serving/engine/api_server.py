@@ -141,7 +141,7 @@ class OpenAIServer:
 
     async def stop_profile(self, request: Request):
         try:
-            return JSONResponse(await self.engine.call("stop_profile"))
+            return JSONResponse(await self.engine.stop_profile())
         except ValueError as exc:
             raise HTTPError(str(exc)) from None
 

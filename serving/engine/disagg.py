@@ -89,7 +89,7 @@ TRANSFERS = {"bytes": bytes_transfer, "clone": clone_transfer, "none": no_transf
 @dataclass
 class DisaggArgs:
     comm_releases_gil: bool = True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
-    comm_us: int = 500  # microseconds per dispatch and per combine call
+    comm_us: int = 8000  # microseconds per dispatch and per combine call (see __main__'s --comm-us)
     transfer: str = "bytes"  # a key of TRANSFERS
     engine: EngineArgs = field(default_factory=EngineArgs)
 

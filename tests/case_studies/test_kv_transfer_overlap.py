@@ -46,7 +46,7 @@ from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-COMM = ["--disaggregated", "--comm-us", "8000"]
+COMM = ["--disaggregated"]  # the default --comm-us (8000) is the episode's
 HELD = ["--no-comm-releases-gil"]
 RELEASED = ["--comm-releases-gil"]
 # Closed loop: a prefill worker under steady load (a P/D prefill instance is busy), prompts of four

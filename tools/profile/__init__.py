@@ -9,7 +9,9 @@ GIL waits; the report writes the summary, a Perfetto trace and a timeline PNG.
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import time
 from pathlib import Path
 
 from ..base import Tool, ToolContext
@@ -34,14 +36,28 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             result, watch = await run_profile_job(ctx, plan, sample=inp.sample_threads, gil_hz=inp.gil_sample_hz,
                                                   scratch=Path(scratch))
             raw = check_result(result, plan)
+        # judging is CPU work over tens of thousands of events: off the event loop, so others get answers
+        started = time.monotonic()
+        out, files = await asyncio.to_thread(_judged, inp, plan, raw, watch)
+        watch.phases_ms["judge"] = 1e3 * (time.monotonic() - started)
+    out.phases_ms = {k: round(v, 1) for k, v in watch.phases_ms.items()}
+    out.artifacts = [ctx.artifact(name, data) for name, data in files]
+    if trace is not None:
+        out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
+    out.summary = report.summary(out)
+    return out
 
+
+def _judged(inp: Input, plan, raw: dict, watch) -> tuple[Output, list[tuple[str, bytes | str]]]:
     ev = judge.evidence(raw, watch)
     judge.check_names(ev, plan.range_filters, "ranges")
     judge.check_names(ev, [p for pair in plan.overlap for p in pair], "overlap")
     by_self, by_total = judge.top_ops(raw.get("ops"), ev.window_ns, inp.top_k)
     overlaps = [judge.overlap(ev, a, b) for a, b in plan.overlap]
     contention = find.contention(ev, watch, plan.overlap, inp.gil_sample_hz) if inp.sample_threads else None
+    stacks = judge.python_stacks(ev, watch.stacks)
     found = find.findings(ev, overlaps, contention, watch, raw, inp.sample_threads)
+    found += find.interpreted_triton(ev, plan, by_self, stacks, watch)
     ops_threads = sorted({e.get("tid") for e in raw.get("op_events") or [] if isinstance(e, dict)
                           and isinstance(e.get("tid"), int)})
     out = Output(
@@ -49,16 +65,14 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         gpu_kernels=[k for k in raw.get("gpu_kernels") or [] if isinstance(k, dict)][: inp.top_k],
         gpu_note=GPU_NOTE if raw.get("cuda_activities") else "no GPU in this sandbox: CPU ops only (no CUPTI kernels)",
         ops_threads=ops_threads, ranges=judge.range_stats(ev, plan.range_filters), threads=judge.thread_stats(ev),
-        overlaps=overlaps, contention=contention, findings=found, finding_codes=[f.code for f in found])
+        overlaps=overlaps, contention=contention, findings=found, finding_codes=[f.code for f in found],
+        python_stacks=stacks, load=plan.load, notes=list(inp._notes))
     out.num_threads = len(out.threads)
     out._overlap_fraction = lambda a, b: judge.overlap_fraction(ev, a, b)  # expect: any pair, judged afterwards
     pid = int(raw.get("pid") or 0) if isinstance(raw.get("pid"), int) else 0
-    out.artifacts = [ctx.artifact("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
-                     ctx.artifact("timeline.png", report.timeline_png(ev))]
-    if trace is not None:
-        out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
-    out.summary = report.summary(out)
-    return out
+    files = [("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
+             ("timeline.png", report.timeline_png(ev))]
+    return out, files
 
 
 TOOL = Tool(

@@ -110,3 +110,40 @@ def _holder_open_share(ev: Evidence, o: OverlapStat, wait) -> float:
     """Share of the window the holder's range set was open, 0..1."""
     open_ms = o.a_in_ranges_ms if wait.holder_ranges == o.a else o.b_in_ranges_ms
     return open_ms * 1e6 / ev.window_ns
+
+
+INTERPRETER_FRAME = "triton/runtime/interpreter"  # py-spy's short file name of Triton's interpreter
+INTERPRETED_FROM = 0.05  # share of the sampled window in the interpreter that makes it the story
+OPS_COVER_BELOW = 0.5  # ... or, without py-spy, ops covering under half the window
+
+
+def interpreted_triton(ev: Evidence, plan, by_self: list, stacks: list, watch: Watch) -> list[Finding]:
+    """On CPU a Triton kernel runs in Triton's interpreter (TRITON_INTERPRET=1): Python and numpy that
+    torch.profiler never sees. Say so, and where the time went by py-spy's stacks."""
+    if plan.env.get("TRITON_INTERPRET") != "1" or plan.payload.get("target") != "kernel":
+        return []
+    window_ms = ev.window_ns / 1e6
+    ops_ms = sum(o.self_ms for o in by_self)
+    expected = ev.gil_rate_hz * ev.gil_sampled_ns / 1e9 if ev.gil_rate_hz else 0
+    in_interp = sum(n for _, stack, n in watch.stacks if INTERPRETER_FRAME in stack)
+    share = in_interp / expected if expected else None
+    if share is not None and share < INTERPRETED_FROM:
+        return []
+    if share is None and ops_ms >= OPS_COVER_BELOW * window_ms:
+        return []
+    top = f"top op {by_self[0].name} {by_self[0].self_ms:.2f} ms" if by_self else "no ops"
+    where = "; ".join(f"{100 * s.share:.0f}% {s.stack}" for s in stacks[:3]) if stacks else \
+        f"py-spy did not run ({watch.spy.error if watch.spy else watch.problem or 'sampling off'})"
+    seen = f"py-spy found the interpreter holding the GIL {100 * min(1.0, share):.0f}% of the window" \
+        if share is not None else "no Python stacks were sampled"
+    return [Finding(
+        code="interpreted_triton", layer="profiler",
+        message=(f"this Triton kernel ran in Triton's CPU interpreter (TRITON_INTERPRET=1): its time is Python "
+                 f"and numpy, invisible to torch.profiler, whose ops cover {ops_ms:.2f} ms of the "
+                 f"{window_ms:.0f} ms window ({top}); {seen}. Where the time went (py-spy stacks, outer -> "
+                 f"inner): {where}"),
+        evidence=f"torch.profiler op table vs py-spy GIL-holder stacks ({sum(n for *_, n in watch.stacks)} "
+                 "samples); the full list is python_stacks",
+        next_experiment="interpreter time says nothing about the kernel on a GPU: compare implementations with "
+                        "microbench (CPU wall time), or profile on a GPU host for CUPTI kernel times; read "
+                        "python_stacks for which kernel lines the interpreter spends its time on")]

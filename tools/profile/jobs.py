@@ -10,8 +10,12 @@ from __future__ import annotations
 import asyncio
 import math
 import re
+import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import anyio
 
 from ...sandbox.job import Job, JobResult
 from ..base import AgentError, ToolContext
@@ -26,7 +30,9 @@ class Watch:
     proc: ProcSampler | None = None
     spy: PySpy | None = None
     gil_holders: dict[int, dict] = field(default_factory=dict)  # tid -> {"samples", "site"} from py-spy
+    stacks: list[tuple[int, str, int]] = field(default_factory=list)  # (tid, Python stack, GIL samples)
     problem: str = ""  # why there are no samples, when there are none
+    phases_ms: dict[str, float] = field(default_factory=dict)  # where the call's time went, ms
 
 
 async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int,
@@ -34,6 +40,10 @@ async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz:
     watch = Watch()
 
     async def progress(done: float, total: float | None = None, message: str = "") -> None:
+        if message == "profile:window-end":  # py-spy has no times: stop it before the export holds the GIL
+            if watch.spy is not None:
+                await asyncio.to_thread(watch.spy.stop)
+            return
         match = re.match(r"profile:attach pid=(\d+)$", message or "")
         if match is None:
             await ctx.progress(done, total, message)
@@ -43,10 +53,12 @@ async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz:
             _attach(ctx, watch, int(match.group(1)), gil_hz, plan.timeout_s, scratch)
 
     job = Job(op="profile", payload=plan.payload, kind="run", timeout_s=plan.timeout_s, env=plan.env)
+    started = time.monotonic()
     try:
         result = await ctx.sandbox.run(job, progress)
     finally:
         await asyncio.to_thread(_stop, watch)
+    watch.phases_ms["job"] = 1e3 * (time.monotonic() - started)
     if sample and watch.proc is None and not watch.problem:
         watch.problem = "the job ended before it announced its pid"
     return result, watch
@@ -70,7 +82,7 @@ def _stop(watch: Watch) -> None:
         watch.proc.stop()
     if watch.spy is not None:
         watch.spy.stop()
-        watch.gil_holders = watch.spy.holders()
+        watch.gil_holders, watch.stacks = watch.spy.holders(), watch.spy.stacks()
 
 
 def check_result(result: JobResult, plan: Plan) -> dict:
@@ -112,28 +124,128 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
                          "engine's /start_profile writes only its own torch trace. Profile a workload that runs one "
                          "step of that stack instead, or launch_serve the builtin engine")
     watch = Watch()
-    host_pid = _engine_pid(engine)
-    if sample:
-        if host_pid is None:
-            watch.problem = "the engine's process was not found in its cgroup; threads were not sampled"
-        else:
-            watch.proc = ProcSampler(host_pid)
-            watch.proc.start()
-            watch.spy = PySpy(host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s)
+    deadline = time.monotonic() + plan.timeout_s
+    with _phase(watch, "attach"):
+        await asyncio.to_thread(_watch_engine, watch, engine, sample, gil_hz, plan.timeout_s, scratch)
+    failed, paths, opened = None, {}, False
     try:
-        # closing the window exports every op the engine ran (tens of thousands a second): seconds, not ms
-        async with engine.client(timeout_s=max(120.0, plan.timeout_s)) as client:
-            await _post(client, "/start_profile", engine)
+        async with engine.client(timeout_s=max(1.0, deadline - time.monotonic())) as client:
+            if watch.proc is not None:  # py-spy keeps no times: its samples count from when it says it
+                # attached (the engine warmed torch.profiler at launch, so opening holds the GIL for ms);
+                # started before the window, as attaching once the load runs measured overlap 8-12%
+                # against 4-5% in the case study (replay 2): the window's first part is then sampled
+                watch.spy = PySpy(watch.proc.host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s)
+            with _phase(watch, "start_profile"):
+                opened = True  # from the request on: a cancel may land after the engine opened it
+                await _open_window(client, engine, deadline)
             await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
-            failed = await _load(engine, plan.payload)
-            paths = await _post(client, "/stop_profile", engine)
-    finally:
-        await asyncio.to_thread(_stop, watch)
+            with _phase(watch, "load"):
+                failed = await _load(engine, plan.payload)
+    finally:  # closed however the window ends (a failed load, the client's cancel): never left on.
+        # anyio's cancellation is level-triggered (every await in a cancelled scope raises again):
+        # only a shielded scope lets the close run after a cancel.
+        with anyio.CancelScope(shield=True):
+            # py-spy stops with the load, before the export holds the GIL (it keeps no times); the /proc
+            # sampler (timestamped) runs on until the window is closed: ranges past its end would count
+            # as running, with no samples to say they were blocked
+            if watch.spy is not None:
+                await asyncio.to_thread(watch.spy.stop)
+            unwinding = sys.exc_info()[1] is not None  # a cancel or an error: that is the answer
+            try:
+                if opened:
+                    with _phase(watch, "stop_profile"):
+                        try:
+                            # unwinding, the engine closes the window on the request alone; no need
+                            # to wait out its export
+                            paths = await _close_window(engine, deadline, watch,
+                                                        wait_s=UNWIND_WAIT_S if unwinding else None)
+                        except AgentError:
+                            if not unwinding:
+                                raise
+                    for part in ("close", "export"):  # the engine's own account of /stop_profile
+                        if isinstance(paths.get(f"{part}_s"), (int, float)):
+                            watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
+            finally:
+                await asyncio.to_thread(_stop, watch)
     if failed:
         raise AgentError(failed)
-    raw = _read_window(engine, paths.get("profile"))
+    with _phase(watch, "read_window"):
+        raw = _read_window(engine, paths.get("profile"))
     trace = _inside(engine, paths.get("trace"))
     return raw, watch, trace
+
+
+async def _open_window(client, engine, deadline: float) -> None:
+    """POST /start_profile; while the engine still exports an earlier window (a call that gave up
+    waiting for it), wait for that within this call's time."""
+    while True:
+        try:
+            await _post(client, "/start_profile", engine)
+            return
+        except AgentError as exc:
+            # (a keep-alive connection the server closed between two tries reads as RemoteProtocolError)
+            busy = "still being exported" in str(exc) or "RemoteProtocolError" in str(exc)
+            if not busy or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.5)
+
+
+class _phase:
+    """Time one step of the call into watch.phases_ms (the answer says where the time went)."""
+
+    def __init__(self, watch: Watch, name: str):
+        self.watch, self.name = watch, name
+
+    def __enter__(self):
+        self.started = time.monotonic()
+
+    def __exit__(self, *exc):
+        self.watch.phases_ms[self.name] = 1e3 * (time.monotonic() - self.started)
+
+
+def _watch_engine(watch: Watch, engine, sample: bool, gil_hz: int, max_s: float, scratch: Path) -> None:
+    if not sample:
+        return
+    host_pid = _engine_pid(engine)
+    if host_pid is None:
+        watch.problem = "the engine's process was not found in its cgroup; threads were not sampled"
+        return
+    watch.proc = ProcSampler(host_pid)
+    watch.proc.start()
+
+
+UNWIND_WAIT_S = 5.0  # a cancelled or failed call: time for /stop_profile to reach the engine
+MIN_EXPORT_WAIT_S = 30.0  # /stop_profile gets at least this long, however little of timeout_s is left
+
+
+async def _close_window(engine, deadline: float, watch: Watch, wait_s: float | None = None) -> dict:
+    """POST /stop_profile within what is left of the call's time. The engine exports the window on a
+    thread of its own and keeps serving; past the wait, the export goes on there and the answer says so."""
+    import httpx
+
+    wait_s = wait_s or max(MIN_EXPORT_WAIT_S, deadline - time.monotonic())
+    try:
+        async with engine.client(timeout_s=wait_s) as client:
+            resp = await client.post("/stop_profile")
+    except httpx.TimeoutException:
+        spent = ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in watch.phases_ms.items())
+        raise AgentError(f"the engine did not finish exporting the profiling window within {wait_s:.0f} s "
+                         f"(so far: {spent}); the window is closed and the engine keeps serving while the "
+                         "export finishes on its own thread (a new profile is refused until then). Profile a "
+                         "shorter duration_s (the export grows with the ops in the window), fewer "
+                         "load_concurrency, or raise timeout_s") from None
+    except httpx.HTTPError as exc:
+        raise AgentError(f"the engine did not answer /stop_profile ({type(exc).__name__}); its log ends:\n"
+                         f"{engine.log_tail(1500)}") from None
+    if resp.status_code == 400 and "no profile is running" in resp.text:
+        return {}  # the open failed (its error is the answer) or never reached the engine
+    if resp.status_code != 200:
+        raise AgentError(f"the engine refused /stop_profile (HTTP {resp.status_code}): {resp.text[:300]}")
+    try:
+        body = resp.json()
+    except ValueError:
+        body = None
+    return body if isinstance(body, dict) else {}
 
 
 async def _post(client, path: str, engine) -> dict:
@@ -180,6 +292,9 @@ async def _load(engine, payload: dict) -> str | None:
     result = await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency),
                                                   send_for_s=duration_s), timeout=duration_s + 60)
     failed = [r.error or "no content received" for r in result.records if not r.ok]
+    if not result.records:
+        return ("no load request was sent within the window; profile a longer duration_s, or drive the load "
+                "yourself with load_concurrency=0")
     if len(failed) == len(result.records):  # the window holds no work: say why instead
         return (f"every load request failed ({failed[0][:300]}); the window has nothing to show. Fit "
                 "load_input_len + load_output_len to the engine's context, or drive the load yourself "

@@ -7,15 +7,15 @@ contention findings rest on.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from ..base import AgentError
 from ..common.expect import ExpectError
 from . import intervals as iv
+from . import names
 from .jobs import Watch
-from .sampler import CLOCK_TICKS
-from .schema import GilWait, OpRow, OverlapStat, RangeStat, ThreadStat
+from .sampler import cpu_ns_within
+from .schema import GilWait, OpRow, OverlapStat, PythonStack, RangeStat, ThreadStat
 
 
 @dataclass
@@ -40,6 +40,7 @@ class Evidence:
     states: dict[int, dict[str, list[iv.Interval]]] = field(default_factory=dict)
     gil: dict[int, dict] = field(default_factory=dict)  # tid -> {"samples", "site"}: py-spy's GIL-holder counts
     gil_rate_hz: int = 0
+    gil_span: tuple[int, int] | None = None  # when py-spy sampled (attached .. told to stop), monotonic ns
     cpu_ns: dict[int, int] = field(default_factory=dict)
     sampled: bool = False
 
@@ -47,19 +48,27 @@ class Evidence:
     def window_ns(self) -> int:
         return max(1, self.window[1] - self.window[0])
 
+    @property
+    def gil_sampled_ns(self) -> int:
+        """Time py-spy sampled inside the window, ns: it is stopped when the window closes (the export
+        after it holds the GIL for seconds) and attaches some ms after it starts."""
+        if self.gil_span is None:
+            return self.window_ns
+        return max(1, min(self.window[1], self.gil_span[1]) - max(self.window[0], self.gil_span[0]))
+
     def gil_share(self, tid: int) -> float | None:
-        """Share of the window this thread was sampled holding the GIL (samples / rate x window), 0..1."""
+        """Share of the time py-spy sampled in the window that this thread was seen holding the GIL
+        (samples / (rate x sampled time)), 0..1; the shares of all threads add up to 1 at most."""
         if not self.gil or not self.gil_rate_hz:
             return None
-        expected = self.gil_rate_hz * self.window_ns / 1e9
+        expected = self.gil_rate_hz * self.gil_sampled_ns / 1e9
         return min(1.0, self.gil.get(tid, {}).get("samples", 0) / expected)
 
     def label(self, tid: int) -> str:
         return f"{self.names.get(tid) or 'thread'} ({tid})"
 
     def matching(self, pattern: str) -> list[Range]:
-        rx = re.compile(pattern)
-        return [r for r in self.ranges if rx.fullmatch(r.name)]
+        return [r for r in self.ranges if names.matches(pattern, r.name)]
 
     def running(self, ranges: list[Range]) -> list[iv.Interval]:
         """The ranges' time minus the time their thread made no progress: blocked on a futex (the GIL or
@@ -89,10 +98,12 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
             ev.futex[track.tid] = ev.states[track.tid]["futex"]
             st = ev.states[track.tid]
             ev.stalled[track.tid] = iv.merge(st["futex"] + st["cpu_wait"] + st["other"])
-            if track.ticks_first is not None:
-                ev.cpu_ns[track.tid] = (track.ticks_last - track.ticks_first) * 1_000_000_000 // CLOCK_TICKS
+            if track.ticks_seen:  # within the window only: the sampler outlives it
+                ev.cpu_ns[track.tid] = cpu_ns_within(track, *window)
     ev.gil = dict(watch.gil_holders)
     ev.gil_rate_hz = watch.spy.rate_hz if watch.spy is not None else 0
+    if watch.spy is not None and watch.spy.sampling_from_ns is not None:
+        ev.gil_span = (watch.spy.sampling_from_ns, watch.spy.sampling_to_ns or window[1])
     return ev
 
 
@@ -128,7 +139,7 @@ def top_ops(rows: list, window_ns: int, top_k: int) -> tuple[list[OpRow], list[O
 
 
 def range_stats(ev: Evidence, filters: list[str]) -> list[RangeStat]:
-    keep = [r for r in ev.ranges if not filters or any(re.fullmatch(p, r.name) for p in filters)]
+    keep = [r for r in ev.ranges if not filters or any(names.matches(p, r.name) for p in filters)]
     groups: dict[tuple[str, str], list[Range]] = {}
     for r in keep:
         groups.setdefault((r.name, r.source), []).append(r)
@@ -175,8 +186,9 @@ def overlap(ev: Evidence, a: str, b: str) -> OverlapStat:
 def overlap_fraction(ev: Evidence, a: str, b: str) -> float | None:
     """For expect: overlap_fraction('kv_transfer', 'dispatch'); None (inconclusive) when A never ran."""
     try:
-        check_names(ev, [a, b], "overlap_fraction")
-    except (AgentError, re.error) as exc:
+        check_names(ev, [names.check(a, "overlap_fraction"), names.check(b, "overlap_fraction")],
+                    "overlap_fraction")
+    except AgentError as exc:
         raise ExpectError(str(exc)) from None
     return overlap(ev, a, b).a_overlap_fraction
 
@@ -229,3 +241,22 @@ def _num(value) -> float:
 
 def _str(value) -> str:
     return value[:200] if isinstance(value, str) else str(value)[:200]
+
+
+STACK_FRAMES = 4  # innermost frames kept per stack row
+STACK_ROWS = 8
+
+
+def python_stacks(ev: Evidence, stacks: list[tuple[int, str, int]]) -> list[PythonStack]:
+    """The stacks py-spy most often found holding the GIL, by their innermost frames, as shares of the
+    time it sampled in the window."""
+    if not stacks or not ev.gil_rate_hz:
+        return []
+    expected = ev.gil_rate_hz * ev.gil_sampled_ns / 1e9
+    grouped: dict[tuple[int, str], int] = {}
+    for tid, stack, count in stacks:
+        tail = " -> ".join(stack.split(";")[-STACK_FRAMES:]) if stack else "?"
+        grouped[(tid, tail)] = grouped.get((tid, tail), 0) + count
+    top = sorted(grouped.items(), key=lambda kv: -kv[1])[:STACK_ROWS]
+    return [PythonStack(thread=ev.label(tid), stack=_str(tail), share=min(1.0, n / expected))
+            for (tid, tail), n in top]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass
 
 from ...kernels.coderef import CodeRef, resolve_code, spec_code
 from ..base import AgentError, ToolContext
-from .schema import Input
+from . import names
+from .schema import Input, LoadUsed
 
 ATTACH_WAIT_S = 0.6  # the job waits this long after announcing its pid, so the host samplers see the whole window
 DEFAULT_SERVE_S = 3.0  # a serve window: a few hundred engine steps on a CPU
@@ -22,24 +22,67 @@ class Plan:
     env: dict
     overlap: list[tuple[str, str]]
     range_filters: list[str]
+    load: LoadUsed | None = None
+
+
+LOAD_FIELDS = {"load_concurrency": "concurrency", "load_input_len": "input_len", "load_output_len": "output_len"}
+
+
+def serve_load(inp: Input, ctx: ToolContext) -> LoadUsed:
+    """The load for a serve window: the workload of the last serve_benchmark on this handle (what a
+    criterion was judged on), each load_* argument given overriding its part; else the defaults."""
+    given = {LOAD_FIELDS[k]: getattr(inp, k) for k in LOAD_FIELDS if k in inp.model_fields_set}
+    defaults = {LOAD_FIELDS[k]: getattr(inp, k) for k in LOAD_FIELDS}
+    last = _last_benchmark(ctx, inp.handle)
+    if last is None:
+        source = "these arguments" if len(given) == len(LOAD_FIELDS) else \
+            "defaults (no serve_benchmark on this handle in the ledger)" + (" and these arguments" if given else "")
+        return LoadUsed(**{**defaults, **given}, source=source)
+    experiment_id, workload = last
+    concurrency = workload.max_concurrency or min(workload.num_requests, 256)
+    found = {"concurrency": min(concurrency, 256), "input_len": workload.input_len, "output_len": workload.output_len}
+    source = (f"the last serve_benchmark on this handle, experiment {experiment_id} (workload: {workload.dataset}, "
+              f"max_concurrency {workload.max_concurrency}, input_len {workload.input_len}, output_len "
+              f"{workload.output_len})")
+    if given:
+        source += "; " + ", ".join(f"load_{k} from these arguments" for k in given)
+    return LoadUsed(**{**found, **given}, source=source)
+
+
+def _last_benchmark(ctx: ToolContext, handle: str):
+    from ..serve_benchmark.schema import Workload
+
+    experiments = getattr(ctx, "experiments", None)
+    if experiments is None:
+        return None
+    for row in experiments(tool="serve_benchmark", limit=200):
+        args = row.get("arguments") or {}
+        if row.get("status") != "ok" or not isinstance(args, dict) or args.get("handle") != handle:
+            continue
+        try:
+            return row["id"], Workload.model_validate(args.get("workload") or {})
+        except ValueError:
+            continue
+    return None
 
 
 def make_plan(inp: Input, ctx: ToolContext) -> Plan:
     overlap = [_pair(p) for p in inp.overlap]
     for pattern in inp.ranges or []:
-        _regex(pattern, "ranges")
+        _pattern(pattern, "ranges")
     if inp.handle is not None:
         if inp.kernel or inp.source or inp.path:
             raise AgentError("give handle= (a running engine) or a kernel/workload target, not both")
         duration = inp.duration_s or DEFAULT_SERVE_S
+        used = serve_load(inp, ctx)
         payload = {"target": "serve", "handle": inp.handle, "duration_s": duration,
-                   "load_concurrency": inp.load_concurrency, "load_input_len": inp.load_input_len,
-                   "load_output_len": inp.load_output_len}
-        load = (f"{inp.load_concurrency} requests in flight, {inp.load_input_len} prompt + {inp.load_output_len} "
-                "output tokens each" if inp.load_concurrency else "no load from this tool")
+                   "load_concurrency": used.concurrency, "load_input_len": used.input_len,
+                   "load_output_len": used.output_len}
+        load = (f"{used.concurrency} requests in flight, {used.input_len} prompt + {used.output_len} "
+                "output tokens each" if used.concurrency else "no load from this tool")
         return Plan(target=f"engine {inp.handle} for {duration:g} s, {load}", payload=payload,
                     timeout_s=duration + inp.timeout_s, env={},
-                    overlap=overlap, range_filters=list(inp.ranges or []))
+                    overlap=overlap, range_filters=list(inp.ranges or []), load=used)
     if inp.duration_s is not None:
         raise AgentError("duration_s applies to handle= (a running engine); a workload runs until its entry "
                          "returns, a kernel target for `calls` calls")
@@ -60,16 +103,11 @@ def _pair(pair: list[str]) -> tuple[str, str]:
     if len(pair) != 2:
         raise AgentError(f"each overlap entry is a pair of range sets, e.g. ['kv_transfer', 'dispatch|combine']; "
                          f"got {pair}")
-    return _regex(pair[0], "overlap"), _regex(pair[1], "overlap")
+    return _pattern(pair[0], "overlap"), _pattern(pair[1], "overlap")
 
 
-def _regex(pattern: str, field: str) -> str:
-    try:
-        re.compile(pattern)
-    except re.error as exc:
-        raise AgentError(f"{field}: {pattern!r} is not a valid regular expression ({exc}); use names joined "
-                         "by |, e.g. 'dispatch|combine'") from None
-    return pattern
+def _pattern(pattern: str, field: str) -> str:
+    return names.check(pattern, field)
 
 
 def _workload_code(inp: Input, ctx: ToolContext) -> tuple[dict, str]:

@@ -20,6 +20,12 @@ def summary(out: Output) -> str:
     for o in out.overlaps:
         frac = "n/a" if o.a_overlap_fraction is None else f"{100 * o.a_overlap_fraction:.1f}%"
         parts.append(f"`{o.a}` overlapped `{o.b}` {frac} ({o.basis})")
+    if "interpreted_triton" in out.finding_codes:
+        parts.append("interpreted Triton: its time is invisible to torch.profiler on CPU; "
+                     + (f"top Python stack {100 * out.python_stacks[0].share:.0f}%: {out.python_stacks[0].stack}"
+                        if out.python_stacks else "no Python stacks sampled"))
+    if out.load is not None:
+        parts.append(f"load from {out.load.source.split(' (')[0]}")
     if out.findings:
         parts.append("findings: " + ", ".join(out.finding_codes))
     if out.hypothesis_answer.answer != "not_judged":

@@ -66,6 +66,7 @@ class ThreadTrack:
     runs: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: {c: [] for c in STATE_CLASSES})
     ticks_first: int | None = None
     ticks_last: int = 0
+    ticks_seen: list[tuple[int, int]] = field(default_factory=list)  # (t, ticks) when the count changed
     sched: tuple[int, int] | None = None  # schedstat: ns on a CPU, ns waiting in the run queue (last round)
     queued: list[tuple[int, int]] = field(default_factory=list)  # spans it waited in the run queue
     samples: int = 0
@@ -91,6 +92,8 @@ class ProcSampler:
         self._thread.start()
 
     def stop(self) -> None:
+        if self._stop.is_set():
+            return
         self._stop.set()
         self._thread.join()
         self.stopped_ns = time.monotonic_ns()
@@ -156,6 +159,8 @@ class ProcSampler:
             fields = stat.rsplit(")", 1)[1].split()
             ticks = int(fields[11]) + int(fields[12])
             track.ticks_first = ticks if track.ticks_first is None else track.ticks_first
+            if not track.ticks_seen or track.ticks_seen[-1][1] != ticks:
+                track.ticks_seen.append((t, ticks))
             track.ticks_last, track.samples = ticks, track.samples + 1
             if track.sched is not None and sched[1] > track.sched[1]:
                 # the kernel adds a run-queue wait to run_delay when the wait ends: it ended just before now
@@ -176,6 +181,21 @@ class ProcSampler:
         if track._state is not None and t > track._since:
             track.runs[track._state].append((track._since, t))
         track._state = None
+
+
+def cpu_ns_within(track: ThreadTrack, start_ns: int, end_ns: int) -> int:
+    """On-CPU time of the thread between two instants, ns: its tick count as last seen at or before
+    each (the samplers outlive the window: the job's export, the engine's /stop_profile run on)"""
+    def ticks_at(t: int) -> int | None:
+        seen = [ticks for when, ticks in track.ticks_seen if when <= t]
+        return seen[-1] if seen else None
+
+    first = ticks_at(start_ns)
+    last = ticks_at(end_ns)
+    if last is None:  # the sampler first saw the thread after the window
+        return 0
+    base = first if first is not None else track.ticks_seen[0][1]  # born (or first seen) in the window
+    return (last - base) * 1_000_000_000 // CLOCK_TICKS
 
 
 WAKEUP_RUN_NS = 2_500_000  # two sampling periods: a one-sample blip reads as ~1.1 ms
@@ -224,40 +244,58 @@ class PySpy:
 
     def __init__(self, host_pid: int, out_file: Path, rate_hz: int, max_s: float):
         self.out_file, self.rate_hz, self.error = out_file, rate_hz, ""
+        self.sampling_from_ns: int | None = None  # when py-spy said it was sampling (attached), monotonic
+        self.sampling_to_ns: int | None = None  # when it was told to stop
+        self._err_file = out_file.with_suffix(".stderr")
         exe = py_spy_path()
         self.proc = None
         if exe is None:
             self.error = "py-spy is not installed (pip install py-spy)"
             return
-        self.proc = subprocess.Popen(
-            [exe, "record", "--gil", "--threads", "--nonblocking", "-r", str(rate_hz), "-d", str(int(max_s) + 1),
-             "-f", "raw", "-o", str(out_file), "-p", str(host_pid)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
+        with self._err_file.open("wb") as err_out:  # a file, not a pipe nobody reads while it runs
+            self.proc = subprocess.Popen(
+                [exe, "record", "--gil", "--threads", "--nonblocking", "-r", str(rate_hz), "-d",
+                 str(int(max_s) + 1), "-f", "raw", "-o", str(out_file), "-p", str(host_pid)],
+                stdout=subprocess.PIPE, stderr=err_out, start_new_session=True)
+        threading.Thread(target=self._read_stdout, name="profile-py-spy-stdout", daemon=True).start()
+
+    def _read_stdout(self) -> None:
+        """py-spy prints 'Sampling process ...' once it has attached: its samples cover from then."""
+        for line in self.proc.stdout:
+            if self.sampling_from_ns is None and b"Sampling process" in line:
+                self.sampling_from_ns = time.monotonic_ns()
 
     def stop(self, wait_s: float = 5.0) -> None:
-        if self.proc is None:
+        if self.proc is None or self.sampling_to_ns is not None:
             return
+        self.sampling_to_ns = time.monotonic_ns()
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)  # py-spy writes what it has on Ctrl-C
         try:
-            _, err = self.proc.communicate(timeout=wait_s)
+            self.proc.wait(timeout=wait_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
+            self.proc.wait()
+        err = self._err_file.read_bytes() if self._err_file.is_file() else b""
         if not self.out_file.is_file():
             self.error = (err or b"").decode(errors="replace").strip()[-500:] or "py-spy wrote no samples"
 
-    def holders(self) -> dict[int, dict]:
-        """Per thread id (as the job sees it): {"samples": n, "site": the frame it held the GIL at most}."""
+    def stacks(self) -> list[tuple[int, str, int]]:
+        """(thread id as the job sees it, its Python stack 'outer;...;inner', samples holding the GIL)."""
         if self.proc is None or not self.out_file.is_file():
-            return {}
-        out: dict[int, dict] = {}
-        sites: dict[int, dict[str, int]] = {}
+            return []
+        out = []
         for line in self.out_file.read_text(errors="replace").splitlines():
             match = re.match(r"^thread \((\d+)\)[^;]*(?:;(.*))? (\d+)$", line)
-            if not match:
-                continue
-            tid, stack, count = int(match.group(1)), match.group(2) or "", int(match.group(3))
+            if match:
+                out.append((int(match.group(1)), match.group(2) or "", int(match.group(3))))
+        return out
+
+    def holders(self) -> dict[int, dict]:
+        """Per thread id (as the job sees it): {"samples": n, "site": the frame it held the GIL at most}."""
+        out: dict[int, dict] = {}
+        sites: dict[int, dict[str, int]] = {}
+        for tid, stack, count in self.stacks():
             out.setdefault(tid, {"samples": 0})["samples"] += count
             leaf = stack.rsplit(";", 1)[-1] if stack else "?"
             sites.setdefault(tid, {})[leaf] = sites.get(tid, {}).get(leaf, 0) + count

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from ..base import ToolInput, ToolOutput
 from ..common.expect import Catalogue, ExpectError, Facts
+
+MIN_WINDOW_S = 0.1  # the shortest serve window: ~100 /proc rounds and 10+ py-spy samples at its lowest rate
 
 
 class Input(ToolInput):
@@ -16,7 +18,12 @@ class Input(ToolInput):
     impl: str | None = Field(default=None, description="With kernel: the implementation to profile, or 'reference'. "
                              "Default: the spec's first implementation.")
     shape: dict[str, int] | None = Field(default=None, description="With kernel: the named sizes, e.g. "
-                                         "{'M': 64, 'N': 256}. Default: the spec's first shape for this device.")
+                                         "{'M': 64, 'N': 256}. Default: the spec's first shape for this device. "
+                                         "`shapes` (the name other tools use) is accepted: one shape, or a "
+                                         "list of exactly one.")
+    shapes: list[dict[str, int]] | dict[str, int] | None = Field(default=None, description="Alias "
+                                                                 "of shape, as other tools name it: one "
+                                                                 "shape or a list of one.")
     dtype: str | None = Field(default=None, description="With kernel: input dtype (default: the spec's first).")
     calls: int = Field(default=10, ge=1, le=10_000, description="With kernel: calls profiled (after one warm-up); "
                        "the ceiling of 10,000 is for safety, and timeout_s bounds the job whatever the count.")
@@ -31,22 +38,26 @@ class Input(ToolInput):
                                "profiled through its /start_profile and /stop_profile for duration_s while a load "
                                "runs (its engine thread, HTTP threads and any KV-transfer thread; ranges such as "
                                "prefill, decode, schedule, dispatch, combine, kv_transfer).")
-    duration_s: float | None = Field(default=None, gt=0, le=600, description="With handle: seconds to profile "
-                                     "under load (default 3).")
+    duration_s: float | None = Field(default=None, ge=MIN_WINDOW_S, le=600, description="With handle: seconds "
+                                     f"to profile under load (default 3; at least {MIN_WINDOW_S:g}: a shorter "
+                                     "window holds too few thread samples at 1 kHz and py-spy's rate).")
     load_concurrency: int = Field(default=4, ge=0, le=256, description="With handle: requests kept in flight "
                                   "during the window (random prompts of load_input_len tokens, load_output_len "
                                   "tokens each); 0 sends none, when you drive the load yourself (e.g. a "
-                                  "serve_benchmark call at the same time).")
+                                  "serve_benchmark call at the same time). The load_* fields not given come "
+                                  "from the last serve_benchmark on this handle (its max_concurrency, "
+                                  "input_len, output_len), else these defaults; the answer's load says which.")
     load_input_len: int = Field(default=32, ge=1, le=1 << 17, description="With handle: prompt length of the "
                                 "load's requests, tokens. Shape the load like the workload under test: long "
                                 "prompts keep prefill (and a KV transfer) busy, long outputs keep decode busy.")
     load_output_len: int = Field(default=16, ge=1, le=1 << 15, description="With handle: tokens asked per load "
                                  "request (max_tokens, EOS ignored where the engine allows).")
-    ranges: list[str] | None = Field(default=None, description="Named ranges to report (names or regular "
-                                     "expressions, e.g. 'dispatch|combine'); each must match a range that ran, "
+    ranges: list[str] | None = Field(default=None, description="Named ranges to report (names joined by |, "
+                                     "shell wildcards * and ? allowed, e.g. 'dispatch|combine' or 'kv_*'; not "
+                                     "regular expressions); each must match a range that ran, "
                                      "else the error lists the ranges seen. Default: every range.")
-    overlap: list[list[str]] = Field(default_factory=list, description="Pairs of range sets to compare, each set a "
-                                     "regular expression over range names, e.g. [['kv_transfer', "
+    overlap: list[list[str]] = Field(default_factory=list, description="Pairs of range sets to compare, each set "
+                                     "names joined by | (wildcards * and ? allowed), e.g. [['kv_transfer', "
                                      "'dispatch|combine']]. Per pair: time each was active, time both were, "
                                      "overlap fraction of each, longest stretch of one without the other.")
     top_k: int = Field(default=15, ge=1, le=200, description="Rows in each op table.")
@@ -55,7 +66,42 @@ class Input(ToolInput):
                                  "overlap and the GIL findings. Adds ~0.5 s to attach.")
     gil_sample_hz: int = Field(default=500, ge=10, le=2000, description="py-spy's GIL-holder sampling rate, Hz.")
     timeout_s: float = Field(default=60.0, gt=0, le=600, description="Wall-clock limit for the job, seconds: a "
-                             "workload still running then is killed with everything it started.")
+                             "workload still running then is killed with everything it started. With handle: "
+                             "the time allowed beyond duration_s (attaching, and the engine's export of the "
+                             "window, which grows with the ops in it; /stop_profile gets at least 30 s).")
+    _notes: list[str] = PrivateAttr(default_factory=list)  # what the input's reading changed, for the answer
+
+    @model_validator(mode="after")
+    def _shapes_alias(self):
+        """`shapes` (the name microbench and check_numerics use) read as `shape`, with a note."""
+        if self.shapes is None:
+            return self
+        if self.shape is not None:
+            raise ValueError("give shape or shapes, not both (profile runs one shape)")
+        shapes = self.shapes
+        if isinstance(shapes, list):
+            if len(shapes) != 1:
+                raise ValueError(f"profile runs one shape; shapes has {len(shapes)}: give shape={{...}} "
+                                 "(or shapes=[one]) and profile each shape in its own call")
+            shapes = shapes[0]
+        self.shape, self.shapes = shapes, None
+        self._notes.append("read shapes= as shape= (profile runs one shape; its field is `shape`)")
+        return self
+
+
+class LoadUsed(BaseModel):
+    concurrency: int = Field(description="Requests kept in flight during the window.")
+    input_len: int = Field(description="Prompt length of each request, tokens.")
+    output_len: int = Field(description="Tokens asked per request.")
+    source: str = Field(description="Where this load came from: the last serve_benchmark on this handle "
+                        "(its experiment id and workload), these arguments, or the defaults.")
+
+
+class PythonStack(BaseModel):
+    thread: str = Field(description="Thread, 'name (tid)'.")
+    stack: str = Field(description="Its innermost Python frames, outer -> inner ('function (file:line)').")
+    share: float = Field(description="Share of py-spy's samples in the window that found this stack holding "
+                         "the GIL, 0..1.")
 
 
 class OpRow(BaseModel):
@@ -99,7 +145,7 @@ class ThreadStat(BaseModel):
 
 
 class OverlapStat(BaseModel):
-    a: str = Field(description="First range set (regular expression).")
+    a: str = Field(description="First range set (names joined by |, wildcards * and ?).")
     b: str = Field(description="Second range set.")
     a_threads: list[str] = Field(description="Threads A's ranges ran on.")
     b_threads: list[str] = Field(description="Threads B's ranges ran on.")
@@ -168,6 +214,17 @@ class Output(ToolOutput):
                                     "the next cheapest experiment.")
     finding_codes: list[str] = Field(default_factory=list, description="The findings' codes.")
     num_threads: int = Field(default=0, description="Threads seen (with ranges, or sampled from the host).")
+    python_stacks: list[PythonStack] = Field(default_factory=list, description="Where the Python time went: "
+                                             "the stacks py-spy most often found holding the GIL in the "
+                                             "window (code torch.profiler cannot see: the Triton "
+                                             "interpreter, pure-Python loops).")
+    load: LoadUsed | None = Field(default=None, description="With handle: the load the window ran under.")
+    phases_ms: dict[str, float] = Field(default_factory=dict, description="Where this call's time went, ms: "
+                                        "with handle attach, start_profile, load, "
+                                        "stop_profile (of it, the engine's own engine_close: torch.profiler "
+                                        "stopping, and engine_export: the window written out), read_window; "
+                                        "else job (the sandbox job); judge in both.")
+    notes: list[str] = Field(default_factory=list, description="How the input was read (e.g. an alias).")
     _overlap_fraction: Any = PrivateAttr(default=None)  # (a, b) -> fraction, for expect's overlap_fraction()
 
 
@@ -175,7 +232,8 @@ CATALOGUE = Catalogue(
     fields={"window_ms": "profiled wall time, ms", "finding_codes": "the findings' codes (a list)",
             "num_threads": "threads seen"},
     functions={"overlap_fraction(a, b)": "share of range set a's active time during which set b was active too, "
-               "0..1 (running basis when threads were sampled); a and b are range names or regexes, "
+               "0..1 (running basis when threads were sampled); a and b are range names joined by | "
+               "(wildcards * and ?), "
                "e.g. overlap_fraction('kv_transfer', 'dispatch|combine') >= 0.5"},
 )
 

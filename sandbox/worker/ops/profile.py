@@ -50,7 +50,13 @@ def run(payload: dict, ctx: JobContext) -> dict:
     call()
     if os.getpid() != my_pid:  # a fork of the workload returned here: it must not touch our result
         os._exit(0)
-    raw = window.stop(ctx.job_dir / "tmp")
+    window.end()
+    # The host stops py-spy on this message (it polls progress every 0.25 s): torch.profiler's
+    # post-processing below holds the GIL for a while and is not the window's; the sleep does not.
+    ctx.progress(0, None, "profile:window-end")
+    time.sleep(float(payload.get("attach_wait_s", 0.0)))
+    window.close()
+    raw = window.export(ctx.job_dir / "tmp")
     alive = [{"tid": t.native_id, "name": t.name} for t in threading.enumerate()
              if t is not threading.current_thread() and t is not window.watcher.thread and t.native_id is not None]
     return {**raw, "alive_after_return": alive, "children": _children()}
