@@ -75,6 +75,11 @@ async def profiled(client, handle: str) -> dict:
                       load_input_len=WORKLOAD["input_len"], load_output_len=WORKLOAD["output_len"], overlap=[OVERLAP])
 
 
+def _of_chance(stat: dict, prof: dict) -> float:
+    """Both sets' time together over what chance alone would give them (1 = independent)."""
+    return stat["both_ms"] * prof["window_ms"] / (stat["a_active_ms"] * stat["b_active_ms"])
+
+
 async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa: F811
     build_tiny_checkpoint(zoo_workspace / "tiny")
     baseline = await launch(agent, *HELD, "--kv-transfer-impl", "none")
@@ -90,7 +95,8 @@ async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa
     # 2. the timeline: no overlap, and the GIL is why
     prof = await profiled(agent, held)
     (stat,) = prof["overlaps"]
-    print("held profile:", stat["a_overlap_fraction"], [f["message"] for f in prof["findings"]])
+    print("held profile:", stat["a_overlap_fraction"], "of chance:", _of_chance(stat, prof),
+          [f["message"] for f in prof["findings"]])
     contention = [f for f in prof["findings"] if f["code"] == "gil_contention"]
     assert contention, prof["findings"]
     assert "release the GIL in the native call" in contention[0]["next_experiment"]
@@ -99,7 +105,8 @@ async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa
     fixed = await launch(agent, *RELEASED, "--kv-transfer-impl", "bytes")
     prof_fixed = await profiled(agent, fixed)
     (stat_fixed,) = prof_fixed["overlaps"]
-    print("released profile:", stat_fixed["a_overlap_fraction"], [f["code"] for f in prof_fixed["findings"]])
+    print("released profile:", stat_fixed["a_overlap_fraction"], "of chance:", _of_chance(stat_fixed, prof_fixed),
+          [f["code"] for f in prof_fixed["findings"]])
     # the transfer now runs during a dispatch/combine about as often as chance gives (their running share of
     # the window: 7-20% here, lower on a loaded host), where with the GIL held it almost never did
     chance = stat_fixed["b_active_ms"] / prof_fixed["window_ms"]

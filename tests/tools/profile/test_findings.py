@@ -1,0 +1,56 @@
+"""profile's overlap findings, on hand-made evidence: which finding the numbers call for.
+
+Two witnesses decide between `gil_contention`, `no_overlap` and nothing: how far the two range
+sets' overlap falls below what chance would give them, and the host's GIL evidence (the waiter
+blocked on a futex while the holder, sampled holding the GIL, was inside its ranges).
+"""
+
+from __future__ import annotations
+
+from infra_agent.tools.profile import findings
+from infra_agent.tools.profile.judge import Evidence
+from infra_agent.tools.profile.schema import Contention, GilWait, OverlapStat
+
+WINDOW_NS = 3_000_000_000  # a 3 s window
+A, B = "kv_transfer", "dispatch|combine"
+
+
+def _overlap(both_ms: float) -> OverlapStat:
+    # kv_transfer runs 300 ms, dispatch|combine 1200 ms of 3000: chance alone gives them 120 ms together
+    return OverlapStat(a=A, b=B, a_threads=["kv-transfer (9)"], b_threads=["prefill-worker (8)"], basis="running",
+                       a_in_ranges_ms=1300, b_in_ranges_ms=1200, a_active_ms=300, b_active_ms=1200, both_ms=both_ms,
+                       a_overlap_fraction=both_ms / 300, b_overlap_fraction=both_ms / 1200,
+                       longest_a_without_b_ms=50, longest_b_without_a_ms=50, interval_a_overlap_fraction=None)
+
+
+def _contention(blocked: float, holder_gil_share: float) -> Contention:
+    wait = GilWait(holder="prefill-worker (8)", waiter="kv-transfer (9)", waiter_ranges=A, holder_ranges=B,
+                   fraction=blocked, holder_gil_share=holder_gil_share, holder_gil_site="NativeComm.dispatch (x.py:1)")
+    return Contention(method="test", proc_samples=3000, gil_sampler="py-spy", waits=[wait], limits="test")
+
+
+def _codes(both_ms: float, cont: Contention | None) -> list[str]:
+    ev = Evidence(window=(0, WINDOW_NS), ranges=[], names={8: "prefill-worker", 9: "kv-transfer"})
+    return [f.code for f in findings._no_overlap(ev, _overlap(both_ms), cont)]
+
+
+def test_a_held_gil_is_named_when_overlap_is_a_third_of_chance():
+    """Held-GIL profiles on 2 shared cores measure 16-24% of chance, sometimes over 25% (edge overlap); the GIL evidence
+    makes that contention, where the overlap alone would not be 'never ran together'."""
+    held = _contention(blocked=0.45, holder_gil_share=0.40)
+    assert _codes(both_ms=36, cont=held) == ["gil_contention"]  # 30% of the 120 ms chance gives
+    assert _codes(both_ms=36, cont=None) == []  # without the GIL witness 30% of chance is not "never"
+    assert _codes(both_ms=12, cont=None) == ["no_overlap"]  # 10% of chance is, on the overlap alone
+
+
+def test_overlap_near_chance_is_no_finding_whatever_the_gil_evidence():
+    held = _contention(blocked=0.45, holder_gil_share=0.40)
+    assert _codes(both_ms=90, cont=held) == []  # 75% of chance: they did run together
+
+
+def test_weak_gil_evidence_is_not_contention():
+    barely_blocked = _contention(blocked=0.1, holder_gil_share=0.40)
+    assert _codes(both_ms=12, cont=barely_blocked) == ["no_overlap"]
+    assert _codes(both_ms=36, cont=barely_blocked) == []
+    gil_rarely_held = _contention(blocked=0.45, holder_gil_share=0.05)
+    assert _codes(both_ms=36, cont=gil_rarely_held) == []
