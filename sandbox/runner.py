@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
+import socket
+import subprocess
 import time
 from pathlib import Path
 
-from . import triton_cache
-from .cgroups import CgroupManager
+from . import service, triton_cache
+from .cgroups import CgroupError, CgroupManager
 from .child import Child
 from .errors import SandboxError
 from .isolation import INSTALL_HINT, Isolation, probe
 from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
+from .service import Service
+from .service_spec import ServiceSite, ServiceSpec
 from .slots import Slots
 from .spawn import spawn_child
 from .state import prepare_state
@@ -32,6 +37,7 @@ from .supervise import Progress, supervise
 __all__ = ["Sandbox", "SandboxError"]
 
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
+SERVICE_PORT = 8000  # a service's port in its own network namespace (any port is free there)
 
 
 class Sandbox:
@@ -89,6 +95,60 @@ class Sandbox:
             result = await self._run_now(job, env, progress)
             result.queued_s = queued_s
             return result
+
+    # --- services (service.py): long-running, confined like jobs --------------------------
+
+    def service_site(self, name: str) -> ServiceSite:
+        """Where a service named `name` will see things: build its spec's argv and env from it."""
+        sandboxed = self.view.sandboxed
+        return ServiceSite(sandboxed=sandboxed, python=self.view.layout.python,
+                           folder=self.view.job_dir(name), port=SERVICE_PORT if sandboxed else free_port())
+
+    def remove_stale_services(self) -> int:
+        """Remove the folders of services a previous server started (they died with it)."""
+        return service.sweep_stale(self.view.layout.jobs_dir)
+
+    async def start_service(self, spec: ServiceSpec) -> Service:
+        """Start `spec` in its own bubblewrap and cgroup, its host confined before it starts
+        the service; returns at once (readiness is the caller's: it knows the protocol)."""
+        if not self.isolation.sandboxed and not self.allow_unsandboxed:
+            raise SandboxError(f"refusing to start a service without isolation "
+                               f"({self.isolation.missing.get('bwrap')})")
+        missing = self.view.missing_executables(spec.executables)
+        if missing:
+            raise SandboxError(f"the service needs {', '.join(missing)}, not found on the sandbox's "
+                               "PATH; install it on this machine")
+        view, lim = self.view, self.limits
+        folder = view.layout.jobs_dir / spec.name
+        for sub in ("home", "tmp", "cache"):
+            (folder / sub).mkdir(parents=True)
+        service.claim(folder)
+        host_spec = view.service_host_spec(spec, view.job_dir(spec.name), device=self.device, limits=lim,
+                                           landlock="landlock" in self.isolation.layers,
+                                           seccomp="seccomp" in self.isolation.layers)
+        (folder / "engine.json").write_text(json.dumps(host_spec))
+        host_cmd = [view.layout.python, "-m", "ia_worker.engine_host", f"{host_spec['folder']}/engine.json"]
+        cgroup = None
+        try:
+            if self.cgroups.available:
+                cgroup = self.cgroups.create(spec.name, spec.memory_bytes or lim.memory_bytes,
+                                             spec.num_processes or lim.num_processes)
+            cmd = [*view.service_bwrap_argv(spec, (self.state_dir,)), "--", *host_cmd] \
+                if view.sandboxed else host_cmd
+            env = None if view.sandboxed else {**view.zygote_env(), "PYTHONPATH": view.worker_parent}
+            with open(folder / service.HOST_LOG, "ab") as log:
+                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                        env=env, start_new_session=True,
+                                        preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)
+        except (CgroupError, OSError) as exc:
+            if cgroup is not None:
+                cgroup.remove(wait_s=1.0)
+            shutil.rmtree(folder, ignore_errors=True)
+            raise SandboxError(f"cannot start the service {spec.name}: {exc}") from None
+        disk = service.DiskCap(folder, spec.disk_bytes or lim.disk_bytes, lim.max_files)
+        svc = Service(spec, folder, proc, cgroup, disk)
+        disk.start(lambda: asyncio.to_thread(svc.kill))  # dead, still listed, with the cause
+        return svc
 
     def _follow_loop(self) -> None:
         """Used from a new event loop (a test runner's, a restarted server's): what belonged
@@ -223,6 +283,13 @@ class Sandbox:
             self._zygote.terminate()
             self._zygote = None
         self.cgroups.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _network_reach(isolation: Isolation) -> str:
