@@ -16,9 +16,8 @@ one; outcome.py turns what a job left into a status. Services (service.py) get t
 policy (policy.py builds both) around worker/engine_host.py. Without bwrap, `run` and
 `start_service` refuse unless allow_unsandboxed=True.
 
-The public API is what this module exports (and the job types in job.py, the worker's wire
-format in worker/protocol.py, worker/shared.py, worker/tensors.py); nothing outside
-sandbox/ reaches further (tests/test_sandbox_api_boundary.py).
+The public API is what this module exports, and the modules in PUBLIC_MODULES; nothing
+outside sandbox/ reaches further, by import or by attribute (tests/sandbox/test_api_boundary.py).
 """
 
 from .cgroups import remove_stale_cgroups
@@ -29,6 +28,12 @@ from .runner import Sandbox, SandboxError, free_port
 from .service import Service
 from .service_spec import Mount, ServiceSite, ServiceSpec
 from .triton_cache import TRUSTED_ZOO
+
+# Modules outside sandbox/ may import besides this one: the job types, the worker's wire format
+# and stdlib helpers the judges share with it, and what the built-in engine (which runs
+# inside a service) loads kernel specs and records its spans with.
+PUBLIC_MODULES = ("job", "worker.protocol", "worker.shared", "worker.tensors", "worker.loader",
+                  "worker.recorder", "worker.ranges")
 
 __all__ = ["Isolation", "Job", "JobKind", "JobResult", "JobStatus", "Limits", "Mount", "Sandbox",
            "SandboxError", "Service", "ServiceSite", "ServiceSpec", "TRUSTED_ZOO", "free_port",
