@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 import socket
-import subprocess
 import time
 from pathlib import Path
 
 from . import service, triton_cache
-from .cgroups import CgroupError, CgroupManager
+from .cgroups import CgroupManager
 from .child import Child
 from .errors import SandboxError
 from .isolation import INSTALL_HINT, Isolation, probe
@@ -114,41 +112,8 @@ class Sandbox:
         if not self.isolation.sandboxed and not self.allow_unsandboxed:
             raise SandboxError(f"refusing to start a service without isolation "
                                f"({self.isolation.missing.get('bwrap')})")
-        missing = self.view.missing_executables(spec.executables)
-        if missing:
-            raise SandboxError(f"the service needs {', '.join(missing)}, not found on the sandbox's "
-                               "PATH; install it on this machine")
-        view, lim = self.view, self.limits
-        folder = view.layout.jobs_dir / spec.name
-        for sub in ("home", "tmp", "cache"):
-            (folder / sub).mkdir(parents=True)
-        service.claim(folder)
-        host_spec = view.service_host_spec(spec, view.job_dir(spec.name), device=self.device, limits=lim,
-                                           landlock="landlock" in self.isolation.layers,
-                                           seccomp="seccomp" in self.isolation.layers)
-        (folder / "engine.json").write_text(json.dumps(host_spec))
-        host_cmd = [view.layout.python, "-m", "ia_worker.engine_host", f"{host_spec['folder']}/engine.json"]
-        cgroup = None
-        try:
-            if self.cgroups.available:
-                cgroup = self.cgroups.create(spec.name, spec.memory_bytes or lim.memory_bytes,
-                                             spec.num_processes or lim.num_processes)
-            cmd = [*view.service_bwrap_argv(spec, (self.state_dir,)), "--", *host_cmd] \
-                if view.sandboxed else host_cmd
-            env = None if view.sandboxed else {**view.zygote_env(), "PYTHONPATH": view.worker_parent}
-            with open(folder / service.HOST_LOG, "ab") as log:
-                proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                        env=env, start_new_session=True,
-                                        preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)
-        except (CgroupError, OSError) as exc:
-            if cgroup is not None:
-                cgroup.remove(wait_s=1.0)
-            shutil.rmtree(folder, ignore_errors=True)
-            raise SandboxError(f"cannot start the service {spec.name}: {exc}") from None
-        disk = service.DiskCap(folder, spec.disk_bytes or lim.disk_bytes, lim.max_files)
-        svc = Service(spec, folder, proc, cgroup, disk)
-        disk.start(lambda: asyncio.to_thread(svc.kill))  # dead, still listed, with the cause
-        return svc
+        return service.start(spec, view=self.view, cgroups=self.cgroups, isolation=self.isolation,
+                             limits=self.limits, device=self.device, masked=(self.state_dir,))
 
     def _follow_loop(self) -> None:
         """Used from a new event loop (a test runner's, a restarted server's): what belonged

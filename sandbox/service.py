@@ -1,7 +1,7 @@
 """Long-running confined processes (services: serving engines), started and stopped.
 
     site = sandbox.service_site(name)           # where it will see things: build argv/env from it
-    svc = await sandbox.start_service(spec)     # running: own bubblewrap, cgroup, confined host
+    svc = await sandbox.start_service(spec)     # running (start() below): own bwrap, cgroup
     svc.alive, svc.pid, svc.log_tail(), svc.death_cause(), svc.pids(), svc.socket_path
     await svc.stop()                            # the whole process tree; its folder is removed
 
@@ -26,16 +26,63 @@ import tempfile
 import time
 from pathlib import Path
 
-from .cgroups import JobCgroup
+from .cgroups import CgroupError, CgroupManager, JobCgroup
+from .errors import SandboxError
+from .isolation import Isolation
+from .policy import Limits, SandboxView
 from .service_spec import ServiceSpec
 from .streams import DiskWatch
 
 OWNER_FILE = "owner.pid"  # the server process that started the service: marks a service folder
+HOST_SPEC = "engine.json"  # what the host reads and confines itself with (policy.py)
 HOST_LOG = "host.log"  # the service host's own output (bwrap's too)
 LOG_FILE = "engine.log"  # the service's output (worker/engine_host.py writes it)
 EXIT_FILE = "exit.json"  # written by the host the moment the service exits
 CHECK_EVERY_S = 2.0  # how often the disk cap is checked
 _UDS_MAX = 100  # sun_path holds 108 bytes; longer host paths go through a short symlink
+
+
+def start(spec: ServiceSpec, *, view: SandboxView, cgroups: CgroupManager, isolation: Isolation,
+          limits: Limits, device: str, masked: tuple[Path, ...]) -> Service:
+    """Make its folder, write its host's spec, start the host (in bwrap, in a new cgroup) and
+    the disk cap; returns at once (readiness is the caller's: it knows the protocol)."""
+    missing = view.missing_executables(spec.executables)
+    if missing:
+        raise SandboxError(f"the service needs {', '.join(missing)}, not found on the sandbox's PATH; "
+                           "install it on this machine")
+    folder = view.layout.jobs_dir / spec.name
+    try:
+        folder.mkdir()
+    except FileExistsError:
+        raise SandboxError(f"a service named {spec.name} exists already; choose another name") from None
+    cgroup = None
+    try:
+        for sub in ("home", "tmp", "cache"):
+            (folder / sub).mkdir()
+        claim(folder)
+        host_spec = view.service_host_spec(spec, view.job_dir(spec.name), device=device, limits=limits,
+                                           landlock="landlock" in isolation.layers,
+                                           seccomp="seccomp" in isolation.layers)
+        (folder / HOST_SPEC).write_text(json.dumps(host_spec))
+        host_cmd = [view.layout.python, "-m", "ia_worker.engine_host", f"{host_spec['folder']}/{HOST_SPEC}"]
+        if cgroups.available:
+            cgroup = cgroups.create(spec.name, spec.memory_bytes or limits.memory_bytes,
+                                    spec.num_processes or limits.num_processes)
+        cmd = [*view.service_bwrap_argv(spec, masked), "--", *host_cmd] if view.sandboxed else host_cmd
+        env = None if view.sandboxed else {**view.zygote_env(), "PYTHONPATH": view.worker_parent}
+        with open(folder / HOST_LOG, "ab") as log:
+            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, start_new_session=True,
+                                    preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)
+    except (CgroupError, OSError) as exc:
+        if cgroup is not None:
+            cgroup.remove(wait_s=1.0)
+        shutil.rmtree(folder, ignore_errors=True)
+        raise SandboxError(f"cannot start the service {spec.name}: {exc}") from None
+    disk = DiskCap(folder, spec.disk_bytes or limits.disk_bytes, limits.max_files)
+    svc = Service(spec, folder, proc, cgroup, disk)
+    disk.start(lambda: asyncio.to_thread(svc.kill))  # dead, still listed, with the cause
+    return svc
 
 
 class Service:
