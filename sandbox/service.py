@@ -42,38 +42,73 @@ CHECK_EVERY_S = 2.0  # how often the disk cap is checked
 _UDS_MAX = 100  # sun_path holds 108 bytes; longer host paths go through a short symlink
 
 
-def start(spec: ServiceSpec, *, view: SandboxView, cgroups: CgroupManager, isolation: Isolation,
-          limits: Limits, device: str, masked: tuple[Path, ...]) -> Service:
+def start(
+    spec: ServiceSpec,
+    *,
+    view: SandboxView,
+    cgroups: CgroupManager,
+    isolation: Isolation,
+    limits: Limits,
+    device: str,
+    masked: tuple[Path, ...],
+) -> Service:
     """Make its folder, write its host's spec, start the host (in bwrap, in a new cgroup) and
     the disk cap; returns at once (readiness is the caller's: it knows the protocol)."""
     missing = view.missing_executables(spec.executables)
     if missing:
-        raise SandboxError(f"the service needs {', '.join(missing)}, not found on the sandbox's PATH; "
-                           "install it on this machine")
+        raise SandboxError(
+            f"the service needs {', '.join(missing)}, not found on the sandbox's PATH; "
+            "install it on this machine"
+        )
     folder = view.layout.jobs_dir / spec.name
     try:
         folder.mkdir()
     except FileExistsError:
-        raise SandboxError(f"a service named {spec.name} exists already; choose another name") from None
+        raise SandboxError(
+            f"a service named {spec.name} exists already; choose another name"
+        ) from None
     cgroup = None
     try:
         for sub in ("home", "tmp", "cache"):
             (folder / sub).mkdir()
         claim(folder)
-        host_spec = view.service_host_spec(spec, view.job_dir(spec.name), device=device, limits=limits,
-                                           landlock="landlock" in isolation.layers,
-                                           seccomp="seccomp" in isolation.layers)
+        host_spec = view.service_host_spec(
+            spec,
+            view.job_dir(spec.name),
+            device=device,
+            limits=limits,
+            landlock="landlock" in isolation.layers,
+            seccomp="seccomp" in isolation.layers,
+        )
         (folder / HOST_SPEC).write_text(json.dumps(host_spec))
-        host_cmd = [view.layout.python, "-m", "ia_worker.engine_host", f"{host_spec['folder']}/{HOST_SPEC}"]
+        host_cmd = [
+            view.layout.python,
+            "-m",
+            "ia_worker.engine_host",
+            f"{host_spec['folder']}/{HOST_SPEC}",
+        ]
         if cgroups.available:
-            cgroup = cgroups.create(spec.name, spec.memory_bytes or limits.memory_bytes,
-                                    spec.num_processes or limits.num_processes)
-        cmd = [*view.service_bwrap_argv(spec, masked), "--", *host_cmd] if view.sandboxed else host_cmd
+            cgroup = cgroups.create(
+                spec.name,
+                spec.memory_bytes or limits.memory_bytes,
+                spec.num_processes or limits.num_processes,
+            )
+        cmd = (
+            [*view.service_bwrap_argv(spec, masked), "--", *host_cmd]
+            if view.sandboxed
+            else host_cmd
+        )
         env = None if view.sandboxed else {**view.zygote_env(), "PYTHONPATH": view.worker_parent}
         with open(folder / HOST_LOG, "ab") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, start_new_session=True,
-                                    preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None)
+            proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=(lambda: cgroup.add(os.getpid())) if cgroup else None,
+            )
     except (CgroupError, OSError) as exc:
         if cgroup is not None:
             cgroup.remove(wait_s=1.0)
@@ -88,8 +123,14 @@ def start(spec: ServiceSpec, *, view: SandboxView, cgroups: CgroupManager, isola
 class Service:
     """One started service: its process (bwrap, or the host without it), cgroup and folder."""
 
-    def __init__(self, spec: ServiceSpec, folder: Path, proc: subprocess.Popen,
-                 cgroup: JobCgroup | None, disk: DiskCap):
+    def __init__(
+        self,
+        spec: ServiceSpec,
+        folder: Path,
+        proc: subprocess.Popen,
+        cgroup: JobCgroup | None,
+        disk: DiskCap,
+    ):
         self.spec = spec
         self.folder = folder  # host path of its own folder
         self.socket_path = _short_socket_path(folder / spec.socket)  # host side of the relay
@@ -135,8 +176,10 @@ class Service:
         if self.disk.exceeded:
             return self.disk.describe()
         if self._cgroup is not None and self._cgroup.oom_kills():
-            return (f"killed for exceeding its memory limit ({self._cgroup.peak_memory_bytes()} "
-                    "bytes peak)")
+            return (
+                f"killed for exceeding its memory limit ({self._cgroup.peak_memory_bytes()} "
+                "bytes peak)"
+            )
         code = self.exit_code()
         return f"exit code {code}" if code is None or code >= 0 else f"killed by signal {-code}"
 
@@ -208,8 +251,10 @@ class DiskCap:
 
     def describe(self) -> str:
         num_bytes, num_files = self.exceeded or (0, 0)
-        return (f"stopped for exceeding its disk cap: {num_bytes} bytes in {num_files} files in "
-                f"its folder (at most {self.cap_bytes} bytes, {self.max_files} files)")
+        return (
+            f"stopped for exceeding its disk cap: {num_bytes} bytes in {num_files} files in "
+            f"its folder (at most {self.cap_bytes} bytes, {self.max_files} files)"
+        )
 
 
 def claim(folder: Path) -> None:

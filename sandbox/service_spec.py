@@ -66,8 +66,10 @@ class ServiceSpec:
 
     @classmethod
     def from_dict(cls, data: dict) -> ServiceSpec:
-        tuples = {k: tuple(data.get(k, ())) for k in
-                  ("argv", "python_path", "loopback_ports", "executables")}
+        tuples = {
+            k: tuple(data.get(k, ()))
+            for k in ("argv", "python_path", "loopback_ports", "executables")
+        }
         mounts = tuple(Mount(**m) for m in data.get("mounts", ()))
         return cls(**{**data, **tuples, "mounts": mounts})
 

@@ -83,22 +83,35 @@ class Engine:
         return self.service.death_cause()
 
     async def settled(self, timeout_s: float = 2.0) -> bool:
-        """Whether it is still alive once a moment has passed (after failed requests: did it die?)."""
+        """Whether it is still alive once a moment has passed (after failed requests: did it
+        die?)."""
         deadline = time.monotonic() + timeout_s
         while self.alive and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         return self.alive
 
     def client(self, timeout_s: float = 30.0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url="http://engine", transport=UnixSocketTransport(self.socket_path),
-                                 timeout=timeout_s)
+        return httpx.AsyncClient(
+            base_url="http://engine",
+            transport=UnixSocketTransport(self.socket_path),
+            timeout=timeout_s,
+        )
 
     def describe(self) -> dict:
         alive = self.alive
-        return {"handle": self.handle, "engine": self.adapter.name, "model": self.args.model,
-                "alive": alive, "ready_s": self.ready_s, "started_at": self.started_at,
-                "socket": self.socket_path, "log": str(self.log_path),
-                "exit_cause": None if alive else f"{self.death_cause()}; its log ends:\n{self.log_tail(1500)}"}
+        return {
+            "handle": self.handle,
+            "engine": self.adapter.name,
+            "model": self.args.model,
+            "alive": alive,
+            "ready_s": self.ready_s,
+            "started_at": self.started_at,
+            "socket": self.socket_path,
+            "log": str(self.log_path),
+            "exit_cause": None
+            if alive
+            else f"{self.death_cause()}; its log ends:\n{self.log_tail(1500)}",
+        }
 
 
 @dataclass(frozen=True)
@@ -130,21 +143,33 @@ class Engines:
         if handle in self.stopped:
             gone = self.stopped[handle]
             ago = time.time() - gone.stopped_at
-            return EngineError(f"the {gone.engine} engine {handle} was already stopped ({gone.how}, "
-                               f"{ago:.0f} s ago; running: {known}); start another with "
-                               "launch_serve")
-        return EngineError(f"no serving engine with handle {handle!r} (running: {known}); start one "
-                           "with launch_serve, or list them with list_serves")
+            return EngineError(
+                f"the {gone.engine} engine {handle} was already stopped ({gone.how}, "
+                f"{ago:.0f} s ago; running: {known}); start another with "
+                "launch_serve"
+            )
+        return EngineError(
+            f"no serving engine with handle {handle!r} (running: {known}); start one "
+            "with launch_serve, or list them with list_serves"
+        )
 
     def list(self) -> list[Engine]:
         return list(self._engines.values())
 
-    async def launch(self, adapter: EngineAdapter, args: EngineArgs, *,
-                     ready_timeout_s: float = 300.0, progress=None) -> Engine:
+    async def launch(
+        self,
+        adapter: EngineAdapter,
+        args: EngineArgs,
+        *,
+        ready_timeout_s: float = 300.0,
+        progress=None,
+    ) -> Engine:
         sb = self.sandbox
         if not sb.isolation.sandboxed and not sb.allow_unsandboxed:
-            raise EngineError("refusing to start an engine without isolation (bubblewrap is missing); "
-                              "install bubblewrap or start the server with --allow-unsandboxed")
+            raise EngineError(
+                "refusing to start an engine without isolation (bubblewrap is missing); "
+                "install bubblewrap or start the server with --allow-unsandboxed"
+            )
         adapter.check(args)
         handle = f"serve-{uuid.uuid4().hex[:8]}"
         spec = self._service_spec(adapter, args, sb.service_site(f"engine-{handle}"))
@@ -158,28 +183,45 @@ class Engines:
         except BaseException as exc:
             if handle in self._engines:
                 await self.stop(handle, how="after its failed start")
-            elif isinstance(exc, EngineError):  # another call stopped it (its handle is in list_serves)
-                raise EngineError(f"the {adapter.name} engine {handle} was stopped during launch "
-                                  "(stop_serve); launch it again if it is still wanted") from None
+            elif isinstance(
+                exc, EngineError
+            ):  # another call stopped it (its handle is in list_serves)
+                raise EngineError(
+                    f"the {adapter.name} engine {handle} was stopped during launch "
+                    "(stop_serve); launch it again if it is still wanted"
+                ) from None
             raise
         return eng
 
-    def _service_spec(self, adapter: EngineAdapter, args: EngineArgs, site: ServiceSite) -> ServiceSpec:
+    def _service_spec(
+        self, adapter: EngineAdapter, args: EngineArgs, site: ServiceSite
+    ) -> ServiceSpec:
         """What the engine runs and may see: its command line, the model folder read-only at
         /model, our engine packages read-only (never server/ or tools/)."""
         pkg = _package_root()
-        mounts = [Mount(str(pkg / name), f"{PACKAGE_MOUNT}/infra_agent/{name}") for name in ENGINE_PACKAGES]
+        mounts = [
+            Mount(str(pkg / name), f"{PACKAGE_MOUNT}/infra_agent/{name}")
+            for name in ENGINE_PACKAGES
+        ]
         model = None
         if args.model:
             mounts.insert(0, Mount(str(Path(args.model).resolve()), MODEL_MOUNT))
             model = MODEL_MOUNT if site.sandboxed else args.model
         return ServiceSpec(
-            name=Path(site.folder).name, port=site.port,
+            name=Path(site.folder).name,
+            port=site.port,
             argv=tuple(adapter.argv(args, model=model, port=site.port, python=site.python)),
             python_path=(PACKAGE_MOUNT if site.sandboxed else str(pkg.parent),),
-            env={"HF_HUB_OFFLINE": "1", "HF_HOME": f"{site.folder}/cache/hf",
-                 "PYTHONUNBUFFERED": "1", **adapter.env(args)},  # unbuffered: a live log
-            mounts=tuple(mounts), memory_bytes=self.memory_bytes, disk_bytes=self.disk_bytes)
+            env={
+                "HF_HUB_OFFLINE": "1",
+                "HF_HOME": f"{site.folder}/cache/hf",
+                "PYTHONUNBUFFERED": "1",
+                **adapter.env(args),
+            },  # unbuffered: a live log
+            mounts=tuple(mounts),
+            memory_bytes=self.memory_bytes,
+            disk_bytes=self.disk_bytes,
+        )
 
     async def _wait_ready(self, eng: Engine, timeout_s: float, progress) -> None:
         t0 = time.monotonic()
@@ -187,10 +229,14 @@ class Engines:
         async with eng.client(timeout_s=5.0) as client:
             while True:
                 if eng.stopped:
-                    raise EngineError(f"the {eng.adapter.name} engine {eng.handle} was stopped during launch")
+                    raise EngineError(
+                        f"the {eng.adapter.name} engine {eng.handle} was stopped during launch"
+                    )
                 if not eng.alive:
-                    raise EngineError(f"the {eng.adapter.name} engine exited during start-up (code "
-                                      f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}")
+                    raise EngineError(
+                        f"the {eng.adapter.name} engine exited during start-up (code "
+                        f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}"
+                    )
                 try:
                     resp = await client.get(path)
                     if resp.status_code == 200:
@@ -200,10 +246,15 @@ class Engines:
                     pass  # not listening yet
                 waited = time.monotonic() - t0
                 if waited > timeout_s:
-                    raise EngineError(f"the {eng.adapter.name} engine did not answer {path} within {timeout_s:g} s "
-                                      f"(raise ready_timeout_s for a large model); its log ends:\n{eng.log_tail()}")
+                    raise EngineError(
+                        f"the {eng.adapter.name} engine did not answer {path} within "
+                        f"{timeout_s:g} s (raise ready_timeout_s for a large model); its log "
+                        f"ends:\n{eng.log_tail()}"
+                    )
                 if progress is not None:
-                    await progress(waited, timeout_s, f"waiting for {eng.adapter.name} to become ready")
+                    await progress(
+                        waited, timeout_s, f"waiting for {eng.adapter.name} to become ready"
+                    )
                 await asyncio.sleep(READY_POLL_S)
 
     async def stop(self, handle: str, how: str = "by stop_serve") -> str:
@@ -213,8 +264,9 @@ class Engines:
         if eng is None:
             raise self._unknown(handle)
         eng.stopped = True
-        self.stopped[handle] = StoppedEngine(eng.adapter.name, eng.args.model, eng.started_at,
-                                             time.time(), how=how)
+        self.stopped[handle] = StoppedEngine(
+            eng.adapter.name, eng.args.model, eng.started_at, time.time(), how=how
+        )
         return await eng.service.stop()
 
     async def aclose(self) -> None:

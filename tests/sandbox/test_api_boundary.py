@@ -27,12 +27,32 @@ SCANNED = ("serving", "tools", "server")
 PACKAGE = "infra_agent.sandbox"
 # Attributes of a Sandbox that are its machinery, though their names carry no underscore.
 SANDBOX_INTERNALS = {"view", "cgroups"}
-INTERNAL_CLASSES = (policy.SandboxView, policy.Layout, cgroups.CgroupManager, cgroups.JobCgroup,
-                    launcher.Zygote, child.Child, service.DiskCap)
+INTERNAL_CLASSES = (
+    policy.SandboxView,
+    policy.Layout,
+    cgroups.CgroupManager,
+    cgroups.JobCgroup,
+    launcher.Zygote,
+    child.Child,
+    service.DiskCap,
+)
 # Names so common that other objects have them too (a Popen's `kill`, a Path's `root`), and
 # words others use as well (an Undecided's `reason`, an Engine's `describe`, platform.release).
-COMMON_TYPES = (object, dict, list, set, str, bytes, pathlib.Path, subprocess.Popen, io.IOBase,
-                socket.socket, threading.Thread, threading.Lock, asyncio.Task)
+COMMON_TYPES = (
+    object,
+    dict,
+    list,
+    set,
+    str,
+    bytes,
+    pathlib.Path,
+    subprocess.Popen,
+    io.IOBase,
+    socket.socket,
+    threading.Thread,
+    threading.Lock,
+    asyncio.Task,
+)
 COMMON_WORDS = {"reason", "ready", "describe", "release"}
 
 
@@ -42,8 +62,12 @@ def members(cls: type) -> set[str]:
     if dataclasses.is_dataclass(cls):
         names |= {f.name for f in dataclasses.fields(cls)}
     for node in ast.walk(ast.parse(inspect.getsource(cls))):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store) \
-                and isinstance(node.value, ast.Name) and node.value.id == "self":
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "self"
+        ):
             names.add(node.attr)
     return names
 
@@ -53,17 +77,27 @@ def internal_names() -> dict[str, bool]:
     sandbox_members = members(runner.Sandbox)
     private = {n for n in sandbox_members if n.startswith("_")} | SANDBOX_INTERNALS
     internal = set().union(*map(members, INTERNAL_CLASSES)) | private
-    public = set().union(*(members(obj) for obj in map(sandbox_api.__dict__.get, sandbox_api.__all__)
-                           if inspect.isclass(obj))) - private
+    public = (
+        set().union(
+            *(
+                members(obj)
+                for obj in map(sandbox_api.__dict__.get, sandbox_api.__all__)
+                if inspect.isclass(obj)
+            )
+        )
+        - private
+    )
     common = set().union(*(dir(t) for t in COMMON_TYPES)) | COMMON_WORDS
     owners = (*INTERNAL_CLASSES, runner.Sandbox)
-    return {name: any(inspect.isfunction(getattr(cls, name, None)) for cls in owners)
-            for name in internal - public - common}
+    return {
+        name: any(inspect.isfunction(getattr(cls, name, None)) for cls in owners)
+        for name in internal - public - common
+    }
 
 
 def module_of(path: Path, node: ast.ImportFrom) -> str:
     package = ["infra_agent", *path.relative_to(ROOT).parent.parts]
-    base = package[:len(package) - node.level + 1] if node.level else []
+    base = package[: len(package) - node.level + 1] if node.level else []
     return ".".join([*base, *(node.module.split(".") if node.module else [])])
 
 
@@ -81,30 +115,46 @@ def offences(path: Path, source: str, internal: dict[str, bool]) -> list[str]:
         elif isinstance(node, ast.ImportFrom):
             module = module_of(path, node)
             if module == PACKAGE:
-                names = [f"{module}.{a.name}" for a in node.names if a.name not in sandbox_api.__all__]
+                names = [
+                    f"{module}.{a.name}" for a in node.names if a.name not in sandbox_api.__all__
+                ]
             elif module.startswith(PACKAGE + ".") and module not in allowed:
-                # `from ..sandbox.worker import recorder` names a public module; anything else is not
-                names = [f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" not in allowed]
-        elif isinstance(node, ast.Attribute) and node.attr in internal \
-                and (internal[node.attr] or id(node) not in called) \
-                and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                # `from ..sandbox.worker import recorder` names a public module; others do not
+                names = [
+                    f"{module}.{a.name}" for a in node.names if f"{module}.{a.name}" not in allowed
+                ]
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in internal
+            and (internal[node.attr] or id(node) not in called)
+            and not (isinstance(node.value, ast.Name) and node.value.id in ("self", "cls"))
+        ):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: .{node.attr}")
-        found += [f"{path.relative_to(ROOT)}:{node.lineno}: import {n}" for n in names
-                  if (n == PACKAGE or n.startswith(PACKAGE + ".")) and n not in allowed]
+        found += [
+            f"{path.relative_to(ROOT)}:{node.lineno}: import {n}"
+            for n in names
+            if (n == PACKAGE or n.startswith(PACKAGE + ".")) and n not in allowed
+        ]
     return found
 
 
 def test_nothing_outside_the_sandbox_touches_its_internals():
     internal = internal_names()
-    found = [hit for folder in SCANNED for path in sorted((ROOT / folder).rglob("*.py"))
-             for hit in offences(path, path.read_text(), internal)]
-    assert not found, ("outside sandbox/, use the sandbox's public API (infra_agent.sandbox's names: "
-                       "Sandbox.run, Sandbox.start_service, ...), or add what is missing to it:\n"
-                       + "\n".join(found))
+    found = [
+        hit
+        for folder in SCANNED
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for hit in offences(path, path.read_text(), internal)
+    ]
+    assert not found, (
+        "outside sandbox/, use the sandbox's public API (infra_agent.sandbox's names: "
+        "Sandbox.run, Sandbox.start_service, ...), or add what is missing to it:\n"
+        + "\n".join(found)
+    )
 
 
 # What serving/lifecycle.py did before it used Sandbox.start_service (abridged, verbatim lines).
-SECOND_LAUNCHER = '''
+SECOND_LAUNCHER = """
 from ..sandbox.streams import DiskWatch
 def _start(self, eng):
     sb, view = self.sandbox, self.sandbox.view
@@ -115,19 +165,31 @@ def _start(self, eng):
     argv = self.sandbox.view.bwrap_argv()
     jobs = sb.view.layout.jobs_dir
     members = eng.cgroup.procs()
-'''
+"""
 
 
 def test_the_scan_catches_a_second_launcher():
     hits = offences(ROOT / "serving" / "lifecycle.py", SECOND_LAUNCHER, internal_names())
     caught = {hit.split(": ", 1)[1] for hit in hits}
-    assert {"import infra_agent.sandbox.streams.DiskWatch", ".view", ".job_dir", ".job_env",
-            ".worker_parent", ".landlock_rules", ".cgroups", ".create", ".bwrap_argv", ".layout",
-            ".jobs_dir", ".procs", ".cgroup"} <= caught, caught
+    assert {
+        "import infra_agent.sandbox.streams.DiskWatch",
+        ".view",
+        ".job_dir",
+        ".job_env",
+        ".worker_parent",
+        ".landlock_rules",
+        ".cgroups",
+        ".create",
+        ".bwrap_argv",
+        ".layout",
+        ".jobs_dir",
+        ".procs",
+        ".cgroup",
+    } <= caught, caught
 
 
 def test_the_scan_allows_the_public_api():
-    public = '''
+    public = """
 from ..sandbox import Mount, ServiceSpec, SandboxError
 from ...sandbox.job import Job
 from ...sandbox.worker import recorder
@@ -136,5 +198,5 @@ async def launch(self, sb, spec):
     site = sb.service_site("engine-x")
     svc = await sb.start_service(spec)
     return svc.pids(), svc.alive, svc.log_tail(), sb.isolation.sandboxed, sb.limits.memory_bytes
-'''
+"""
     assert offences(ROOT / "tools" / "profile" / "jobs.py", public, internal_names()) == []
