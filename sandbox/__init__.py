@@ -4,6 +4,7 @@
     sb.isolation.as_dict()                      # what is actually in force, and why not the rest
     res = await sb.run(Job(op="noop"), progress)  # a JobResult; agent failures are statuses
     sb.workspace_path(host_file)                # where a job sees a workspace file (read-only)
+    svc = await sb.start_service(ServiceSpec(...))  # a long-running confined process (service.py)
     await sb.aclose()                           # kills the zygote and every job
 
 Layers (each probed; a missing one is reported, never silently skipped): bwrap
@@ -11,12 +12,29 @@ namespaces around a warm zygote (policy.py, launcher.py, worker/zygote.py); per 
 in the forked child itself, Landlock + seccomp + rlimits (worker/confine.py,
 worker/harness.py); per-job cgroups for memory, process count and a complete kill
 (cgroups.py). runner.py queues jobs, spawn.py readies a job child, supervise.py watches
-one; outcome.py turns what a job left into a status. Without bwrap, `run` refuses unless allow_unsandboxed=True.
+one; outcome.py turns what a job left into a status. Services (service.py) get the same
+policy (policy.py builds both) around worker/engine_host.py. Without bwrap, `run` and
+`start_service` refuse unless allow_unsandboxed=True.
+
+The public API is what this module exports, and the modules in PUBLIC_MODULES; nothing
+outside sandbox/ reaches further, by import or by attribute (tests/sandbox/test_api_boundary.py).
 """
 
+from .cgroups import remove_stale_cgroups
 from .isolation import Isolation
 from .job import Job, JobKind, JobResult, JobStatus
 from .policy import Limits
-from .runner import Sandbox, SandboxError
+from .runner import Sandbox, SandboxError, free_port
+from .service import Service
+from .service_spec import Mount, ServiceSite, ServiceSpec
+from .triton_cache import TRUSTED_ZOO
 
-__all__ = ["Isolation", "Job", "JobKind", "JobResult", "JobStatus", "Limits", "Sandbox", "SandboxError"]
+# Modules outside sandbox/ may import besides this one: the job types, the worker's wire format
+# and stdlib helpers the judges share with it, and what the built-in engine (which runs
+# inside a service) loads kernel specs and records its spans with.
+PUBLIC_MODULES = ("job", "worker.protocol", "worker.shared", "worker.tensors", "worker.loader",
+                  "worker.recorder", "worker.ranges")
+
+__all__ = ["Isolation", "Job", "JobKind", "JobResult", "JobStatus", "Limits", "Mount", "Sandbox",
+           "SandboxError", "Service", "ServiceSite", "ServiceSpec", "TRUSTED_ZOO", "free_port",
+           "remove_stale_cgroups"]

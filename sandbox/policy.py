@@ -2,7 +2,9 @@
 
 `Limits` are the numbers; `Layout` says where things live on the host; `SandboxView`
 turns both into the bwrap command line of the zygote and the per-job confinement spec
-(environment, Landlock paths, rlimits) the job child applies to itself. Everything here
+(environment, Landlock paths, rlimits) the job child applies to itself, and, from the
+same parts plus what a `ServiceSpec` asks for, a service's bwrap command line and the
+spec its host (worker/engine_host.py) confines itself with. Everything here
 is computed from arguments only, so it can be read and tested without running anything.
 """
 
@@ -10,8 +12,11 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .service_spec import ServiceSpec
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -224,6 +229,48 @@ class SandboxView:
             "rlimits": {"cpu_s": limits.cpu_seconds(timeout_s), "file_bytes": limits.file_bytes,
                         "num_files": limits.num_files},
         }
+
+    # --- one service (service_spec.py) ------------------------------------------------------
+
+    def service_bwrap_argv(self, spec: ServiceSpec, masked: tuple[Path, ...]) -> list[str]:
+        """The jobs' namespace plus the spec's mounts; `masked` host folders (the server's
+        state) are hidden wherever a mount would show them, as the workspace's are."""
+        argv = self.bwrap_argv()
+        for mount in spec.mounts:
+            source = Path(mount.source).resolve()
+            argv += ["--bind" if mount.writable else "--ro-bind", str(source), mount.target]
+            for folder in masked:
+                if folder.is_relative_to(source):
+                    rel = folder.relative_to(source)
+                    hidden = f"{mount.target}/{rel}" if rel.parts else mount.target
+                    argv += ["--tmpfs", hidden, "--remount-ro", hidden]
+        if spec.shared_memory:
+            argv += ["--tmpfs", "/dev/shm"]  # its own: nothing shared with the host or jobs
+        return argv
+
+    def missing_executables(self, names: tuple[str, ...]) -> list[str]:
+        """Those of `names` not on the sandbox's PATH (its /usr and /bin are the host's)."""
+        return [name for name in names if not shutil.which(name, path=_PATH)]
+
+    def service_host_spec(self, spec: ServiceSpec, folder: str, *, device: str, limits: Limits,
+                          landlock: bool, seccomp: bool) -> dict:
+        """engine.json: what the service host reads and confines itself with before it
+        starts the service (`folder`: the service's own folder as it sees it)."""
+        env = {**self.job_env(folder, device, {}),
+               "PYTHONPATH": os.pathsep.join([*spec.python_path, self.worker_parent]), **spec.env}
+        rules = self.landlock_rules(folder)
+        for mount in spec.mounts:
+            seen = mount.target if self.sandboxed else mount.source
+            rules["read_write" if mount.writable else "read_only"].append(seen)
+        if self.sandboxed:  # folders bwrap made to hold the mounts; without it, the mounts only
+            rules["read_only"] += spec.python_path
+        if spec.shared_memory:
+            rules["read_write"].append("/dev/shm")
+        return {"folder": folder, "socket": spec.socket, "port": spec.port,
+                "tcp_ports": list(spec.tcp_ports), "argv": list(spec.argv), "env": env,
+                "landlock": rules if landlock else None, "seccomp": seccomp,
+                "grace_s": spec.grace_s, "file_bytes": limits.file_bytes,
+                "num_files": max(limits.num_files, spec.num_files)}
 
 
 _PATH = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin"

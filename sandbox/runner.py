@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 
-from . import triton_cache
+from . import service, triton_cache
 from .cgroups import CgroupManager
 from .child import Child
 from .errors import SandboxError
@@ -24,6 +25,8 @@ from .isolation import INSTALL_HINT, Isolation, probe
 from .job import Job, JobResult
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
+from .service import Service
+from .service_spec import ServiceSite, ServiceSpec
 from .slots import Slots
 from .spawn import spawn_child
 from .state import prepare_state
@@ -32,6 +35,7 @@ from .supervise import Progress, supervise
 __all__ = ["Sandbox", "SandboxError"]
 
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
+SERVICE_PORT = 8000  # a service's port in its own network namespace (any port is free there)
 
 
 class Sandbox:
@@ -89,6 +93,27 @@ class Sandbox:
             result = await self._run_now(job, env, progress)
             result.queued_s = queued_s
             return result
+
+    # --- services (service.py): long-running, confined like jobs --------------------------
+
+    def service_site(self, name: str) -> ServiceSite:
+        """Where a service named `name` will see things: build its spec's argv and env from it."""
+        sandboxed = self.view.sandboxed
+        return ServiceSite(sandboxed=sandboxed, python=self.view.layout.python,
+                           folder=self.view.job_dir(name), port=SERVICE_PORT if sandboxed else free_port())
+
+    def remove_stale_services(self) -> int:
+        """Remove the folders of services a previous server started (they died with it)."""
+        return service.sweep_stale(self.view.layout.jobs_dir)
+
+    async def start_service(self, spec: ServiceSpec) -> Service:
+        """Start `spec` in its own bubblewrap and cgroup, its host confined before it starts
+        the service; returns at once (readiness is the caller's: it knows the protocol)."""
+        if not self.isolation.sandboxed and not self.allow_unsandboxed:
+            raise SandboxError(f"refusing to start a service without isolation "
+                               f"({self.isolation.missing.get('bwrap')})")
+        return service.start(spec, view=self.view, cgroups=self.cgroups, isolation=self.isolation,
+                             limits=self.limits, device=self.device, masked=(self.state_dir,))
 
     def _follow_loop(self) -> None:
         """Used from a new event loop (a test runner's, a restarted server's): what belonged
@@ -223,6 +248,13 @@ class Sandbox:
             self._zygote.terminate()
             self._zygote = None
         self.cgroups.close()
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (the kernel's pick)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _network_reach(isolation: Isolation) -> str:

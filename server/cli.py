@@ -99,7 +99,7 @@ def serve(
 def _remove_stale_cgroups() -> None:
     """Servers killed without a shutdown leave cgroup folders: remove them before serving."""
     try:
-        from ..sandbox.cgroups import remove_stale_cgroups
+        from ..sandbox import remove_stale_cgroups
     except ImportError:
         return
     try:

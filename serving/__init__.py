@@ -5,6 +5,6 @@ generator, used by the launch_serve / serve_benchmark / stop_serve / list_serves
                   manager, one model runner, OpenAI-compatible HTTP API)
     adapters/     builtin, transformers, vllm, sglang, command: argv, accepted request
                   fields, metrics and profiling endpoints
-    lifecycle.py  engines started in their own bubblewrap + cgroup, reached through a UNIX socket
+    lifecycle.py  engines as sandbox services (Sandbox.start_service), ready when healthy
     loadgen/      datasets -> arrivals -> one timed stream -> a run -> vLLM's metric definitions
 """

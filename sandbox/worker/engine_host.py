@@ -1,6 +1,6 @@
 """Host of one serving engine inside the sandbox: confine, bridge, run the engine, report.
 
-Started by the parent (serving/lifecycle.py) as ``python -m ia_worker.engine_host
+Started by the parent (sandbox/service.py, for any service) as ``python -m ia_worker.engine_host
 <engine.json>`` inside its own bubblewrap (new user, PID, mount, IPC and network
 namespaces: the network has only loopback), already in the engine's own cgroup. The
 order is the security argument, as for a job child (harness.py):
@@ -8,7 +8,7 @@ order is the security argument, as for a job child (harness.py):
 1. read engine.json (written by the parent; nothing of the agent's has run yet);
 2. confine this process, so that everything it starts inherits it: Landlock (read only
    what the policy lists, write only the engine's own folder, TCP bind/connect only on
-   the engine's own port), seccomp (the job filter, but IPv4/IPv6 sockets allowed: the
+   the ports its spec lists), seccomp (the job filter, but IPv4/IPv6 sockets allowed: the
    namespace has only loopback), rlimits (file size, open files, no core dumps);
 3. listen on a UNIX socket in the engine's folder and relay every connection to the
    engine's loopback port: the host reaches the engine without the engine reaching the
@@ -52,7 +52,7 @@ def _confine(spec: dict) -> dict:
     rules = spec.get("landlock")
     if rules:
         layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"],
-                                                        tcp_ports=(int(spec["port"]),))
+                                                        tcp_ports=tuple(map(int, spec["tcp_ports"])))
     if spec.get("seccomp"):
         layers["seccomp_instructions"] = seccomp.apply_seccomp(seccomp.build_seccomp_filter(allow_inet=True))
     for which, value in ((resource.RLIMIT_FSIZE, spec["file_bytes"]), (resource.RLIMIT_NOFILE, spec["num_files"]),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import anyio
 
-from ...sandbox.triton_cache import TRUSTED_ZOO
+from ...sandbox import TRUSTED_ZOO
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs

@@ -304,7 +304,7 @@ async def _load(engine, payload: dict) -> str | None:
 
 def _engine_pid(engine) -> int | None:
     """The engine process's host pid: in its cgroup, neither bwrap nor the engine host."""
-    members = engine.cgroup.procs() if engine.cgroup is not None else set()
+    members = engine.service.pids()
     for pid in sorted(members):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
