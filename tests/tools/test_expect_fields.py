@@ -32,17 +32,22 @@ def test_every_tool_declares_its_expect_in_its_expect_fields_module():
 
 
 def test_catalogues_and_facts_are_built_only_in_expect_fields_modules():
-    """A Catalogue, Facts or ExpectFields built anywhere else is a second home (a schema, a judge)."""
+    """A Catalogue, Facts or ExpectFields built anywhere else is a second home (a schema, a judge);
+    the language (expect_eval) is read only through common/expect.py."""
     builders = {"Catalogue", "Facts", "ExpectFields"}
-    elsewhere = []
+    elsewhere, language = [], []
     for path in sorted(TOOLS_DIR.rglob("*.py")):
         relative = path.relative_to(TOOLS_DIR).as_posix()
-        if relative in EXPECT_HOMES or path.name == "expect_fields.py":
+        if relative in EXPECT_HOMES:
             continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in builders:
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("expect_eval"):
+                language.append(f"{relative}:{node.lineno}")
+            called = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+            if called in builders and path.name != "expect_fields.py":
                 elsewhere.append(f"{relative}:{node.lineno}")
     assert not elsewhere, f"expect built outside tools/<tool>/expect_fields.py: {elsewhere}"
+    assert not language, f"import the expect language from tools/common/expect.py: {language}"
 
 
 @pytest.fixture
@@ -96,3 +101,34 @@ async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, jud
         _assert_covers(facts, catalogue, name)
         if name == "compile_kernel":  # baseline.<field> names every kernel field of the baseline's kernel
             assert set(KERNEL_FIELDS) <= set(facts.baseline.fields)
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+async def test_serving_facts_cover_every_catalogued_field_on_a_real_call(workspace, judged):
+    """launch_serve, serve_benchmark (its criteria too, against a baseline) and stop_serve on the
+    built-in engine: each judged with a value slot for every name its catalogue offers."""
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+    from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+    build_tiny_checkpoint(workspace / "tiny")
+    server = build_server(workspace)
+    tools = discover_tools()
+    async with Client(server) as c:
+        launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}, expect=["1 == 1"])
+        handle = launched["handle"]
+        await call(c, "serve_benchmark", handle=handle, baseline_handle=handle, repeats=1, criteria=["1 == 1"],
+                   workload={"num_requests": 4, "input_len": 16, "output_len": 4, "seed": 3}, expect=["1 == 1"])
+        await call(c, "stop_serve", handle=handle, expect=["1 == 1"])
+    await server.aclose()
+    names = [catalogue for _, catalogue in judged]
+    # launch_serve judges once before it returns (so a bad condition stops the engine), once after
+    by_tool = {"launch_serve": 2, "serve_benchmark": 2, "stop_serve": 1}  # serve_benchmark: criteria, expect
+    expected = [tools[name].catalogue for name, n in by_tool.items() for _ in range(n)]
+    assert names == expected
+    for (facts, catalogue), name in zip(judged, [n for n, k in by_tool.items() for _ in range(k)], strict=True):
+        _assert_covers(facts, catalogue, name)
+        if name == "serve_benchmark":  # baseline.<field> names the same metrics of the baseline's run
+            assert set(catalogue.fields) <= set(facts.baseline.fields)
