@@ -312,7 +312,7 @@ async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
 
 
 async def _ran(tool: Tool, inp: ToolInput, ctx: ToolContext) -> tuple[ToolOutput, Any]:
-    """The tool's output and the evidence its expect facts read (None unless it handed some back)."""
+    """The tool's output and the evidence its expect facts read (None unless it gave some)."""
     ran = await tool.run(inp, ctx)
     out, evidence = (ran.output, ran.evidence) if isinstance(ran, WithEvidence) else (ran, None)
     if not isinstance(out, tool.output_model):

@@ -18,6 +18,7 @@ from infra_agent.tools.compile_kernel.expect_fields import KERNEL_FIELDS
 TOOLS_DIR = Path(tools_package.__file__).parent
 # Only these build catalogues and facts; everything else imports them.
 EXPECT_HOMES = {"common/expect.py", "common/expect_eval.py"}
+TORCH_ADD = "def add(x, y):\n    return x + y\n"
 
 
 def test_every_tool_declares_its_expect_in_its_expect_fields_module():
@@ -28,7 +29,8 @@ def test_every_tool_declares_its_expect_in_its_expect_fields_module():
             assert tool.expect is fields.EXPECT, name
             assert tool.catalogue is fields.CATALOGUE, name
         else:  # one module: the output's own plain fields, nothing hand-written
-            assert tool.expect is None and tool.catalogue is expect.plain_fields(tool.output_model).catalogue, name
+            plain = expect.plain_fields(tool.output_model)
+            assert tool.expect is None and tool.catalogue is plain.catalogue, name
 
 
 def test_catalogues_and_facts_are_built_only_in_expect_fields_modules():
@@ -43,7 +45,8 @@ def test_catalogues_and_facts_are_built_only_in_expect_fields_modules():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("expect_eval"):
                 language.append(f"{relative}:{node.lineno}")
-            called = isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None))
+            func = node.func if isinstance(node, ast.Call) else None
+            called = getattr(func, "id", getattr(func, "attr", None))
             if called in builders and path.name != "expect_fields.py":
                 elsewhere.append(f"{relative}:{node.lineno}")
     assert not elsewhere, f"expect built outside tools/<tool>/expect_fields.py: {elsewhere}"
@@ -65,25 +68,27 @@ def judged(monkeypatch):
 
 
 def _assert_covers(facts: expect.Facts, catalogue: expect.Catalogue, what: str) -> None:
-    assert set(catalogue.fields) <= set(facts.fields), (what, set(catalogue.fields) - set(facts.fields))
+    missing = set(catalogue.fields) - set(facts.fields)
+    assert not missing, (what, missing)
     if catalogue.scoped:
         assert facts.scopes, what
         for label, scoped in facts.scopes.items():
-            assert set(catalogue.scoped) <= set(scoped), (what, label, set(catalogue.scoped) - set(scoped))
+            assert not set(catalogue.scoped) - set(scoped), (what, label)
     own = catalogue.function_names - set(BUILTIN_FUNCTIONS)
     assert own <= set(facts.functions), (what, own - set(facts.functions))
 
 
 @pytest.mark.anyio
 async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, judged):
-    first = await call(zoo_client, "compile_kernel", kernel="rmsnorm", target="sm_90a", expect=["1 == 1"])
+    first = await call(zoo_client, "compile_kernel", kernel="rmsnorm", target="sm_90a")
     calls = [
+        # the baseline's kernel is compile_kernel's evidence; profile's, the judged events
         ("compile_kernel", {"kernel": "rmsnorm", "target": "sm_90a", "num_warps": 4,
-                            "baseline": first["experiment_id"]}),  # the baseline kernel is its evidence
+                            "baseline": first["experiment_id"]}),
         ("check_numerics", {"kernel": "vector_add", "trials": 1}),
-        ("microbench", {"kernel": "vector_add", "source": "def add(x, y):\n    return x + y\n", "entry": "add",
+        ("microbench", {"kernel": "vector_add", "source": TORCH_ADD, "entry": "add",
                         "baseline": "reference", "shapes": [{"N": 65536}], "budget_ms": 400}),
-        ("profile", {"kernel": "vector_add", "sample_threads": False}),  # evidence: the judged events
+        ("profile", {"kernel": "vector_add", "sample_threads": False}),
         ("describe_kernel", {"kernel": "rmsnorm", "include_source": False}),
         ("list_kernels", {}),
         ("list_experiments", {}),
@@ -99,7 +104,7 @@ async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, jud
         (facts, catalogue), = judged
         assert catalogue is tools[name].catalogue, name
         _assert_covers(facts, catalogue, name)
-        if name == "compile_kernel":  # baseline.<field> names every kernel field of the baseline's kernel
+        if name == "compile_kernel":  # baseline.<field>: the baseline kernel's fields
             assert set(KERNEL_FIELDS) <= set(facts.baseline.fields)
 
 
@@ -117,18 +122,20 @@ async def test_serving_facts_cover_every_catalogued_field_on_a_real_call(workspa
     server = build_server(workspace)
     tools = discover_tools()
     async with Client(server) as c:
-        launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}, expect=["1 == 1"])
+        launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"},
+                              expect=["1 == 1"])
         handle = launched["handle"]
-        await call(c, "serve_benchmark", handle=handle, baseline_handle=handle, repeats=1, criteria=["1 == 1"],
-                   workload={"num_requests": 4, "input_len": 16, "output_len": 4, "seed": 3}, expect=["1 == 1"])
+        await call(c, "serve_benchmark", handle=handle, baseline_handle=handle, repeats=1,
+                   workload={"num_requests": 4, "input_len": 16, "output_len": 4, "seed": 3},
+                   criteria=["1 == 1"], expect=["1 == 1"])
         await call(c, "stop_serve", handle=handle, expect=["1 == 1"])
     await server.aclose()
     names = [catalogue for _, catalogue in judged]
     # launch_serve judges once before it returns (so a bad condition stops the engine), once after
-    by_tool = {"launch_serve": 2, "serve_benchmark": 2, "stop_serve": 1}  # serve_benchmark: criteria, expect
-    expected = [tools[name].catalogue for name, n in by_tool.items() for _ in range(n)]
-    assert names == expected
-    for (facts, catalogue), name in zip(judged, [n for n, k in by_tool.items() for _ in range(k)], strict=True):
+    # serve_benchmark judges its criteria and its expect
+    order = ["launch_serve", "launch_serve", "serve_benchmark", "serve_benchmark", "stop_serve"]
+    assert names == [tools[name].catalogue for name in order]
+    for (facts, catalogue), name in zip(judged, order, strict=True):
         _assert_covers(facts, catalogue, name)
-        if name == "serve_benchmark":  # baseline.<field> names the same metrics of the baseline's run
+        if name == "serve_benchmark":  # baseline.<field>: the same metrics of the baseline's run
             assert set(catalogue.fields) <= set(facts.baseline.fields)

@@ -179,7 +179,8 @@ NOT_EVIDENCE = ("experiment_id", "summary", "artifacts", "hypothesis_answer")
 def plain_fields(output_model: type[BaseModel]) -> ExpectFields[None]:
     """The expect of a tool without an expect_fields.py: its output's top-level fields that are
     numbers, strings, true/false or lists, with their descriptions, read straight off the output."""
-    catalogue = Catalogue(fields={name: (info.description or "") for name, info in output_model.model_fields.items()
+    catalogue = Catalogue(fields={name: (info.description or "")
+                                  for name, info in output_model.model_fields.items()
                                   if name not in NOT_EVIDENCE and _is_plain(info.annotation)})
 
     def facts(inp: Any, out: BaseModel, evidence: None) -> Facts:
@@ -256,12 +257,14 @@ def summary_line(answer: HypothesisAnswer) -> str:
     if answer.answer == "supported":
         return f"Expect: supported ({total} of {total} conditions hold)."
     deciding = next(c for c in answer.conditions if c.answer == answer.answer)
-    cmp = next((c for c in deciding.comparisons if c.answer == answer.answer), deciding.comparisons[0])
+    cmp = next((c for c in deciding.comparisons if c.answer == answer.answer),
+               deciding.comparisons[0])
     where = f" at {cmp.scope}" if cmp.scope else ""
     numbers = f"{_shown(cmp.left)} vs {_shown(cmp.right)}{where}"
     if answer.answer == "contradicted":
         return f"Expect: contradicted, {deciding.condition!r} fails ({numbers})."
-    return f"Expect: inconclusive, {deciding.condition!r} cannot be decided ({numbers}: {cmp.reason})."
+    return (f"Expect: inconclusive, {deciding.condition!r} cannot be decided "
+            f"({numbers}: {cmp.reason}).")
 
 
 def _shown(value: Any) -> str:

@@ -47,10 +47,11 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     if trace is not None:
         out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
     out.summary = report.summary(out)
-    return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev, after the run
+    return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev
 
 
-def _judged(inp: Input, plan, raw: dict, watch) -> tuple[Output, judge.Evidence, list[tuple[str, bytes | str]]]:
+def _judged(inp: Input, plan, raw: dict,
+            watch) -> tuple[Output, judge.Evidence, list[tuple[str, bytes | str]]]:
     ev = judge.evidence(raw, watch)
     judge.check_names(ev, plan.range_filters, "ranges")
     judge.check_names(ev, [p for pair in plan.overlap for p in pair], "overlap")

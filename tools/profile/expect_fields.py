@@ -28,7 +28,8 @@ def facts(inp: Input, out: Output, ev: judge.Evidence) -> Facts:
         return judge.overlap_fraction(ev, *sets)
 
     return Facts(fields={"window_ms": out.window_ms, "finding_codes": out.finding_codes,
-                         "num_threads": out.num_threads}, functions={"overlap_fraction": overlap_fraction})
+                         "num_threads": out.num_threads},
+                 functions={"overlap_fraction": overlap_fraction})
 
 
 EXPECT = ExpectFields(CATALOGUE, facts)

@@ -79,7 +79,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine, and the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
-    out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the same language and facts as expect
+    out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the language and facts of expect
     out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")

@@ -1,5 +1,5 @@
-"""What serve_benchmark's criteria and `expect` conditions may name: the run's latencies, throughputs
-and engine phases, and with a baseline the same of the baseline's run.
+"""What serve_benchmark's criteria and `expect` conditions may name: the run's latencies,
+throughputs and engine phases, and with a baseline the same of the baseline's run.
 
 Each metric is the median over repeats with the [min, max] over repeats as its interval, for this
 run and for the baseline alike, so a criterion is decided only when the repeats of both agree
