@@ -30,9 +30,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic_core import PydanticCustomError
 
 from ..kernels.workspace import MAX_PATH_CHARS, excerpt
-from .common.answer import catalogue_of, facts_of, summary_line
 from .common.errors import AgentError  # noqa: F401 - re-exported: tools import it from here
-from .common.expect import LANGUAGE, Catalogue, Facts, HypothesisAnswer, check, judge, parse
+from .common.expect import (
+    LANGUAGE,
+    Catalogue,
+    ExpectFields,
+    HypothesisAnswer,
+    WithEvidence,
+    answer,
+    check,
+    parse,
+    plain_fields,
+    summary_line,
+)
 
 # Argument limits, the same for every tool (README "Limits" lists them). A field that
 # declares its own max_length keeps it; every other field gets the limit of its kind.
@@ -264,20 +274,24 @@ class Tool:
     description: str
     input_model: type[ToolInput]
     output_model: type[ToolOutput]
-    run: Callable[[Any, ToolContext], Awaitable[ToolOutput]]
+    # Returns the Output, or WithEvidence(output, evidence) when its expect facts read more than it.
+    run: Callable[[Any, ToolContext], Awaitable[ToolOutput | WithEvidence]]
     read_only: bool = True
     idempotent: bool = False
     open_world: bool = False
     # Which argument names a kernel (for ledger filters); None if the tool has none.
     kernel_field: str | None = "kernel"
-    # What `expect` may name, and how to read it off one call: (inp, out) -> Facts. Default: the
-    # output's own top-level fields that are numbers, strings, true/false or lists.
-    expect_catalogue: Catalogue | None = None
-    expect_facts: Callable[[Any, Any], Facts] | None = None
+    # What `expect` may name and how to read it off one call (tools/<tool>/expect_fields.py).
+    # Default: the output's own top-level fields that are numbers, strings, true/false or lists.
+    expect: ExpectFields | None = None
+
+    @property
+    def expect_fields(self) -> ExpectFields:
+        return self.expect or plain_fields(self.output_model)
 
     @property
     def catalogue(self) -> Catalogue:
-        return self.expect_catalogue or catalogue_of(self.output_model)
+        return self.expect_fields.catalogue
 
     @property
     def full_description(self) -> str:
@@ -290,11 +304,17 @@ async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
     """One call: the expect conditions are checked before anything runs, judged over the output after."""
     check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline(),
           described_at=f"the resource expect://{tool.name}")
-    out = await tool.run(inp, ctx)
-    if not isinstance(out, tool.output_model):
-        out = tool.output_model.model_validate(out)
+    out, evidence = await _ran(tool, inp, ctx)
     if inp.expect:
-        facts = tool.expect_facts(inp, out) if tool.expect_facts else facts_of(out)
-        out.hypothesis_answer = judge(inp.expect, facts, tool.catalogue)
+        out.hypothesis_answer = answer(inp.expect, tool.expect_fields, inp, out, evidence)
         out.summary = f"{out.summary.rstrip('.')}. {summary_line(out.hypothesis_answer)}"
     return out
+
+
+async def _ran(tool: Tool, inp: ToolInput, ctx: ToolContext) -> tuple[ToolOutput, Any]:
+    """The tool's output and the evidence its expect facts read (None unless it gave some)."""
+    ran = await tool.run(inp, ctx)
+    out, evidence = (ran.output, ran.evidence) if isinstance(ran, WithEvidence) else (ran, None)
+    if not isinstance(out, tool.output_model):
+        out = tool.output_model.model_validate(out)
+    return out, evidence

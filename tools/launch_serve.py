@@ -8,9 +8,8 @@ from pydantic import Field
 
 from ..serving.adapters import ADAPTERS, EngineArgs
 from .base import Tool, ToolContext, ToolInput, ToolOutput
-from .common.answer import facts_of
 from .common.engines import engine_label, start_engine
-from .common.expect import judge
+from .common.expect import answer
 
 
 class Input(ToolInput):
@@ -46,7 +45,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                   f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
                   "exits)")
     try:  # judged again after this returns; a condition that cannot be judged must not orphan the engine
-        judge(inp.expect, facts_of(out), TOOL.catalogue)
+        answer(inp.expect, TOOL.expect_fields, inp, out)
     except Exception:
         await ctx.engines.stop(eng.handle, how="after its expect could not be judged")
         raise

@@ -19,7 +19,7 @@ from ...sandbox import TRUSTED_ZOO
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs
-from .expect_fields import CATALOGUE, facts
+from .expect_fields import EXPECT
 from .plan import make_plan
 from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -129,8 +129,7 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    expect_catalogue=CATALOGUE,
-    expect_facts=facts,
+    expect=EXPECT,
     read_only=True,
     idempotent=False,
 )

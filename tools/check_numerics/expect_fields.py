@@ -8,7 +8,7 @@ output (its verdict still fails).
 
 from __future__ import annotations
 
-from ..common.expect import Catalogue, Facts
+from ..common.expect import Catalogue, ExpectFields, Facts
 from .schema import CaseReport, ErrorStats, Input, Output, PartitionReport
 
 ERROR_FIELDS = ("rel_l2_error", "max_abs_error", "max_rel_error", "ulp_p50", "ulp_p99", "ulp_max",
@@ -42,7 +42,7 @@ CATALOGUE = Catalogue(
 )
 
 
-def facts(inp: Input, out: Output) -> Facts:
+def facts(inp: Input, out: Output, evidence: None) -> Facts:
     fields = {
         "verdict": out.verdict,
         "finding_codes": sorted({f.code for f in out.findings}),
@@ -69,3 +69,6 @@ def _case_fields(case: CaseReport) -> dict:
         **{name: partition.get(name) for name in PARTITION_FIELDS},
         "triton_launches": case.triton_launches,
     }
+
+
+EXPECT = ExpectFields(CATALOGUE, facts)

@@ -11,23 +11,33 @@ every case): it is contradicted if any scope contradicts it, inconclusive if any
 cannot decide, supported otherwise. The conditions of one call all have to hold.
 
 A tool gives a field an uncertainty interval by handing a `Measured(value, low, high)`;
-a comparison whose interval straddles the threshold is inconclusive. Syntax and
-semantics: tools/common/expect_eval.py.
+a comparison whose interval straddles the threshold is inconclusive.
+
+This is the one module tools and the server import for `expect`. Each tool with fields of its
+own declares them in tools/<tool>/expect_fields.py as an `ExpectFields`: its catalogue and
+`facts(inp, out, evidence)`, where evidence is what the judge knew beyond the output (handed
+back by run() as `WithEvidence`); a tool without one gets its output's plain top-level fields
+(`plain_fields`). The language itself (syntax, interval arithmetic, three-valued comparison)
+is tools/common/expect_eval.py, which nothing else imports.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Callable, Generic, Literal, NamedTuple, TypeVar
 
 from pydantic import BaseModel, Field
 
 from ...kernels.workspace import excerpt
 from .expect_eval import BUILTIN_FUNCTIONS, GRAMMAR, Evaluator, ExpectError, Measured, Missing, names_in, parse, plain
 
-__all__ = ["Catalogue", "Facts", "HypothesisAnswer", "ConditionResult", "ComparisonResult", "ExpectError",
-           "Measured", "LANGUAGE", "check", "judge"]
+__all__ = ["Catalogue", "Facts", "ExpectFields", "WithEvidence", "HypothesisAnswer", "ConditionResult",
+           "ComparisonResult", "ExpectError", "Measured", "LANGUAGE", "check", "judge", "answer", "parse",
+           "plain_fields", "summary_line"]
 
 Answer = Literal["supported", "contradicted", "inconclusive"]
 
@@ -139,6 +149,57 @@ class Facts:
     baseline: Facts | None = None
 
 
+Evidence = TypeVar("Evidence")
+
+
+@dataclass(frozen=True)
+class ExpectFields(Generic[Evidence]):
+    """A tool's `expect`: what its conditions may name, and how to read those values off one call.
+    `facts(inp, out, evidence)` gets everything it reads as arguments: evidence is what the tool's
+    judge knew beyond its output (None for a tool whose output says it all)."""
+
+    catalogue: Catalogue
+    facts: Callable[[Any, Any, Evidence], Facts]
+
+
+class WithEvidence(NamedTuple):
+    """What a tool's run() returns when its expect facts read more than the output (profile's judged
+    events, for any overlap_fraction pair; compile_kernel's baseline kernel): the harness judges
+    `expect` after the run, so the evidence travels with the output instead of inside it."""
+
+    output: Any  # the tool's Output
+    evidence: Any
+
+
+# Bookkeeping every output has; not evidence about the hypothesis.
+NOT_EVIDENCE = ("experiment_id", "summary", "artifacts", "hypothesis_answer")
+
+
+@functools.cache
+def plain_fields(output_model: type[BaseModel]) -> ExpectFields[None]:
+    """The expect of a tool without an expect_fields.py: its output's top-level fields that are
+    numbers, strings, true/false or lists, with their descriptions, read straight off the output."""
+    catalogue = Catalogue(fields={name: (info.description or "")
+                                  for name, info in output_model.model_fields.items()
+                                  if name not in NOT_EVIDENCE and _is_plain(info.annotation)})
+
+    def facts(inp: Any, out: BaseModel, evidence: None) -> Facts:
+        return Facts(fields=out.model_dump(mode="json", include=set(catalogue.fields)))
+
+    return ExpectFields(catalogue, facts)
+
+
+def _is_plain(annotation: Any) -> bool:
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return all(_is_plain(a) for a in typing.get_args(annotation) if a is not type(None))
+    if origin is Literal:
+        return True
+    if origin is list:
+        return True  # compared with in / not in, or counted with len()
+    return annotation in (int, float, str, bool)
+
+
 MAX_LISTED_NAMES_CHARS = 2_500  # of an error naming what a tool offers (errors are cut at 4,000)
 
 
@@ -180,6 +241,34 @@ def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> H
     check(conditions, catalogue, has_baseline=facts.baseline is not None)
     results = [_judge_condition(c, facts, catalogue) for c in conditions]
     return HypothesisAnswer(answer=_conjunction([r.answer for r in results]), conditions=results)
+
+
+def answer(conditions: list[str] | None, fields: ExpectFields, inp: Any, out: Any,
+           evidence: Any = None) -> HypothesisAnswer:
+    """One call's conditions judged over the facts its tool reads off the output and evidence."""
+    if not conditions:
+        return HypothesisAnswer()
+    return judge(conditions, fields.facts(inp, out, evidence), fields.catalogue)
+
+
+def summary_line(answer: HypothesisAnswer) -> str:
+    """The answer in one sentence for the summary, naming the first condition that decided it."""
+    total = len(answer.conditions)
+    if answer.answer == "supported":
+        return f"Expect: supported ({total} of {total} conditions hold)."
+    deciding = next(c for c in answer.conditions if c.answer == answer.answer)
+    cmp = next((c for c in deciding.comparisons if c.answer == answer.answer),
+               deciding.comparisons[0])
+    where = f" at {cmp.scope}" if cmp.scope else ""
+    numbers = f"{_shown(cmp.left)} vs {_shown(cmp.right)}{where}"
+    if answer.answer == "contradicted":
+        return f"Expect: contradicted, {deciding.condition!r} fails ({numbers})."
+    return (f"Expect: inconclusive, {deciding.condition!r} cannot be decided "
+            f"({numbers}: {cmp.reason}).")
+
+
+def _shown(value: Any) -> str:
+    return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
 def _judge_condition(condition: str, facts: Facts, catalogue: Catalogue) -> ConditionResult:

@@ -10,15 +10,16 @@ numbers) -> report (diff against a baseline, notes, one summary line).
 from __future__ import annotations
 
 from ..base import AgentError, Tool, ToolContext
+from ..common.expect import WithEvidence
 from . import jobs, plan
-from .expect_fields import CATALOGUE, facts
+from .expect_fields import EXPECT
 from .judge import judge
 from .occupancy import Target
 from .report import describe, describe_changes, diff, emitted_arch, notes
 from .schema import Input, KernelResources, Output
 
 
-async def run(inp: Input, ctx: ToolContext) -> Output:
+async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     target = plan.resolve_target(inp.target)
     request = plan.plan_job(inp, ctx, target)
     raw, out_dir, cached = await jobs.compile(ctx, request, inp.timeout_s)
@@ -30,16 +31,16 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                  kernels=kernels, cached=cached, compile_s=round(raw.get("compile_s", 0.0), 3))
     out.notes = notes(raw, out_dir, kernels)
     summary = describe(arch, kernels[0], request["what"])
+    base: KernelResources | None = None  # what expect's baseline.<field> reads
     if inp.baseline is not None:
         base_kernels, out.baseline = await _baseline(inp, ctx, target)
         base = next((b for b in base_kernels if b.name == kernels[0].name), base_kernels[0])
         out.diff = diff(base, kernels[0])
-        out._baseline_kernel = base
         summary += f"; vs {out.baseline}: {describe_changes(out.diff, kernels[0])}"
     if cached:
         summary += " (cached)"
     out.summary = summary
-    return out
+    return WithEvidence(out, base)
 
 
 async def _baseline(inp: Input, ctx: ToolContext, target: Target) -> tuple[list[KernelResources], str]:
@@ -76,8 +77,7 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    expect_catalogue=CATALOGUE,
-    expect_facts=facts,
+    expect=EXPECT,
     read_only=True,
     idempotent=True,
 )

@@ -10,9 +10,8 @@ bytes on AMD) is null, so a condition on it is inconclusive.
 
 from __future__ import annotations
 
-from ..common.expect import Catalogue, Facts
-from ..common.expect_eval import ExpectError
-from .schema import InstructionMix, KernelResources, LaunchShape, Occupancy, Output
+from ..common.expect import Catalogue, ExpectError, ExpectFields, Facts
+from .schema import Input, InstructionMix, KernelResources, LaunchShape, Occupancy, Output
 
 RESOURCE_FIELDS = ("registers_per_thread", "shared_memory_bytes", "static_shared_memory_bytes",
                    "dynamic_shared_memory_bytes", "local_memory_bytes", "stack_frame_bytes", "spill_stores_bytes",
@@ -56,10 +55,10 @@ CATALOGUE = Catalogue(fields={
 })
 
 
-def facts(inp, out: Output) -> Facts:
+def facts(inp: Input, out: Output, base: KernelResources | None) -> Facts:
+    """`base`: the baseline's kernel the diff compared against (run() hands it back), or None."""
     fields = {**kernel_fields(out.kernels[0]), "kernel_name": out.kernels[0].name, "num_kernels": len(out.kernels),
               "target": out.target, "arch": out.arch, "cached": out.cached, "compile_s": out.compile_s}
-    base = out.baseline_kernel
     functions = {"constexpr": _constexpr_of(out.kernels[0], "this kernel"),
                  "baseline_constexpr": _constexpr_of(base, "the baseline's kernel")}
     return Facts(fields=fields, functions=functions,
@@ -95,3 +94,6 @@ def kernel_fields(k: KernelResources) -> dict:
         "loops": len(k.loops),
         "loops_with_unknown_trip_count": sum(1 for loop in k.loops if loop.trip_count is None),
     }
+
+
+EXPECT = ExpectFields(CATALOGUE, facts)

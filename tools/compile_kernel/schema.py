@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from ..base import ToolInput, ToolOutput
 from ..common.diff import Change
@@ -219,9 +219,3 @@ class Output(ToolOutput):
     baseline: str | None = Field(None, description="What the diff compares against.")
     diff: list[Change] = Field(default_factory=list, description="Fields that differ from the baseline "
                                "(first kernel of each): registers, spills, smem, occupancy, instruction counts.")
-    # The baseline's kernel the diff compared against: what expect's baseline.<field> reads.
-    _baseline_kernel: KernelResources | None = PrivateAttr(default=None)
-
-    @property
-    def baseline_kernel(self) -> KernelResources | None:
-        return self._baseline_kernel

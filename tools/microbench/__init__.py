@@ -17,7 +17,7 @@ from ..base import AgentError, Tool, ToolContext
 from ..common.peaks import device_peaks
 from ..common.tolerance import resolve_tolerance
 from . import jobs, plan
-from .expect_fields import CATALOGUE, facts
+from .expect_fields import EXPECT
 from .judge import overall, shape_result
 from .report import cpu_counters, disturbances, page_fault_notes, plot_rows, summary
 from .schema import Input, Output
@@ -100,8 +100,7 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    expect_catalogue=CATALOGUE,
-    expect_facts=facts,
+    expect=EXPECT,
     read_only=True,
     idempotent=False,
     open_world=False,

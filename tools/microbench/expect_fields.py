@@ -8,7 +8,7 @@ interval of the ratio against 0.95; alone, it spans the median +- 1.96 standard 
 
 from __future__ import annotations
 
-from ..common.expect import Catalogue, Facts, Measured
+from ..common.expect import Catalogue, ExpectFields, Facts, Measured
 from .schema import ArmResult, Input, Output, ShapeResult
 
 Z_95 = 1.96
@@ -41,7 +41,7 @@ CATALOGUE = Catalogue(
 )
 
 
-def facts(inp: Input, out: Output) -> Facts:
+def facts(inp: Input, out: Output, evidence: None) -> Facts:
     fields = {"verdict": out.verdict, "num_shapes": len(out.shapes), "disturbances": out.disturbances,
               "triton_compiles": out.triton_compiles}
     scopes, baseline_scopes = {}, {}
@@ -77,3 +77,6 @@ def _median(r: ShapeResult) -> Measured:
         return Measured(median, r.ci_low * base, r.ci_high * base)
     half = Z_95 * r.candidate.median_rel_se_pct / 100 * median
     return Measured(median, median - half, median + half)
+
+
+EXPECT = ExpectFields(CATALOGUE, facts)

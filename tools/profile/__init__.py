@@ -15,17 +15,19 @@ import time
 from pathlib import Path
 
 from ..base import Tool, ToolContext
+from ..common.expect import WithEvidence
 from . import findings as find
 from . import judge, report
+from .expect_fields import EXPECT
 from .jobs import check_result, run_profile_job, run_serve_window
 from .plan import make_plan
-from .schema import CATALOGUE, Input, Output, expect_facts
+from .schema import Input, Output
 
 GPU_NOTE = ("kernel times from CUPTI; Nsight Compute speed-of-light and memory metrics are not collected by this "
             "tool yet (scripts/gpu_profile_check.py says whether this host lets ncu read the counters)")
 
 
-async def run(inp: Input, ctx: ToolContext) -> Output:
+async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     plan = make_plan(inp, ctx)
     trace = None
     with tempfile.TemporaryDirectory(prefix="infra-agent-profile-") as scratch:
@@ -38,17 +40,18 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             raw = check_result(result, plan)
         # judging is CPU work over tens of thousands of events: off the event loop, so others get answers
         started = time.monotonic()
-        out, files = await asyncio.to_thread(_judged, inp, plan, raw, watch)
+        out, ev, files = await asyncio.to_thread(_judged, inp, plan, raw, watch)
         watch.phases_ms["judge"] = 1e3 * (time.monotonic() - started)
     out.phases_ms = {k: round(v, 1) for k, v in watch.phases_ms.items()}
     out.artifacts = [ctx.artifact(name, data) for name, data in files]
     if trace is not None:
         out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
     out.summary = report.summary(out)
-    return out
+    return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev
 
 
-def _judged(inp: Input, plan, raw: dict, watch) -> tuple[Output, list[tuple[str, bytes | str]]]:
+def _judged(inp: Input, plan, raw: dict,
+            watch) -> tuple[Output, judge.Evidence, list[tuple[str, bytes | str]]]:
     ev = judge.evidence(raw, watch)
     judge.check_names(ev, plan.range_filters, "ranges")
     judge.check_names(ev, [p for pair in plan.overlap for p in pair], "overlap")
@@ -68,11 +71,10 @@ def _judged(inp: Input, plan, raw: dict, watch) -> tuple[Output, list[tuple[str,
         overlaps=overlaps, contention=contention, findings=found, finding_codes=[f.code for f in found],
         python_stacks=stacks, load=plan.load, notes=list(inp._notes))
     out.num_threads = len(out.threads)
-    out._overlap_fraction = lambda a, b: judge.overlap_fraction(ev, a, b)  # expect: any pair, judged afterwards
     pid = int(raw.get("pid") or 0) if isinstance(raw.get("pid"), int) else 0
     files = [("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
              ("timeline.png", report.timeline_png(ev))]
-    return out, files
+    return out, ev, files
 
 
 TOOL = Tool(
@@ -99,6 +101,5 @@ TOOL = Tool(
     idempotent=False,
     open_world=False,
     kernel_field="kernel",
-    expect_catalogue=CATALOGUE,
-    expect_facts=expect_facts,
+    expect=EXPECT,
 )

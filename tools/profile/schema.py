@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
 from ..base import ToolInput, ToolOutput
-from ..common.expect import Catalogue, ExpectError, Facts
 
 MIN_WINDOW_S = 0.1  # the shortest serve window: ~100 /proc rounds and 10+ py-spy samples at its lowest rate
 
@@ -225,25 +224,3 @@ class Output(ToolOutput):
                                         "stopping, and engine_export: the window written out), read_window; "
                                         "else job (the sandbox job); judge in both.")
     notes: list[str] = Field(default_factory=list, description="How the input was read (e.g. an alias).")
-    _overlap_fraction: Any = PrivateAttr(default=None)  # (a, b) -> fraction, for expect's overlap_fraction()
-
-
-CATALOGUE = Catalogue(
-    fields={"window_ms": "profiled wall time, ms", "finding_codes": "the findings' codes (a list)",
-            "num_threads": "threads seen"},
-    functions={"overlap_fraction(a, b)": "share of range set a's active time during which set b was active too, "
-               "0..1 (running basis when threads were sampled); a and b are range names joined by | "
-               "(wildcards * and ?), "
-               "e.g. overlap_fraction('kv_transfer', 'dispatch|combine') >= 0.5"},
-)
-
-
-def expect_facts(inp: Input, out: Output) -> Facts:
-    def overlap_fraction(*sets):
-        if len(sets) != 2 or not all(isinstance(s, str) for s in sets):
-            raise ExpectError("overlap_fraction takes two range sets as strings, e.g. "
-                              "overlap_fraction('kv_transfer', 'dispatch|combine') >= 0.5")
-        return out._overlap_fraction(*sets)
-
-    return Facts(fields={"window_ms": out.window_ms, "finding_codes": out.finding_codes,
-                         "num_threads": out.num_threads}, functions={"overlap_fraction": overlap_fraction})

@@ -20,7 +20,8 @@ from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, live_engine, start_engine
 from . import engine_truth, jobs, plan, report, undecided
-from .judge import CATALOGUE, aggregate, attribution, facts, latency_table, repeat_metrics
+from .expect_fields import CATALOGUE, EXPECT
+from .judge import aggregate, attribution, latency_table, repeat_metrics
 from .schema import Input, Output
 
 
@@ -78,7 +79,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine, and the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
-    out.criteria = expect.judge(inp.criteria, _expect_facts(inp, out), CATALOGUE)
+    out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the language and facts of expect
     out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
@@ -136,10 +137,6 @@ def _last_repeat(jsonl: str) -> list[dict]:
     return [r for r in rows if r["repeat"] == last]
 
 
-def _expect_facts(inp: Input, out: Output):
-    return facts(out.metrics, out.spread, out.baseline_metrics, out.baseline_spread)
-
-
 TOOL = Tool(
     name="serve_benchmark",
     title="Load-test a serving engine",
@@ -157,6 +154,5 @@ TOOL = Tool(
     idempotent=False,
     open_world=False,
     kernel_field=None,
-    expect_catalogue=CATALOGUE,
-    expect_facts=_expect_facts,
+    expect=EXPECT,
 )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from ..common.expect import Catalogue, Facts, Measured
 from .jobs import Repeat
 from .phases import PHASE_METRIC
 from .schema import LATENCIES, STATS, LatencyRow, PhaseChange, RepeatMetrics
@@ -26,20 +25,6 @@ COUNTS = ("completed", "failed", "request_throughput", "output_throughput", "tot
 PHASES = ("queue_ms", "prefill_ms", "decode_ms", "kv_transfer_ms", "engine_ttft_ms", "preemptions",
           "prefix_cache_hit_rate")
 METRICS = tuple(f"{lat}_{s}" for lat in LATENCIES for s in STATS) + COUNTS + PHASES
-
-CATALOGUE = Catalogue(fields={
-    **{f"{lat}_{s}": f"{lat.upper()} {s} over the run's requests, ms (median over repeats, [min, max] over "
-       "repeats as its interval)" for lat in LATENCIES for s in STATS},
-    "completed": "requests that streamed text", "failed": "requests that failed",
-    "request_throughput": "completed requests/s", "output_throughput": "output tokens/s",
-    "total_token_throughput": "prompt + output tokens/s", "goodput": "requests/s meeting every SLO",
-    "slo_attainment_pct": "share of requests meeting every SLO, %",
-    "queue_ms": "engine: arrival to first scheduled, ms per request", "prefill_ms": "engine: first scheduled to "
-    "first token, ms per request", "decode_ms": "engine: first to last token, ms per request",
-    "kv_transfer_ms": "engine: prefill-to-decode KV hand-over, ms per request (disaggregated mode)",
-    "engine_ttft_ms": "engine-side TTFT, ms per request: arrival to the first token the client can have "
-    "(queue + prefill, + KV transfer in disaggregated mode)", "preemptions": "preemptions in the run",
-    "prefix_cache_hit_rate": "prompt tokens found in the prefix cache, 0-1"})
 
 NEXT_STEP = {
     "queue_ms": "requests wait for a batch slot: raise max_num_seqs or max_num_batched_tokens, or compare at a "
@@ -103,19 +88,6 @@ def latency_table(metrics: dict, spread: dict) -> list[LatencyRow]:
                        **{s: None if metrics.get(f"{lat}_{s}") is None else round(metrics[f"{lat}_{s}"], 3)
                           for s in STATS})
             for lat in LATENCIES]
-
-
-def facts(metrics: dict, spread: dict, baseline: dict | None, baseline_spread: dict | None = None) -> Facts:
-    """This run's metrics and the baseline's, each with its [min, max] over repeats: a criterion is
-    decided only when the two runs' spreads agree (serving numbers move between runs far more than
-    a kernel's timings do: judged against the baseline's median alone, A/A failed 7 runs in 10 here)."""
-    return Facts(fields=_measured(metrics, spread),
-                 baseline=Facts(fields=_measured(baseline, baseline_spread or {})) if baseline is not None else None)
-
-
-def _measured(metrics: dict, spread: dict) -> dict:
-    return {k: (Measured(v, *spread[k]) if v is not None and k in spread and spread[k][0] != spread[k][1] else v)
-            for k, v in metrics.items()}
 
 
 # What each end-to-end latency is made of, engine-side: TTFT = queue + prefill (+ the KV hand-over

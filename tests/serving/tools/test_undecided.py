@@ -5,7 +5,7 @@ intervals shrunk as the estimate assumes decide the criterion; a little less shr
 import math
 
 from infra_agent.tools.common.expect import Facts, Measured, judge
-from infra_agent.tools.serve_benchmark.judge import CATALOGUE
+from infra_agent.tools.serve_benchmark.expect_fields import CATALOGUE
 from infra_agent.tools.serve_benchmark.undecided import explain
 
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"

@@ -27,9 +27,9 @@ def _ab_output(ci: tuple[float, float]) -> Output:
                                           ((0.96, 0.99), "contradicted")])
 def test_a_b_conditions_are_judged_by_the_ratio_ci(ci, expected):
     inp = Input(kernel="rmsnorm", baseline="reference")
-    answer = judge(["median_ms <= 0.95 * baseline.median_ms"], facts(inp, _ab_output(ci)), CATALOGUE)
+    answer = judge(["median_ms <= 0.95 * baseline.median_ms"], facts(inp, _ab_output(ci), None), CATALOGUE)
     assert answer.answer == expected  # the same call as the ratio's CI against 0.95
-    assert judge(["ratio <= 0.95"], facts(inp, _ab_output(ci)), CATALOGUE).answer == expected
+    assert judge(["ratio <= 0.95"], facts(inp, _ab_output(ci), None), CATALOGUE).answer == expected
     cmp = answer.conditions[0].comparisons[0]
     assert cmp.left == 0.93 and cmp.left_interval == pytest.approx(list(ci)) and cmp.right == pytest.approx(0.95)
 
