@@ -33,7 +33,7 @@ def group_dir(root: Path, group: str) -> Path:
 def seed(root: Path, group: str, job_cache: Path) -> set[str]:
     """Copy the group's entries into a job's (empty) Triton cache folder; their names."""
     source = group_dir(root, group)
-    seeded = set()
+    seeded: set[str] = set()
     if not source.is_dir():
         return seeded
     job_cache.mkdir(parents=True, exist_ok=True)

@@ -286,10 +286,11 @@ def agent(
     Exit codes: 0 the model answered, 3 a budget ended the run, 1 the model API failed, 2 bad command line."""
     from .agent.command import run_from_command_line
 
-    options = dict(base_url=base_url, model=model, goal=goal, api_key_env=api_key_env, max_steps=max_steps,
-                   max_tokens_total=max_tokens_total, max_time_s=max_time_s, max_tool_calls=max_tool_calls,
-                   tools=tools, transcript=transcript, extra_body=extra_body, max_retries=max_retries,
-                   max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars)
+    options: dict[str, Any] = dict(
+        base_url=base_url, model=model, goal=goal, api_key_env=api_key_env, max_steps=max_steps,
+        max_tokens_total=max_tokens_total, max_time_s=max_time_s, max_tool_calls=max_tool_calls,
+        tools=tools, transcript=transcript, extra_body=extra_body, max_retries=max_retries,
+        max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars)
     try:
         code = run_from_command_line(lambda: _build(workspace, allow_unsandboxed), **options)
     except ValueError as exc:  # bad --extra-body, or --tools naming a tool this server does not have

@@ -60,7 +60,8 @@ def _json_type(value: Any) -> str:
         return "boolean"
     if isinstance(value, (int, float)):
         return "number"
-    return {str: "string", dict: "object", list: "array"}.get(type(value), "unknown")
+    kinds: dict[type, str] = {str: "string", dict: "object", list: "array"}
+    return kinds.get(type(value), "unknown")
 
 
 def _admitted_types(prop: dict) -> set[str]:

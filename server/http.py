@@ -82,7 +82,8 @@ class _GracefulServer(uvicorn.Server):
 async def serve_http(server, sock: socket.socket, token: str | None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
     host, port = sock.getsockname()[:2]
     app = build_app(server, host, token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=grace_s)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on",  # uvicorn waits on a float too
+                            timeout_graceful_shutdown=grace_s)  # type: ignore[arg-type]
     uv = _GracefulServer(config, server)
     try:
         await _announce(server, host, port, token)

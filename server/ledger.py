@@ -187,7 +187,7 @@ class Ledger:
     def query(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
               exclude_tools: tuple[str, ...] = (), run_id: str | None = None, limit: int = 20) -> list[dict]:
         """Newest first."""
-        where, params = [], []
+        where, params = list[str](), list[object]()
         for column, value in (("tool", tool), ("kernel", kernel), ("run_id", run_id)):
             if value:
                 where.append(f"{column} = ?")

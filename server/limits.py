@@ -9,7 +9,7 @@ with a note in the summary) and the full result is kept as an artifact.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, overload
 
 from ..tools.base import MAX_CODE_CHARS, MAX_TEXT_CHARS
 
@@ -20,6 +20,10 @@ MAX_FULL_REPLY_CHARS = 64_000_000  # the reply.json artifact a truncated reply p
 ENVELOPE = ("experiment_id", "summary", "artifacts")  # never cut: they say where the rest is
 
 
+@overload
+def utf8_text(value: str) -> str: ...
+@overload
+def utf8_text(value: None) -> None: ...
 def utf8_text(value: str | None) -> str | None:
     """Text that encodes as UTF-8 (what SQLite and every transport need): a lone UTF-16
     surrogate, which an in-process client can send inside an object key, becomes its escape."""

@@ -92,7 +92,7 @@ def _kinds(annotation: Any) -> set[type]:
 def _bound_field(name: str, info: Any) -> bool:
     """Give one field the default limits of its kind; True if anything was added."""
     have = {type(m) for m in info.metadata}
-    kinds, added = _kinds(info.annotation), []
+    kinds, added = _kinds(info.annotation), list[object]()
     if kinds & {str, list, dict} and annotated_types.MaxLen not in have:
         added.append(annotated_types.MaxLen(_limit_for(name) if str in kinds else MAX_ITEMS))
     if kinds & {int, float} and not have & {annotated_types.Le, annotated_types.Lt}:
@@ -212,12 +212,17 @@ class ToolOutput(BaseModel):
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
 
 
+# The members below are read-only properties: a plain `name: type` member would demand
+# a settable attribute of exactly that type, which the sandbox's frozen Limits and its
+# computed Isolation.level are not (mypy checks CallContext against ToolContext).
 class JobLimits(Protocol):
-    memory_bytes: int  # the per-job memory cap (a cgroup), bytes
+    @property
+    def memory_bytes(self) -> int: ...  # the per-job memory cap (a cgroup), bytes
 
 
 class Isolation(Protocol):
-    level: str  # what is in force, e.g. "full", "partial", "none"
+    @property
+    def level(self) -> str: ...  # what is in force, e.g. "full", "partial", "none"
 
     def as_dict(self) -> dict: ...
 
@@ -226,9 +231,14 @@ class Sandbox(Protocol):
     """What tools use of infra_agent.sandbox.Sandbox: run a job, name a workspace file
     as a job sees it, and the facts a plan needs (device, limits, isolation)."""
 
-    device: str  # "cuda" or "cpu": where jobs run
-    limits: JobLimits
-    isolation: Isolation
+    @property
+    def device(self) -> str: ...  # "cuda" or "cpu": where jobs run
+
+    @property
+    def limits(self) -> JobLimits: ...
+
+    @property
+    def isolation(self) -> Isolation: ...
 
     async def run(self, job: Job, progress: Progress | None = None) -> JobResult: ...
 

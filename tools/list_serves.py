@@ -38,7 +38,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     running = [f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
                for e, s in zip(engines, serves) if s.alive]
     text = f"{len(running)} engine(s) running" + (": " + "; ".join(running) if running else "")
-    text += "".join(f"; {s.handle} ({s.engine}) is dead: {s.exit_cause.splitlines()[0]}"
+    text += "".join(f"; {s.handle} ({s.engine}) is dead: "
+                    f"{(s.exit_cause or 'unknown cause').splitlines()[0]}"
                     for s in serves if not s.alive)
     if ctx.engines.stopped:
         text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})"

@@ -26,12 +26,13 @@ class ToolCall:
 def parse_tool_calls(message: dict, offered: set[str], step: int) -> list[ToolCall]:
     """The assistant message's tool calls, each either runnable or with the error the
     model will see. Never raises: a model's malformed output is the model's to fix."""
-    calls = []
+    calls: list[ToolCall] = []
     for index, item in enumerate(message.get("tool_calls") or []):
         function = item.get("function") if isinstance(item, dict) else None
         function = function if isinstance(function, dict) else {}
         call_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"] else ""
-        name = function.get("name") if isinstance(function.get("name"), str) else ""
+        name = function.get("name")
+        name = name if isinstance(name, str) else ""
         raw = function.get("arguments", "")
         raw_text = raw if isinstance(raw, str) else json.dumps(raw)
         arguments, problem = _parse_arguments(raw)

@@ -17,6 +17,7 @@ import json
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import anyio
 from mcp import Client
@@ -209,7 +210,7 @@ class AgentRun:
         """Every call gets exactly one tool message (the API requires it), in call order."""
         records = [CallRecord(step, c.name, c.raw_arguments, "not_run", "") for c in calls]
         contents: dict[int, str] = {}
-        runnable = []
+        runnable: list[int] = []
         for i, call in enumerate(calls):
             refusal = call.problem or self._over_budget(len(runnable))
             if refusal:
@@ -243,8 +244,9 @@ class AgentRun:
     async def _call_tool(self, step: int, call: ToolCall, record: CallRecord, contents: dict, index: int) -> None:
         started = time.monotonic()
         link = {"run_id": self.run_id, "step": step, "model": self.config.model}
+        meta: Any = {RUN_META_KEY: link}  # our key beside the SDK's (not in its TypedDict)
         try:
-            result = await self.mcp.call_tool(call.name, call.arguments, meta={RUN_META_KEY: link})
+            result = await self.mcp.call_tool(call.name, call.arguments, meta=meta)
         except Exception as exc:  # the MCP layer itself failed (not the tool): still an answer for the model
             content = f"error: the call did not reach the tool ({type(exc).__name__}: {exc}); retry once"
             record.status, record.answer = "error", content

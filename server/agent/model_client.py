@@ -155,7 +155,8 @@ def _completion(data: Any, messages: list[dict], latency_s: float) -> Completion
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
     estimated = not isinstance(prompt, int) or not isinstance(completion, int)
-    if estimated:  # about four characters per token: enough to keep a token budget honest
+    if not isinstance(prompt, int) or not isinstance(completion, int):
+        # about four characters per token: enough to keep a token budget honest
         prompt = len(json.dumps(messages)) // 4
         completion = len(json.dumps(message)) // 4
     return Completion(message=message, finish_reason=choices[0].get("finish_reason"), prompt_tokens=prompt,

@@ -8,6 +8,7 @@ answer in this shape, so an agent reads one kind of diff.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -40,6 +41,7 @@ def flatten(value: Any, prefix: str = "", *, skip: tuple[str, ...] = (), keep_em
     left out; `keep_empty` keeps empty containers visible as leaves."""
     if prefix and _skipped(prefix, skip):
         return {}
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         items = value.items()
     elif isinstance(value, list):

@@ -15,6 +15,7 @@ import math
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from ...sandbox.job import Job
 from ...sandbox.worker.protocol import OP_PEAKS
@@ -97,7 +98,7 @@ def _validated(raw: dict) -> dict | None:
     """The op's numbers as floats, or None when anything is missing or not a positive number."""
     try:
         rates = {str(k): float(v) for k, v in raw["matmul_tflops"].items()}
-        record = {
+        record: dict[str, Any] = {
             "device": dict(raw["device"]),
             "clocks": dict(raw.get("clocks") or {}),
             "copy_gbps": float(raw["copy_gbps"]),

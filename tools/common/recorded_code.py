@@ -65,6 +65,7 @@ def recorded_code(ctx: ToolContext, record: dict, kernel: Kernel, tool_call: str
         label = rel
     else:
         code = _recorded_impl(eid, manifest, folder, kernel, args.get("impl"))
+        assert code.path is not None and code.impl is not None  # an impl names a function in a file
         rel, label = code.path.relative_to(folder).as_posix(), code.impl
     if rel not in manifest.files:
         raise AgentError(f"experiment {eid}'s snapshot has no {rel}; {RERUN}")

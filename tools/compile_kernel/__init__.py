@@ -44,6 +44,7 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
 
 
 async def _baseline(inp: Input, ctx: ToolContext, target: Target) -> tuple[list[KernelResources], str]:
+    assert inp.baseline is not None  # run() asks for a baseline only when one is named
     row = ctx.experiment(inp.baseline)
     if row is not None:
         if row.get("tool") != "compile_kernel" or not (row.get("result") or {}).get("kernels"):
