@@ -1,12 +1,12 @@
 """microbench: how fast, how sure, and how far from the hardware limit.
 
-plan (pure: the code of each arm, shapes, payloads) -> jobs (one `timing` job per shape
-runs the candidate, and the baseline interleaved, in a sandbox worker and returns raw
+plan (pure: the arms' code, dtype and shapes: a `Bench`) -> measure, per shape (a `timing`
+job runs the candidate, and the baseline interleaved, in a sandbox worker and returns raw
 nanoseconds plus the outputs of a few randomly chosen timed calls; a `reference` job
-recomputes those outputs from the input seeds) -> judge (outside the candidate's
-reach: the spot-check, medians and the A/B interval, the roofline under the device's
-measured ceilings, times below the physical floor) -> report (summary, sweep plot,
-disturbances).
+recomputes those from the input seeds and the spot-check compares them, outside the
+candidate's reach: a `ShapeRun`) -> judge (pure, over the ShapeRuns: medians and the A/B
+interval, the roofline under the device's measured ceilings, times below the physical
+floor) -> report (summary, sweep plot, disturbances).
 """
 
 from __future__ import annotations
@@ -46,7 +46,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
 
 def _checked(shape_run: ShapeRun) -> str:
     failed = [name for name, check in shape_run.spot_checks.items() if check.status == "failed"]
-    return f"spot-check failed: {', '.join(failed)}" if failed else f"stopped on {shape_run.timing.stop_reason}"
+    if failed:
+        return f"spot-check failed: {', '.join(failed)}"
+    return f"stopped on {shape_run.timing.stop_reason}"
 
 
 def _sweep_png(rows: list[dict]) -> bytes:

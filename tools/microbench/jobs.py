@@ -20,7 +20,7 @@ from .schema import MIN_TIMED_CALLS, TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 @dataclass(frozen=True)
 class ArmTimes:
     samples_ns: tuple[int, ...]  # one per timed call, in call order
-    minor_faults: int | None  # over the timed calls (the worker's getrusage); None when not reported
+    minor_faults: int | None  # over the timed calls (the worker's getrusage); None: not reported
 
 
 class SpotCall(NamedTuple):
@@ -85,11 +85,14 @@ def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) ->
     try:
         return TimingRun(
             arms={a.name: _arm_times(raw["arms"][a.name]) for a in arms},
-            warmup_calls=int(raw["warmup"]["calls_per_arm"]), warmup_stable=bool(raw["warmup"]["stable"]),
+            warmup_calls=int(raw["warmup"]["calls_per_arm"]),
+            warmup_stable=bool(raw["warmup"]["stable"]),
             stop_reason=str(raw["stop_reason"]), num_input_sets=int(raw["num_input_sets"]),
             elapsed_ms=float(raw["elapsed_ms"]) if raw.get("elapsed_ms") else None,
-            spot_calls=tuple(_spot_call(c) for c in raw.get("spot_checks") or [] if isinstance(c, dict)),
-            device=dict(raw["device"]), clocks=dict(raw.get("clocks") or {}), timer=str(raw.get("timer", "")),
+            spot_calls=tuple(_spot_call(c) for c in raw.get("spot_checks") or []
+                             if isinstance(c, dict)),
+            device=dict(raw["device"]), clocks=dict(raw.get("clocks") or {}),
+            timer=str(raw.get("timer", "")),
             threads=raw["threads"] if isinstance(raw.get("threads"), int) else None,
             compiles=compiles, out_dir=out_dir)
     except (KeyError, TypeError, ValueError) as exc:

@@ -23,12 +23,14 @@ def judge(bench: Bench, runs: Sequence[ShapeRun], ceilings: dict | None, peaks_n
     # one sandbox times every shape, so the device is the same; clocks are read per job and the
     # last shape's are the nearest to the answer
     last = runs[-1].timing
-    faults = [note for run in runs for note in page_fault_notes(run.shape, bench.arms, run.timing.arms)]
+    faults = [note for run in runs
+              for note in page_fault_notes(run.shape, bench.arms, run.timing.arms)]
+    peaks = {k: v for k, v in (ceilings or {}).items() if k not in ("device", "clocks")}
     verdict = overall([r.verdict for r in results])
     return Output(
         verdict=verdict, shapes=results, device=last.device, clocks=dict(last.clocks),
-        ceilings={**{k: v for k, v in (ceilings or {}).items() if k not in ("device", "clocks")}, "note": peaks_note},
-        timer=last.timer, disturbances=host_notes + faults, triton_compiles=sum(r.timing.compiles for r in runs),
+        ceilings={**peaks, "note": peaks_note}, timer=last.timer,
+        disturbances=host_notes + faults, triton_compiles=sum(r.timing.compiles for r in runs),
         summary=summary(bench.spec.name, bench.arms, results, verdict),
     )
 
@@ -39,15 +41,18 @@ def judge_shape(bench: Bench, run: ShapeRun, ceilings_record: dict | None) -> Sh
     bytes_moved = float(inp.bytes_per_call if inp.bytes_per_call is not None
                         else spec.bytes(run.shape, ITEMSIZE[dtype]))
     ceilings = ceilings_for(ceilings_record, dtype) if ceilings_record else None
-    arm_results = {code.name: _arm_result(code, timing.arms[code.name].samples_ns, run.spot_checks[code.name],
-                                          flops, bytes_moved, ceilings) for code in bench.arms}
+    arm_results = {code.name: _arm_result(code, timing.arms[code.name].samples_ns,
+                                          run.spot_checks[code.name], flops, bytes_moved, ceilings)
+                   for code in bench.arms}
     cand, base = arm_results["candidate"], arm_results.get("baseline")
-    result = ShapeResult(shape=run.shape, dtype=dtype, flops_per_call=flops, bytes_per_call=bytes_moved,
-                         stop_reason=timing.stop_reason, warmup_calls=timing.warmup_calls,
-                         warmup_stable=timing.warmup_stable, num_input_sets=timing.num_input_sets,
-                         candidate=cand, baseline=base, verdict="measured")
+    result = ShapeResult(shape=run.shape, dtype=dtype, flops_per_call=flops,
+                         bytes_per_call=bytes_moved, stop_reason=timing.stop_reason,
+                         warmup_calls=timing.warmup_calls, warmup_stable=timing.warmup_stable,
+                         num_input_sets=timing.num_input_sets, candidate=cand, baseline=base,
+                         verdict="measured")
     if base is not None:
-        cmp = compare(timing.arms["baseline"].samples_ns, timing.arms["candidate"].samples_ns, seed=run.index)
+        cmp = compare(timing.arms["baseline"].samples_ns, timing.arms["candidate"].samples_ns,
+                      seed=run.index)
         result.ratio, result.ci_low, result.ci_high = cmp.ratio, cmp.ci_low, cmp.ci_high
         result.min_detectable_effect_pct, result.verdict = cmp.min_detectable_effect_pct, cmp.verdict
     if any(a.spot_check == "failed" or a.is_impossible for a in arm_results.values()):
@@ -55,8 +60,8 @@ def judge_shape(bench: Bench, run: ShapeRun, ceilings_record: dict | None) -> Sh
     return result
 
 
-def _arm_result(code: Code, samples_ns: Sequence[int], check: SpotCheck, flops: float, bytes_moved: float,
-                ceilings: Ceilings | None) -> ArmResult:
+def _arm_result(code: Code, samples_ns: Sequence[int], check: SpotCheck, flops: float,
+                bytes_moved: float, ceilings: Ceilings | None) -> ArmResult:
     s = summarize(samples_ns)
     res = ArmResult(code=code.label, n=s.n, median_ms=s.median_ns / 1e6, mean_ms=s.mean_ns / 1e6,
                     p10_ms=s.p10_ns / 1e6, p90_ms=s.p90_ns / 1e6, iqr_ms=s.iqr_ns / 1e6, cv=s.cv,

@@ -44,7 +44,7 @@ class Code:
 
 @dataclass(frozen=True)
 class Bench:
-    """What one call times, shared by all its shapes: the kernel, the arms, the dtype, the shapes."""
+    """What one call times, shared by all its shapes."""
 
     kernel: Kernel
     inp: Input
@@ -199,7 +199,8 @@ def timing_payload(ctx: ToolContext, kernel: Kernel, arms: Sequence[Code], shape
     }
 
 
-def spot_check_calls(calls: Sequence[SpotCall], arms: Sequence[Code]) -> tuple[list[SpotCall], list[int]]:
+def spot_check_calls(calls: Sequence[SpotCall],
+                     arms: Sequence[Code]) -> tuple[list[SpotCall], list[int]]:
     """The timed calls whose saved outputs are checked (arms that are not the reference),
     and the input sets they used."""
     wanted = [c for c in calls if any(c.arm == a.name and not a.is_reference for a in arms)

@@ -19,8 +19,9 @@ from .measure import SpotCheck
 from .plan import Code
 
 
-def judge_spot_checks(arms: Sequence[Code], wanted: list[SpotCall], sets: list[int], out_dir: Path | None,
-                      ref_dir: Path | None, tol: ResolvedTolerance) -> dict[str, SpotCheck]:
+def judge_spot_checks(arms: Sequence[Code], wanted: list[SpotCall], sets: list[int],
+                      out_dir: Path | None, ref_dir: Path | None,
+                      tol: ResolvedTolerance) -> dict[str, SpotCheck]:
     """The spot-check of every arm, by arm name."""
     checks = {a.name: SpotCheck("skipped", "the reference itself") for a in arms}
     for a in arms:
@@ -29,7 +30,8 @@ def judge_spot_checks(arms: Sequence[Code], wanted: list[SpotCall], sets: list[i
         if not wanted or out_dir is None or ref_dir is None:
             checks[a.name] = SpotCheck("failed", "no timed outputs were saved")
             continue
-        checks[a.name] = _check_arm(a, [c for c in wanted if c.arm == a.name], sets, out_dir, ref_dir, tol)
+        calls = [c for c in wanted if c.arm == a.name]
+        checks[a.name] = _check_arm(a, calls, sets, out_dir, ref_dir, tol)
     return checks
 
 
