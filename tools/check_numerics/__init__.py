@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -19,11 +20,15 @@ from ...sandbox import TRUSTED_ZOO
 from ..base import Tool, ToolContext
 from ..common.seeds import trial_seed
 from . import jobs
+from .answers import RefFacts
 from .expect_fields import EXPECT
-from .plan import make_plan
+from .plan import Plan, make_plan
 from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
 from .verdict import lock_findings, overall
+
+if TYPE_CHECKING:
+    from .judge import CaseJudgement  # torch: the judge thread imports it, never the server's path
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -35,18 +40,17 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     total = len(plan.cases) + 1
     await ctx.progress(0, total, "reference")
     ref = await jobs.run_reference(sandbox, plan, inp.timeout_s)
-    ref_items = ref.result.get("items", {}) if isinstance(ref.result, dict) else {}
     findings = lock_findings(plan.notes)
     reports, series, partition_rows = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
         ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
-        judged, compiles = await _run_cases(ctx, plan, ref_dir, ref_items, enabled, inp.timeout_s, total)
-    for case, (report, row, case_found, errors) in zip(plan.cases, judged, strict=True):
-        findings += case_found
-        reports.append(report)
-        partition_rows[case.label] = row
-        if errors is not None:
-            series[case.label] = errors
+        judged, compiles = await _run_cases(ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total)
+    for case, judgement in zip(plan.cases, judged, strict=True):
+        findings += judgement.findings
+        reports.append(judgement.report)
+        partition_rows[case.label] = judgement.partition_row
+        if judgement.errors is not None:
+            series[case.label] = judgement.errors
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if series:
@@ -56,16 +60,17 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
                                                      problems=plan.notes)
     return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
-                  lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.num_compiles + compiles,
+                  lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.compiles + compiles,
                   summary=summary(plan.what_ran, verdict, reports, findings))
 
 
-async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, enabled: set[str], timeout_s: float,
-                     total: int) -> tuple[list[tuple], int]:
+async def _run_cases(ctx: ToolContext, plan: Plan, ref_dir: Path, ref_facts: dict[str, RefFacts],
+                     enabled: set[str], timeout_s: float,
+                     total: int) -> tuple[list[CaseJudgement], int]:
     """Every case's job at once (the sandbox's slots decide how many run together), each judged as
     it finishes; results in plan order. As if run in order: a failing case stops the cases after
     it, the ones before it finish, and the earliest failure is the error."""
-    judged: list = [None] * len(plan.cases)
+    judged: list[CaseJudgement | None] = [None] * len(plan.cases)
     failures: dict[int, Exception] = {}
     compiles = [0] * len(plan.cases)
     scopes = [anyio.CancelScope() for _ in plan.cases]
@@ -74,11 +79,11 @@ async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, ena
     async def run_and_judge(i: int, case) -> None:
         with scopes[i]:
             try:
-                res = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group)
-                compiles[i] = res.num_compiles
+                run = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group)
+                compiles[i] = run.compiles
                 # torch work on possibly large tensors: off the event loop, so the server keeps serving
-                judged[i] = await anyio.to_thread.run_sync(_judge_case, plan, case, res, ref_dir, ref_items,
-                                                           enabled, ctx.sandbox.device)
+                judged[i] = await anyio.to_thread.run_sync(_judge_case, plan, case, run, ref_dir,
+                                                           ref_facts, enabled, ctx.sandbox.device)
             except Exception as exc:  # noqa: BLE001 - re-raised below, unwrapped, the earliest first
                 failures[i] = exc
                 for later in scopes[i + 1:]:
@@ -90,10 +95,10 @@ async def _run_cases(ctx: ToolContext, plan, ref_dir: Path, ref_items: dict, ena
             tasks.start_soon(run_and_judge, i, case)
     if failures:
         raise failures[min(failures)]
-    return judged, sum(compiles)
+    return [j for j in judged if j is not None], sum(compiles)  # all of them: none failed
 
 
-def cache_group(ctx: ToolContext, plan) -> str:
+def cache_group(ctx: ToolContext, plan: Plan) -> str:
     """The candidate's jobs of this call share one Triton cache (never the reference's, never another
     call's); the built-in zoo's own kernels share a trusted one across calls (only zoo code runs there)."""
     if ctx.workspace.is_embedded and plan.candidate.get("source") is None:
@@ -101,7 +106,7 @@ def cache_group(ctx: ToolContext, plan) -> str:
     return f"{ctx.experiment_id}:candidate"
 
 
-def _judge_case(*args):
+def _judge_case(*args) -> CaseJudgement:
     from . import judge  # torch-heavy: imported in the judge thread, never on the server's import path
 
     return judge.judge_case(*args)

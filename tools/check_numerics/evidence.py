@@ -26,6 +26,7 @@ from ...sandbox.worker.tensors import load_tensors
 from ..base import AgentError
 from ..common.error_metrics import compare, rel_l2
 from ..common.tolerance import ResolvedTolerance
+from .answers import Call, CandidateRun, RefFacts
 
 # The dtypes a reference's traced output may name (anything else falls back to the case's).
 OUTPUT_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
@@ -41,27 +42,25 @@ class CaseEvidence:
     keys: list[str]  # one per trial
     seeds: list[int]
     device: str
-    ref_facts: dict  # key -> reference op facts
+    ref_facts: dict[str, RefFacts]  # by key
     inputs: dict = field(default_factory=dict)  # key -> [Tensor]
     inputs_after: dict = field(default_factory=dict)  # key -> [Tensor] | None
     refs: dict = field(default_factory=dict)  # key -> [Tensor float64]
-    calls: list[dict] = field(default_factory=list)  # worker facts, in call order
+    calls: tuple[Call, ...] = ()  # worker facts, in call order
     outputs: dict = field(default_factory=dict)  # (key, kind) -> [Tensor | None]
     errors: dict = field(default_factory=dict)  # (key, kind) -> [compare() dict | None]
     is_triton: bool = False  # the entry's module holds a Triton function (the worker's word)
     # why the candidate is a Triton kernel ("": not declared one): its name, or its module
     # imports triton; such a candidate must launch a Triton kernel (findings._op_audit)
     declared_triton: str = ""
-    tampered: list[str] = field(default_factory=list)
+    tampered: tuple[str, ...] = ()
 
     def output_dtype(self, key: str, j: int, ref) -> str:
         """The dtype output j should have: the reference's own at the case dtype when it
         could be traced (e.g. float32 logits from float16 inputs), else the case's."""
-        native = self.ref_facts.get(key, {}).get("native_outputs")
-        if isinstance(native, list) and j < len(native) and isinstance(native[j], dict):
-            dtype = str(native[j].get("dtype"))
-            if dtype in OUTPUT_DTYPES:
-                return dtype
+        native = self.ref_facts.get(key, RefFacts()).native_dtypes
+        if j < len(native) and native[j] in OUTPUT_DTYPES:
+            return str(native[j])
         return self.out_dtype if ref.is_floating_point() else str(ref.dtype).removeprefix("torch.")
 
     def call_passes(self, key: str, kind: str) -> bool:
@@ -74,19 +73,20 @@ def passes(err: dict, tol: ResolvedTolerance) -> bool:
             and (tol.max_abs is None or err["max_abs_error"] <= tol.max_abs))
 
 
-def load_evidence(ev: CaseEvidence, ref_dir: Path, cand_dir: Path, worker: dict) -> CaseEvidence:
-    ev.calls = [c for c in map(_clean_call, worker.get("calls") or []) if c is not None]
-    ev.is_triton = bool(worker.get("is_triton"))
-    if not ev.declared_triton and worker.get("imports_triton") is True:
+def load_evidence(ev: CaseEvidence, ref_dir: Path, run: CandidateRun) -> CaseEvidence:
+    cand_dir = Path(run.out_dir or "/nonexistent")  # no folder: every output is missing
+    ev.calls = run.calls
+    ev.is_triton = run.is_triton
+    if not ev.declared_triton and run.imports_triton:
         ev.declared_triton = "its module imports triton"
-    ev.tampered = [str(t) for t in worker.get("tampered", [])][:20]
+    ev.tampered = run.tampered
     for key in ev.keys:
         ev.inputs[key] = _as_list(load_tensors(ref_dir / inputs_file(key)))
         ev.refs[key] = _as_list(load_tensors(ref_dir / reference_file(key)))
         ev.inputs_after[key] = _load_optional(cand_dir / inputs_after_file(key))
     for call in ev.calls:
-        key, kind = str(call.get("key")), str(call.get("kind"))
-        if key not in ev.refs or "error" in call:
+        key, kind = call.key, call.kind
+        if key not in ev.refs or call.error is not None:
             continue
         saved = _load_optional(cand_dir / output_file(key, kind)) or []
         ev.outputs[(key, kind)] = saved
@@ -123,9 +123,9 @@ def op_totals(ev: CaseEvidence) -> tuple[dict[str, int], int]:
     ops: dict[str, int] = {}
     launches = 0
     for call in ev.calls:
-        if call["kind"] == CALL_FIRST and "error" not in call:
-            launches += call["triton_launches"]
-            for op, n in call["ops"].items():
+        if call.kind == CALL_FIRST and call.error is None:
+            launches += call.triton_launches
+            for op, n in call.ops.items():
                 ops[op] = ops.get(op, 0) + n
     return dict(sorted(ops.items())), launches
 
@@ -180,39 +180,6 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
             if worst is None or _worse_partition(row, worst):
                 worst = row
     return worst
-
-
-def _clean_call(call) -> dict | None:
-    """A worker's call record with the types the judges rely on, or None: the candidate
-    shared the worker's process and could have bent what it reports."""
-    if not isinstance(call, dict):
-        return None
-    try:
-        clean = {"key": str(call["key"]), "kind": str(call["kind"]), "index": int(call["index"]),
-                 "ops": {str(k): int(v) for k, v in dict(call.get("ops") or {}).items()},
-                 "triton_launches": int(call.get("triton_launches") or 0),
-                 "triton_launch_errors": [str(e)[:300] for e in list(call.get("triton_launch_errors") or [])[:5]],
-                 "interpreter_bf16_ops": int(call.get("interpreter_bf16_ops") or 0)}
-        if "error" in call:
-            clean["error"] = str(call["error"])[:2000]
-            clean["traceback"] = str(call.get("traceback") or "")[-4000:]
-            if call.get("diagnostic"):
-                clean["diagnostic"] = str(call["diagnostic"])[:4000]
-        else:
-            clean["outputs"] = [_clean_output(o) for o in list(call.get("outputs") or [])[:64] if isinstance(o, dict)]
-    except (KeyError, TypeError, ValueError):
-        return None
-    return clean
-
-
-def _clean_output(o: dict) -> dict:
-    clean = {"type": str(o.get("type"))[:200], "is_tensor": o.get("is_tensor") is True,
-             "is_plain": o.get("is_plain") is True, "has_storage": o.get("has_storage") is True}
-    if clean["is_tensor"]:
-        clean.update(shape=[int(d) for d in list(o.get("shape") or [])[:16]], dtype=str(o.get("dtype")),
-                     device=str(o.get("device")),
-                     aliases_inputs=[int(i) for i in list(o.get("aliases_inputs") or [])[:64]])
-    return clean
 
 
 def _worse_partition(a: dict, b: dict) -> bool:

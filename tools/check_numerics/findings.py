@@ -20,6 +20,7 @@ from ...sandbox.worker.protocol import (
 )
 from ..common.error_metrics import representable_fraction, round_to
 from ..common.tolerance import LOWER_PRECISION
+from .answers import RefFacts
 from .evidence import CaseEvidence
 from .schema import CHECKS, Finding
 
@@ -45,13 +46,13 @@ def call_findings(ev: CaseEvidence) -> list[Finding]:
     """Calls that raised after the first: a rank that cannot run its shard, or a later trial."""
     found = []
     for call in ev.calls:
-        if "error" not in call:
+        if call.error is None:
             continue
-        rank = is_rank_call(str(call.get("kind", "")))
+        rank = is_rank_call(call.kind)
         found.append(Finding(code="partition_unsupported" if rank else "candidate_raised",
                              severity="warning" if rank else "error", case=ev.label,
-                             message=f"call {call.get('index')} ({call.get('kind')}, {call.get('key')}) raised "
-                             f"{call.get('error')}" + (": the kernel cannot run on one rank's shard" if rank else "")))
+                             message=f"call {call.index} ({call.kind}, {call.key}) raised "
+                             f"{call.error}" + (": the kernel cannot run on one rank's shard" if rank else "")))
     return found[:3]
 
 
@@ -61,7 +62,7 @@ def _f(ev: CaseEvidence, code: str, severity: str, message: str) -> Finding:
 
 def _first_calls(ev: CaseEvidence):
     for call in ev.calls:
-        if call.get("kind") == CALL_FIRST and "error" not in call:
+        if call.kind == CALL_FIRST and call.error is None:
             yield call
 
 
@@ -124,27 +125,27 @@ def _mutation(ev, _):
 def _output_facts(ev, _):
     found = []
     for call in _first_calls(ev):
-        outs = call.get("outputs") or []
-        refs = ev.refs[call["key"]]
+        outs = call.outputs
+        refs = ev.refs[call.key]
         if len(outs) != len(refs):
             found.append(_f(ev, "wrong_output", "error", f"returned {len(outs)} outputs, the reference returns "
                                                          f"{len(refs)}"))
         for j, (o, ref) in enumerate(zip(outs, refs)):
-            if not o.get("is_tensor") or not o.get("is_plain") or not o.get("has_storage"):
+            if not o.is_tensor or not o.is_plain or not o.has_storage:
                 found.append(_f(ev, "not_plain_tensor", "error",
-                                f"output {j} is a {o.get('type')} (plain torch.Tensor: {o.get('is_plain')}, real "
+                                f"output {j} is a {o.type} (plain torch.Tensor: {o.is_plain}, real "
                                 f"storage: "
-                                f"{o.get('has_storage')}): a tensor subclass or lazy wrapper can compute on access or "
+                                f"{o.has_storage}): a tensor subclass or lazy wrapper can compute on access or "
                                 "fool comparisons; its raw storage was compared instead"))
-            elif o.get("aliases_inputs"):
-                names = [ev.arg_names[i] if i < len(ev.arg_names) else str(i) for i in o["aliases_inputs"]]
+            elif o.aliases_inputs:
+                names = [ev.arg_names[i] if i < len(ev.arg_names) else str(i) for i in o.aliases_inputs]
                 found.append(_f(ev, "output_aliases_input", "error",
                                 f"output {j} shares memory with input {', '.join(map(repr, names))}: the kernel "
                                 f"returned "
                                 "its input or a view of it instead of a fresh result"))
-            expected = (list(ref.shape), ev.output_dtype(call["key"], j, ref), ev.device)
-            got = (o.get("shape"), o.get("dtype"), o.get("device"))
-            if o.get("is_tensor") and got != expected:
+            expected = (list(ref.shape), ev.output_dtype(call.key, j, ref), ev.device)
+            got = (o.shape, o.dtype, o.device)
+            if o.is_tensor and got != expected:
                 found.append(_f(ev, "wrong_output", "error", f"output {j} is shape/dtype/device {got}, expected "
                                                              f"{expected}"))
         if found:
@@ -180,7 +181,7 @@ def _caching_and_state(ev, _):
     # The same inputs right once and wrong later: the answer depends on the call count.
     first = ev.keys[0]
     if _passed_then_failed(ev, first, CALL_RECHECK):
-        n = len([c for c in ev.calls if c["kind"] != CALL_RECHECK]) + 1
+        n = len([c for c in ev.calls if c.kind != CALL_RECHECK]) + 1
         return [_f(ev, "stateful_output", "error",
                    f"trial 0's inputs matched the reference on call 1 and not when run again as call {n}: the result "
                    "depends on how many times the kernel was called (correct for the first k calls, then garbage)")]
@@ -197,10 +198,10 @@ def _op_audit(ev, forbidden_ops):
     ops: dict[str, int] = {}
     launches, launch_errors = 0, []
     for call in _first_calls(ev):
-        for op, n in (call.get("ops") or {}).items():
-            ops[str(op)] = ops.get(str(op), 0) + int(n)
-        launches += int(call.get("triton_launches") or 0)
-        launch_errors += [str(e) for e in call.get("triton_launch_errors") or []]
+        for op, n in call.ops.items():
+            ops[op] = ops.get(op, 0) + n
+        launches += call.triton_launches
+        launch_errors += call.triton_launch_errors
     banned = sorted(op for op in ops if op in forbidden_ops)
     if banned:
         found.append(_f(ev, "forbidden_op", "error", f"dispatched {', '.join(banned)}, which the kernel spec forbids "
@@ -221,7 +222,7 @@ def _op_audit(ev, forbidden_ops):
                         f"{'torch ops ' + ', '.join(library) if library else 'code outside Triton'}: launch the "
                         "kernel (kernel[grid](...)) from the entry function"))
     elif (ev.is_triton or launches) and library and not banned:
-        ref_ops = {op for f in ev.ref_facts.values() for op in f.get("ops", []) if op not in MEMORY_OPS}
+        ref_ops = {op for f in ev.ref_facts.values() for op in f.ops if op not in MEMORY_OPS}
         # every compute op of the reference, dispatched again: the reference's own path ran
         # (one shared op, e.g. a scale multiply in a wrapper, is only worth a warning)
         same = sorted(ref_ops) if ref_ops and ref_ops <= set(library) else []
@@ -263,10 +264,10 @@ def _precision(ev, _):
 def _degenerate(ev, _):
     found = []
     for key in ev.keys:
-        facts = ev.ref_facts.get(key, {})
-        zero_inputs = [ev.arg_names[i] for i, f in enumerate(facts.get("inputs", []))
-                       if f.get("all_zero") and i < len(ev.arg_names)]
-        flat_refs = [j for j, f in enumerate(facts.get("outputs", [])) if f.get("is_constant")]
+        facts = ev.ref_facts.get(key, RefFacts())
+        zero_inputs = [ev.arg_names[i] for i, zero in enumerate(facts.all_zero_inputs)
+                       if zero and i < len(ev.arg_names)]
+        flat_refs = [j for j, constant in enumerate(facts.constant_outputs) if constant]
         if zero_inputs or flat_refs:
             if zero_inputs:
                 what = f"inputs {zero_inputs} are all zero"

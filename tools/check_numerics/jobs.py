@@ -1,14 +1,16 @@
 """check_numerics, step 2: the sandbox jobs (one reference job, one candidate job per case).
 
-Nothing here judges: it runs jobs, checks they finished, and keeps the files they wrote.
+Nothing here judges: it runs jobs, checks they finished, parses what they answered (answers.py)
+and keeps the files they wrote.
 """
 
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
-from ...sandbox.job import Job, JobResult
+from ...sandbox.job import Job
 from ...sandbox.worker.protocol import (
     OP_NUMERICS_RUN,
     OP_REFERENCE,
@@ -18,15 +20,24 @@ from ...sandbox.worker.protocol import (
     reference_file,
 )
 from ..base import AgentError, Sandbox
+from .answers import CandidateRun, RefFacts, candidate_run, reference_facts
 from .plan import Case, Plan
 
 
-async def run_reference(sandbox: Sandbox, plan: Plan, timeout_s: float) -> JobResult:
+@dataclass(frozen=True)
+class ReferenceRun:
+    facts: dict[str, RefFacts]  # by trial key
+    out_dir: Path | None  # its inputs and float64 outputs, until keep_reference_files copies them
+    compiles: int  # Triton cache entries compiled: the sandbox's count
+
+
+async def run_reference(sandbox: Sandbox, plan: Plan, timeout_s: float) -> ReferenceRun:
     """Seeded inputs and float64 reference outputs for every trial of every case."""
     ref = await sandbox.run(Job(op=OP_REFERENCE, payload=_reference_payload(plan), timeout_s=timeout_s))
     if not ref.ok:
         raise AgentError(f"the reference could not run ({ref.status}): {ref.error}. Fix the reference or the shapes.")
-    return ref
+    return ReferenceRun(facts=reference_facts(ref.result), out_dir=ref.out_dir,
+                        compiles=ref.num_compiles)
 
 
 def keep_reference_files(out_dir: Path | None, plan: Plan, keep: Path) -> Path:
@@ -48,7 +59,7 @@ def _reference_payload(plan: Plan) -> ReferencePayload:
 
 
 async def run_case(plan: Plan, case: Case, sandbox: Sandbox, ref_dir: Path, enabled: set[str],
-                   timeout_s: float, cache_group: str) -> JobResult:
+                   timeout_s: float, cache_group: str) -> CandidateRun:
     """The candidate on one case's inputs (every trial), in one fresh worker."""
     payload: NumericsRunPayload = {"candidate": plan.candidate, "keys": case.keys, "repeat": "determinism" in enabled,
                "partition": plan.partition}
@@ -60,4 +71,4 @@ async def run_case(plan: Plan, case: Case, sandbox: Sandbox, ref_dir: Path, enab
                          "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)")
     if not res.ok:
         raise AgentError(f"the candidate could not run on case {case.label} ({res.status}): {res.error}")
-    return res
+    return candidate_run(res.result, res.out_dir, res.num_compiles)

@@ -7,11 +7,13 @@ there, never on the server's import path.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NamedTuple
 
+import numpy as np
 import torch
 
-from ...sandbox.job import JobResult
 from ...sandbox.worker.protocol import CALL_FIRST
+from .answers import Call, CandidateRun, RefFacts
 from .evidence import CaseEvidence, case_errors, load_evidence, op_totals, partition_result
 from .findings import call_findings, case_findings
 from .plan import Case, Plan
@@ -20,18 +22,27 @@ from .schema import CaseReport, ErrorStats, Finding, PartitionReport
 from .verdict import case_verdict
 
 
-def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items: dict, enabled: set[str],
-               device: str):
-    """Judge one case from its files: (report, partition row, findings, histogram values)."""
+class CaseJudgement(NamedTuple):
+    report: CaseReport
+    partition_row: dict | None  # the worst partitioned-vs-unpartitioned trial (worst_cases.json)
+    findings: list[Finding]
+    errors: np.ndarray | None  # relative errors of the worst output's elements: the histogram
+
+
+def judge_case(plan: Plan, case: Case, run: CandidateRun, ref_dir: Path,
+               ref_facts: dict[str, RefFacts], enabled: set[str], device: str) -> CaseJudgement:
+    """Judge one case from its candidate's run and the files both jobs wrote."""
     ev = CaseEvidence(label=case.label, dtype=case.dtype, out_dtype=case.storage_dtype, tol=case.tol,
                       arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
-                      ref_facts={k: ref_items.get(k, {}) for k in case.keys}, declared_triton=plan.triton_by_name)
-    load_evidence(ev, ref_dir, res.out_dir, res.result if isinstance(res.result, dict) else {})
-    first = next((c for c in ev.calls if c.get("kind") == CALL_FIRST), None)
-    if first is None or "error" in first:
+                      ref_facts={k: ref_facts.get(k, RefFacts()) for k in case.keys},
+                      declared_triton=plan.triton_by_name)
+    load_evidence(ev, ref_dir, run)
+    first = next((c for c in ev.calls if c.kind == CALL_FIRST), None)
+    if first is None or first.error is not None:
         report = _raised_report(case, first)
-        return report, None, [Finding(code="candidate_raised", severity="error", case=case.label,
-                                      message=report.error)], None
+        raised = Finding(code="candidate_raised", severity="error", case=case.label,
+                         message=report.error)
+        return CaseJudgement(report, None, [raised], None)
     found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
     report, row = _case_report(plan, case, ev, found)
     if report.verdict == "fail" and device == "cpu" and "precision" in enabled:
@@ -42,20 +53,19 @@ def judge_case(plan: Plan, case: Case, res: JobResult, ref_dir: Path, ref_items:
         out = (ev.outputs.get((key, CALL_FIRST)) or [None])[report.errors.output_index]
         if out is not None:
             errors = element_errors(out, ev.refs[key][report.errors.output_index])
-    return report, row, found, errors
+    return CaseJudgement(report, row, found, errors)
 
 
-def _raised_report(case: Case, first: dict | None) -> CaseReport:
+def _raised_report(case: Case, first: Call | None) -> CaseReport:
     """The case whose first call raised (e.g. a kernel that does not compile for this dtype):
     the error, pointed at the candidate's line, is the case's result; other cases keep theirs.
     First line: file:line:col and the message (else the exception); then the source excerpt
     or the traceback."""
-    first = first or {}
-    exc = first.get("error") or "no call was recorded"
-    diag = first.get("diagnostic")
+    exc = (first.error if first is not None else None) or "no call was recorded"
+    diag = first.diagnostic if first is not None else None
     head, _, excerpt = diag.partition("\n") if diag else (exc, "", "")
     error = (f"{head}\nraised by the candidate on case {case.label}, trial 0 (seed {case.seeds[0]}): {exc}\n"
-             f"{excerpt or first.get('traceback') or ''}")
+             f"{excerpt or (first.traceback if first is not None else '')}")
     return CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict="fail",
                       tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
                       tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
@@ -65,7 +75,7 @@ def _raised_report(case: Case, first: dict | None) -> CaseReport:
 def _interpreter_suspect(ev: CaseEvidence) -> list[Finding]:
     """A failing case whose kernel did bfloat16 arithmetic in the CPU interpreter, which keeps
     bf16 as raw uint16 bits and does integer arithmetic on them (README, check_numerics)."""
-    ops = sum(c["interpreter_bf16_ops"] for c in ev.calls if c["kind"] == CALL_FIRST)
+    ops = sum(c.interpreter_bf16_ops for c in ev.calls if c.kind == CALL_FIRST)
     if not ops:
         return []
     return [Finding(code="interpreter_bf16_suspect", severity="warning", case=ev.label, message=(

@@ -1,10 +1,13 @@
 """microbench, step 2: the sandbox jobs (one `microbench` timing job per shape, one
-`reference` job for its spot-check). Nothing here judges; what a job returned is
-form-checked before anything reads it as numbers."""
+`reference` job for its spot-check). Nothing here judges; what a timing job returned is
+parsed once, here, into a `TimingRun` (a malformed answer is an error) before anything
+reads it as numbers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from ...sandbox.job import Job, JobResult
 from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
@@ -14,9 +17,43 @@ from .plan import Code
 from .schema import MIN_TIMED_CALLS, TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict, device: str,
-                     index: int, count: int, inp) -> tuple[dict, Path | None]:
-    """Run the timing job for one shape; the raw result (form-checked) and its out dir."""
+@dataclass(frozen=True)
+class ArmTimes:
+    samples_ns: tuple[int, ...]  # one per timed call, in call order
+    minor_faults: int | None  # over the timed calls (the worker's getrusage); None: not reported
+
+
+class SpotCall(NamedTuple):
+    """A timed call whose outputs the worker saved for the spot-check."""
+
+    arm: object  # the arm's name as the worker wrote it (compared, never trusted to be one)
+    input_set: int  # -1 when unreadable
+    iteration: object  # which timed call, for messages only
+    file: str  # the saved outputs, in the job's out dir
+
+
+@dataclass(frozen=True)
+class TimingRun:
+    """One shape's timing job: the worker's answer, parsed, and the sandbox's own facts."""
+
+    arms: dict[str, ArmTimes]  # by arm name ("candidate", "baseline")
+    warmup_calls: int  # untimed, per arm
+    warmup_stable: bool
+    stop_reason: str
+    num_input_sets: int
+    elapsed_ms: float | None
+    spot_calls: tuple[SpotCall, ...]
+    device: dict  # the worker's device fingerprint
+    clocks: dict
+    timer: str
+    threads: int | None  # torch threads in the worker
+    compiles: int  # Triton cache entries compiled: the sandbox's count, not the worker's
+    out_dir: Path | None  # the saved outputs of the spot-checked calls
+
+
+async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict,
+                     index: int, count: int, inp) -> TimingRun:
+    """Run the timing job for one shape; its answer, parsed."""
     timeout_s = timing_timeout_s(inp)
     label = ",".join(f"{k}={v}" for k, v in shape.items())
 
@@ -31,11 +68,9 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
                                    progress=progress)  # one cache for this call's code under test, shapes share it
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
-    raw = _checked_form(dict(res.result), arms)
-    _check_enough_calls(raw, arms, shape, inp.max_budget_ms())
-    raw["_seeds"] = payload["input_seeds"]  # ours, not the worker's
-    raw["_compiles"] = res.num_compiles  # the sandbox's count, not the worker's
-    return raw, res.out_dir
+    run = _parsed(dict(res.result), arms, res.num_compiles, res.out_dir)
+    _check_enough_calls(run, arms, shape, inp.max_budget_ms())
+    return run
 
 
 def timing_timeout_s(inp) -> float:
@@ -46,27 +81,48 @@ def timing_timeout_s(inp) -> float:
     return TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET * inp.max_budget_ms() / 1e3
 
 
-def _checked_form(raw: dict, arms: list[Code]) -> dict:
+def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) -> TimingRun:
     try:
-        for a in arms:
-            samples = [int(x) for x in raw["arms"][a.name]["samples_ns"]]
-            if any(x <= 0 for x in samples):
-                raise ValueError("non-positive time")
-            raw["arms"][a.name]["samples_ns"] = samples
-        raw["warmup"] = {"calls_per_arm": int(raw["warmup"]["calls_per_arm"]), "stable": bool(raw["warmup"]["stable"])}
-        raw["device"] = dict(raw["device"])
+        return TimingRun(
+            arms={a.name: _arm_times(raw["arms"][a.name]) for a in arms},
+            warmup_calls=int(raw["warmup"]["calls_per_arm"]),
+            warmup_stable=bool(raw["warmup"]["stable"]),
+            stop_reason=str(raw["stop_reason"]), num_input_sets=int(raw["num_input_sets"]),
+            elapsed_ms=float(raw["elapsed_ms"]) if raw.get("elapsed_ms") else None,
+            spot_calls=tuple(_spot_call(c) for c in raw.get("spot_checks") or []
+                             if isinstance(c, dict)),
+            device=dict(raw["device"]), clocks=dict(raw.get("clocks") or {}),
+            timer=str(raw.get("timer", "")),
+            threads=raw["threads"] if isinstance(raw.get("threads"), int) else None,
+            compiles=compiles, out_dir=out_dir)
     except (KeyError, TypeError, ValueError) as exc:
         raise AgentError(f"the timing job returned malformed data ({type(exc).__name__}: {exc}); "
                          "did the code print to or tamper with the harness? Rerun; report if it persists") from None
-    return raw
 
 
-def _check_enough_calls(raw: dict, arms: list[Code], shape: dict, budget_ms: float) -> None:
-    fewest = min(len(raw["arms"][a.name]["samples_ns"]) for a in arms)
+def _arm_times(arm: dict) -> ArmTimes:
+    samples = tuple(int(x) for x in arm["samples_ns"])
+    if any(x <= 0 for x in samples):
+        raise ValueError("non-positive time")
+    faults = arm.get("minor_faults")
+    return ArmTimes(samples_ns=samples, minor_faults=faults if isinstance(faults, int) else None)
+
+
+def _spot_call(call: dict) -> SpotCall:
+    try:
+        input_set = int(call.get("input_set"))
+    except (TypeError, ValueError):
+        input_set = -1
+    return SpotCall(arm=call.get("arm"), input_set=input_set, iteration=call.get("iteration"),
+                    file=str(call.get("file", "")))
+
+
+def _check_enough_calls(run: TimingRun, arms: list[Code], shape: dict, budget_ms: float) -> None:
+    fewest = min(len(run.arms[a.name].samples_ns) for a in arms)
     if fewest >= MIN_TIMED_CALLS:
         return
-    calls = (fewest + raw["warmup"]["calls_per_arm"]) * len(arms)
-    per_call = float(raw.get("elapsed_ms") or budget_ms) / max(calls, 1)
+    calls = (fewest + run.warmup_calls) * len(arms)
+    per_call = (run.elapsed_ms or budget_ms) / max(calls, 1)
     # room for a warm-up of 2 windows and 4x the minimum timed calls, per arm
     suggest = per_call * len(arms) * (10 + 4 * MIN_TIMED_CALLS) / 0.75
     raise AgentError(f"only {fewest} timed calls fit in budget_ms={budget_ms:g} at {shape} (about "

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...kernels.coderef import REFERENCE, CodeRef, impl_code, resolve_code, spec_code
 from ...kernels.schema import ITEMSIZE, KernelSpec
@@ -17,7 +19,10 @@ from ..base import AgentError, ToolContext, as_agent_error
 from ..common.cases import MAX_MICROBENCH_SHAPES, check_case_count, distinct
 from ..common.recorded_code import recorded_code
 from ..common.seeds import trial_seed
-from .schema import MIN_TIMED_CALLS
+from .schema import MIN_TIMED_CALLS, Input
+
+if TYPE_CHECKING:
+    from .jobs import SpotCall
 
 NUM_INPUT_SETS = 16  # at most; the worker uses as many as it takes to overflow the cache
 NUM_SPOT_CHECKS = 3  # timed calls per arm whose outputs are checked
@@ -35,6 +40,37 @@ class Code:
 
     def payload(self) -> dict:
         return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
+
+
+@dataclass(frozen=True)
+class Bench:
+    """What one call times, shared by all its shapes."""
+
+    kernel: Kernel
+    inp: Input
+    dtype: str
+    shapes: tuple[dict[str, int], ...]
+    arms: tuple[Code, ...]  # the candidate, then the baseline if any
+
+    @property
+    def spec(self) -> KernelSpec:
+        return self.kernel.spec
+
+
+def make_bench(ctx: ToolContext, inp: Input) -> Bench:
+    """Resolve and check everything a timing job needs before any job runs."""
+    kernel = kernel_of(ctx, inp.kernel)
+    device = ctx.sandbox.device
+    if inp.cuda_graph and device != "cuda":
+        raise AgentError("cuda_graph=true needs a CUDA device; jobs here run on the CPU. Drop cuda_graph")
+    dtype = dtype_of(kernel.spec, inp.dtype)
+    shapes = shapes_of(kernel.spec, inp.shapes, device)
+    for shape in shapes:
+        check_memory(kernel.spec, shape, dtype, ctx.sandbox.limits.memory_bytes)
+    candidate = candidate_code(ctx, kernel, inp)  # its errors first
+    baseline = baseline_code(ctx, kernel, inp)
+    arms = (candidate,) + ((baseline,) if baseline is not None else ())
+    return Bench(kernel=kernel, inp=inp, dtype=dtype, shapes=tuple(shapes), arms=arms)
 
 
 def kernel_of(ctx: ToolContext, name: str) -> Kernel:
@@ -148,8 +184,8 @@ def _make_inputs_payload(ctx: ToolContext, kernel: Kernel) -> dict | None:
     return spec_code(kernel, kernel.spec.make_inputs).payload(ctx.sandbox.workspace_path)
 
 
-def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: dict, dtype: str, index: int,
-                   inp) -> MicrobenchPayload:
+def timing_payload(ctx: ToolContext, kernel: Kernel, arms: Sequence[Code], shape: dict, dtype: str,
+                   index: int, inp) -> MicrobenchPayload:
     """The `microbench` op's payload for one shape; `input_seeds` also seed the spot-check's reference."""
     state = ctx.workspace.state_dir
     return {
@@ -163,27 +199,20 @@ def timing_payload(ctx: ToolContext, kernel: Kernel, arms: list[Code], shape: di
     }
 
 
-def spot_check_calls(raw: dict, arms: list[Code]) -> tuple[list[dict], list[int]]:
+def spot_check_calls(calls: Sequence[SpotCall],
+                     arms: Sequence[Code]) -> tuple[list[SpotCall], list[int]]:
     """The timed calls whose saved outputs are checked (arms that are not the reference),
     and the input sets they used."""
-    wanted = [c for c in raw.get("spot_checks", []) if isinstance(c, dict)
-              and any(c.get("arm") == a.name and not a.is_reference for a in arms)]
-    wanted = [c for c in wanted if 0 <= _int(c.get("input_set")) < NUM_INPUT_SETS]
-    return wanted, sorted({_int(c["input_set"]) for c in wanted})
+    wanted = [c for c in calls if any(c.arm == a.name and not a.is_reference for a in arms)
+              and 0 <= c.input_set < NUM_INPUT_SETS]
+    return wanted, sorted({c.input_set for c in wanted})
 
 
 def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int],
-                           seeds: list[int]) -> ReferencePayload:
+                           seeds: Sequence[int]) -> ReferencePayload:
     """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
     spec = kernel.spec
     reference = impl_code(kernel, REFERENCE, allow_reference=True)
     return {"reference": reference.payload(ctx.sandbox.workspace_path), "args": _args_payload(spec),
             "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
             "items": [{"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
-
-
-def _int(x, default: int = -1) -> int:
-    try:
-        return int(x)
-    except (TypeError, ValueError):
-        return default

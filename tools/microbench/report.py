@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
+from .jobs import ArmTimes
 from .plan import Code
 from .schema import MIN_TIMED_CALLS, ShapeResult
 
@@ -57,16 +59,16 @@ def disturbances(device: str, before: dict | None, after: dict | None, threads: 
 FAULTS_PER_CALL_NOTABLE = 1.0
 
 
-def page_fault_notes(shape: dict, arms: list[Code], raw: dict) -> list[str]:
+def page_fault_notes(shape: dict, arms: Sequence[Code], times: dict[str, ArmTimes]) -> list[str]:
     """Minor page faults per timed call, per arm (counted by the worker with getrusage)."""
     label = ",".join(f"{k}={v}" for k, v in shape.items())
     parts, fresh = [], False
     for arm in arms:
-        stats = raw["arms"][arm.name]
-        calls = len(stats["samples_ns"])
-        if not calls or not isinstance(stats.get("minor_faults"), int):
+        stats = times[arm.name]
+        calls = len(stats.samples_ns)
+        if not calls or stats.minor_faults is None:
             continue
-        per_call = stats["minor_faults"] / calls
+        per_call = stats.minor_faults / calls
         fresh = fresh or per_call > FAULTS_PER_CALL_NOTABLE
         parts.append(f"{arm.label} {per_call:.3g}")
     if not parts:
@@ -99,7 +101,7 @@ def _shape_text(shape: dict) -> str:
     return ",".join(f"{k}={v}" for k, v in shape.items())
 
 
-def what_ran(name: str, arms: list[Code], results: list[ShapeResult]) -> str:
+def what_ran(name: str, arms: Sequence[Code], results: list[ShapeResult]) -> str:
     """'kernel/candidate vs baseline, dtype, shapes [...]': what every summary line starts with."""
     vs = f" vs {arms[1].label}" if len(arms) > 1 else ""
     shapes = [_shape_text(r.shape) for r in results]
@@ -108,7 +110,7 @@ def what_ran(name: str, arms: list[Code], results: list[ShapeResult]) -> str:
     return f"{name}/{arms[0].label}{vs}, {results[-1].dtype}, {len(shapes)} shape(s) [{named}]"
 
 
-def summary(name: str, arms: list[Code], results: list[ShapeResult], verdict: str) -> str:
+def summary(name: str, arms: Sequence[Code], results: list[ShapeResult], verdict: str) -> str:
     last = results[-1]
     shape = _shape_text(last.shape)
     cand = last.candidate

@@ -10,7 +10,6 @@ the baseline) -> report (summary, per-request records, latency plot).
 
 from __future__ import annotations
 
-import json
 import time
 
 import anyio
@@ -19,7 +18,7 @@ from ...serving.adapters import EngineArgs
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, live_engine, start_engine
-from . import engine_truth, jobs, plan, report, undecided
+from . import baseline, engine_truth, jobs, plan, report, undecided
 from .expect_fields import CATALOGUE, EXPECT
 from .judge import aggregate, attribution, latency_table, repeat_metrics
 from .schema import Input, Output
@@ -27,7 +26,7 @@ from .schema import Input, Output
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None or inp.baseline_handle is not None)
-    base = _baseline(inp, ctx)
+    recorded = baseline.recorded(inp, ctx)  # checked before any engine starts
     base_engine = live_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
     work = inp.workload
     sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None  # before any start
@@ -54,6 +53,11 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         if launched:
             await ctx.engines.stop(engine.handle,
                                    how="when the serve_benchmark that started it ended")
+    base = recorded
+    if base_engine is not None:
+        base_jsonl = report.records_jsonl([r.result.records for r in base_repeats])
+        base_rows = [repeat_metrics(r) for r in base_repeats]
+        base = baseline.measured(base_engine.handle, base_rows, base_jsonl)
     rows = [repeat_metrics(r) for r in repeats]
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}
@@ -64,18 +68,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                                       inp.workload, inp.repeats, launched),
                  first_error=report.first_error([r.result.records for r in repeats]),
                  estimated_s=round(estimate_s, 1), elapsed_s=round(elapsed_s, 1))
-    if base_engine is not None:
-        out.baseline_repeats = [repeat_metrics(r) for r in base_repeats]
-        base_metrics, base_spread = aggregate(out.baseline_repeats)
-        base = {"metrics": base_metrics, "spread": base_spread}
-        out.baseline_source = f"handle {base_engine.handle}, alternating"
-    elif base is not None:
-        out.baseline_source = f"experiment {inp.baseline}"
     if base is not None:
-        out.baseline_metrics, out.baseline_spread = base["metrics"], base.get("spread", {})
+        out.baseline_metrics, out.baseline_spread = base.metrics, base.spread
+        out.baseline_source, out.baseline_repeats = base.source, list(base.repeats)
         focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
-        out.phases, out.findings = attribution(metrics, base["metrics"], focus=focus,
-                                               spread=spread, base_spread=out.baseline_spread)
+        out.phases, out.findings = attribution(metrics, base.metrics, focus=focus,
+                                               spread=spread, base_spread=base.spread)
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine, and the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
@@ -85,13 +83,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
     records = [r.result.records for r in repeats]
     ctx.artifact("requests.jsonl", report.records_jsonl(records))
-    if base_repeats:
-        base_jsonl = report.records_jsonl([r.result.records for r in base_repeats])
+    if base_engine is not None:
         ctx.artifact("baseline_requests.jsonl", base_jsonl)
-        base_records = _last_repeat(base_jsonl)
-    else:
-        base_records = _baseline_records(ctx, inp.baseline)
-    series = report.latency_series(records[-1], base_records)
+    series = report.latency_series(records[-1], base.records if base is not None else None)
     ctx.artifact("latency.png", await anyio.to_thread.run_sync(report.latency_png, series))
     ctx.artifact("engine.log", engine.log_tail(200_000))
     out.summary = report.summary(out, out.baseline_source)
@@ -111,30 +105,6 @@ async def _engine(inp: Input, ctx: ToolContext):
     raise AgentError("name the engine: handle= from launch_serve, or engine= with args= to start one for this call")
 
 
-def _baseline(inp: Input, ctx: ToolContext) -> dict | None:
-    if inp.baseline is not None and inp.baseline_handle is not None:
-        raise AgentError("give baseline= (an earlier experiment) or baseline_handle= (a running engine measured "
-                         "alternately in this call), not both")
-    if inp.baseline is None:
-        return None
-    row = ctx.experiment(inp.baseline)
-    if row is None or row.get("tool") != "serve_benchmark" or not (row.get("result") or {}).get("metrics"):
-        raise AgentError(f"baseline {inp.baseline!r} is not a successful serve_benchmark experiment; give the "
-                         "experiment_id an earlier serve_benchmark returned (list_experiments tool=serve_benchmark)")
-    return row["result"]
-
-
-def _baseline_records(ctx: ToolContext, baseline: str | None) -> list[dict] | None:
-    if baseline is None:
-        return None
-    text = ctx.read_artifact(baseline, "requests.jsonl")
-    return None if text is None else _last_repeat(text)
-
-
-def _last_repeat(jsonl: str) -> list[dict]:
-    rows = [json.loads(line) for line in jsonl.splitlines() if line.strip()]
-    last = max((r["repeat"] for r in rows), default=0)
-    return [r for r in rows if r["repeat"] == last]
 
 
 TOOL = Tool(

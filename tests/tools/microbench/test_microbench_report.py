@@ -49,14 +49,14 @@ def test_sweep_plot_is_a_png():
 
 
 def test_page_faults_per_call_name_the_regime():
+    from infra_agent.tools.microbench.jobs import ArmTimes
     from infra_agent.tools.microbench.plan import Code
     from infra_agent.tools.microbench.report import page_fault_notes
 
     arms = [Code(name="candidate", label="triton", entry="f"), Code(name="baseline", label="reference", entry="g")]
-    raw = {"arms": {"candidate": {"samples_ns": [1] * 100, "minor_faults": 102400},
-                    "baseline": {"samples_ns": [1] * 100, "minor_faults": 3}}}
-    (note,) = page_fault_notes({"M": 2048, "N": 2048}, arms, raw)
+    times = {"candidate": ArmTimes((1,) * 100, 102400), "baseline": ArmTimes((1,) * 100, 3)}
+    (note,) = page_fault_notes({"M": 2048, "N": 2048}, arms, times)
     assert "M=2048,N=2048: triton 1.02e+03, reference 0.03" in note and "fresh pages" in note
-    raw["arms"]["candidate"]["minor_faults"] = 0
-    assert "warm-loop regime" in page_fault_notes({"N": 8}, arms, raw)[0]
-    assert page_fault_notes({"N": 8}, arms[:1], {"arms": {"candidate": {"samples_ns": [1]}}}) == []
+    times["candidate"] = ArmTimes((1,) * 100, 0)
+    assert "warm-loop regime" in page_fault_notes({"N": 8}, arms, times)[0]
+    assert page_fault_notes({"N": 8}, arms[:1], {"candidate": ArmTimes((1,), None)}) == []
