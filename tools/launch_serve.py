@@ -64,6 +64,4 @@ TOOL = Tool(
     output_model=Output,
     run=run,
     read_only=False,
-    idempotent=False,
-    kernel_field=None,
 )

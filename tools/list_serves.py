@@ -53,7 +53,5 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    read_only=True,
     idempotent=True,
-    kernel_field=None,
 )

@@ -129,8 +129,7 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    kernel_field="kernel",
     expect_catalogue=CATALOGUE,
     expect_facts=facts,
-    read_only=True,
-    idempotent=False,
 )

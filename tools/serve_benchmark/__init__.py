@@ -154,9 +154,6 @@ TOOL = Tool(
     output_model=Output,
     run=run,
     read_only=False,
-    idempotent=False,
-    open_world=False,
-    kernel_field=None,
     expect_catalogue=CATALOGUE,
     expect_facts=_expect_facts,
 )
