@@ -24,8 +24,10 @@ from . import cli_call, clients, render
 from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="An MCP tool server for optimising an inference stack: compile kernels, check numerics, "
-                  "microbenchmark, with sandboxed execution.")
+                  help="An MCP tool server for optimising an inference stack. Kernel loop: compile, "
+                  "check numerics, microbenchmark and profile kernels. Serving loop: launch, load-test and "
+                  "profile serving engines. Every call is an experiment in a ledger you can list and "
+                  "compare; agent code runs sandboxed.")
 out = Console()
 err = Console(stderr=True)
 
