@@ -83,6 +83,15 @@ class Flag(NamedTuple):
     render: Render = value_flag
 
 
+# The flags vLLM's and SGLang's servers spell alike (the rest differ: see each adapter's table).
+OPENAI_SERVER_FLAGS = (
+    Flag("served_model_name", "--served-model-name"),
+    Flag("dtype", "--dtype"),
+    Flag("quantization", "--quantization"),
+    Flag("kv_cache_dtype", "--kv-cache-dtype"),
+)
+
+
 def supported_by(flags: tuple[Flag, ...], *fixed: str) -> frozenset[str]:
     """What an adapter takes: the common arguments, its flag table's and those its head renders."""
     return EngineAdapter.supported | {f.field for f in flags} | set(fixed)

@@ -3,7 +3,7 @@ tested by the argv and payloads it builds, never started here."""
 
 from __future__ import annotations
 
-from .base import EngineAdapter, EngineArgs, Flag, supported_by
+from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, supported_by
 
 
 def chunked_prefill_off(flag: str, enabled: bool | None) -> list[str]:
@@ -18,10 +18,7 @@ class SglangAdapter(EngineAdapter):
     installable_here = False
     needs_model = True
     flags = (
-        Flag("served_model_name", "--served-model-name"),
-        Flag("dtype", "--dtype"),
-        Flag("quantization", "--quantization"),
-        Flag("kv_cache_dtype", "--kv-cache-dtype"),
+        *OPENAI_SERVER_FLAGS,
         Flag("max_num_seqs", "--max-running-requests"),
         Flag("max_num_batched_tokens", "--max-prefill-tokens"),
         Flag("max_model_len", "--context-length"),

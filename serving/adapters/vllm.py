@@ -3,7 +3,7 @@ is tested by the argv and payloads it builds, never started here."""
 
 from __future__ import annotations
 
-from .base import EngineAdapter, EngineArgs, Flag, bool_flag, supported_by
+from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, bool_flag, supported_by
 
 
 class VllmAdapter(EngineAdapter):
@@ -15,10 +15,7 @@ class VllmAdapter(EngineAdapter):
     installable_here = False
     needs_model = True
     flags = (
-        Flag("served_model_name", "--served-model-name"),
-        Flag("dtype", "--dtype"),
-        Flag("quantization", "--quantization"),
-        Flag("kv_cache_dtype", "--kv-cache-dtype"),
+        *OPENAI_SERVER_FLAGS,
         Flag("max_num_seqs", "--max-num-seqs"),
         Flag("max_num_batched_tokens", "--max-num-batched-tokens"),
         Flag("max_model_len", "--max-model-len"),
