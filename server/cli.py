@@ -85,10 +85,11 @@ def serve(
     server = _build(workspace, allow_unsandboxed)
     _remove_stale_cgroups()
     if http:
-        from .http import bind, serve_http
+        from ..serving.tcp import listen_socket
+        from .http import serve_http
 
         try:
-            sock = bind(host, port)
+            sock = listen_socket(host, port)
         except OSError as exc:
             raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
         anyio.run(serve_http, server, sock, token, shutdown_grace)
