@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
-from mcp.server.mcpserver import MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.tools import Tool as MCPToolEntry
-from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Resource, TextContent, ToolAnnotations
-from pydantic import ConfigDict, ValidationError
+from mcp_types import Tool as MCPTool
+from pydantic import ValidationError
 
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
@@ -58,11 +58,39 @@ AGENT_ERRORS = (AgentError, WorkspaceError, SandboxError)  # the caller can fix 
 
 
 class InfraAgentServer(MCPServer):
-    """MCPServer plus the workspace state, the ledger-backed resource list, and MIME
-    types per artifact file."""
+    """MCPServer plus the workspace state, our tools, the ledger-backed resource list, and
+    MIME types per artifact file.
+
+    Tools are served through MCPServer's public `list_tools` / `call_tool`, not registered
+    as SDK tool functions: a call's arguments reach `_handle` as the raw dict, because they
+    are validated against the tool's Input model only after its ledger row is open (so a
+    rejected call is on record too)."""
 
     state: ServerState
     tools: dict[str, Tool]
+
+    async def list_tools(self) -> list[MCPTool]:
+        return [*(_listing(tool) for tool in self.tools.values()), *await super().list_tools()]
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        tool = self.tools.get(name)
+        if tool is None:
+            return await super().call_tool(name, arguments, context)
+        # The SDK's own tool runner's contract, kept for our tools: an error names the tool, and a
+        # crash's text stays on the server (_handle already turns every tool failure into ToolError).
+        try:
+            if self.state.stopping:
+                raise ToolError("the server is shutting down and takes no new calls; call again once it is back")
+            with self.state.in_flight():
+                result = await _handle(tool, self.state, dict(arguments), context)
+            tool.output_model.model_validate(result.structured_content)  # what the output schema promises
+            return result
+        except MCPError:
+            raise
+        except ToolError as exc:
+            raise ToolError(f"Error executing tool {name}: {exc}") from exc
+        except Exception as exc:
+            raise UnexpectedToolError(f"Error executing tool {name}") from exc
 
     async def list_resources(self) -> list[Resource]:
         static = await super().list_resources()
@@ -117,7 +145,6 @@ def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool
         title="Infra Agent",
         instructions=instructions(set(tools)),
         version=provenance.package_version("infra-agent") or "0",
-        tools=[_mcp_entry(tool, state) for tool in tools.values()],
         log_level="WARNING",
     )
     server.state = state
@@ -127,27 +154,14 @@ def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool
     return server
 
 
-class _RawArguments(ArgModelBase):
-    """Accepts any arguments: validation happens in the handler against the tool's own
-    Input model, after the ledger row is open, so rejected calls are recorded too."""
-
-    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
-
-    def model_dump_one_level(self) -> dict[str, Any]:
-        return dict(self.__pydantic_extra__ or {})
-
-
-def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
-    handler = _make_handler(tool, state)
-    return MCPToolEntry(
-        fn=handler,
+def _listing(tool: Tool) -> MCPTool:
+    """The tool as tools/list shows it: schemas from its Input and Output models."""
+    return MCPTool(
         name=tool.name,
         title=tool.title,
         description=tool.full_description,
-        parameters=tool.input_model.model_json_schema(),
-        fn_metadata=FuncMetadata(arg_model=_RawArguments, output_model=tool.output_model),
-        is_async=True,
-        context_kwarg="_mcp_context",
+        input_schema=tool.input_model.model_json_schema(),
+        output_schema=tool.output_model.model_json_schema(),
         annotations=ToolAnnotations(
             title=tool.title,
             read_only_hint=tool.read_only,
@@ -156,16 +170,6 @@ def _mcp_entry(tool: Tool, state: ServerState) -> MCPToolEntry:
             open_world_hint=tool.open_world,
         ),
     )
-
-
-def _make_handler(tool: Tool, state: ServerState):
-    async def handler(_mcp_context: Any = None, **arguments: Any) -> CallToolResult:
-        if state.stopping:
-            raise ToolError("the server is shutting down and takes no new calls; call again once it is back")
-        with state.in_flight():
-            return await _handle(tool, state, arguments, _mcp_context)
-
-    return handler
 
 
 async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: Any) -> CallToolResult:

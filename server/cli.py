@@ -24,8 +24,10 @@ from . import cli_call, clients, render
 from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="An MCP tool server for optimising an inference stack: compile kernels, check numerics, "
-                  "microbenchmark, with sandboxed execution.")
+                  help="An MCP tool server for optimising an inference stack. Kernel loop: compile, "
+                  "check numerics, microbenchmark and profile kernels. Serving loop: launch, load-test and "
+                  "profile serving engines. Every call is an experiment in a ledger you can list and "
+                  "compare; agent code runs sandboxed.")
 out = Console()
 err = Console(stderr=True)
 
@@ -83,10 +85,11 @@ def serve(
     server = _build(workspace, allow_unsandboxed)
     _remove_stale_cgroups()
     if http:
-        from .http import bind, serve_http
+        from ..serving.tcp import listen_socket
+        from .http import serve_http
 
         try:
-            sock = bind(host, port)
+            sock = listen_socket(host, port)
         except OSError as exc:
             raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
         anyio.run(serve_http, server, sock, token, shutdown_grace)

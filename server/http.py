@@ -44,23 +44,6 @@ def build_app(server, host: str, token: str | None):
     return BearerAuth(app, token) if token else app
 
 
-def bind(host: str, port: int) -> socket.socket:
-    """Bind before announcing anything, so a busy port is a clear error, not a URL
-    printed for a server that never came up. Raises OSError with the reason."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto IPPROTO_TCP: asyncio then sets TCP_NODELAY on each accepted connection (with proto 0
-    # it does not, and Nagle holds a streamed response's small writes until the peer's delayed ACK)
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
 class _GracefulServer(uvicorn.Server):
     """uvicorn's server, told about our calls: on SIGTERM new calls are refused, running
     ones get `timeout_graceful_shutdown` seconds, then uvicorn cancels them (their rows

@@ -9,7 +9,8 @@ A tool module (``tools/<name>.py``) or package (``tools/<name>/__init__.py``) de
         input_model=Input,            # subclass of ToolInput
         output_model=Output,          # subclass of ToolOutput
         run=run,                      # async def run(inp: Input, ctx: ToolContext) -> Output
-        read_only=True, idempotent=True, open_world=False,
+        idempotent=True,              # the defaults: read_only=True, idempotent=False,
+        kernel_field="kernel",        # open_world=False, kernel_field=None
     )
 
 ``server/`` turns each ``TOOL`` into an MCP tool (schemas, annotations, progress,
@@ -286,11 +287,13 @@ class Tool:
     output_model: type[ToolOutput]
     # Returns the Output, or WithEvidence(output, evidence) when its expect facts read more than it.
     run: Callable[[Any, ToolContext], Awaitable[ToolOutput | WithEvidence]]
+    # The defaults are the common case: a read-only call on local state that may answer
+    # differently next time (timings, new ledger rows) and names no kernel.
     read_only: bool = True
     idempotent: bool = False
     open_world: bool = False
     # Which argument names a kernel (for ledger filters); None if the tool has none.
-    kernel_field: str | None = "kernel"
+    kernel_field: str | None = None
     # What `expect` may name and how to read it off one call (tools/<tool>/expect_fields.py).
     # Default: the output's own top-level fields that are numbers, strings, true/false or lists.
     expect: ExpectFields | None = None

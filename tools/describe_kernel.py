@@ -135,8 +135,6 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    read_only=True,
     idempotent=True,
-    open_world=False,
     kernel_field="kernel",
 )

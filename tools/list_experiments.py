@@ -112,8 +112,6 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    read_only=True,
     idempotent=False,  # new experiments appear between calls
-    open_world=False,
     kernel_field=None,  # `kernel` here is a filter, not the subject of the call
 )

@@ -54,7 +54,5 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    read_only=True,
     idempotent=True,
-    kernel_field=None,
 )

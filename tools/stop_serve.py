@@ -51,6 +51,4 @@ TOOL = Tool(
     output_model=Output,
     run=run,
     read_only=False,
-    idempotent=False,
-    kernel_field=None,
 )

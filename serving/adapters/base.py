@@ -8,7 +8,8 @@ flag for (an error that names the argument), instead of silently dropping it.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import json
+from typing import Any, Callable, ClassVar, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,10 +52,56 @@ class EngineArgs(BaseModel):
                              "200 once the server is ready.")
 
 
+# How one argument becomes argv words: (flag, value) -> words; a value of None (the engine's
+# default) renders as nothing in every style.
+Render = Callable[[str, Any], list[str]]
+
+
+def value_flag(flag: str, value: Any) -> list[str]:
+    """--x VALUE."""
+    return [] if value is None else [flag, str(value)]
+
+
+def bool_flag(flag: str, value: bool | None) -> list[str]:
+    """--x / --no-x for an optional boolean (argparse BooleanOptionalAction style)."""
+    if value is None:
+        return []
+    return [flag] if value else ["--no-" + flag[2:]]
+
+
+def json_flag(flag: str, value: dict) -> list[str]:
+    """--x '{"k": "v"}' for a non-empty mapping."""
+    return [flag, json.dumps(value)] if value else []
+
+
+class Flag(NamedTuple):
+    """One `EngineArgs` field and the engine flag it becomes, rendered in table order after the
+    adapter's fixed head (program, model, host, port)."""
+
+    field: str
+    flag: str
+    render: Render = value_flag
+
+
+# The flags vLLM's and SGLang's servers spell alike (the rest differ: see each adapter's table).
+OPENAI_SERVER_FLAGS = (
+    Flag("served_model_name", "--served-model-name"),
+    Flag("dtype", "--dtype"),
+    Flag("quantization", "--quantization"),
+    Flag("kv_cache_dtype", "--kv-cache-dtype"),
+)
+
+
+def supported_by(flags: tuple[Flag, ...], *fixed: str) -> frozenset[str]:
+    """What an adapter takes: the common arguments, its flag table's and those its head renders."""
+    return EngineAdapter.supported | {f.field for f in flags} | set(fixed)
+
+
 class EngineAdapter:
-    """One engine family. Subclasses set the class fields and `_argv`."""
+    """One engine family. Subclasses set the class fields, `flags` and `_head`."""
 
     name: ClassVar[str]
+    flags: ClassVar[tuple[Flag, ...]] = ()  # the optional arguments, in argv order
     # Request fields outside the OpenAI schema this engine accepts (others are never sent:
     # transformers serve answers 422 to any unknown field).
     extensions: ClassVar[frozenset[str]] = frozenset()
@@ -85,9 +132,12 @@ class EngineAdapter:
 
     def argv(self, args: EngineArgs, *, model: str | None, port: int, python: str) -> list[str]:
         """The engine's command line; `model` is the model folder as the engine sees it."""
-        return [*self._argv(args, model=model, port=port, python=python), *args.extra_args]
+        head = self._head(args, model=model, port=port, python=python)
+        tail = [word for f in self.flags for word in f.render(f.flag, getattr(args, f.field))]
+        return [*head, *tail, *args.extra_args]
 
-    def _argv(self, args: EngineArgs, *, model: str | None, port: int, python: str) -> list[str]:
+    def _head(self, args: EngineArgs, *, model: str | None, port: int, python: str) -> list[str]:
+        """The words every launch has: program, model, host, port and fixed settings."""
         raise NotImplementedError
 
     def env(self, args: EngineArgs) -> dict[str, str]:
@@ -96,14 +146,3 @@ class EngineAdapter:
     def request_extras(self, *, ignore_eos: bool) -> dict:
         """Fields to add to every benchmark request (only those the engine accepts)."""
         return {"ignore_eos": True} if ignore_eos and "ignore_eos" in self.extensions else {}
-
-
-def flag_if(flag: str, value) -> list[str]:
-    return [] if value is None else [flag, str(value)]
-
-
-def bool_flag(flag: str, value: bool | None) -> list[str]:
-    """--x / --no-x for an optional boolean (argparse BooleanOptionalAction style)."""
-    if value is None:
-        return []
-    return [flag] if value else ["--no-" + flag[2:]]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
-from .base import EngineAdapter, EngineArgs, bool_flag, flag_if
+from .base import EngineAdapter, EngineArgs, Flag, bool_flag, json_flag, supported_by, value_flag
 
 
 class BuiltinAdapter(EngineAdapter):
@@ -12,21 +10,19 @@ class BuiltinAdapter(EngineAdapter):
     extensions = frozenset({"ignore_eos", "stream_options.continuous_usage_stats", "top_k", "seed"})
     continuous_usage = True
     profile_paths = ("/start_profile", "/stop_profile")
-    supported = EngineAdapter.supported | {"kv_cache_dtype", "quantization", "enable_chunked_prefill", "max_num_seqs",
-                                           "max_num_batched_tokens", "max_model_len", "kernels"}
+    flags = (
+        Flag("served_model_name", "--model-name"),
+        Flag("dtype", "--dtype"),
+        Flag("kv_cache_dtype", "--kv-cache-dtype"),
+        Flag("quantization", "--quantization"),
+        Flag("max_num_seqs", "--max-num-seqs"),
+        Flag("max_num_batched_tokens", "--max-num-batched-tokens"),
+        Flag("max_model_len", "--max-model-len"),
+        Flag("enable_chunked_prefill", "--enable-chunked-prefill", bool_flag),
+        Flag("kernels", "--kernels", json_flag),
+    )
+    supported = supported_by(flags)
 
-    def _argv(self, args: EngineArgs, *, model, port, python):
-        argv = [python, "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", str(port),
-                "--workspace", "/workspace", "--profile-dir", "profiles"]
-        argv += flag_if("--checkpoint", model)
-        argv += flag_if("--model-name", args.served_model_name)
-        argv += flag_if("--dtype", args.dtype)
-        argv += flag_if("--kv-cache-dtype", args.kv_cache_dtype)
-        argv += flag_if("--quantization", args.quantization)
-        argv += flag_if("--max-num-seqs", args.max_num_seqs)
-        argv += flag_if("--max-num-batched-tokens", args.max_num_batched_tokens)
-        argv += flag_if("--max-model-len", args.max_model_len)
-        argv += bool_flag("--enable-chunked-prefill", args.enable_chunked_prefill)
-        if args.kernels:
-            argv += ["--kernels", json.dumps(args.kernels)]
-        return argv
+    def _head(self, args: EngineArgs, *, model, port, python):
+        return [python, "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", str(port),
+                "--workspace", "/workspace", "--profile-dir", "profiles", *value_flag("--checkpoint", model)]

@@ -25,5 +25,5 @@ class CommandAdapter(EngineAdapter):
         if not args.health_path.startswith("/"):
             raise AdapterError(f"health_path must start with '/', got {args.health_path!r}")
 
-    def _argv(self, args: EngineArgs, *, model, port, python):
+    def _head(self, args: EngineArgs, *, model, port, python):
         return [w.replace("{port}", str(port)).replace("{model}", model or "") for w in args.command]

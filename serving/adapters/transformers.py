@@ -4,23 +4,23 @@ OpenAI schema, so no extension is ever sent to it; usage arrives in the last chu
 
 from __future__ import annotations
 
-from .base import EngineAdapter, EngineArgs, flag_if
+from .base import EngineAdapter, EngineArgs, Flag, supported_by
 
 
 class TransformersAdapter(EngineAdapter):
     name = "transformers"
     extensions = frozenset()
     metrics_path = None  # no Prometheus endpoint
-    supported = EngineAdapter.supported | {"max_num_batched_tokens"}
     needs_model = True
+    flags = (
+        Flag("dtype", "--dtype"),
+        Flag("max_num_batched_tokens", "--cb-max-batch-tokens"),
+    )
+    supported = supported_by(flags)
 
-
-    def _argv(self, args: EngineArgs, *, model, port, python):
-        argv = [python, "-m", "transformers.cli.transformers", "serve", model, "--host", "127.0.0.1",
-                "--port", str(port), "--device", "cpu", "--continuous-batching"]
+    def _head(self, args: EngineArgs, *, model, port, python):
         # Its KV cache is sized from the memory it sees (the whole host's), which overshoots the
         # engine's cgroup and gets it OOM-killed at the first request: give it a size instead.
-        argv += ["--cb-num-blocks", "512", "--cb-block-size", "32"]
-        argv += flag_if("--dtype", args.dtype)
-        argv += flag_if("--cb-max-batch-tokens", args.max_num_batched_tokens)
-        return argv
+        return [python, "-m", "transformers.cli.transformers", "serve", model, "--host", "127.0.0.1",
+                "--port", str(port), "--device", "cpu", "--continuous-batching",
+                "--cb-num-blocks", "512", "--cb-block-size", "32"]

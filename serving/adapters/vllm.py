@@ -3,7 +3,7 @@ is tested by the argv and payloads it builds, never started here."""
 
 from __future__ import annotations
 
-from .base import EngineAdapter, EngineArgs, bool_flag, flag_if
+from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, bool_flag, supported_by
 
 
 class VllmAdapter(EngineAdapter):
@@ -12,25 +12,20 @@ class VllmAdapter(EngineAdapter):
                             "stream_options.continuous_usage_stats"})
     continuous_usage = True
     profile_paths = ("/start_profile", "/stop_profile")  # needs VLLM_TORCH_PROFILER_DIR (set in env)
-    supported = EngineAdapter.supported | {"tensor_parallel_size", "quantization", "kv_cache_dtype",
-                                           "enable_chunked_prefill", "max_num_seqs", "max_num_batched_tokens",
-                                           "max_model_len"}
     installable_here = False
     needs_model = True
+    flags = (
+        *OPENAI_SERVER_FLAGS,
+        Flag("max_num_seqs", "--max-num-seqs"),
+        Flag("max_num_batched_tokens", "--max-num-batched-tokens"),
+        Flag("max_model_len", "--max-model-len"),
+        Flag("enable_chunked_prefill", "--enable-chunked-prefill", bool_flag),
+    )
+    supported = supported_by(flags, "tensor_parallel_size")
 
-
-    def _argv(self, args: EngineArgs, *, model, port, python):
-        argv = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
+    def _head(self, args: EngineArgs, *, model, port, python):
+        return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
                 "--port", str(port), "--tensor-parallel-size", str(args.tensor_parallel_size)]
-        argv += flag_if("--served-model-name", args.served_model_name)
-        argv += flag_if("--dtype", args.dtype)
-        argv += flag_if("--quantization", args.quantization)
-        argv += flag_if("--kv-cache-dtype", args.kv_cache_dtype)
-        argv += flag_if("--max-num-seqs", args.max_num_seqs)
-        argv += flag_if("--max-num-batched-tokens", args.max_num_batched_tokens)
-        argv += flag_if("--max-model-len", args.max_model_len)
-        argv += bool_flag("--enable-chunked-prefill", args.enable_chunked_prefill)
-        return argv
 
     def env(self, args: EngineArgs) -> dict[str, str]:
         return {"VLLM_TORCH_PROFILER_DIR": "profiles", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}

@@ -27,9 +27,56 @@ import time
 from dataclasses import dataclass, field
 
 from .config import EngineArgs
-from .llm_engine import Handover, LLMEngine, RequestOutput
+from .llm_engine import LLMEngine, RequestOutput
 from .ranges import named_range
-from .sequence import SamplingParams
+from .sequence import SamplingParams, Sequence
+from .tokenizer import IncrementalDetokenizer
+
+
+@dataclass
+class Handover:
+    """A prefilled request on its way from a prefill engine to a decode engine."""
+
+    request_id: str
+    token_ids: list[int]  # prompt + the first sampled token
+    num_prompt_tokens: int
+    params: SamplingParams
+    kv: list  # per layer (k, v) [num_prompt_tokens, Hkv, D]
+    num_emitted_chars: int
+    times: dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
+    handed_over_at: float = 0.0
+    first_output: RequestOutput | None = None  # the first token, streamed once the decode side has it
+
+
+def hand_over(engine: LLMEngine, request_id: str) -> Handover:
+    """Take a request that just got its first token out of `engine`, with its prompt's K/V."""
+    seq, detok = engine.detach(request_id)
+    kv = engine.runner.read_kv(seq.block_table, seq.num_prompt_tokens)
+    times = {k: getattr(seq, k) for k in ("arrival_time", "first_scheduled_time", "first_token_time",
+                                          "last_token_time")}
+    engine.scheduler.finish(seq, "handed_over")
+    return Handover(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.params, kv, detok.num_emitted,
+                    times, time.monotonic())
+
+
+def adopt(engine: LLMEngine, h: Handover) -> Sequence | None:
+    """Continue a handed-over request in `engine`; None when there is no room yet (try later)."""
+    seq = Sequence(h.token_ids[:h.num_prompt_tokens], h.params, h.request_id)
+    seq.token_ids = list(h.token_ids)
+    if len(engine.scheduler.running) >= engine.scheduler.max_num_seqs or \
+            not engine.block_manager.can_grow(seq, h.num_prompt_tokens):
+        return None
+    engine.block_manager.grow(seq, h.num_prompt_tokens)
+    engine.runner.write_kv(seq.block_table, h.kv)
+    seq.num_computed_tokens = h.num_prompt_tokens
+    for k, v in h.times.items():
+        setattr(seq, k, v)
+    engine.scheduler.adopt(seq)
+    detok = IncrementalDetokenizer(engine.tokenizer)
+    detok.update(seq.output_token_ids)
+    detok.num_emitted = h.num_emitted_chars
+    engine.attach(seq, detok)
+    return seq
 
 
 class NativeComm:
@@ -149,7 +196,7 @@ class DisaggregatedEngine:
                 # As in disaggregated serving (the decode instance streams every token): the first
                 # token travels with the K/V and reaches the client once the decode worker has it,
                 # so TTFT = queue + prefill + KV transfer.
-                handover = self.prefill.hand_over(out.request_id)
+                handover = hand_over(self.prefill, out.request_id)
                 handover.first_output = out
                 self._handovers.put(handover)
             if outs:
@@ -180,7 +227,7 @@ class DisaggregatedEngine:
                 self.outputs.put(out)
 
     def _adopt(self, h: Handover) -> bool:
-        seq = self.decode.adopt(h)
+        seq = adopt(self.decode, h)
         if seq is None:
             return False
         now = time.monotonic()

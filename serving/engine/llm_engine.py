@@ -12,24 +12,9 @@ from pathlib import Path
 from .block_manager import BlockManager
 from .config import EngineArgs, ModelConfig
 from .ranges import named_range
-from .scheduler import Scheduler
+from .scheduler import ScheduledSeq, Scheduler
 from .sequence import SamplingParams, Sequence
 from .tokenizer import IncrementalDetokenizer, load_tokenizer
-
-
-@dataclass
-class Handover:
-    """A prefilled request on its way from a prefill engine to a decode engine."""
-
-    request_id: str
-    token_ids: list[int]  # prompt + the first sampled token
-    num_prompt_tokens: int
-    params: SamplingParams
-    kv: list  # per layer (k, v) [num_prompt_tokens, Hkv, D]
-    num_emitted_chars: int
-    times: dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
-    handed_over_at: float = 0.0
-    first_output: RequestOutput | None = None  # disaggregated: the first token, streamed once the decode side has it
 
 
 @dataclass
@@ -45,7 +30,7 @@ class RequestOutput:
 
 class LLMEngine:
     def __init__(self, args: EngineArgs):
-        from .model_runner import ModelRunner  # torch lives only behind the runner
+        from .planted import model_runner  # torch lives only behind the runner
 
         self.args = args
         self.model_config = ModelConfig.from_checkpoint(Path(args.checkpoint)) if args.checkpoint else ModelConfig()
@@ -54,7 +39,7 @@ class LLMEngine:
         self.eos_token_ids = sorted(set(self.model_config.eos_token_id) | set(self.tokenizer.eos_token_ids))
         self.max_model_len = min(args.max_model_len or self.model_config.max_position_embeddings,
                                  self.model_config.max_position_embeddings, args.num_blocks * args.block_size)
-        self.runner = ModelRunner(args, self.model_config)
+        self.runner = model_runner(args, self.model_config)
         self.block_manager = BlockManager(args.num_blocks, args.block_size, args.enable_prefix_caching)
         self.scheduler = Scheduler(self.block_manager, args.max_num_seqs, args.max_num_batched_tokens,
                                    args.enable_chunked_prefill)
@@ -109,15 +94,9 @@ class LLMEngine:
             batch = self.scheduler.schedule()
         if not batch:
             return []
-        now = time.monotonic()
-        for item in batch:
-            if item.seq.first_scheduled_time is None:
-                item.seq.first_scheduled_time = now
-        num_prefill_chunks = sum(item.num_tokens > 1 for item in batch)
-        with named_range("prefill" if num_prefill_chunks else "decode"):
+        mark_scheduled(batch, time.monotonic())
+        with named_range("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
             sampled = self.runner.run(batch)
-            if self.args.prefill_delay_ms and num_prefill_chunks:  # the planted regression (EngineArgs)
-                time.sleep(self.args.prefill_delay_ms * num_prefill_chunks / 1e3)
         with named_range("postprocess"):
             updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
             self.num_steps += 1
@@ -147,35 +126,14 @@ class LLMEngine:
             self._live.pop(seq.request_id, None)
         return RequestOutput(seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason, itl)
 
-    # -- disaggregated serving: hand a prefilled request over to another engine ---------------
-    def hand_over(self, request_id: str) -> Handover:
-        """Take a request that just got its first token out of this engine, with its prompt's K/V."""
-        seq, detok = self._live.pop(request_id)
-        kv = self.runner.read_kv(seq.block_table, seq.num_prompt_tokens)
-        times = {k: getattr(seq, k) for k in ("arrival_time", "first_scheduled_time", "first_token_time",
-                                              "last_token_time")}
-        self.scheduler.finish(seq, "handed_over")
-        return Handover(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.params, kv, detok.num_emitted,
-                        times, time.monotonic())
+    # -- requests that move to another engine (disagg.py) -----------------------------------
+    def detach(self, request_id: str) -> tuple[Sequence, IncrementalDetokenizer]:
+        """Stop tracking a live request without finishing it: its blocks stay allocated."""
+        return self._live.pop(request_id)
 
-    def adopt(self, h: Handover) -> Sequence | None:
-        """Continue a handed-over request here; None when there is no room yet (try later)."""
-        seq = Sequence(h.token_ids[:h.num_prompt_tokens], h.params, h.request_id)
-        seq.token_ids = list(h.token_ids)
-        if len(self.scheduler.running) >= self.scheduler.max_num_seqs or \
-                not self.block_manager.can_grow(seq, h.num_prompt_tokens):
-            return None
-        self.block_manager.grow(seq, h.num_prompt_tokens)
-        self.runner.write_kv(seq.block_table, h.kv)
-        seq.num_computed_tokens = h.num_prompt_tokens
-        for k, v in h.times.items():
-            setattr(seq, k, v)
-        self.scheduler.adopt(seq)
-        detok = IncrementalDetokenizer(self.tokenizer)
-        detok.update(seq.output_token_ids)
-        detok.num_emitted = h.num_emitted_chars
+    def attach(self, seq: Sequence, detok: IncrementalDetokenizer) -> None:
+        """Track a request that the scheduler already runs (adopted from another engine)."""
         self._live[seq.request_id] = (seq, detok)
-        return seq
 
     # -- offline use --------------------------------------------------------------------
     def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]) -> list[dict]:
@@ -189,3 +147,10 @@ class LLMEngine:
                 texts[out.request_id] = texts.get(out.request_id, "") + out.text_delta
         return [{"text": texts[s.request_id], "token_ids": s.output_token_ids, "finish_reason": s.finish_reason}
                 for s in seqs]
+
+
+def mark_scheduled(batch: list[ScheduledSeq], now: float) -> None:
+    """Queue time ends when a request is first scheduled (a recomputation keeps the first time)."""
+    for item in batch:
+        if item.seq.first_scheduled_time is None:
+            item.seq.first_scheduled_time = now

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import re
 import secrets
-import subprocess
-import sys
-import time
 
 import httpx
 import pytest
+from engine_process import engine_process
 from typer.testing import CliRunner
 
 from infra_agent.server.cli import app
@@ -54,20 +51,9 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def engine(checkpoint):
-    cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(checkpoint), "--port", "0",
-           "--model-name", "random-agent", "--num-blocks", "1024", "--max-model-len", "16384"]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    url, deadline = None, time.monotonic() + 120
-    while time.monotonic() < deadline and url is None:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        match = re.search(r"ready at (http://\S+)", line)
-        url = match.group(1) if match else None
-    assert url, f"the engine did not report readiness (exit code {proc.poll()})"
-    yield url, proc
-    proc.terminate()
-    proc.wait(timeout=10)
+    with engine_process("--checkpoint", str(checkpoint), "--model-name", "random-agent", "--num-blocks", "1024",
+                        "--max-model-len", "16384", ready_within_s=120) as started:
+        yield started
 
 
 def test_the_loop_runs_against_the_engine_whatever_the_model_says(engine, workspace, tmp_path):

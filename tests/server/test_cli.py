@@ -199,3 +199,11 @@ def test_serve_http_on_a_busy_port_is_a_clear_error(workspace):
         result = invoke("serve", "--http", "--port", str(port), "-w", str(workspace))
     assert result.exit_code == 2 and f"cannot listen on 127.0.0.1:{port}" in result.stderr
     assert "serving" not in result.stderr  # nothing announced for a server that never came up
+
+
+def test_the_top_level_help_names_both_loops_and_the_ledger():
+    """The description says what the server does now, not only the first kernel tools."""
+    text = " ".join(invoke("--help").stdout.split())
+    for part in ("Kernel loop", "microbenchmark", "Serving loop", "launch, load-test and profile serving engines",
+                 "ledger"):
+        assert part in text, part

@@ -139,7 +139,7 @@ SERVER_MID_CALL = textwrap.dedent("""
         time.sleep(600)  # killed long before this returns
 
     SLOW = Tool(name="slow", title="Slow", description="sleeps", input_model=ToolInput,
-                output_model=ToolOutput, run=slow, kernel_field=None)
+                output_model=ToolOutput, run=slow)
     found = app.discover_tools()
     app.discover_tools = lambda: {**found, "slow": SLOW}
 

@@ -37,6 +37,25 @@ async def test_tools_have_schemas_titles_and_annotations(client):
     assert describe.annotations.open_world_hint is False and describe.annotations.destructive_hint is False
 
 
+# (read-only, idempotent) per tool as listed over MCP; open-world and destructive are False for
+# all. Written out so that a change of Tool's defaults cannot move an annotation unnoticed.
+ANNOTATIONS = {
+    "check_numerics": (True, False), "compare_experiments": (True, True), "compile_kernel": (True, True),
+    "describe_kernel": (True, True), "device_info": (True, True), "launch_serve": (False, False),
+    "list_experiments": (True, False), "list_kernels": (True, True), "list_serves": (True, True),
+    "microbench": (True, False), "profile": (True, False), "serve_benchmark": (False, False),
+    "stop_serve": (False, False),
+}
+
+
+async def test_every_tools_annotations_are_pinned(client):
+    listed = {t.name: t.annotations for t in (await client.list_tools()).tools}
+    assert set(listed) == set(ANNOTATIONS)
+    for name, a in listed.items():
+        assert (a.read_only_hint, a.idempotent_hint) == ANNOTATIONS[name], name
+        assert a.open_world_hint is False and a.destructive_hint is False, name
+
+
 async def test_list_kernels_structured(client, workspace):
     out = await call(client, "list_kernels")
     names = [k["name"] for k in out["kernels"]]
@@ -196,7 +215,7 @@ async def _echo(inp: EchoInput, ctx) -> EchoOutput:
 
 
 ECHO = Tool(name="echo", title="Echo", description="Test tool.", input_model=EchoInput,
-            output_model=EchoOutput, run=_echo, kernel_field=None)
+            output_model=EchoOutput, run=_echo)
 
 
 @pytest.fixture

@@ -134,7 +134,6 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
+    kernel_field="kernel",
     expect=EXPECT,
-    read_only=True,
-    idempotent=False,
 )

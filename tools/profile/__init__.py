@@ -97,9 +97,6 @@ TOOL = Tool(
     input_model=Input,
     output_model=Output,
     run=run,
-    read_only=True,
-    idempotent=False,
-    open_world=False,
     kernel_field="kernel",
     expect=EXPECT,
 )

@@ -121,8 +121,5 @@ TOOL = Tool(
     output_model=Output,
     run=run,
     read_only=False,
-    idempotent=False,
-    open_world=False,
-    kernel_field=None,
     expect=EXPECT,
 )

@@ -8,12 +8,11 @@ import asyncio
 import json
 import re
 import shutil
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
+from engine_process import engine_process
 
 PROMPT = "The quick brown fox"
 
@@ -39,22 +38,10 @@ def checkpoint(tiny_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="module")
 def engine_url(checkpoint, tmp_path_factory):
     profile_dir = tmp_path_factory.mktemp("traces")
-    cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(checkpoint), "--port", "0",
-           "--num-blocks", "64", "--block-size", "8", "--max-num-seqs", "16", "--max-num-batched-tokens", "64",
-           "--profile-dir", str(profile_dir)]
-    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
-    url = None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and url is None:
-        line = proc.stderr.readline()
-        if not line and proc.poll() is not None:
-            break
-        match = re.search(r"ready at (http://\S+)", line)
-        url = match.group(1) if match else None
-    assert url, f"the engine did not report readiness (exit code {proc.poll()})"
-    yield url, profile_dir
-    proc.terminate()
-    proc.wait(timeout=10)
+    with engine_process("--checkpoint", str(checkpoint), "--num-blocks", "64", "--block-size", "8",
+                        "--max-num-seqs", "16", "--max-num-batched-tokens", "64",
+                        "--profile-dir", str(profile_dir)) as started:
+        yield started.url, profile_dir
 
 
 @pytest.fixture

@@ -164,3 +164,18 @@ def test_w8a8_linears_through_the_zoo_kernel():
         assert runs[impl + "_choice"] == f"w8a8_gemm:{impl}" and runs[impl + "_int8"]  # int8 codes stored
     assert runs["reference"] == runs["full"]  # the random model's greedy tokens survive W8A8
     assert runs["triton"][0] == runs["reference"][0][:4]
+
+
+def test_planted_prefill_delay_lives_in_the_runner_and_sleeps_per_prefill_chunk(monkeypatch):
+    """--prefill-delay-ms (tests/serving/tools, bench/serve_criteria_flips.py) wraps the runner, so
+    `LLMEngine.step` stays schedule -> run -> postprocess; it sleeps once per prefill chunk only."""
+    from infra_agent.serving.engine import planted
+    from infra_agent.serving.engine.model_runner import ModelRunner
+
+    assert type(engine().runner) is ModelRunner
+    delayed = engine(prefill_delay_ms=30, max_num_batched_tokens=8)
+    assert isinstance(delayed.runner, planted.PrefillDelayRunner)
+    slept: list[float] = []
+    monkeypatch.setattr(planted.time, "sleep", slept.append)
+    delayed.generate([list(range(1, 21))], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
+    assert slept == [0.03] * 3  # a 20-token prompt in chunks of 8: 3 prefill chunks, 2 decodes without a delay

@@ -15,8 +15,7 @@ import socket
 
 import pytest
 
-from infra_agent.server.http import bind
-from infra_agent.serving.engine.__main__ import listen_socket
+from infra_agent.serving.tcp import listen_socket
 
 pytestmark = pytest.mark.anyio
 
@@ -37,9 +36,9 @@ async def _accepted_nodelay(sock: socket.socket) -> int:
     return value
 
 
-@pytest.mark.parametrize("make", [listen_socket, bind], ids=["engine", "mcp_http"])
-async def test_accepted_connections_have_tcp_nodelay(make):
-    assert await _accepted_nodelay(make("127.0.0.1", 0)) != 0
+async def test_accepted_connections_have_tcp_nodelay():
+    """serving/tcp.py's socket, the one the engine and the MCP server's --http both listen on."""
+    assert await _accepted_nodelay(listen_socket("127.0.0.1", 0)) != 0
 
 
 async def test_a_plain_af_inet_socket_would_not_have_it():

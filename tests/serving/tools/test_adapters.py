@@ -59,3 +59,77 @@ def test_builtin_and_command():
         argv("command")
     with pytest.raises(AdapterError, match="unknown engine"):
         adapter_for("tgi", EngineArgs())
+
+
+# Every argument each adapter takes, and the argv it must produce: written out by hand from the
+# adapters' code before their flags became tables, so a table that drops, renames or reorders
+# a flag fails here.
+FULL_ARGV = {
+    "vllm": (dict(model="m", served_model_name="srv", dtype="bfloat16", tensor_parallel_size=2, quantization="fp8",
+                  kv_cache_dtype="fp8", enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=2048,
+                  max_model_len=4096, extra_args=["--enforce-eager"]),
+             ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/model", "--host", "127.0.0.1",
+              "--port", "8000", "--tensor-parallel-size", "2", "--served-model-name", "srv", "--dtype", "bfloat16",
+              "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--max-num-seqs", "64",
+              "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--no-enable-chunked-prefill",
+              "--enforce-eager"]),
+    "sglang": (dict(model="m", served_model_name="srv", dtype="bfloat16", tensor_parallel_size=2, quantization="fp8",
+                    kv_cache_dtype="fp8", enable_chunked_prefill=False, max_num_seqs=64,
+                    max_num_batched_tokens=2048, max_model_len=4096, extra_args=["--disable-radix-cache"]),
+               ["py", "-m", "sglang.launch_server", "--model-path", "/model", "--host", "127.0.0.1", "--port", "8000",
+                "--tp-size", "2", "--enable-metrics", "--served-model-name", "srv", "--dtype", "bfloat16",
+                "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--max-running-requests", "64",
+                "--max-prefill-tokens", "2048", "--context-length", "4096", "--chunked-prefill-size", "-1",
+                "--disable-radix-cache"]),
+    "builtin": (dict(model="m", served_model_name="srv", dtype="float32", kv_cache_dtype="int8", quantization="w8a8",
+                     max_num_seqs=8, max_num_batched_tokens=256, max_model_len=512, enable_chunked_prefill=True,
+                     kernels={"rmsnorm": "triton"}, extra_args=["--prefill-delay-ms", "20"]),
+                ["py", "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", "8000",
+                 "--workspace", "/workspace", "--profile-dir", "profiles", "--checkpoint", "/model",
+                 "--model-name", "srv", "--dtype", "float32", "--kv-cache-dtype", "int8", "--quantization", "w8a8",
+                 "--max-num-seqs", "8", "--max-num-batched-tokens", "256", "--max-model-len", "512",
+                 "--enable-chunked-prefill", "--kernels", '{"rmsnorm": "triton"}', "--prefill-delay-ms", "20"]),
+    # served_model_name is taken but has no transformers flag: the argv leaves it out, as before.
+    "transformers": (dict(model="m", served_model_name="srv", dtype="float32", max_num_batched_tokens=256,
+                          extra_args=["--x"]),
+                     ["py", "-m", "transformers.cli.transformers", "serve", "/model", "--host", "127.0.0.1",
+                      "--port", "8000", "--device", "cpu", "--continuous-batching", "--cb-num-blocks", "512",
+                      "--cb-block-size", "32", "--dtype", "float32", "--cb-max-batch-tokens", "256", "--x"]),
+    "command": (dict(model="m", served_model_name="srv", health_path="/ready",
+                     command=["srv", "--port", "{port}", "--model", "{model}"]),
+                ["srv", "--port", "8000", "--model", "/model"]),
+}
+
+# The same adapters with only what they need: every optional flag renders as nothing.
+MINIMAL_ARGV = {
+    "vllm": ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/model", "--host", "127.0.0.1",
+             "--port", "8000", "--tensor-parallel-size", "1"],
+    "sglang": ["py", "-m", "sglang.launch_server", "--model-path", "/model", "--host", "127.0.0.1", "--port", "8000",
+               "--tp-size", "1", "--enable-metrics"],
+    "builtin": ["py", "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", "8000",
+                "--workspace", "/workspace", "--profile-dir", "profiles", "--checkpoint", "/model"],
+    "transformers": ["py", "-m", "transformers.cli.transformers", "serve", "/model", "--host", "127.0.0.1",
+                     "--port", "8000", "--device", "cpu", "--continuous-batching", "--cb-num-blocks", "512",
+                     "--cb-block-size", "32"],
+}
+
+
+@pytest.mark.parametrize("engine", sorted(FULL_ARGV))
+def test_full_argv_is_exactly_the_engines_command_line(engine):
+    kwargs, expected = FULL_ARGV[engine]
+    assert argv(engine, **kwargs) == expected
+
+
+@pytest.mark.parametrize("engine", sorted(MINIMAL_ARGV))
+def test_minimal_argv_has_no_optional_flag(engine):
+    assert argv(engine, model="m") == MINIMAL_ARGV[engine]
+
+
+def test_sglang_chunked_prefill_on_is_its_default():
+    assert "--chunked-prefill-size" not in argv("sglang", model="m", enable_chunked_prefill=True)
+
+
+def test_every_engine_takes_every_argument_it_renders():
+    """A flag table's field outside `supported` would be refused before it could be rendered."""
+    for adapter in ADAPTERS.values():
+        assert {f.field for f in adapter.flags} <= adapter.supported, adapter.name

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import ToolCallError, call
-
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = pytest.mark.slow
 
@@ -19,22 +18,9 @@ WORKLOAD = {"num_requests": 64, "input_len": 24, "output_len": 8, "rate": 32.0, 
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 
 
-@pytest.fixture
-async def builtin_client(workspace):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    build_tiny_checkpoint(workspace / "tiny")
-    srv = build_server(workspace)
-    async with Client(srv) as c:
-        yield c
-    await srv.aclose()
-
-
 @pytest.mark.anyio
-async def test_builtin_metrics_regression_and_attribution(builtin_client):
-    c = builtin_client
+async def test_builtin_metrics_regression_and_attribution(serve_client):
+    c = serve_client
     normal = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     assert normal["metrics"] and normal["profiling"]
     base = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=2)
@@ -73,10 +59,10 @@ async def test_builtin_metrics_regression_and_attribution(builtin_client):
 
 
 @pytest.mark.anyio
-async def test_profile_a_running_engine_under_load(builtin_client):
+async def test_profile_a_running_engine_under_load(serve_client):
     """profile(handle=): the engine's own window (the same recorder as a profile job) under a
     load the tool drives, its threads watched from the host."""
-    c = builtin_client
+    c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     out = await call(c, "profile", handle=eng["handle"], duration_s=1, load_concurrency=2, top_k=5,
                      expect=["window_ms >= 900"])

@@ -9,30 +9,16 @@ import re
 
 import pytest
 from conftest import ToolCallError, call
-
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = pytest.mark.slow
 
 SLOW_ENGINE = {"model": "tiny", "kernels": {"paged_attention_decode": "triton"}}
 
 
-@pytest.fixture
-async def builtin_client(workspace):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    build_tiny_checkpoint(workspace / "tiny")
-    srv = build_server(workspace)
-    async with Client(srv) as c:
-        yield c
-    await srv.aclose()
-
-
 @pytest.mark.anyio
-async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds(builtin_client):
-    c = builtin_client
+async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds(serve_client):
+    c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args=SLOW_ENGINE)
     seen: list[str] = []
 

@@ -5,40 +5,21 @@ from __future__ import annotations
 
 import pytest
 from conftest import ToolCallError, call
-
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def tiny_workspace(workspace):
-    build_tiny_checkpoint(workspace / "tiny")
-    return workspace
-
-
-@pytest.fixture
-async def ts_client(tiny_workspace):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    srv = build_server(tiny_workspace)
-    async with Client(srv) as c:
-        yield c
-    await srv.aclose()
-
-
 @pytest.mark.anyio
-async def test_transformers_serve_benchmark(ts_client):
+async def test_transformers_serve_benchmark(serve_client):
     with pytest.raises(ToolCallError, match="takes no kernels"):
-        await call(ts_client, "launch_serve", engine="transformers", args={"model": "tiny", "kernels": {"a": "b"}})
-    launched = await call(ts_client, "launch_serve", engine="transformers", args={"model": "tiny"})
+        await call(serve_client, "launch_serve", engine="transformers", args={"model": "tiny", "kernels": {"a": "b"}})
+    launched = await call(serve_client, "launch_serve", engine="transformers", args={"model": "tiny"})
     assert launched["extensions"] == [] and launched["metrics"] is False
     handle = launched["handle"]
-    listed = await call(ts_client, "list_serves")
+    listed = await call(serve_client, "list_serves")
     assert [s["handle"] for s in listed["serves"]] == [handle]
-    out = await call(ts_client, "serve_benchmark", handle=handle, repeats=1,
+    out = await call(serve_client, "serve_benchmark", handle=handle, repeats=1,
                      workload={"num_requests": 64, "input_len": 12, "output_len": 4, "rate": 16.0, "seed": 1},
                      criteria=["failed == 0", "completed == 64"])
     assert out["repeats"][0]["errors"] == {}
@@ -48,7 +29,7 @@ async def test_transformers_serve_benchmark(ts_client):
         assert out["metrics"][name] is not None and out["metrics"][name] > 0
     assert out["output_tokens_source"] == "usage"
     assert any(a.endswith("/latency.png") for a in out["artifacts"])
-    stopped = await call(ts_client, "stop_serve", handle=handle)
+    stopped = await call(serve_client, "stop_serve", handle=handle)
     assert stopped["handle"] == handle
     with pytest.raises(ToolCallError, match="was already stopped \\(by stop_serve"):
-        await call(ts_client, "serve_benchmark", handle=handle)
+        await call(serve_client, "serve_benchmark", handle=handle)

@@ -7,30 +7,16 @@ from __future__ import annotations
 
 import pytest
 from conftest import call
-
-from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = pytest.mark.slow
 
 WORKLOAD = {"num_requests": 12, "input_len": 48, "output_len": 2, "max_concurrency": 4, "warmup": 0}
 
 
-@pytest.fixture
-async def builtin_client(workspace):
-    from mcp import Client
-
-    from infra_agent.server.app import build_server
-
-    build_tiny_checkpoint(workspace / "tiny")
-    srv = build_server(workspace)
-    async with Client(srv) as c:
-        yield c
-    await srv.aclose()
-
-
 @pytest.mark.anyio
-async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(builtin_client):
-    c = builtin_client
+async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(serve_client):
+    c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     fresh = await call(c, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD | {"seed": 1}, repeats=3)
     rates = fresh["prefix_cache_hit_rates"]

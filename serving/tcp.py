@@ -1,0 +1,31 @@
+"""The one way we open a listening TCP socket: the MCP server's --http transport
+(server/http.py) and the built-in engine (serving/engine/__main__.py) both bind with it.
+It lives in serving/ because the server may import serving, never the other way round."""
+
+from __future__ import annotations
+
+import socket
+
+
+def listen_socket(host: str, port: int, nodelay: bool = True) -> socket.socket:
+    """A bound TCP socket whose accepted connections send each write at once (TCP_NODELAY).
+
+    Bound before anything is announced, so a busy port is a clear OSError, not a URL printed for
+    a server that never came up.
+
+    asyncio sets TCP_NODELAY on an accepted connection only when the listening socket's proto is
+    IPPROTO_TCP; `socket.socket(AF_INET)` has proto 0, and then Nagle's algorithm holds every SSE
+    chunk after the first until the client's delayed ACK (~40 ms on Linux): measured, a closed
+    loop's TTFT p50 43 ms for an engine TTFT of 8 ms, and a request's tokens arriving in one burst.
+    `nodelay=False` (the engine's bench-only --no-tcp-nodelay) serves as before that fix.
+    """
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP if nodelay else 0)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))  # Linux: accepted ones inherit it
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
