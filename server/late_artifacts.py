@@ -5,8 +5,10 @@ A tool hands `CallContext.artifact_later` a function that makes the file's bytes
 in the reply at once, the ledger row lists it as before, and one background thread (so plots
 never draw concurrently: pyplot is not thread-safe) writes the file under a temporary name,
 then renames it, so no reader sees half a file. Every read through the server (the
-artifact:// resource, `CallContext.read_artifact`) waits for the file first, and shutdown
-waits for all of them, so a one-shot `infra-agent call` leaves its files behind.
+artifact:// resource, `CallContext.read_artifact`) waits for the file first; a new call waits
+for all of them before it starts (an agent's next call comes seconds later, when they are long
+done; without the wait a plot could share the CPU with a benchmark's timed requests), and so
+does shutdown, so a one-shot `infra-agent call` leaves its files behind.
 """
 
 from __future__ import annotations
@@ -37,9 +39,10 @@ class LateArtifacts:
             self._pending[path] = future
         future.add_done_callback(lambda done: self._forget(path, done))
 
-    def is_pending(self, path: Path) -> bool:
+    def is_pending(self, path: Path | None = None) -> bool:
+        """Whether `path` (or, without one, any file) is still being made."""
         with self._lock:
-            return path in self._pending
+            return path in self._pending if path is not None else bool(self._pending)
 
     def wait(self, path: Path) -> str | None:
         """Block until `path` is written; why it could not be, or None."""

@@ -157,7 +157,7 @@ async def test_resources_experiments_and_artifacts(client, server):
         await client.read_resource(f"artifact://{eid}/missing.txt")
 
 
-async def test_a_late_artifact_is_listed_at_once_and_read_when_written(client, server):
+async def test_a_late_artifact_is_listed_at_once_and_waited_for(client, server):
     eid = (await call(client, "describe_kernel", kernel="rmsnorm", include_source=False))["experiment_id"]
     from infra_agent.server.context import CallContext
 
@@ -175,6 +175,12 @@ async def test_a_late_artifact_is_listed_at_once_and_read_when_written(client, s
     threading.Timer(0.2, drawing.set).start()
     blob = (await client.read_resource(uri)).contents[0]  # waits for the drawing
     assert base64.b64decode(blob.blob).endswith(b" late") and sorted(p.name for p in folder.iterdir()) == ["late.png"]
+
+    drawing.clear()
+    ctx.artifact_later("next.png", slow_plot)
+    threading.Timer(1.5, drawing.set).start()  # well after list_kernels alone would have returned
+    await call(client, "list_kernels")  # a new call waits for earlier plots before it starts
+    assert (folder / "next.png").is_file()
 
     def broken_plot() -> bytes:
         raise RuntimeError("no finite values")
