@@ -14,8 +14,13 @@ both alike. Each is warmed by one call first (zygote start, imports). Per call:
   before the op starts, result.json when it ends); reference op apart from candidate ops;
 - sandbox overhead: the jobs' summed wall time (not counting time queued for a slot) minus
   their op time (fork, confinement, cgroups, job folder, result hand-back);
-- judge + server: total - jobs (plan, error metrics, findings, artifacts, ledger, MCP).
-When jobs overlap, the parts no longer add up to the total.
+- judge + server: total - jobs (plan, error metrics, findings, artifacts, ledger, MCP);
+- late artifacts: how long plots drawn off the reply's path (server/late_artifacts.py) ran on
+  after the reply; waited for, untimed, before the next call (0 for code without them).
+When jobs overlap, the parts no longer add up to the total. Medians per side, then the spread
+(min-max) of total and judge + server.
+
+To compare with the code before a change: --before <its base commit>.
 
 Scenarios: one tiny case (M=4 N=64 float32, 3 trials) and the default check (9 cases).
 """
@@ -48,6 +53,8 @@ def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     args.add_argument("--before", default="HEAD", help="git revision of the 'before' code (default HEAD)")
     args.add_argument("--reps", type=int, default=5, help="calls per scenario and side")
+    args.add_argument("--scenario", choices=list(SCENARIOS), action="append",
+                      help="run only this scenario (repeatable; default all)")
     args.add_argument("--serve", choices=("child",), help=argparse.SUPPRESS)
     opts = args.parse_args()
     if opts.serve:
@@ -58,9 +65,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="loop-latency-") as tmp:
         before_root = _extract(opts.before, Path(tmp))
         sides = {f"before ({opts.before})": _start(before_root), "after (this tree)": _start(None)}
-        rows = {s: {name: [] for name in sides} for s in SCENARIOS}
+        scenarios = opts.scenario or list(SCENARIOS)
+        rows = {s: {name: [] for name in sides} for s in scenarios}
         for _ in range(opts.reps):
-            for scenario in SCENARIOS:
+            for scenario in scenarios:
                 for name, proc in sides.items():
                     rows[scenario][name].append(_ask(proc, scenario))
         for proc in sides.values():
@@ -98,7 +106,8 @@ def _ask(proc: subprocess.Popen, scenario: str) -> dict:
 
 
 def _report(rows: dict, sides: list[str]) -> None:
-    parts = ("total_s", "jobs_s", "reference_op_s", "candidate_op_s", "sandbox_overhead_s", "judge_server_s")
+    parts = ("total_s", "jobs_s", "reference_op_s", "candidate_op_s", "sandbox_overhead_s", "judge_server_s",
+             "late_artifacts_s")
     print(f"median of {len(rows[next(iter(rows))][sides[0]])} warm calls per side, seconds")
     for scenario, by_side in rows.items():
         print(f"\n{scenario}")
@@ -107,6 +116,10 @@ def _report(rows: dict, sides: list[str]) -> None:
         for side in sides:
             medians[side] = {p: statistics.median(r[p] for r in by_side[side]) for p in parts}
             print(f"  {side:22}" + "".join(f"{medians[side][p]:20.3f}" for p in parts))
+        for side in sides:
+            spread = "  ".join(f"{p} {min(r[p] for r in by_side[side]):.3f}-{max(r[p] for r in by_side[side]):.3f}"
+                               for p in ("total_s", "judge_server_s"))
+            print(f"  {'spread ' + side:22}  {spread}")
         b, a = medians[sides[0]], medians[sides[1]]
         print(f"  {'before / after':22}" + "".join(f"{b[p] / a[p] if a[p] > 0 else float('inf'):19.2f}x"
                                                    for p in parts))
@@ -117,6 +130,7 @@ def _report(rows: dict, sides: list[str]) -> None:
 # ---- child: one server on one code version ------------------------------------------------
 
 async def _child() -> None:
+    import anyio.to_thread
     from mcp import Client
 
     from infra_agent.kernels.workspace import EMBEDDED_ROOT
@@ -147,7 +161,16 @@ async def _child() -> None:
                 total = time.perf_counter() - started
                 if result.is_error:
                     raise SystemExit(f"check_numerics failed: {result.content}")
-                print(json.dumps(_breakdown(total, jobs, result.structured_content)), flush=True)
+                row = _breakdown(total, jobs, result.structured_content)
+                # Plots drawn off the reply's path (server/late_artifacts.py; absent in older code):
+                # finished before the next call, untimed, so neither side's calls share the CPU
+                # with them; their time after the reply is reported apart.
+                late = getattr(server.state, "late_artifacts", None)
+                started = time.perf_counter()
+                if late is not None:
+                    await anyio.to_thread.run_sync(late.wait_all)
+                row["late_artifacts_s"] = time.perf_counter() - started if late is not None else 0.0
+                print(json.dumps(row), flush=True)
         await server.aclose()
 
 

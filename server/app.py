@@ -173,6 +173,8 @@ def _listing(tool: Tool) -> MCPTool:
 
 
 async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: Any) -> CallToolResult:
+    if state.late_artifacts.is_pending():  # an earlier call's plot: not while this call measures
+        await anyio.to_thread.run_sync(state.late_artifacts.wait_all)
     experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, run_link(mcp_context))
     ctx = CallContext(state, experiment_id, mcp_context)
 

@@ -9,13 +9,14 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import anyio
 
 from ..kernels.coderef import looks_like_source
 from ..kernels.snapshots import SnapshotRecorder
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
+from .late_artifacts import LateArtifacts
 from .ledger import Ledger
 
 if TYPE_CHECKING:  # imported lazily at run time (see ServerState.sandbox)
@@ -62,6 +63,7 @@ class ServerState:
         self._reload_lock = threading.Lock()
         self.stopping = False  # set at shutdown: new calls are refused, running ones get a grace period
         self._num_in_flight = 0
+        self.late_artifacts = LateArtifacts()  # plots drawn after the reply (late_artifacts.py)
 
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
@@ -131,6 +133,7 @@ class ServerState:
         if self._sandbox is not None:
             await self._sandbox.aclose()
             self._sandbox = None
+        await anyio.to_thread.run_sync(self.late_artifacts.close)  # files the replies already named
         if self._ledger is not None:
             # a call cut off by the shutdown never reached its own close: say so
             self._ledger.interrupt_running("the server shut down before this call finished")
@@ -204,17 +207,29 @@ class CallContext:
             pass
 
     def artifact(self, name: str, data: bytes | str | Path) -> str:
-        if not ARTIFACT_NAME.match(name) or ".." in name:
-            raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, . _ -)")
-        folder = self._state.artifacts_dir / self.experiment_id
-        folder.mkdir(parents=True, exist_ok=True)
-        target = folder / name
+        target = self._artifact_path(name)
         if isinstance(data, Path):
             shutil.copyfile(data, target)
         elif isinstance(data, str):
             target.write_text(data)
         else:
             target.write_bytes(data)
+        return self._listed(name)
+
+    def artifact_later(self, name: str, make: Callable[[], bytes]) -> str:
+        """Like artifact(), but `make()` runs after the reply (late_artifacts.py): for plots."""
+        target = self._artifact_path(name)
+        self._state.late_artifacts.submit(target, make)
+        return self._listed(name)
+
+    def _artifact_path(self, name: str) -> Path:
+        if not ARTIFACT_NAME.match(name) or ".." in name:
+            raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, . _ -)")
+        folder = self._state.artifacts_dir / self.experiment_id
+        folder.mkdir(parents=True, exist_ok=True)
+        return folder / name
+
+    def _listed(self, name: str) -> str:
         uri = f"artifact://{self.experiment_id}/{name}"
         if uri not in self.artifacts:
             self.artifacts.append(uri)
@@ -232,6 +247,7 @@ class CallContext:
         if not ARTIFACT_NAME.match(name) or not ARTIFACT_NAME.match(experiment_id):
             return None
         path = self._state.artifacts_dir / experiment_id / name
+        self._state.late_artifacts.wait(path)
         try:
             return path.read_text()
         except (OSError, UnicodeDecodeError):

@@ -16,6 +16,7 @@ import json
 import mimetypes
 from pathlib import Path
 
+import anyio.to_thread
 from mcp.server.mcpserver.exceptions import ResourceError, ResourceNotFoundError
 from mcp_types import Resource
 
@@ -101,18 +102,23 @@ def register_resources(server, state: ServerState) -> None:
         title="A file an experiment produced",
         description="IR dumps, traces, plots and logs stored by a tool call; text or binary by MIME type.",
     )
-    def read_artifact(experiment_id: str, name: str) -> str | bytes:
-        path = artifact_path(state, experiment_id, name)
+    async def read_artifact(experiment_id: str, name: str) -> str | bytes:
+        path = await artifact_path(state, experiment_id, name)
         data = path.read_bytes()
         if is_text(mime_type_of(name)):
             return data.decode("utf-8", errors="replace")
         return data
 
 
-def artifact_path(state: ServerState, experiment_id: str, name: str) -> Path:
+async def artifact_path(state: ServerState, experiment_id: str, name: str) -> Path:
     if not ARTIFACT_NAME.match(experiment_id) or not ARTIFACT_NAME.match(name):
         raise ResourceError(f"artifact://{experiment_id}/{name} is not a valid artifact URI")
     path = state.artifacts_dir / experiment_id / name
+    if state.late_artifacts.is_pending(path):  # a plot still being drawn (late_artifacts.py)
+        await anyio.to_thread.run_sync(state.late_artifacts.wait, path)
+    if failed := state.late_artifacts.wait(path):  # returns at once now
+        raise ResourceError(f"artifact://{experiment_id}/{name} could not be made ({failed}); "
+                            f"the call's other results stand")
     if not path.is_file():
         raise ResourceNotFoundError(f"no artifact {name!r} for experiment {experiment_id!r}; "
                             f"read experiment://{experiment_id} for its artifact list")

@@ -262,6 +262,10 @@ class ToolContext(Protocol):
     def artifact(self, name: str, data: bytes | str | Path) -> str:
         """Store a file for this experiment; returns its artifact:// URI."""
 
+    def artifact_later(self, name: str, make: Callable[[], bytes]) -> str:
+        """artifact() with the bytes made in the background, off the reply's path (plots); reads
+        through the server wait for the file. Returns its artifact:// URI at once."""
+
     def experiment(self, experiment_id: str) -> dict | None:
         """A previous experiment from the ledger (for baselines), or None."""
 

@@ -3,8 +3,10 @@ resources, prompts, progress, and errors that leave the server serving."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import threading
 
 import pytest
 from conftest import ToolCallError, call
@@ -172,6 +174,39 @@ async def test_resources_experiments_and_artifacts(client, server):
         ctx.artifact("../escape.txt", "x")
     with pytest.raises(MCPError):
         await client.read_resource(f"artifact://{eid}/missing.txt")
+
+
+async def test_a_late_artifact_is_listed_at_once_and_waited_for(client, server):
+    eid = (await call(client, "describe_kernel", kernel="rmsnorm", include_source=False))["experiment_id"]
+    from infra_agent.server.context import CallContext
+
+    ctx = CallContext(server.state, eid)
+    drawing = threading.Event()
+
+    def slow_plot() -> bytes:
+        drawing.wait(10)
+        return b"\x89PNG\r\n\x1a\n late"
+
+    uri = ctx.artifact_later("late.png", slow_plot)
+    assert uri == f"artifact://{eid}/late.png" and ctx.artifacts == [uri]
+    folder = server.state.artifacts_dir / eid
+    assert not (folder / "late.png").exists()  # not drawn yet: the call did not wait for it
+    threading.Timer(0.2, drawing.set).start()
+    blob = (await client.read_resource(uri)).contents[0]  # waits for the drawing
+    assert base64.b64decode(blob.blob).endswith(b" late") and sorted(p.name for p in folder.iterdir()) == ["late.png"]
+
+    drawing.clear()
+    ctx.artifact_later("next.png", slow_plot)
+    threading.Timer(1.5, drawing.set).start()  # well after list_kernels alone would have returned
+    await call(client, "list_kernels")  # a new call waits for earlier plots before it starts
+    assert (folder / "next.png").is_file()
+
+    def broken_plot() -> bytes:
+        raise RuntimeError("no finite values")
+
+    broken = ctx.artifact_later("broken.png", broken_plot)
+    with pytest.raises(MCPError, match="could not be made .*no finite values"):
+        await client.read_resource(broken)
 
 
 async def test_prompts_teach_the_loop(client):

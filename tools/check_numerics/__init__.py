@@ -11,6 +11,7 @@ worst cases, error histogram).
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,9 +54,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             series[case.label] = judgement.errors
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
-    if series:
-        png = await anyio.to_thread.run_sync(_histogram_png, series)
-        artifacts.append(ctx.artifact("error_histogram.png", png))
+    if series:  # drawn off the reply's path: matplotlib costs more than the rest of a one-case check
+        artifacts.append(ctx.artifact_later("error_histogram.png", partial(_histogram_png, series)))
     await ctx.progress(total, total, f"verdict {verdict}")
     lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
                                                      problems=plan.notes)
@@ -113,7 +113,7 @@ def _judge_case(*args) -> CaseJudgement:
 
 
 def _histogram_png(series: dict[str, list[float]]) -> bytes:
-    from ..common.plots import histogram_png  # matplotlib: imported in the report thread, not on the server's path
+    from ..common.plots import histogram_png  # matplotlib: imported in the plot thread, not on the server's path
 
     return histogram_png(series)
 

@@ -161,7 +161,10 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
             dtype = ev.output_dtype(key, j, ref)
             vs_ref = compare(combined, ref, dtype, ev.tol.rel_l2)
             vs_unpart = compare(combined, first[j], dtype, ev.tol.rel_l2)
-            unpartitioned_passes = passes(compare(first[j], ref, dtype, ev.tol.rel_l2), ev.tol)
+            first_errors = ev.errors.get((key, CALL_FIRST)) or []  # load_evidence compared it already
+            unpartitioned = (first_errors[j] if j < len(first_errors) else None) or compare(
+                first[j], ref, dtype, ev.tol.rel_l2)
+            unpartitioned_passes = passes(unpartitioned, ev.tol)
             row = {
                 "trial": t, "output_index": j,
                 "partitioned_vs_reference_rel_l2": vs_ref["rel_l2_error"],

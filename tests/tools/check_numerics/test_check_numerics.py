@@ -1,6 +1,7 @@
 """check_numerics through MCP: verdicts, worst indices that point at the bug, bad input,
 seeds, tolerance sources, artifacts, and pinned acceptance."""
 
+import base64
 import dataclasses
 import json
 
@@ -166,8 +167,10 @@ async def test_progress_per_case_and_artifacts_are_readable(zoo_client, zoo_work
     assert [m for _, _, m in seen] == ["reference", "case N=32 float32", "case N=48 float32", "verdict pass"]
     assert all(total == 3 for _, total, _ in seen)
     exp = out["experiment_id"]
+    # the plot is drawn off the reply's path: read it as an agent does, which waits for it
+    png = (await zoo_client.read_resource(f"artifact://{exp}/error_histogram.png")).contents[0]
+    assert png.mime_type == "image/png" and base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
     files = {p.name: p for p in (zoo_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
-    assert files["error_histogram.png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     worst = json.loads(files["worst_cases.json"].read_text())
     assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"]["worst_index"]
 
