@@ -29,6 +29,8 @@ from .schema import CHECKS, Input, LockReport, Output
 from .verdict import lock_findings, overall
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from .judge import CaseJudgement  # torch: the judge thread imports it, never the server's path
 
 
@@ -112,7 +114,7 @@ def _judge_case(*args) -> CaseJudgement:
     return judge.judge_case(*args)
 
 
-def _histogram_png(series: dict[str, list[float]]) -> bytes:
+def _histogram_png(series: dict[str, np.ndarray]) -> bytes:
     from ..common.plots import histogram_png  # matplotlib: imported in the plot thread, not on the server's path
 
     return histogram_png(series)

@@ -14,7 +14,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
 import numpy as np  # noqa: E402
 
 
-def histogram_png(series: dict[str, list[float]]) -> bytes:
+def histogram_png(series: dict[str, np.ndarray] | dict[str, list[float]]) -> bytes:
     """Per-element error, log10(|cand - ref| / (|ref| + rms(ref))), one line per case."""
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     plotted = 0
