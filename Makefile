@@ -55,6 +55,7 @@ run: setup
 MYPY_SRC := .cache/mypy/src/infra_agent
 test: setup node
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 	@mkdir -p $(MYPY_SRC) && for d in sandbox tools server kernels serving; do \
 	  ln -sfn ../../../../$$d $(MYPY_SRC)/$$d; done
 	$(PY) -m mypy
