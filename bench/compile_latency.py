@@ -33,19 +33,29 @@ async def main(targets: list[str]) -> None:
     kernels = sorted(load_workspace(EMBEDDED_ROOT).kernels)
     async with zoo_session("compile-bench-") as client:
         warmup_s, _ = await call(client, kernel=kernels[0], target="sm_86")
-        print(f"sandbox start + first compile ({kernels[0]}, sm_86; not in the table): {warmup_s:.2f} s\n")
-        print(f"{'kernel':<12} {'target':<8} {'cold_s':>8} {'compile_s':>10} {'cached_ms':>10} {'cold/cached':>12}")
+        print(
+            f"sandbox start + first compile ({kernels[0]}, sm_86; not in the table): {warmup_s:.2f} s\n"
+        )
+        print(
+            f"{'kernel':<12} {'target':<8} {'cold_s':>8} {'compile_s':>10} {'cached_ms':>10} {'cold/cached':>12}"
+        )
         ratios = []
         for kernel in kernels:
             for target in targets:
                 cold_s, cold = await call(client, kernel=kernel, target=target)
                 cached_s, cached = await call(client, kernel=kernel, target=target)
-                assert not cold["cached"] and cached["cached"], "the second call must come from the cache"
+                assert not cold["cached"] and cached["cached"], (
+                    "the second call must come from the cache"
+                )
                 ratios.append(cold_s / cached_s)
-                print(f"{kernel:<12} {target:<8} {cold_s:>8.2f} {cold['compile_s']:>10.2f} "
-                      f"{cached_s * 1e3:>10.1f} {cold_s / cached_s:>11.0f}x")
-        print(f"\nmedian cold/cached ratio: {statistics.median(ratios):.0f}x "
-              "(cold_s: whole call incl. sandbox job; compile_s: Triton AOT inside the job)")
+                print(
+                    f"{kernel:<12} {target:<8} {cold_s:>8.2f} {cold['compile_s']:>10.2f} "
+                    f"{cached_s * 1e3:>10.1f} {cold_s / cached_s:>11.0f}x"
+                )
+        print(
+            f"\nmedian cold/cached ratio: {statistics.median(ratios):.0f}x "
+            "(cold_s: whole call incl. sandbox job; compile_s: Triton AOT inside the job)"
+        )
 
 
 if __name__ == "__main__":

@@ -32,14 +32,16 @@ class FullDecode:
         full = self._tokenizer.decode(ids)
         if full.endswith("\ufffd") and not final:
             return ""
-        delta, self.text = full[len(self.text):], full
+        delta, self.text = full[len(self.text) :], full
         return delta
 
 
 def stream_us_per_token(cls, tokenizer, ids: list[int]) -> tuple[float, str]:
     detok, out = cls(tokenizer), []
     start = time.perf_counter()
-    for i in range(1, len(ids) + 1):  # a new list each step, as the engine's seq.output_token_ids is
+    for i in range(
+        1, len(ids) + 1
+    ):  # a new list each step, as the engine's seq.output_token_ids is
         out.append(detok.update(ids[:i], final=i == len(ids)))
     return (time.perf_counter() - start) * 1e6 / len(ids), "".join(out)
 
@@ -47,7 +49,9 @@ def stream_us_per_token(cls, tokenizer, ids: list[int]) -> tuple[float, str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", default="256,1024,4096", help="output lengths, tokens")
-    ap.add_argument("--reps", type=int, default=3, help="runs per cell, alternating the two; median reported")
+    ap.add_argument(
+        "--reps", type=int, default=3, help="runs per cell, alternating the two; median reported"
+    )
     args = ap.parse_args()
     lengths = [int(n) for n in args.lengths.split(",")]
     with tempfile.TemporaryDirectory() as tmp:

@@ -27,14 +27,23 @@ from pathlib import Path
 import httpx
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
-from infra_agent.serving.loadgen import Arrivals, Endpoint, PlainTokenizer, random_requests, run_benchmark
+from infra_agent.serving.loadgen import (
+    Arrivals,
+    Endpoint,
+    PlainTokenizer,
+    random_requests,
+    run_benchmark,
+)
 from infra_agent.tools.serve_benchmark.engine_truth import engine_side
 from infra_agent.tools.serve_benchmark.phases import parse
 
 
 def start_engine(argv: list[str], timeout_s: float = 120) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "infra_agent.serving.engine", "--port", "0", *argv],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra_agent.serving.engine", "--port", "0", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
@@ -46,19 +55,28 @@ def start_engine(argv: list[str], timeout_s: float = 120) -> tuple[subprocess.Po
     raise SystemExit(f"the engine {argv} did not start")
 
 
-async def one_run(url: str, tokenizer, concurrency: int, n: int, output_len: int, seed: int) -> dict:
+async def one_run(
+    url: str, tokenizer, concurrency: int, n: int, output_len: int, seed: int
+) -> dict:
     requests = random_requests(n, 32, output_len, seed=seed, tokenizer=tokenizer)
     ep = Endpoint(url, model="tiny", extra_body={"ignore_eos": True})
     async with httpx.AsyncClient(base_url=url) as http:
         rtt = await http_round_trip_ms(http)
         before = parse((await http.get("/metrics")).text)
-        result = await run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency), warmup=2,
-                                     tokenizer=tokenizer)
+        result = await run_benchmark(
+            ep, requests, Arrivals(max_concurrency=concurrency), warmup=2, tokenizer=tokenizer
+        )
         after = parse((await http.get("/metrics")).text)
     m, engine = result.metrics, engine_side(before, after)
-    return {"ttft_p50": m.ttft_ms.median, "itl_p50": m.itl_ms.median, "tpot_p50": m.tpot_ms.median,
-            "engine_ttft_p50": engine["engine_ttft_p50_ms"], "engine_ttft_high": engine["engine_ttft_p50_high_ms"],
-            "engine_itl_mean": engine["engine_itl_mean_ms"], "health_rtt_p50": rtt}
+    return {
+        "ttft_p50": m.ttft_ms.median,
+        "itl_p50": m.itl_ms.median,
+        "tpot_p50": m.tpot_ms.median,
+        "engine_ttft_p50": engine["engine_ttft_p50_ms"],
+        "engine_ttft_high": engine["engine_ttft_p50_high_ms"],
+        "engine_itl_mean": engine["engine_itl_mean_ms"],
+        "health_rtt_p50": rtt,
+    }
 
 
 async def http_round_trip_ms(http: httpx.AsyncClient, n: int = 10) -> float:
@@ -75,22 +93,36 @@ async def main(n: int, output_len: int, repeats: int) -> None:
     folder = build_tiny_checkpoint(Path(tempfile.mkdtemp()) / "tiny")
     tokenizer = PlainTokenizer(folder)
     common = ["--checkpoint", str(folder), "--model-name", "tiny", "--num-blocks", "512"]
-    engines = {"nodelay": start_engine(common), "stalled": start_engine(common + ["--no-tcp-nodelay"])}
+    engines = {
+        "nodelay": start_engine(common),
+        "stalled": start_engine(common + ["--no-tcp-nodelay"]),
+    }
     rows: dict[tuple[str, int], list[dict]] = {}
     try:
         for i in range(repeats):
             for concurrency in (1, 4):
                 order = list(engines) if i % 2 == 0 else list(engines)[::-1]
                 for name in order:
-                    row = await one_run(engines[name][1], tokenizer, concurrency, n, output_len, seed=1000 * i + 7)
+                    row = await one_run(
+                        engines[name][1], tokenizer, concurrency, n, output_len, seed=1000 * i + 7
+                    )
                     rows.setdefault((name, concurrency), []).append(row)
     finally:
         for proc, _ in engines.values():
             proc.terminate()
             proc.wait(10)
-    print(f"{n} requests x {output_len} tokens, closed loop, median over {repeats} repeats [min, max] (ms)")
-    keys = ("ttft_p50", "engine_ttft_p50", "engine_ttft_high", "itl_p50", "engine_itl_mean", "tpot_p50",
-            "health_rtt_p50")
+    print(
+        f"{n} requests x {output_len} tokens, closed loop, median over {repeats} repeats [min, max] (ms)"
+    )
+    keys = (
+        "ttft_p50",
+        "engine_ttft_p50",
+        "engine_ttft_high",
+        "itl_p50",
+        "engine_itl_mean",
+        "tpot_p50",
+        "health_rtt_p50",
+    )
     print("| socket | in flight | " + " | ".join(keys) + " | client - engine TTFT p50 |")
     print("|---" * (len(keys) + 3) + "|")
     for (name, concurrency), runs in sorted(rows.items(), key=lambda kv: (kv[0][1], kv[0][0])):

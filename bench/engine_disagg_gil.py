@@ -28,7 +28,14 @@ import sys
 
 from mcp_session import call, zoo_session
 
-WORKLOAD = {"num_requests": 60, "input_len": 128, "output_len": 3, "max_concurrency": 6, "seed": 5, "warmup": 2}
+WORKLOAD = {
+    "num_requests": 60,
+    "input_len": 128,
+    "output_len": 3,
+    "max_concurrency": 6,
+    "seed": 5,
+    "warmup": 2,
+}
 MODES = {"held (PyDLL)": "--no-comm-releases-gil", "released (CDLL)": "--comm-releases-gil"}
 
 
@@ -39,39 +46,77 @@ async def measure(reps: int, comm_us: int, workload: dict) -> dict[str, list[tup
         engines = {}
         for name, flag in MODES.items():
             for impl in ("none", "bytes"):
-                extra = ["--disaggregated", flag, "--kv-transfer-impl", impl, "--comm-us", str(comm_us)]
-                engines[name, impl] = (await call(c, "launch_serve", engine="builtin",
-                                                  args={"model": "tiny", "extra_args": extra}))["handle"]
+                extra = [
+                    "--disaggregated",
+                    flag,
+                    "--kv-transfer-impl",
+                    impl,
+                    "--comm-us",
+                    str(comm_us),
+                ]
+                engines[name, impl] = (
+                    await call(
+                        c,
+                        "launch_serve",
+                        engine="builtin",
+                        args={"model": "tiny", "extra_args": extra},
+                    )
+                )["handle"]
         for rep in range(reps):
             for name in MODES:
-                r = await call(c, "serve_benchmark", handle=engines[name, "bytes"], workload=workload,
-                               baseline_handle=engines[name, "none"], repeats=1)
+                r = await call(
+                    c,
+                    "serve_benchmark",
+                    handle=engines[name, "bytes"],
+                    workload=workload,
+                    baseline_handle=engines[name, "none"],
+                    repeats=1,
+                )
                 m, b = r["metrics"], r["baseline_metrics"]
-                ratio = (m["request_throughput"] / b["request_throughput"], m["ttft_p50"] / b["ttft_p50"])
+                ratio = (
+                    m["request_throughput"] / b["request_throughput"],
+                    m["ttft_p50"] / b["ttft_p50"],
+                )
                 out[name].append(ratio)
                 tokens = workload["input_len"]
-                print(f"rep {rep} GIL {name}: prefill {b['request_throughput'] * tokens:.0f} tok/s without "
-                      f"the transfer, {m['request_throughput'] * tokens:.0f} with (ratio {ratio[0]:.3f}); "
-                      f"TTFT p50 {b['ttft_p50']:.0f} -> {m['ttft_p50']:.0f} ms", file=sys.stderr, flush=True)
+                print(
+                    f"rep {rep} GIL {name}: prefill {b['request_throughput'] * tokens:.0f} tok/s without "
+                    f"the transfer, {m['request_throughput'] * tokens:.0f} with (ratio {ratio[0]:.3f}); "
+                    f"TTFT p50 {b['ttft_p50']:.0f} -> {m['ttft_p50']:.0f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--comm-us", type=int, default=8000, help="microseconds per dispatch and per combine call")
-    ap.add_argument("--concurrency", type=int, default=WORKLOAD["max_concurrency"], help="requests in flight")
+    ap.add_argument(
+        "--comm-us", type=int, default=8000, help="microseconds per dispatch and per combine call"
+    )
+    ap.add_argument(
+        "--concurrency", type=int, default=WORKLOAD["max_concurrency"], help="requests in flight"
+    )
     ns = ap.parse_args()
-    workload = {**WORKLOAD, "max_concurrency": ns.concurrency, "num_requests": max(60, 10 * ns.concurrency)}
+    workload = {
+        **WORKLOAD,
+        "max_concurrency": ns.concurrency,
+        "num_requests": max(60, 10 * ns.concurrency),
+    }
     results = asyncio.run(measure(ns.reps, ns.comm_us, workload))
-    print(f"{'GIL during comm':>16} {'median ratio':>13} {'min':>6} {'max':>6} {'TTFT ratio':>11}  claim held in")
+    print(
+        f"{'GIL during comm':>16} {'median ratio':>13} {'min':>6} {'max':>6} {'TTFT ratio':>11}  claim held in"
+    )
     for name, rows in results.items():
         rs = [r for r, _ in rows]
         held = name.startswith("held")
         ok = sum((r < 0.95) if held else (r >= 0.95) for r in rs)
-        print(f"{name:>16} {statistics.median(rs):>13.3f} {min(rs):>6.3f} {max(rs):>6.3f} "
-              f"{statistics.median(t for _, t in rows):>11.3f}  {ok}/{len(rs)} reps "
-              f"({'ratio < 0.95' if held else 'ratio >= 0.95'})")
+        print(
+            f"{name:>16} {statistics.median(rs):>13.3f} {min(rs):>6.3f} {max(rs):>6.3f} "
+            f"{statistics.median(t for _, t in rows):>11.3f}  {ok}/{len(rs)} reps "
+            f"({'ratio < 0.95' if held else 'ratio >= 0.95'})"
+        )
     return 0
 
 

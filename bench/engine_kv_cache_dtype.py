@@ -37,15 +37,25 @@ def main() -> int:
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=32)
     ns = ap.parse_args()
-    prompts = [" ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(5 + 3 * i)) for i in range(ns.prompts)]
+    prompts = [
+        " ".join(WORDS[(i * 3 + j) % len(WORDS)] for j in range(5 + 3 * i))
+        for i in range(ns.prompts)
+    ]
     tiny = str(build_tiny_checkpoint(tempfile.mkdtemp()))
     print(f"{'model':>14} {'cache':>6} {'vs':>9} {'token agreement':>16} {'first-token':>12}")
     for model, base in (("random", {}), ("tiny (tests)", {"checkpoint": tiny, "block_size": 8})):
         common = dict(num_blocks=2048, **base)
-        refs = {dt: tokens(EngineArgs(dtype=dt, **common), prompts, ns.max_tokens) for dt in ("bfloat16", "float32")}
+        refs = {
+            dt: tokens(EngineArgs(dtype=dt, **common), prompts, ns.max_tokens)
+            for dt in ("bfloat16", "float32")
+        }
         for kind in ("int8", "fp8"):
             for ref_dtype, ref in refs.items():
-                quant = tokens(EngineArgs(dtype=ref_dtype, kv_cache_dtype=kind, **common), prompts, ns.max_tokens)
+                quant = tokens(
+                    EngineArgs(dtype=ref_dtype, kv_cache_dtype=kind, **common),
+                    prompts,
+                    ns.max_tokens,
+                )
                 total, first = agreement(ref, quant)
                 print(f"{model:>14} {kind:>6} {ref_dtype:>9} {total:>15.1%} {first:>12.1%}")
         total, first = agreement(refs["float32"], refs["bfloat16"])

@@ -61,15 +61,27 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
 
 def measure(kern, ref, x32: torch.Tensor, v32: torch.Tensor, q: torch.Tensor) -> dict[str, tuple]:
     x, v = x32.bfloat16(), v32.bfloat16()  # the bf16 cache a quantised one replaces
-    rows = {"bf16 vs fp32": (rel_l2(x, x32), _worst(x, x32), rel_l2(attention(q, x, v), attention(q, x32, v32)))}
+    rows = {
+        "bf16 vs fp32": (
+            rel_l2(x, x32),
+            _worst(x, x32),
+            rel_l2(attention(q, x, v), attention(q, x32, v32)),
+        )
+    }
     exact = attention(q, x, v)
     for fmt in ("int8", "fp8"):
         codes, scale = getattr(kern, f"quantize_{fmt}")(x)
         ref_codes, ref_scale = getattr(ref, f"quantize_{fmt}")(x.double())
-        assert torch.equal(codes, ref_codes) and torch.equal(scale, ref_scale), f"{fmt} codes differ from the reference"
+        assert torch.equal(codes, ref_codes) and torch.equal(scale, ref_scale), (
+            f"{fmt} codes differ from the reference"
+        )
         x_hat = getattr(kern, f"dequantize_{fmt}")(codes, scale)
         v_hat = getattr(kern, f"dequantize_{fmt}")(*getattr(kern, f"quantize_{fmt}")(v))
-        rows[f"{fmt} vs bf16"] = (rel_l2(x_hat, x), _worst(x_hat, x), rel_l2(attention(q, x_hat, v_hat), exact))
+        rows[f"{fmt} vs bf16"] = (
+            rel_l2(x_hat, x),
+            _worst(x_hat, x),
+            rel_l2(attention(q, x_hat, v_hat), exact),
+        )
     return rows
 
 
@@ -100,12 +112,17 @@ def fp8_cast_comparison(kern, gen: torch.Generator) -> tuple[int, int, int]:
 
 
 def main() -> None:
-    kern, ref = load("kv_quant_triton", "kv_quant_triton.py"), load("kv_quant_reference", "reference.py")
+    kern, ref = (
+        load("kv_quant_triton", "kv_quant_triton.py"),
+        load("kv_quant_reference", "reference.py"),
+    )
     gen = torch.Generator().manual_seed(0)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     where = "interpreter" if interpreted else "GPU"
     print(f"cache [T={T}, H={H}, D={D}], {NUM_QUERIES} decode queries, Triton {where}")
-    print(f"{'data':26} {'cache':14} {'value rel L2':>13} {'worst/amax':>11} {'attn out rel L2':>16}")
+    print(
+        f"{'data':26} {'cache':14} {'value rel L2':>13} {'worst/amax':>11} {'attn out rel L2':>16}"
+    )
     for name, k32 in datasets(gen).items():
         v32 = torch.randn((T, H, D), generator=gen)
         q = torch.randn((NUM_QUERIES, H, D), generator=gen)
@@ -113,8 +130,10 @@ def main() -> None:
             print(f"{name:26} {label:14} {value_err:13.2e} {worst:11.2e} {attn_err:16.2e}")
     if interpreted:
         n, cast_bad, kernel_bad = fp8_cast_comparison(kern, gen)
-        print(f"fp8 e4m3 rounding of {n} N(0,1) values vs torch: tl .to(float8e4nv) under the interpreter "
-              f"{cast_bad} differ; the kernel's bit-level rounding {kernel_bad} differ")
+        print(
+            f"fp8 e4m3 rounding of {n} N(0,1) values vs torch: tl .to(float8e4nv) under the interpreter "
+            f"{cast_bad} differ; the kernel's bit-level rounding {kernel_bad} differ"
+        )
 
 
 if __name__ == "__main__":

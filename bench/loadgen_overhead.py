@@ -43,10 +43,12 @@ from infra_agent.serving.lifecycle import free_port
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, run_benchmark, sleep_until
 
 BODY = {"model": "m", "prompt": "x", "max_tokens": 4, "stream": True}
-PAIRS = [("generator", "floor_idle", "same waiting as the generator's default"),
-         ("generator_spin", "floor_spin", "both spin through the gaps"),
-         ("generator", "floor_spin", "the generator idles, the floor spins"),
-         ("floor_idle_new_conn", "floor_idle", "the cause: a new TCP connection per request")]
+PAIRS = [
+    ("generator", "floor_idle", "same waiting as the generator's default"),
+    ("generator_spin", "floor_spin", "both spin through the gaps"),
+    ("generator", "floor_spin", "the generator idles, the floor spins"),
+    ("floor_idle_new_conn", "floor_idle", "the cause: a new TCP connection per request"),
+]
 HISTORY = """\
 cause of the old overhead (issue 13): the client left each stream at [DONE], before the body's end, so httpx
 closed the connection and every request paid a new TCP connect inside its TTFT (floor_idle_new_conn - floor_idle
@@ -68,7 +70,11 @@ def serve(port: int) -> None:
 
     def chunk(text: str | None, usage: dict | None = None) -> str:
         choices = [{"index": 0, "text": text}] if text is not None else []
-        return "data: " + json.dumps({"choices": choices, **({"usage": usage} if usage else {})}) + "\n\n"
+        return (
+            "data: "
+            + json.dumps({"choices": choices, **({"usage": usage} if usage else {})})
+            + "\n\n"
+        )
 
     async def completions(request):
         client_ports.add(request.client.port)
@@ -85,8 +91,12 @@ def serve(port: int) -> None:
     async def connections(request):
         return JSONResponse({"connections": len(client_ports)})
 
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                            Route("/connections", connections)])
+    app = Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/connections", connections),
+        ]
+    )
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
 
 
@@ -95,7 +105,9 @@ async def busy_wait_until(t: float) -> None:
         pass
 
 
-async def floor(url: str, offsets_s: list[float], wait, keepalive: bool = True) -> tuple[list[float], list[float]]:
+async def floor(
+    url: str, offsets_s: list[float], wait, keepalive: bool = True
+) -> tuple[list[float], list[float]]:
     """One request at a time at the scheduled times; (TTFTs, actual send times), seconds."""
     ttfts, sends = [], []
     limits = httpx.Limits(max_keepalive_connections=None if keepalive else 0)
@@ -115,8 +127,13 @@ async def floor(url: str, offsets_s: list[float], wait, keepalive: bool = True) 
 
 async def generator(url: str, offsets_s: list[float], arrivals: Arrivals, spin_s: float | None):
     kwargs = {} if spin_s is None else {"spin_s": spin_s}
-    result = await run_benchmark(Endpoint(url, model="m"), [BenchRequest("x", 1, 4)] * len(offsets_s), arrivals,
-                                 warmup=5, **kwargs)
+    result = await run_benchmark(
+        Endpoint(url, model="m"),
+        [BenchRequest("x", 1, 4)] * len(offsets_s),
+        arrivals,
+        warmup=5,
+        **kwargs,
+    )
     if result.metrics.failed:
         raise SystemExit(f"the generator failed requests: {result.metrics.errors}")
     return [r.ttft_s for r in result.records], [r.sent_s for r in result.records]
@@ -145,29 +162,38 @@ async def one_repeat(url: str, rate: float, n: int, seed: int, order: list[str])
         ttfts, sends = await VARIANTS[name](url, offs, arrivals)
         new_conns = await connections(url) - before - 1  # minus the counting request's own
         ms = np.asarray(ttfts) * 1e3
-        out[name] = {"p50": float(np.median(ms)), "p90": float(np.percentile(ms, 90)),
-                     "rate_ratio": ((n - 1) / (max(sends) - min(sends))) / ((n - 1) / offs[-1]),
-                     "conns_per_req": new_conns / n}
+        out[name] = {
+            "p50": float(np.median(ms)),
+            "p90": float(np.percentile(ms, 90)),
+            "rate_ratio": ((n - 1) / (max(sends) - min(sends))) / ((n - 1) / offs[-1]),
+            "conns_per_req": new_conns / n,
+        }
     return out
 
 
 def report(rows: list[dict[str, dict]], rate: float, n: int) -> None:
     loop = type(asyncio.get_running_loop()).__module__.split(".")[0]
-    print(f"client loop: {loop}; load average now {os.getloadavg()[0]:.2f} (2 shared cores: every number scales "
-          f"with it); {len(rows)} repeats of {n} requests at {rate:g} req/s (Poisson), order alternating")
+    print(
+        f"client loop: {loop}; load average now {os.getloadavg()[0]:.2f} (2 shared cores: every number scales "
+        f"with it); {len(rows)} repeats of {n} requests at {rate:g} req/s (Poisson), order alternating"
+    )
     for i, row in enumerate(rows):
         print(f"repeat {i + 1}:")
         for name, v in row.items():
-            print(f"  {name:20s} TTFT p50 {v['p50']:6.3f} ms  p90 {v['p90']:6.3f} ms  sent at "
-                  f"{v['rate_ratio']:.3f}x the scheduled rate  new connections/request {v['conns_per_req']:.2f}")
+            print(
+                f"  {name:20s} TTFT p50 {v['p50']:6.3f} ms  p90 {v['p90']:6.3f} ms  sent at "
+                f"{v['rate_ratio']:.3f}x the scheduled rate  new connections/request {v['conns_per_req']:.2f}"
+            )
     print("difference (ms) and ratio per statistic, median over repeats [min, max]:")
     for a, b, why in PAIRS:
         cells = []
         for stat in ("p50", "p90"):
             diffs = [r[a][stat] - r[b][stat] for r in rows]
             ratios = [r[a][stat] / r[b][stat] for r in rows]
-            cells.append(f"{stat} {statistics.median(diffs):+.3f} ms [{min(diffs):+.3f}, {max(diffs):+.3f}] "
-                         f"{statistics.median(ratios):.2f}x")
+            cells.append(
+                f"{stat} {statistics.median(diffs):+.3f} ms [{min(diffs):+.3f}, {max(diffs):+.3f}] "
+                f"{statistics.median(ratios):.2f}x"
+            )
         print(f"  {a} - {b} ({why}): " + "; ".join(cells))
     print("goal: generator - floor under 1 ms at p50 (like with like: the first two pairs)")
     print(HISTORY)
@@ -186,7 +212,9 @@ def wait_ready(port: int, timeout_s: float = 30) -> None:
 
 async def main(rate: float, n: int, repeats: int, pin: bool) -> None:
     port = free_port()
-    proc = subprocess.Popen([sys.executable, __file__, "--serve", str(port)] + (["--pin"] if pin else []))
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port)] + (["--pin"] if pin else [])
+    )
     if pin:
         os.sched_setaffinity(0, {0})
     try:
@@ -194,8 +222,10 @@ async def main(rate: float, n: int, repeats: int, pin: bool) -> None:
         url = f"http://127.0.0.1:{port}"
         await floor(url, [0.0] * 20, busy_wait_until)  # warm both processes up
         names = list(VARIANTS)
-        rows = [await one_repeat(url, rate, n, seed=i, order=names if i % 2 == 0 else names[::-1])
-                for i in range(repeats)]
+        rows = [
+            await one_repeat(url, rate, n, seed=i, order=names if i % 2 == 0 else names[::-1])
+            for i in range(repeats)
+        ]
     finally:
         proc.terminate()
         proc.wait(10)
@@ -208,7 +238,9 @@ if __name__ == "__main__":
     parser.add_argument("--requests", type=int, default=250)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--pin", action="store_true", help="server on CPU 1, client on CPU 0")
-    parser.add_argument("--uvloop", action="store_true", help="run the client on uvloop (pip install uvloop)")
+    parser.add_argument(
+        "--uvloop", action="store_true", help="run the client on uvloop (pip install uvloop)"
+    )
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve is not None:

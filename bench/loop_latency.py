@@ -49,12 +49,19 @@ PACKAGES = ("server", "tools", "kernels", "serving", "sandbox")
 
 # ---- parent: two servers, calls alternating -------------------------------------------------
 
+
 def main() -> None:
     args = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    args.add_argument("--before", default="HEAD", help="git revision of the 'before' code (default HEAD)")
+    args.add_argument(
+        "--before", default="HEAD", help="git revision of the 'before' code (default HEAD)"
+    )
     args.add_argument("--reps", type=int, default=5, help="calls per scenario and side")
-    args.add_argument("--scenario", choices=list(SCENARIOS), action="append",
-                      help="run only this scenario (repeatable; default all)")
+    args.add_argument(
+        "--scenario",
+        choices=list(SCENARIOS),
+        action="append",
+        help="run only this scenario (repeatable; default all)",
+    )
     args.add_argument("--serve", choices=("child",), help=argparse.SUPPRESS)
     opts = args.parse_args()
     if opts.serve:
@@ -80,7 +87,9 @@ def main() -> None:
 def _extract(rev: str, tmp: Path) -> Path:
     """The code of `rev` as an importable `infra_agent` (its top-level folders as subpackages)."""
     archive = tmp / "before.tar"
-    subprocess.run(["git", "-C", str(REPO), "archive", "-o", str(archive), rev, *PACKAGES], check=True)
+    subprocess.run(
+        ["git", "-C", str(REPO), "archive", "-o", str(archive), rev, *PACKAGES], check=True
+    )
     root = tmp / "before" / "infra_agent"
     root.mkdir(parents=True)
     with tarfile.open(archive) as tar:
@@ -92,8 +101,13 @@ def _start(pythonpath: Path | None) -> subprocess.Popen:
     env = dict(os.environ)
     if pythonpath is not None:  # found before the editable install of this tree
         env["PYTHONPATH"] = str(pythonpath)
-    return subprocess.Popen([sys.executable, __file__, "--serve", "child"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, __file__, "--serve", "child"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _ask(proc: subprocess.Popen, scenario: str) -> dict:
@@ -106,8 +120,15 @@ def _ask(proc: subprocess.Popen, scenario: str) -> dict:
 
 
 def _report(rows: dict, sides: list[str]) -> None:
-    parts = ("total_s", "jobs_s", "reference_op_s", "candidate_op_s", "sandbox_overhead_s", "judge_server_s",
-             "late_artifacts_s")
+    parts = (
+        "total_s",
+        "jobs_s",
+        "reference_op_s",
+        "candidate_op_s",
+        "sandbox_overhead_s",
+        "judge_server_s",
+        "late_artifacts_s",
+    )
     print(f"median of {len(rows[next(iter(rows))][sides[0]])} warm calls per side, seconds")
     for scenario, by_side in rows.items():
         print(f"\n{scenario}")
@@ -117,17 +138,24 @@ def _report(rows: dict, sides: list[str]) -> None:
             medians[side] = {p: statistics.median(r[p] for r in by_side[side]) for p in parts}
             print(f"  {side:22}" + "".join(f"{medians[side][p]:20.3f}" for p in parts))
         for side in sides:
-            spread = "  ".join(f"{p} {min(r[p] for r in by_side[side]):.3f}-{max(r[p] for r in by_side[side]):.3f}"
-                               for p in ("total_s", "judge_server_s"))
+            spread = "  ".join(
+                f"{p} {min(r[p] for r in by_side[side]):.3f}-{max(r[p] for r in by_side[side]):.3f}"
+                for p in ("total_s", "judge_server_s")
+            )
             print(f"  {'spread ' + side:22}  {spread}")
         b, a = medians[sides[0]], medians[sides[1]]
-        print(f"  {'before / after':22}" + "".join(f"{b[p] / a[p] if a[p] > 0 else float('inf'):19.2f}x"
-                                                   for p in parts))
-        print(f"  jobs per call: {by_side[sides[1]][-1]['num_jobs']}; hypothesis answer after: "
-              f"{by_side[sides[1]][-1]['answer']}")
+        print(
+            f"  {'before / after':22}"
+            + "".join(f"{b[p] / a[p] if a[p] > 0 else float('inf'):19.2f}x" for p in parts)
+        )
+        print(
+            f"  jobs per call: {by_side[sides[1]][-1]['num_jobs']}; hypothesis answer after: "
+            f"{by_side[sides[1]][-1]['answer']}"
+        )
 
 
 # ---- child: one server on one code version ------------------------------------------------
+
 
 async def _child() -> None:
     import anyio.to_thread
@@ -143,8 +171,14 @@ async def _child() -> None:
     async def timed_run(self, job, progress=None):
         started = time.perf_counter()
         res = await original_run(self, job, progress)
-        jobs.append({"op": job.op, "start": started + res.queued_s, "end": time.perf_counter(),
-                     "op_s": _op_seconds(res.out_dir)})
+        jobs.append(
+            {
+                "op": job.op,
+                "start": started + res.queued_s,
+                "end": time.perf_counter(),
+                "op_s": _op_seconds(res.out_dir),
+            }
+        )
         return res
 
     Sandbox.run = timed_run  # measures the real sandbox from outside; nothing else changes
@@ -178,7 +212,9 @@ def _op_seconds(out_dir: Path | None) -> float:
     job_dir = Path(out_dir).parent if out_dir else None
     if job_dir is None:
         return 0.0
-    ended = [p.stat().st_mtime for p in (job_dir / "result.json", job_dir / "error.json") if p.exists()]
+    ended = [
+        p.stat().st_mtime for p in (job_dir / "result.json", job_dir / "error.json") if p.exists()
+    ]
     return max(ended) - (job_dir / "job.json").stat().st_mtime if ended else 0.0
 
 
@@ -191,9 +227,17 @@ def _breakdown(total: float, jobs: list[dict], out: dict) -> dict:
     reference_op = sum(j["op_s"] for j in jobs if j["op"] == "reference")
     candidate_op = sum(j["op_s"] for j in jobs if j["op"] != "reference")
     answer = (out.get("hypothesis_answer") or {}).get("answer", "n/a")
-    return {"total_s": total, "jobs_s": jobs_s, "reference_op_s": reference_op, "candidate_op_s": candidate_op,
-            "sandbox_overhead_s": walls - reference_op - candidate_op, "judge_server_s": total - jobs_s,
-            "num_jobs": len(jobs), "verdict": out["verdict"], "answer": answer}
+    return {
+        "total_s": total,
+        "jobs_s": jobs_s,
+        "reference_op_s": reference_op,
+        "candidate_op_s": candidate_op,
+        "sandbox_overhead_s": walls - reference_op - candidate_op,
+        "judge_server_s": total - jobs_s,
+        "num_jobs": len(jobs),
+        "verdict": out["verdict"],
+        "answer": answer,
+    }
 
 
 if __name__ == "__main__":

@@ -48,8 +48,10 @@ async def main() -> None:
     sandbox = Sandbox(root, tmp / "state")
     ctx = BenchContext(root, sandbox)
     try:
-        print(f"{'impl':7} {'shape':22} {'part vs ref':>11} {'unpart vs ref':>13} {'part vs unpart':>14} "
-              f"{'ref err / tol':>13} verdict  check_s")
+        print(
+            f"{'impl':7} {'shape':22} {'part vs ref':>11} {'unpart vs ref':>13} {'part vs unpart':>14} "
+            f"{'ref err / tol':>13} verdict  check_s"
+        )
         for impl in ("tf32", "tf32x3"):
             t0 = time.perf_counter()
             inp = check_numerics.Input(kernel="tp_linear", impl=impl, shapes=SHAPES, trials=3)
@@ -58,11 +60,13 @@ async def main() -> None:
             for case in out.cases:
                 p = case.partition
                 shape = " ".join(f"{k}={v}" for k, v in case.shape.items())
-                print(f"{impl:7} {shape:22} {p.partitioned_vs_reference_rel_l2:11.3g} "
-                      f"{p.unpartitioned_vs_reference_rel_l2:13.3g} "
-                      f"{p.partitioned_vs_unpartitioned_rel_l2:14.3g} "
-                      f"{p.partitioned_vs_reference_rel_l2 / case.tolerance_rel_l2:13.3g} "
-                      f"{case.verdict:8} {seconds / len(out.cases):.1f}")
+                print(
+                    f"{impl:7} {shape:22} {p.partitioned_vs_reference_rel_l2:11.3g} "
+                    f"{p.unpartitioned_vs_reference_rel_l2:13.3g} "
+                    f"{p.partitioned_vs_unpartitioned_rel_l2:14.3g} "
+                    f"{p.partitioned_vs_reference_rel_l2 / case.tolerance_rel_l2:13.3g} "
+                    f"{case.verdict:8} {seconds / len(out.cases):.1f}"
+                )
             print(f"  {impl}: {out.summary}")
     finally:
         await sandbox.aclose()

@@ -34,7 +34,9 @@ def quantiles(samples_s: list[float]) -> tuple[float, float]:
 
 async def warm(num_jobs: int, pause_s: float) -> tuple[list[float], list[float], str]:
     with tempfile.TemporaryDirectory(prefix="ia-bench-") as state:
-        sandbox = Sandbox(Path(__file__).resolve().parents[1] / "kernels", Path(state), allow_unsandboxed=True)
+        sandbox = Sandbox(
+            Path(__file__).resolve().parents[1] / "kernels", Path(state), allow_unsandboxed=True
+        )
         try:
             first = await sandbox.run(Job(op="noop"))  # starts the zygote (imports torch once)
             if not first.ok:
@@ -71,13 +73,23 @@ def main() -> None:
     warm_s, b2b_s, level = asyncio.run(warm(args.warm, args.pause))
     cold_s = cold(args.cold)
     (w50, w90), (b50, b90), (c50, c90) = quantiles(warm_s), quantiles(b2b_s), quantiles(cold_s)
-    print(f"isolation: {level}; {os.cpu_count()} cores; 1-min load average {load_before:.1f} -> "
-          f"{os.getloadavg()[0]:.1f}")
-    print(f"warm no-op job, sandboxed (n={len(warm_s)}, {args.pause:g} s apart): p50 {w50:7.1f} ms  p90 {w90:7.1f} ms")
-    print(f"warm no-op job, back-to-back (n={len(b2b_s)}):          p50 {b50:7.1f} ms  p90 {b90:7.1f} ms")
-    print(f"cold python -c 'import torch' (n={len(cold_s)}):          p50 {c50:7.1f} ms  p90 {c90:7.1f} ms")
-    print(f"ratio cold/warm p50: {c50 / w50:.1f}x (back-to-back: {c50 / b50:.1f}x)   targets: warm p50 < 50 ms, ratio "
-          f">= 20x")
+    print(
+        f"isolation: {level}; {os.cpu_count()} cores; 1-min load average {load_before:.1f} -> "
+        f"{os.getloadavg()[0]:.1f}"
+    )
+    print(
+        f"warm no-op job, sandboxed (n={len(warm_s)}, {args.pause:g} s apart): p50 {w50:7.1f} ms  p90 {w90:7.1f} ms"
+    )
+    print(
+        f"warm no-op job, back-to-back (n={len(b2b_s)}):          p50 {b50:7.1f} ms  p90 {b90:7.1f} ms"
+    )
+    print(
+        f"cold python -c 'import torch' (n={len(cold_s)}):          p50 {c50:7.1f} ms  p90 {c90:7.1f} ms"
+    )
+    print(
+        f"ratio cold/warm p50: {c50 / w50:.1f}x (back-to-back: {c50 / b50:.1f}x)   targets: warm p50 < 50 ms, ratio "
+        f">= 20x"
+    )
 
 
 if __name__ == "__main__":

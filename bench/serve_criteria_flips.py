@@ -31,33 +31,62 @@ async def main(runs: int, delay_ms: int, requests: int, repeats: int) -> None:
     workload = {"num_requests": requests, "input_len": 24, "output_len": 8, "rate": 32.0, "seed": 3}
     async with zoo_session("ia-flips-", tiny_checkpoint=True) as c:
         normal = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
-        slow = (await call(c, "launch_serve", engine="builtin", args={
-            "model": "tiny", "extra_args": ["--prefill-delay-ms", str(delay_ms)]}))["handle"]
+        slow = (
+            await call(
+                c,
+                "launch_serve",
+                engine="builtin",
+                args={"model": "tiny", "extra_args": ["--prefill-delay-ms", str(delay_ms)]},
+            )
+        )["handle"]
         base = await call(c, "serve_benchmark", handle=normal, workload=workload, repeats=repeats)
         planted = f"+{delay_ms} ms prefill"
-        answers = {(mode, label): collections.Counter() for mode in ("experiment", "alternating")
-                   for label in ("A/A", planted)}
+        answers = {
+            (mode, label): collections.Counter()
+            for mode in ("experiment", "alternating")
+            for label in ("A/A", planted)
+        }
         ratios = {k: [] for k in answers}
         for _ in range(runs):
             for (mode, label), counts in answers.items():
                 handle = normal if label == "A/A" else slow
-                against = {"baseline": base["experiment_id"]} if mode == "experiment" else \
-                    {"baseline_handle": normal}
-                out = await call(c, "serve_benchmark", handle=handle, workload=workload, repeats=repeats,
-                                 criteria=[CRITERION], **against)
+                against = (
+                    {"baseline": base["experiment_id"]}
+                    if mode == "experiment"
+                    else {"baseline_handle": normal}
+                )
+                out = await call(
+                    c,
+                    "serve_benchmark",
+                    handle=handle,
+                    workload=workload,
+                    repeats=repeats,
+                    criteria=[CRITERION],
+                    **against,
+                )
                 counts[out["criteria"]["answer"]] += 1
-                ratios[(mode, label)].append(out["metrics"]["ttft_p50"] / out["baseline_metrics"]["ttft_p50"])
-    print(f"load average {os.getloadavg()[0]:.2f}; {runs} runs each, {repeats} repeats of {requests} requests per "
-          f"run; criterion {CRITERION!r}")
+                ratios[(mode, label)].append(
+                    out["metrics"]["ttft_p50"] / out["baseline_metrics"]["ttft_p50"]
+                )
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; {runs} runs each, {repeats} repeats of {requests} requests per "
+        f"run; criterion {CRITERION!r}"
+    )
     for (mode, label), counts in answers.items():
         r = sorted(ratios[(mode, label)])
-        print(f"  {mode:>11} {label:>15}: " + ", ".join(f"{k} {counts[k]}/{runs}" for k in
-                                                         ("supported", "inconclusive", "contradicted"))
-              + f"; TTFT p50 ratio median {r[len(r) // 2]:.3f} (min {r[0]:.3f}, max {r[-1]:.3f})")
+        print(
+            f"  {mode:>11} {label:>15}: "
+            + ", ".join(
+                f"{k} {counts[k]}/{runs}" for k in ("supported", "inconclusive", "contradicted")
+            )
+            + f"; TTFT p50 ratio median {r[len(r) // 2]:.3f} (min {r[0]:.3f}, max {r[-1]:.3f})"
+        )
     for mode in ("experiment", "alternating"):
         flips = answers[(mode, "A/A")]["contradicted"] / runs
         caught = answers[(mode, planted)]["contradicted"] / runs
-        print(f"{mode}: A/A flip rate {100 * flips:.1f}% (goal < 5%); planted regression caught {100 * caught:.1f}%")
+        print(
+            f"{mode}: A/A flip rate {100 * flips:.1f}% (goal < 5%); planted regression caught {100 * caught:.1f}%"
+        )
 
 
 if __name__ == "__main__":

@@ -34,7 +34,9 @@ def p50_p90_ms(samples_s: list[float]) -> tuple[float, float]:
     return statistics.median(samples_s) * 1e3, cuts[8] * 1e3
 
 
-async def through_mcp(workspace: Path, calls: int) -> tuple[float, list[float], list[float], list[float]]:
+async def through_mcp(
+    workspace: Path, calls: int
+) -> tuple[float, list[float], list[float], list[float]]:
     t0 = time.perf_counter()
     server = build_server(workspace)
     build_s = time.perf_counter() - t0
@@ -65,8 +67,16 @@ def ledger_rows(path: Path, rows: int, threads: int) -> float:
 
     def write(n: int) -> None:
         for _ in range(n):
-            eid = ledger.open(tool="bench", arguments={"k": 1}, kernel=None, hypothesis=None, git_commit=None,
-                              git_diff_sha256=None, device=None, device_fingerprint=None)
+            eid = ledger.open(
+                tool="bench",
+                arguments={"k": 1},
+                kernel=None,
+                hypothesis=None,
+                git_commit=None,
+                git_diff_sha256=None,
+                device=None,
+                device_fingerprint=None,
+            )
             ledger.close_ok(eid, {"v": 1.0}, [])
 
     workers = [threading.Thread(target=write, args=(rows // threads,)) for _ in range(threads)]
@@ -95,13 +105,19 @@ def main() -> None:
     srv_p50, srv_p90 = p50_p90_ms(server_s)
     run_p50, run_p90 = p50_p90_ms(direct_s)
     print(f"build_server (tool discovery + workspace): {build_s * 1e3:.0f} ms")
-    print(f"describe_kernel via in-memory MCP client: p50 {mcp_p50:.2f} ms, p90 {mcp_p90:.2f} ms ({args.calls} calls)")
+    print(
+        f"describe_kernel via in-memory MCP client: p50 {mcp_p50:.2f} ms, p90 {mcp_p90:.2f} ms ({args.calls} calls)"
+    )
     print(f"describe_kernel via server.call_tool:     p50 {srv_p50:.2f} ms, p90 {srv_p90:.2f} ms")
     print(f"describe_kernel run() alone:              p50 {run_p50:.2f} ms, p90 {run_p90:.2f} ms")
-    print(f"server adapter + ledger: {srv_p50 - run_p50:.2f} ms per call; the client's output-schema "
-          f"validation and transport: {mcp_p50 - srv_p50:.2f} ms ({mcp_p50 / srv_p50:.1f}x the server's share)")
-    print(f"ledger row (open + close): {one * 1e3:.2f} ms with 1 writer, {four * 1e3:.2f} ms with 4 threads "
-          f"(ratio {four / one:.2f})")
+    print(
+        f"server adapter + ledger: {srv_p50 - run_p50:.2f} ms per call; the client's output-schema "
+        f"validation and transport: {mcp_p50 - srv_p50:.2f} ms ({mcp_p50 / srv_p50:.1f}x the server's share)"
+    )
+    print(
+        f"ledger row (open + close): {one * 1e3:.2f} ms with 1 writer, {four * 1e3:.2f} ms with 4 threads "
+        f"(ratio {four / one:.2f})"
+    )
 
 
 if __name__ == "__main__":

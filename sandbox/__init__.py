@@ -32,9 +32,30 @@ from .triton_cache import TRUSTED_ZOO
 # Modules outside sandbox/ may import besides this one: the job types, the worker's wire format
 # and stdlib helpers the judges share with it, and what the built-in engine (which runs
 # inside a service) loads kernel specs and records its spans with.
-PUBLIC_MODULES = ("job", "worker.protocol", "worker.shared", "worker.tensors", "worker.loader",
-                  "worker.recorder", "worker.ranges")
+PUBLIC_MODULES = (
+    "job",
+    "worker.protocol",
+    "worker.shared",
+    "worker.tensors",
+    "worker.loader",
+    "worker.recorder",
+    "worker.ranges",
+)
 
-__all__ = ["Isolation", "Job", "JobKind", "JobResult", "JobStatus", "Limits", "Mount", "Sandbox",
-           "SandboxError", "Service", "ServiceSite", "ServiceSpec", "TRUSTED_ZOO", "free_port",
-           "remove_stale_cgroups"]
+__all__ = [
+    "Isolation",
+    "Job",
+    "JobKind",
+    "JobResult",
+    "JobStatus",
+    "Limits",
+    "Mount",
+    "Sandbox",
+    "SandboxError",
+    "Service",
+    "ServiceSite",
+    "ServiceSpec",
+    "TRUSTED_ZOO",
+    "free_port",
+    "remove_stale_cgroups",
+]

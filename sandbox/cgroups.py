@@ -63,7 +63,10 @@ class JobCgroup:
         tids: set[int] = set()
         for d in self.dirs.values():
             try:
-                tids |= {int(t) for t in (d / ("cgroup.threads" if self.v2 else "tasks")).read_text().split()}
+                tids |= {
+                    int(t)
+                    for t in (d / ("cgroup.threads" if self.v2 else "tasks")).read_text().split()
+                }
             except OSError:
                 pass
         return tids
@@ -193,11 +196,17 @@ class CgroupManager:
             if c in own and mount.is_dir():
                 bases[c] = mount / own[c] / self._name
         if self.v2:
-            controllers = (self.root / own.get("unified", "") / "cgroup.controllers").read_text().split()
+            controllers = (
+                (self.root / own.get("unified", "") / "cgroup.controllers").read_text().split()
+            )
             if "unified" not in bases or not {"memory", "pids"} <= set(controllers):
-                raise CgroupError(f"cgroup v2 without memory+pids controllers here (have: {' '.join(controllers)})")
+                raise CgroupError(
+                    f"cgroup v2 without memory+pids controllers here (have: {' '.join(controllers)})"
+                )
         elif not {"memory", "pids"} <= set(bases):
-            raise CgroupError("cgroup v1 memory and pids hierarchies not mounted under /sys/fs/cgroup")
+            raise CgroupError(
+                "cgroup v1 memory and pids hierarchies not mounted under /sys/fs/cgroup"
+            )
         return bases
 
     def _ensure_server_dirs(self) -> None:

@@ -24,7 +24,9 @@ from .launcher import Zygote, ZygoteDied
 HANDSHAKE_TIMEOUT_S = 30.0
 
 
-async def recv(sock: socket.socket, timeout_s: float = HANDSHAKE_TIMEOUT_S) -> tuple[bytes, int] | None:
+async def recv(
+    sock: socket.socket, timeout_s: float = HANDSHAKE_TIMEOUT_S
+) -> tuple[bytes, int] | None:
     """One packet and the sender's pid as this process sees it (SCM_CREDENTIALS), or None at EOF/timeout."""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
@@ -75,9 +77,24 @@ def json_or_empty(data: bytes) -> dict:
 class Child:
     """One forked job child and everything the parent holds for it."""
 
-    def __init__(self, job_id: str, host_dir: Path, zygote: Zygote, cgroups: CgroupManager, cgroup: JobCgroup | None,
-                 sock: socket.socket, out_r: int, err_r: int):
-        self.job_id, self.host_dir, self.zygote, self.cgroup, self.sock = job_id, host_dir, zygote, cgroup, sock
+    def __init__(
+        self,
+        job_id: str,
+        host_dir: Path,
+        zygote: Zygote,
+        cgroups: CgroupManager,
+        cgroup: JobCgroup | None,
+        sock: socket.socket,
+        out_r: int,
+        err_r: int,
+    ):
+        self.job_id, self.host_dir, self.zygote, self.cgroup, self.sock = (
+            job_id,
+            host_dir,
+            zygote,
+            cgroup,
+            sock,
+        )
         self.cgroups = cgroups
         self.used = False  # a job ran in it: its folder holds results, keep it
         self.out_r, self.err_r = out_r, err_r
@@ -91,7 +108,9 @@ class Child:
         """Kill the child and everything it started; returns when none of it can run any more."""
         if self.cgroup is None:
             try:
-                await self.zygote.kill(self.job_id)  # its process group: the best we have without cgroups
+                await self.zygote.kill(
+                    self.job_id
+                )  # its process group: the best we have without cgroups
             except ZygoteDied:
                 pass
             return
@@ -99,7 +118,9 @@ class Child:
             if self.cgroup.kill_listed():
                 return
             await asyncio.sleep(0.002)
-        await asyncio.to_thread(self.cgroup.kill_all)  # stubborn (a fork bomb): freeze, kill, repeat
+        await asyncio.to_thread(
+            self.cgroup.kill_all
+        )  # stubborn (a fork bomb): freeze, kill, repeat
 
     def discard(self) -> None:
         """Close our ends, kill what is in the cgroup and remove it. Idempotent."""

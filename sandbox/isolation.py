@@ -16,9 +16,11 @@ from .policy import SandboxView
 from .worker import confine, seccomp
 
 LAYER_ORDER = ("bwrap", "landlock", "seccomp", "cgroup", "rlimits")
-INSTALL_HINT = ("install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) "
-                "and make sure unprivileged user namespaces are enabled, or start the server with "
-                "--allow-unsandboxed to run agent code without namespaces (not recommended)")
+INSTALL_HINT = (
+    "install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) "
+    "and make sure unprivileged user namespaces are enabled, or start the server with "
+    "--allow-unsandboxed to run agent code without namespaces (not recommended)"
+)
 
 
 @dataclass
@@ -37,8 +39,13 @@ class Isolation:
         return "bwrap" in self.layers
 
     def as_dict(self) -> dict:
-        return {"level": self.level, "sandboxed": self.sandboxed, "layers": list(self.layers),
-                "missing": dict(self.missing), "details": dict(self.details)}
+        return {
+            "level": self.level,
+            "sandboxed": self.sandboxed,
+            "layers": list(self.layers),
+            "missing": dict(self.missing),
+            "details": dict(self.details),
+        }
 
 
 def probe(view: SandboxView, cgroups: CgroupManager, timeout_s: float = 30.0) -> Isolation:
@@ -58,7 +65,9 @@ def probe(view: SandboxView, cgroups: CgroupManager, timeout_s: float = 30.0) ->
         in_force.add("landlock")
         details["landlock_abi"] = abi
         if abi < 6:
-            details["landlock_note"] = "ABI < 6: signals and abstract sockets across jobs are not scoped"
+            details["landlock_note"] = (
+                "ABI < 6: signals and abstract sockets across jobs are not scoped"
+            )
     else:
         missing["landlock"] = "the kernel has no Landlock (Linux >= 5.13 with lsm=landlock)"
 
@@ -72,8 +81,10 @@ def probe(view: SandboxView, cgroups: CgroupManager, timeout_s: float = 30.0) ->
         in_force.add("cgroup")
         details["cgroup"] = "v2" if cgroups.v2 else "v1"
     else:
-        missing["cgroup"] = (f"{cgroups.reason}; without it memory and process count are not capped "
-                             "and a job's escaped daemons are not killed")
+        missing["cgroup"] = (
+            f"{cgroups.reason}; without it memory and process count are not capped "
+            "and a job's escaped daemons are not killed"
+        )
     return Isolation([layer for layer in LAYER_ORDER if layer in in_force], missing, details)
 
 
@@ -84,7 +95,9 @@ def _probe_bwrap(view: SandboxView, timeout_s: float) -> str | None:
         return "bwrap not found on PATH"
     argv = [bwrap, *view.bwrap_argv()[1:], "--", view.layout.python, "-S", "-c", "import os"]
     try:
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s)
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bwrap could not run: {exc}"
     if proc.returncode != 0:

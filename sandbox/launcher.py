@@ -45,8 +45,16 @@ class Zygote:
             argv[0] = shutil.which("bwrap") or argv[0]
         env = None if view.sandboxed else view.zygote_env()
         with open(log_path, "ab") as log:
-            proc = subprocess.Popen(argv, pass_fds=[child_end.fileno()], stdin=subprocess.DEVNULL,
-                                    stdout=log, stderr=log, env=env, start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                pass_fds=[child_end.fileno()],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         child_end.close()
         parent_end.setblocking(False)
         zygote = cls(proc, parent_end, log_path)
@@ -59,10 +67,15 @@ class Zygote:
         if not data:
             code = proc.poll()
             zygote.terminate()
-            how = "still running" if code is None else \
-                (f"exit code {code}" if code >= 0 else f"killed by signal {-code}")
-            raise ZygoteDied(f"the sandbox worker did not start ({why}; {how}); its log ends with:\n"
-                             f"{zygote.log_tail()}")
+            how = (
+                "still running"
+                if code is None
+                else (f"exit code {code}" if code >= 0 else f"killed by signal {-code}")
+            )
+            raise ZygoteDied(
+                f"the sandbox worker did not start ({why}; {how}); its log ends with:\n"
+                f"{zygote.log_tail()}"
+            )
         zygote.ready = json.loads(data)
         zygote._reader = asyncio.create_task(zygote._read_loop())
         return zygote

@@ -62,31 +62,63 @@ def sanitize_tree(root: Path) -> list[str]:
             path = Path(folder) / name
             info = path.lstat()
             plain_dir = stat.S_ISDIR(info.st_mode)
-            plain_file = stat.S_ISREG(info.st_mode) and info.st_nlink == 1  # a hard link could alias a host file
+            plain_file = (
+                stat.S_ISREG(info.st_mode) and info.st_nlink == 1
+            )  # a hard link could alias a host file
             if not (plain_dir or plain_file):
                 path.unlink()
                 removed.append(str(path.relative_to(root)))
-        dirs[:] = [d for d in dirs if (Path(folder) / d).is_dir() and not (Path(folder) / d).is_symlink()]
+        dirs[:] = [
+            d for d in dirs if (Path(folder) / d).is_dir() and not (Path(folder) / d).is_symlink()
+        ]
     return removed
 
 
 def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     """(status, result, error) for a finished job."""
     if ending.timed_out:
-        return "timeout", {}, (f"exceeded {ending.timeout_s:g} s wall-clock limit; the job and everything it "
-                               "started were killed")
+        return (
+            "timeout",
+            {},
+            (
+                f"exceeded {ending.timeout_s:g} s wall-clock limit; the job and everything it "
+                "started were killed"
+            ),
+        )
     if ending.output_exceeded:
-        return "limit", {}, (f"{ending.output_exceeded} exceeded {_size(ending.output_cap_bytes)}; the job was killed "
-                             "(print less, or write large data to files in out/)")
+        return (
+            "limit",
+            {},
+            (
+                f"{ending.output_exceeded} exceeded {_size(ending.output_cap_bytes)}; the job was killed "
+                "(print less, or write large data to files in out/)"
+            ),
+        )
     if ending.disk_exceeded:
         (num_bytes, num_files), (cap_bytes, cap_files) = ending.disk_exceeded, ending.disk_cap
-        return "limit", {}, (f"wrote {_size(num_bytes)} in {num_files} files to its folder; the limit is "
-                             f"{_size(cap_bytes)} and {cap_files} files; the job was killed")
+        return (
+            "limit",
+            {},
+            (
+                f"wrote {_size(num_bytes)} in {num_files} files to its folder; the limit is "
+                f"{_size(cap_bytes)} and {cap_files} files; the job was killed"
+            ),
+        )
     if ending.oom_kills:
-        return "limit", {}, (f"exceeded the memory limit of {_size(ending.memory_limit_bytes)} "
-                             "(killed by the kernel's OOM killer)")
+        return (
+            "limit",
+            {},
+            (
+                f"exceeded the memory limit of {_size(ending.memory_limit_bytes)} "
+                "(killed by the kernel's OOM killer)"
+            ),
+        )
     if ending.wait_status is None and not ending.done:
-        return "crashed", {}, "the sandbox worker process died while the job ran (it restarts for the next job)"
+        return (
+            "crashed",
+            {},
+            "the sandbox worker process died while the job ran (it restarts for the next job)",
+        )
 
     result_bytes = read_untrusted(job_dir / RESULT_FILE)
     error_bytes = read_untrusted(job_dir / ERROR_FILE)
@@ -95,13 +127,23 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
     code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else None
 
     if signum is not None:
-        name = signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
+        name = (
+            signal.Signals(signum).name if signum in signal.valid_signals() else f"signal {signum}"
+        )
         if signum == signal.SIGXCPU:
             return "limit", {}, f"exceeded the CPU-time limit (killed by {name})"
         if signum == signal.SIGXFSZ:
             return "limit", {}, f"wrote a file over the size limit (killed by {name})"
-        return "crashed", {}, f"killed by {name}" + (" (segmentation fault: a bad pointer or out-of-bounds access)"
-                                                     if signum == signal.SIGSEGV else "")
+        return (
+            "crashed",
+            {},
+            f"killed by {name}"
+            + (
+                " (segmentation fault: a bad pointer or out-of-bounds access)"
+                if signum == signal.SIGSEGV
+                else ""
+            ),
+        )
     if error_bytes is not None:
         return _error_status(error_bytes, ending)
     if result_bytes is not None and code == 0:
@@ -113,8 +155,14 @@ def judge(ending: Ending, job_dir: Path) -> tuple[str, dict, str | None]:
             return "crashed", {}, "result.json is not a JSON object"
         return "ok", result, None
     if code == 0:
-        return "crashed", {}, ("exited with code 0 without writing a result (os._exit? the process ended before "
-                               "the op returned)")
+        return (
+            "crashed",
+            {},
+            (
+                "exited with code 0 without writing a result (os._exit? the process ended before "
+                "the op returned)"
+            ),
+        )
     return "crashed", {}, f"exited with code {code} without writing a result"
 
 

@@ -29,7 +29,14 @@ JOBS_MOUNT = "/jobs"
 
 # /etc entries a job needs (dynamic linker, user names, alternatives for cc/gcc);
 # never /etc whole: it holds shadow, ssh host keys, machine secrets.
-ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "nsswitch.conf", "localtime")
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "nsswitch.conf",
+    "localtime",
+)
 # Device files every job may open; /dev/shm is left out so jobs share no memory files.
 BASIC_DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 
@@ -118,8 +125,14 @@ class SandboxView:
     # --- the zygote ---------------------------------------------------------------------
 
     def zygote_env(self) -> dict[str, str]:
-        return {"PATH": _PATH, "PYTHONPATH": self.worker_parent, "PYTHONNOUSERSITE": "1",
-                "PYTHONDONTWRITEBYTECODE": "1", "LANG": "C.UTF-8", "HOME": "/nonexistent"}
+        return {
+            "PATH": _PATH,
+            "PYTHONPATH": self.worker_parent,
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "LANG": "C.UTF-8",
+            "HOME": "/nonexistent",
+        }
 
     def zygote_argv(self, ctl_fd: int) -> list[str]:
         cmd = [self.layout.python, "-m", f"{WORKER_PACKAGE}.zygote", str(ctl_fd)]
@@ -127,8 +140,21 @@ class SandboxView:
 
     def bwrap_argv(self) -> list[str]:
         lay = self.layout
-        argv = ["bwrap", "--unshare-all", "--hostname", "sandbox", "--cap-drop", "ALL",
-                "--uid", "65534", "--gid", "65534", "--die-with-parent", "--new-session", "--clearenv"]
+        argv = [
+            "bwrap",
+            "--unshare-all",
+            "--hostname",
+            "sandbox",
+            "--cap-drop",
+            "ALL",
+            "--uid",
+            "65534",
+            "--gid",
+            "65534",
+            "--die-with-parent",
+            "--new-session",
+            "--clearenv",
+        ]
         for key, value in self.zygote_env().items():
             argv += ["--setenv", key, value]
         # The private /tmp comes first: binds below it (a venv or checkout under /tmp, as
@@ -148,10 +174,21 @@ class SandboxView:
             argv += ["--ro-bind", str(prefix), str(prefix)]
         for hidden in lay.hidden_dirs:
             argv += ["--tmpfs", str(hidden), "--remount-ro", str(hidden)]
-        argv += ["--ro-bind", str(lay.worker_dir), f"{WORKER_ROOT}/{WORKER_PACKAGE}",
-                 "--ro-bind", str(lay.workspace), WORKSPACE_MOUNT]
+        argv += [
+            "--ro-bind",
+            str(lay.worker_dir),
+            f"{WORKER_ROOT}/{WORKER_PACKAGE}",
+            "--ro-bind",
+            str(lay.workspace),
+            WORKSPACE_MOUNT,
+        ]
         for rel in lay.workspace_hidden:
-            argv += ["--tmpfs", f"{WORKSPACE_MOUNT}/{rel}", "--remount-ro", f"{WORKSPACE_MOUNT}/{rel}"]
+            argv += [
+                "--tmpfs",
+                f"{WORKSPACE_MOUNT}/{rel}",
+                "--remount-ro",
+                f"{WORKSPACE_MOUNT}/{rel}",
+            ]
         argv += ["--bind", str(lay.jobs_dir), JOBS_MOUNT, "--proc", "/proc", "--dev", "/dev"]
         if lay.gpu_devices:
             for dev in lay.gpu_devices:
@@ -163,12 +200,21 @@ class SandboxView:
 
     def job_env(self, job_dir: str, device: str, extra: dict[str, str]) -> dict[str, str]:
         """Per-job HOME and caches inside the job folder: no job plants code for the next."""
-        env = {"PATH": _PATH, "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1", "PYTHONDONTWRITEBYTECODE": "1",
-               "HOME": f"{job_dir}/home", "TMPDIR": f"{job_dir}/tmp", "XDG_CACHE_HOME": f"{job_dir}/cache",
-               "TRITON_HOME": f"{job_dir}/home", "TRITON_CACHE_DIR": f"{job_dir}/cache/triton",
-               "TORCH_EXTENSIONS_DIR": f"{job_dir}/cache/torch_extensions",
-               "CUDA_CACHE_PATH": f"{job_dir}/cache/cuda", "MPLCONFIGDIR": f"{job_dir}/cache/matplotlib",
-               "TORCHINDUCTOR_CACHE_DIR": f"{job_dir}/cache/inductor"}  # its default is /tmp/torchinductor_<user>
+        env = {
+            "PATH": _PATH,
+            "LANG": "C.UTF-8",
+            "PYTHONNOUSERSITE": "1",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": f"{job_dir}/home",
+            "TMPDIR": f"{job_dir}/tmp",
+            "XDG_CACHE_HOME": f"{job_dir}/cache",
+            "TRITON_HOME": f"{job_dir}/home",
+            "TRITON_CACHE_DIR": f"{job_dir}/cache/triton",
+            "TORCH_EXTENSIONS_DIR": f"{job_dir}/cache/torch_extensions",
+            "CUDA_CACHE_PATH": f"{job_dir}/cache/cuda",
+            "MPLCONFIGDIR": f"{job_dir}/cache/matplotlib",
+            "TORCHINDUCTOR_CACHE_DIR": f"{job_dir}/cache/inductor",
+        }  # its default is /tmp/torchinductor_<user>
         if device == "cpu":
             env["CUDA_VISIBLE_DEVICES"] = ""
             # The one place the interpreter is chosen: without a GPU, Triton kernels run
@@ -179,8 +225,13 @@ class SandboxView:
 
     def landlock_rules(self, job_dir: str) -> dict[str, list[str]]:
         lay = self.layout
-        read_only = ["/usr", *(f"/etc/{n}" for n in (*ETC_FILES, "passwd", "group")),
-                     *(str(p) for p in lay.python_prefixes), self.worker_parent, "/proc"]
+        read_only = [
+            "/usr",
+            *(f"/etc/{n}" for n in (*ETC_FILES, "passwd", "group")),
+            *(str(p) for p in lay.python_prefixes),
+            self.worker_parent,
+            "/proc",
+        ]
         if self.sandboxed:
             read_only.append(WORKSPACE_MOUNT)  # hidden folders are empty mounts there
         else:
@@ -191,8 +242,11 @@ class SandboxView:
                 read_only.append(f"/{name}")
         if lay.gpu_devices:
             read_only.append("/sys")
-        return {"read_only": read_only, "read_write": [job_dir],
-                "devices": [*BASIC_DEVICES, *lay.gpu_devices]}
+        return {
+            "read_only": read_only,
+            "read_write": [job_dir],
+            "devices": [*BASIC_DEVICES, *lay.gpu_devices],
+        }
 
     def _visible_workspace_entries(self) -> list[str]:
         """Without bwrap nothing can be masked: allow the workspace entry by entry, minus hidden ones."""
@@ -213,21 +267,43 @@ class SandboxView:
         # /tmp) may lie under a target: covering it would hide it, so that target stays
         # shared and Landlock alone keeps the job from writing there.
         needed = [job_dir, *map(str, self.layout.python_prefixes)]
-        binds = {target: source for target, source in binds.items()
-                 if not any(path.startswith(target + "/") for path in needed)}
-        return {"landlock": self.landlock_rules(job_dir) if landlock else None, "seccomp": seccomp,
-                "private_mounts": binds}
+        binds = {
+            target: source
+            for target, source in binds.items()
+            if not any(path.startswith(target + "/") for path in needed)
+        }
+        return {
+            "landlock": self.landlock_rules(job_dir) if landlock else None,
+            "seccomp": seccomp,
+            "private_mounts": binds,
+        }
 
-    def job_spec(self, *, job_id: str, op: str, payload: dict, env: dict[str, str], device: str,
-                 limits: Limits, timeout_s: float) -> dict:
+    def job_spec(
+        self,
+        *,
+        job_id: str,
+        op: str,
+        payload: dict,
+        env: dict[str, str],
+        device: str,
+        limits: Limits,
+        timeout_s: float,
+    ) -> dict:
         """job.json: what the harness reads before it runs anything of the agent's."""
         job_dir = self.job_dir(job_id)
         return {
-            "id": job_id, "op": op, "payload": payload, "device": device,
-            "job_dir": job_dir, "workspace": self.workspace_root,
+            "id": job_id,
+            "op": op,
+            "payload": payload,
+            "device": device,
+            "job_dir": job_dir,
+            "workspace": self.workspace_root,
             "env": self.job_env(job_dir, device, env),
-            "rlimits": {"cpu_s": limits.cpu_seconds(timeout_s), "file_bytes": limits.file_bytes,
-                        "num_files": limits.num_files},
+            "rlimits": {
+                "cpu_s": limits.cpu_seconds(timeout_s),
+                "file_bytes": limits.file_bytes,
+                "num_files": limits.num_files,
+            },
         }
 
     # --- one service (service_spec.py) ------------------------------------------------------
@@ -252,12 +328,23 @@ class SandboxView:
         """Those of `names` not on the sandbox's PATH (its /usr and /bin are the host's)."""
         return [name for name in names if not shutil.which(name, path=_PATH)]
 
-    def service_host_spec(self, spec: ServiceSpec, folder: str, *, device: str, limits: Limits,
-                          landlock: bool, seccomp: bool) -> dict:
+    def service_host_spec(
+        self,
+        spec: ServiceSpec,
+        folder: str,
+        *,
+        device: str,
+        limits: Limits,
+        landlock: bool,
+        seccomp: bool,
+    ) -> dict:
         """engine.json: what the service host reads and confines itself with before it
         starts the service (`folder`: the service's own folder as it sees it)."""
-        env = {**self.job_env(folder, device, {}),
-               "PYTHONPATH": os.pathsep.join([*spec.python_path, self.worker_parent]), **spec.env}
+        env = {
+            **self.job_env(folder, device, {}),
+            "PYTHONPATH": os.pathsep.join([*spec.python_path, self.worker_parent]),
+            **spec.env,
+        }
         rules = self.landlock_rules(folder)
         for mount in spec.mounts:
             seen = mount.target if self.sandboxed else mount.source
@@ -266,11 +353,19 @@ class SandboxView:
             rules["read_only"] += spec.python_path
         if spec.shared_memory:
             rules["read_write"].append("/dev/shm")
-        return {"folder": folder, "socket": spec.socket, "port": spec.port,
-                "tcp_ports": list(spec.tcp_ports), "argv": list(spec.argv), "env": env,
-                "landlock": rules if landlock else None, "seccomp": seccomp,
-                "grace_s": spec.grace_s, "file_bytes": limits.file_bytes,
-                "num_files": max(limits.num_files, spec.num_files)}
+        return {
+            "folder": folder,
+            "socket": spec.socket,
+            "port": spec.port,
+            "tcp_ports": list(spec.tcp_ports),
+            "argv": list(spec.argv),
+            "env": env,
+            "landlock": rules if landlock else None,
+            "seccomp": seccomp,
+            "grace_s": spec.grace_s,
+            "file_bytes": limits.file_bytes,
+            "num_files": max(limits.num_files, spec.num_files),
+        }
 
 
 _PATH = "/usr/local/cuda/bin:/usr/local/bin:/usr/bin:/bin"

@@ -39,14 +39,21 @@ SERVICE_PORT = 8000  # a service's port in its own network namespace (any port i
 
 
 class Sandbox:
-    def __init__(self, workspace: Path, state_dir: Path, *, allow_unsandboxed: bool = False,
-                 concurrency: dict[str, int] | None = None, limits: Limits | None = None):
+    def __init__(
+        self,
+        workspace: Path,
+        state_dir: Path,
+        *,
+        allow_unsandboxed: bool = False,
+        concurrency: dict[str, int] | None = None,
+        limits: Limits | None = None,
+    ):
         self.workspace = Path(workspace).resolve()
         self.state_dir = Path(state_dir).resolve()
         self.allow_unsandboxed = allow_unsandboxed
         self.limits = limits or Limits()
         gpus = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
-        self.num_gpus = sum(1 for g in gpus if g[len("/dev/nvidia"):].isdigit())
+        self.num_gpus = sum(1 for g in gpus if g[len("/dev/nvidia") :].isdigit())
         self.device = "cuda" if self.num_gpus else "cpu"
         sizes = {"timing": self.num_gpus or 1, "compile": 2, "run": 2, **(concurrency or {})}
         self._slots = {kind: Slots(n) for kind, n in sizes.items()}
@@ -56,11 +63,16 @@ class Sandbox:
         self.cgroups.remove_stale()
         self.isolation: Isolation = probe(SandboxView(layout, sandboxed=True), self.cgroups)
         lim = self.limits
-        self.isolation.details["limits_per_job"] = {  # what an agent's job may use (device_info shows it)
+        self.isolation.details[
+            "limits_per_job"
+        ] = {  # what an agent's job may use (device_info shows it)
             "memory_bytes": lim.memory_bytes if self.cgroups.available else None,
             "num_processes": lim.num_processes if self.cgroups.available else None,
-            "file_bytes": lim.file_bytes, "folder_bytes": lim.disk_bytes, "output_bytes": lim.output_bytes,
-            "network": _network_reach(self.isolation)}
+            "file_bytes": lim.file_bytes,
+            "folder_bytes": lim.disk_bytes,
+            "output_bytes": lim.output_bytes,
+            "network": _network_reach(self.isolation),
+        }
         self.view = SandboxView(layout, sandboxed=self.isolation.sandboxed)
         self._zygote: Zygote | None = None
         self._zygote_lock: asyncio.Lock | None = None
@@ -80,9 +92,13 @@ class Sandbox:
         if self._closed:
             raise SandboxError("the sandbox is closed")
         if not self.isolation.sandboxed and not self.allow_unsandboxed:
-            raise SandboxError(f"refusing to run agent code without isolation ({self.isolation.missing.get('bwrap')})")
+            raise SandboxError(
+                f"refusing to run agent code without isolation ({self.isolation.missing.get('bwrap')})"
+            )
         if job.kind not in self._slots:
-            raise SandboxError(f"unknown job kind {job.kind!r}; use one of {', '.join(self._slots)}")
+            raise SandboxError(
+                f"unknown job kind {job.kind!r}; use one of {', '.join(self._slots)}"
+            )
         self._follow_loop()
         queued_from = time.monotonic()
         async with self._slots[job.kind].slot(progress) as index:
@@ -99,8 +115,12 @@ class Sandbox:
     def service_site(self, name: str) -> ServiceSite:
         """Where a service named `name` will see things: build its spec's argv and env from it."""
         sandboxed = self.view.sandboxed
-        return ServiceSite(sandboxed=sandboxed, python=self.view.layout.python,
-                           folder=self.view.job_dir(name), port=SERVICE_PORT if sandboxed else free_port())
+        return ServiceSite(
+            sandboxed=sandboxed,
+            python=self.view.layout.python,
+            folder=self.view.job_dir(name),
+            port=SERVICE_PORT if sandboxed else free_port(),
+        )
 
     def remove_stale_services(self) -> int:
         """Remove the folders of services a previous server started (they died with it)."""
@@ -110,10 +130,19 @@ class Sandbox:
         """Start `spec` in its own bubblewrap and cgroup, its host confined before it starts
         the service; returns at once (readiness is the caller's: it knows the protocol)."""
         if not self.isolation.sandboxed and not self.allow_unsandboxed:
-            raise SandboxError(f"refusing to start a service without isolation "
-                               f"({self.isolation.missing.get('bwrap')})")
-        return service.start(spec, view=self.view, cgroups=self.cgroups, isolation=self.isolation,
-                             limits=self.limits, device=self.device, masked=(self.state_dir,))
+            raise SandboxError(
+                f"refusing to start a service without isolation "
+                f"({self.isolation.missing.get('bwrap')})"
+            )
+        return service.start(
+            spec,
+            view=self.view,
+            cgroups=self.cgroups,
+            isolation=self.isolation,
+            limits=self.limits,
+            device=self.device,
+            masked=(self.state_dir,),
+        )
 
     def _follow_loop(self) -> None:
         """Used from a new event loop (a test runner's, a restarted server's): what belonged
@@ -139,7 +168,9 @@ class Sandbox:
                 try:
                     self._zygote = await Zygote.start(self.view, self.state_dir / "zygote.log")
                 except ZygoteDied as exc:
-                    raise SandboxError(f"{exc}\n(if bwrap is the problem: {INSTALL_HINT})") from None
+                    raise SandboxError(
+                        f"{exc}\n(if bwrap is the problem: {INSTALL_HINT})"
+                    ) from None
                 self._check_zygote_layers(self._zygote.ready)
             return self._zygote
 
@@ -176,7 +207,9 @@ class Sandbox:
             child = await self._prepare_child()
         if not self._closed:
             self._spare = asyncio.ensure_future(self._prepare_child())
-            self._spare.add_done_callback(lambda t: t.cancelled() or t.exception())  # retrieved later
+            self._spare.add_done_callback(
+                lambda t: t.cancelled() or t.exception()
+            )  # retrieved later
         return child
 
     async def _run_now(self, job: Job, env: dict[str, str], progress: Progress | None) -> JobResult:
@@ -191,10 +224,19 @@ class Sandbox:
                     try:
                         copy(src, child.host_dir / "in" / name)
                     except OSError as exc:
-                        raise SandboxError(f"cannot copy input {name!r} from {src}: {exc}") from None
+                        raise SandboxError(
+                            f"cannot copy input {name!r} from {src}: {exc}"
+                        ) from None
                 seeded = self._seed_triton_cache(job, child)
-                spec = self.view.job_spec(job_id=child.job_id, op=job.op, payload=job.payload, env=env,
-                                          device=self.device, limits=self.limits, timeout_s=job.timeout_s)
+                spec = self.view.job_spec(
+                    job_id=child.job_id,
+                    op=job.op,
+                    payload=job.payload,
+                    env=env,
+                    device=self.device,
+                    limits=self.limits,
+                    timeout_s=job.timeout_s,
+                )
                 (child.host_dir / "job.json").write_text(json.dumps(spec))
                 child.sock.send(b'{"run": true}')
             except OSError:
@@ -210,17 +252,25 @@ class Sandbox:
                 return result
             finally:
                 child.discard()
-        raise SandboxError(f"job children keep dying before they start; zygote log:\n{self._zygote_log_tail()}")
+        raise SandboxError(
+            f"job children keep dying before they start; zygote log:\n{self._zygote_log_tail()}"
+        )
 
     def _seed_triton_cache(self, job: Job, child: Child) -> set[str]:
         if job.triton_cache is None:
             return set()
-        return triton_cache.seed(self.state_dir / "triton-cache", job.triton_cache, child.host_dir / "cache/triton")
+        return triton_cache.seed(
+            self.state_dir / "triton-cache", job.triton_cache, child.host_dir / "cache/triton"
+        )
 
     def _keep_triton_cache(self, job: Job, child: Child, seeded: set[str]) -> int:
         cache = child.host_dir / "cache/triton"
         if job.triton_cache is None:  # counted, not kept
-            return sum(1 for e in cache.iterdir() if not e.name.startswith(".")) if cache.is_dir() else 0
+            return (
+                sum(1 for e in cache.iterdir() if not e.name.startswith("."))
+                if cache.is_dir()
+                else 0
+            )
         return triton_cache.keep(self.state_dir / "triton-cache", job.triton_cache, cache, seeded)
 
     def _zygote_log_tail(self) -> str:

@@ -43,7 +43,12 @@ class Slots:
                     ahead = self._waiting.index(future)
                     if ahead != reported:
                         reported = ahead
-                        await report(progress, 0.0, None, f"queued: {ahead} ahead, {self.num_running} running")
+                        await report(
+                            progress,
+                            0.0,
+                            None,
+                            f"queued: {ahead} ahead, {self.num_running} running",
+                        )
                 try:
                     return await asyncio.wait_for(asyncio.shield(future), 0.25)
                 except asyncio.TimeoutError:

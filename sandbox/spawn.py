@@ -19,11 +19,21 @@ from .isolation import Isolation
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
 
-JOB_SUBDIRS = ("in", "out", "home", "tmp", "shm", "cache/triton", "cache/torch_extensions", "cache/cuda")
+JOB_SUBDIRS = (
+    "in",
+    "out",
+    "home",
+    "tmp",
+    "shm",
+    "cache/triton",
+    "cache/torch_extensions",
+    "cache/cuda",
+)
 
 
-async def spawn_child(zygote: Zygote, view: SandboxView, cgroups: CgroupManager, limits: Limits,
-                      isolation: Isolation) -> Child:
+async def spawn_child(
+    zygote: Zygote, view: SandboxView, cgroups: CgroupManager, limits: Limits, isolation: Isolation
+) -> Child:
     """A fresh child of `zygote`, in its own new cgroups and job folder, confined, waiting for a job."""
     job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:8]}"
     host_dir = view.layout.jobs_dir / job_id
@@ -50,11 +60,14 @@ async def spawn_child(zygote: Zygote, view: SandboxView, cgroups: CgroupManager,
             theirs.close()
         hello = await recv(mine)
         if hello is None:
-            raise SandboxError(f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}")
+            raise SandboxError(
+                f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}"
+            )
         if cgroup is not None:
             cgroup.add(hello[1])
-        policy = view.confinement(job_id, landlock="landlock" in isolation.layers,
-                                  seccomp="seccomp" in isolation.layers)
+        policy = view.confinement(
+            job_id, landlock="landlock" in isolation.layers, seccomp="seccomp" in isolation.layers
+        )
         mine.send(json.dumps({"job_dir": view.job_dir(job_id), "confine": policy}).encode())
         reply = await recv(mine)
         message = json_or_empty(reply[0]) if reply else {}

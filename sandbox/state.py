@@ -1,8 +1,8 @@
 """The sandbox's folders on the host, made once per Sandbox, and the Layout built from them.
 
-    <state_dir>/jobs/   one folder per job (the only writable bind)
-    <state_dir>/etc/    passwd/group naming the sandbox user (65534)
-    <state_dir>/pkg/    ia_worker -> sandbox/worker, for PYTHONPATH when there is no bwrap
+<state_dir>/jobs/   one folder per job (the only writable bind)
+<state_dir>/etc/    passwd/group naming the sandbox user (65534)
+<state_dir>/pkg/    ia_worker -> sandbox/worker, for PYTHONPATH when there is no bwrap
 """
 
 from __future__ import annotations
@@ -24,12 +24,33 @@ def prepare_state(workspace: Path, state_dir: Path, gpu_devices: tuple[str, ...]
     if not link.is_symlink() or link.resolve() != worker:
         link.unlink(missing_ok=True)
         link.symlink_to(worker)
-    prefixes = sorted({Path(p).resolve() for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)})
+    prefixes = sorted(
+        {
+            Path(p).resolve()
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)
+        }
+    )
     prefixes = [p for p in prefixes if not any(q != p and q in p.parents for q in prefixes)]
     package_dir = worker.parent.parent  # site-packages/infra_agent when installed (not editable)
-    hidden = [package_dir] if any(package_dir.is_relative_to(p) for p in [*prefixes, Path("/usr")]) else []
-    workspace_hidden = (str(state_dir.relative_to(workspace)),) \
-        if state_dir.is_relative_to(workspace) and state_dir != workspace else ()
-    return Layout(worker_dir=worker, workspace=workspace, jobs_dir=jobs, etc_dir=etc, pkg_dir=pkg,
-                  python_prefixes=tuple(prefixes), hidden_dirs=tuple(hidden), workspace_hidden=workspace_hidden,
-                  gpu_devices=gpu_devices, python=sys.executable)
+    hidden = (
+        [package_dir]
+        if any(package_dir.is_relative_to(p) for p in [*prefixes, Path("/usr")])
+        else []
+    )
+    workspace_hidden = (
+        (str(state_dir.relative_to(workspace)),)
+        if state_dir.is_relative_to(workspace) and state_dir != workspace
+        else ()
+    )
+    return Layout(
+        worker_dir=worker,
+        workspace=workspace,
+        jobs_dir=jobs,
+        etc_dir=etc,
+        pkg_dir=pkg,
+        python_prefixes=tuple(prefixes),
+        hidden_dirs=tuple(hidden),
+        workspace_hidden=workspace_hidden,
+        gpu_devices=gpu_devices,
+        python=sys.executable,
+    )

@@ -111,8 +111,11 @@ class ProgressTail:
         for line in complete.splitlines():
             try:
                 item = json.loads(line)
-                newest = (float(item["done"]), None if item.get("total") is None else float(item["total"]),
-                          str(item.get("message", ""))[: self.MAX_MESSAGE])
+                newest = (
+                    float(item["done"]),
+                    None if item.get("total") is None else float(item["total"]),
+                    str(item.get("message", ""))[: self.MAX_MESSAGE],
+                )
             except (ValueError, KeyError, TypeError, RecursionError):
                 continue
         if newest is not None and newest != self.last:
@@ -143,7 +146,9 @@ class DiskWatch:
             return
         self.num_bytes, self.num_files = await asyncio.to_thread(self._measure)
         self._next = self._loop.time() + self.every_s
-        if (self.num_bytes > self.cap_bytes or self.num_files > self.max_files) and not self.exceeded.done():
+        if (
+            self.num_bytes > self.cap_bytes or self.num_files > self.max_files
+        ) and not self.exceeded.done():
             self.exceeded.set_result(self.num_bytes)
 
     def _measure(self) -> tuple[int, int]:

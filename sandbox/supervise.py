@@ -23,8 +23,13 @@ async def supervise(child: Child, job: Job, limits: Limits, progress: Progress |
     stdout = Capture(child.out_r, limits.output_bytes, limits.tail_bytes)
     stderr = Capture(child.err_r, limits.output_bytes, limits.tail_bytes)
     child.out_r = child.err_r = -1  # the captures own and close them now
-    ending = outcome.Ending(wait_status=None, timeout_s=job.timeout_s, output_cap_bytes=limits.output_bytes,
-                            memory_limit_bytes=limits.memory_bytes, num_processes=limits.num_processes)
+    ending = outcome.Ending(
+        wait_status=None,
+        timeout_s=job.timeout_s,
+        output_cap_bytes=limits.output_bytes,
+        memory_limit_bytes=limits.memory_bytes,
+        num_processes=limits.num_processes,
+    )
     tail = ProgressTail(host_dir / "progress.jsonl", progress)
     disk = DiskWatch(host_dir, limits.disk_bytes, limits.max_files)
     ending.disk_cap = (limits.disk_bytes, limits.max_files)
@@ -50,18 +55,32 @@ async def supervise(child: Child, job: Job, limits: Limits, progress: Progress |
     finally:
         wall_s = time.monotonic() - started
         if child.cgroup is not None or not (ending.done or ending.wait_status is not None):
-            await child.kill()  # what is left (daemons, stray threads), or all of it if we were cancelled
+            await (
+                child.kill()
+            )  # what is left (daemons, stray threads), or all of it if we were cancelled
         if child.cgroup is not None:
-            ending.oom_kills, ending.pids_limit_hits = child.cgroup.oom_kills(), child.cgroup.pids_limit_hits()
+            ending.oom_kills, ending.pids_limit_hits = (
+                child.cgroup.oom_kills(),
+                child.cgroup.pids_limit_hits(),
+            )
         await stdout.finish()
         await stderr.finish()
         await tail.poll()
     removed = outcome.sanitize_tree(host_dir / "out")
     status, result, error = outcome.judge(ending, host_dir)
     if removed:
-        error = (error + "\n" if error else "") + f"removed from out/ (not plain files): {', '.join(removed[:10])}"
-    return JobResult(status=status, result=result, out_dir=host_dir / "out", error=error,
-                     stdout_tail=stdout.tail(), stderr_tail=stderr.tail(), wall_s=wall_s)
+        error = (
+            error + "\n" if error else ""
+        ) + f"removed from out/ (not plain files): {', '.join(removed[:10])}"
+    return JobResult(
+        status=status,
+        result=result,
+        out_dir=host_dir / "out",
+        error=error,
+        stdout_tail=stdout.tail(),
+        stderr_tail=stderr.tail(),
+        wall_s=wall_s,
+    )
 
 
 async def wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[set, set]:
@@ -72,7 +91,9 @@ async def wait_first(futures: list, timeout_s: float, pollers: list) -> tuple[se
         left = deadline - time.monotonic()
         if left <= 0:
             return set(), pending
-        done, pending = await asyncio.wait(pending, timeout=min(left, 0.25), return_when=asyncio.FIRST_COMPLETED)
+        done, pending = await asyncio.wait(
+            pending, timeout=min(left, 0.25), return_when=asyncio.FIRST_COMPLETED
+        )
         if done:
             return done, pending
         for poll in pollers:

@@ -50,7 +50,9 @@ def keep(root: Path, group: str, job_cache: Path, seeded: set[str]) -> int:
     only folders of plain files under the size cap are kept."""
     if not job_cache.is_dir():
         return 0
-    created = [e for e in job_cache.iterdir() if e.name not in seeded and not e.name.startswith(".")]
+    created = [
+        e for e in job_cache.iterdir() if e.name not in seeded and not e.name.startswith(".")
+    ]
     target = group_dir(root, group)
     target.mkdir(parents=True, exist_ok=True)
     for entry in created:
@@ -64,7 +66,9 @@ def keep(root: Path, group: str, job_cache: Path, seeded: set[str]) -> int:
 
 def prune(root: Path, keep_groups: int = KEEP_GROUPS) -> None:
     trusted = group_dir(root, TRUSTED_ZOO)
-    groups = sorted((d for d in root.iterdir() if d.is_dir() and d != trusted), key=lambda d: d.stat().st_mtime)
+    groups = sorted(
+        (d for d in root.iterdir() if d.is_dir() and d != trusted), key=lambda d: d.stat().st_mtime
+    )
     for old in groups[:-keep_groups]:
         shutil.rmtree(old, ignore_errors=True)
 

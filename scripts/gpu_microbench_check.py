@@ -44,21 +44,29 @@ def same_buffer_copy(copy_gib: float) -> tuple[float, float]:
     job = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     for sub in ("in", "out"):
         (job / sub).mkdir()
-    ctx = JobContext(job_dir=job, in_dir=job / "in", out_dir=job / "out", workspace=None, device="cuda")
+    ctx = JobContext(
+        job_dir=job, in_dir=job / "in", out_dir=job / "out", workspace=None, device="cuda"
+    )
     timer = timing.CudaTimer(torch, None)
     arms = [timing.Arm("candidate", lambda t: out.copy_(t), num_spot_checks=0)]
     sets = [(x,)]
     start = time.perf_counter_ns()
     budget_ns = 3e9
     op._warm_up(arms, sets, timer, start + op.WARMUP_MAX_FRACTION * budget_ns)
-    stop = op._measure(arms, sets, timer, random.Random(0), {"target_rel_se": 0.002}, start + budget_ns, ctx)
+    stop = op._measure(
+        arms, sets, timer, random.Random(0), {"target_rel_se": 0.002}, start + budget_ns, ctx
+    )
     ours_ms = statistics.median(arms[0].samples) / 1e6
-    theirs_ms = triton.testing.do_bench(lambda: out.copy_(x), warmup=100, rep=1000, return_mode="median")
+    theirs_ms = triton.testing.do_bench(
+        lambda: out.copy_(x), warmup=100, rep=1000, return_mode="median"
+    )
     shutil.rmtree(job, ignore_errors=True)
     ours, theirs = moved / ours_ms / 1e6, moved / theirs_ms / 1e6
-    print(f"[1] copy of {copy_gib:g} GiB: microbench loop {ours:.0f} GB/s (median {ours_ms:.4f} ms, "
-          f"n={len(arms[0].samples)}, stop={stop}); do_bench {theirs:.0f} GB/s (median {theirs_ms:.4f} ms); "
-          f"ratio {ours / theirs:.4f}")
+    print(
+        f"[1] copy of {copy_gib:g} GiB: microbench loop {ours:.0f} GB/s (median {ours_ms:.4f} ms, "
+        f"n={len(arms[0].samples)}, stop={stop}); do_bench {theirs:.0f} GB/s (median {theirs_ms:.4f} ms); "
+        f"ratio {ours / theirs:.4f}"
+    )
     return ours, theirs
 
 
@@ -81,28 +89,42 @@ async def through_the_tool(aa_reps: int, allow_unsandboxed: bool) -> float:
     try:
         async with Client(server) as client:
             for kernel in ("vector_add", "rmsnorm"):
-                out = await call(client, kernel=kernel, impl="triton", baseline="reference", budget_ms=500)
+                out = await call(
+                    client, kernel=kernel, impl="triton", baseline="reference", budget_ms=500
+                )
                 if kernel == "vector_add":
                     c = out["ceilings"]
-                    print(f"[2] device {out['device'].get('name')}; ceilings ({c.get('source')}): copy "
-                          f"{c.get('copy_gbps', 0):.0f} GB/s, matmul {c.get('matmul_tflops')} TFLOP/s; clocks "
-                          f"{out['clocks']}")
+                    print(
+                        f"[2] device {out['device'].get('name')}; ceilings ({c.get('source')}): copy "
+                        f"{c.get('copy_gbps', 0):.0f} GB/s, matmul {c.get('matmul_tflops')} TFLOP/s; clocks "
+                        f"{out['clocks']}"
+                    )
                 for s in out["shapes"]:
                     cand = s["candidate"]
-                    print(f"[2] {kernel:10s} {s['shape']}: triton median {cand['median_ms']:.4f} ms, "
-                          f"{cand['achieved_gbps'] or 0:.0f} GB/s ({cand['pct_of_peak_bandwidth'] or 0:.0f}% of copy), "
-                          f"{cand['bound']}, spot-check {cand['spot_check']}, impossible={cand['is_impossible']}; "
-                          f"vs reference ratio {s['ratio']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}] {s['verdict']}")
+                    print(
+                        f"[2] {kernel:10s} {s['shape']}: triton median {cand['median_ms']:.4f} ms, "
+                        f"{cand['achieved_gbps'] or 0:.0f} GB/s ({cand['pct_of_peak_bandwidth'] or 0:.0f}% of copy), "
+                        f"{cand['bound']}, spot-check {cand['spot_check']}, impossible={cand['is_impossible']}; "
+                        f"vs reference ratio {s['ratio']:.3f} [{s['ci_low']:.3f}, {s['ci_high']:.3f}] {s['verdict']}"
+                    )
             verdicts = []
             for _ in range(aa_reps):
-                out = await call(client, kernel="vector_add", impl="triton", baseline="triton",
-                                 shapes=[{"N": 1 << 24}], budget_ms=300)
+                out = await call(
+                    client,
+                    kernel="vector_add",
+                    impl="triton",
+                    baseline="triton",
+                    shapes=[{"N": 1 << 24}],
+                    budget_ms=300,
+                )
                 s = out["shapes"][0]
                 verdicts.append((s["verdict"], s["ratio"], s["min_detectable_effect_pct"]))
             false = sum(v in ("faster", "slower") for v, _, _ in verdicts) / max(len(verdicts), 1)
-            print(f"[3] A/A vector_add triton N=2^24, {len(verdicts)} runs: false faster/slower rate {false:.1%}; "
-                  f"median ratio {statistics.median(r for _, r, _ in verdicts):.4f}; median minimal detectable "
-                  f"effect {statistics.median(m for _, _, m in verdicts):.2f}%")
+            print(
+                f"[3] A/A vector_add triton N=2^24, {len(verdicts)} runs: false faster/slower rate {false:.1%}; "
+                f"median ratio {statistics.median(r for _, r, _ in verdicts):.4f}; median minimal detectable "
+                f"effect {statistics.median(m for _, _, m in verdicts):.2f}%"
+            )
             return false
     finally:
         await server.aclose()
@@ -110,11 +132,16 @@ async def through_the_tool(aa_reps: int, allow_unsandboxed: bool) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--copy-gib", type=float, default=2.0)
     parser.add_argument("--aa-reps", type=int, default=20)
-    parser.add_argument("--allow-unsandboxed", action="store_true",
-                        help="run the tool part without bwrap isolation (a trusted GPU host only)")
+    parser.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="run the tool part without bwrap isolation (a trusted GPU host only)",
+    )
     ns = parser.parse_args()
 
     import torch
@@ -127,8 +154,10 @@ def main() -> int:
     copy_ok = abs(ours / theirs - 1) <= 0.05
     false_rate = anyio.run(through_the_tool, ns.aa_reps, ns.allow_unsandboxed)
     aa_ok = false_rate <= 0.10
-    print(f"copy agreement within 5%: {'PASS' if copy_ok else 'FAIL'}; A/A false rate <= 10%: "
-          f"{'PASS' if aa_ok else 'FAIL'}; {time.monotonic() - started:.0f} s")
+    print(
+        f"copy agreement within 5%: {'PASS' if copy_ok else 'FAIL'}; A/A false rate <= 10%: "
+        f"{'PASS' if aa_ok else 'FAIL'}; {time.monotonic() - started:.0f} s"
+    )
     return 0 if copy_ok and aa_ok else 1
 
 

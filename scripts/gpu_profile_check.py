@@ -58,16 +58,38 @@ async def check(allow_unsandboxed: bool) -> bool:
         shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__"))
         server = build_server(ws, allow_unsandboxed=allow_unsandboxed)
         async with Client(server) as client:
-            kernel = await _call(client, kernel="rmsnorm", impl="triton", shape={"M": 4096, "N": 4096}, calls=20,
-                                 sample_threads=False)
+            kernel = await _call(
+                client,
+                kernel="rmsnorm",
+                impl="triton",
+                shape={"M": 4096, "N": 4096},
+                calls=20,
+                sample_threads=False,
+            )
             names = [k["name"] for k in kernel["gpu_kernels"]]
-            print("1. rmsnorm (triton) CUDA kernels:", kernel["gpu_kernels"][:3], kernel["gpu_note"])
-            ok &= _expect(any("rmsnorm" in n for n in names), "the Triton rmsnorm kernel is among the CUPTI rows")
-            threads = await _call(client, source=TWO_STREAMS, entry="step", overlap=[["left", "right"]])
-            print("2. two threads:", [(r["name"], r["threads"], r["count"]) for r in threads["ranges"]],
-                  threads["overlaps"][0], [k["name"][:40] for k in threads["gpu_kernels"][:3]])
-            ok &= _expect({r["name"] for r in threads["ranges"]} == {"left", "right"}, "both threads' ranges seen")
-            ok &= _expect(bool(threads["gpu_kernels"]), "GEMM kernels launched from worker threads recorded")
+            print(
+                "1. rmsnorm (triton) CUDA kernels:", kernel["gpu_kernels"][:3], kernel["gpu_note"]
+            )
+            ok &= _expect(
+                any("rmsnorm" in n for n in names),
+                "the Triton rmsnorm kernel is among the CUPTI rows",
+            )
+            threads = await _call(
+                client, source=TWO_STREAMS, entry="step", overlap=[["left", "right"]]
+            )
+            print(
+                "2. two threads:",
+                [(r["name"], r["threads"], r["count"]) for r in threads["ranges"]],
+                threads["overlaps"][0],
+                [k["name"][:40] for k in threads["gpu_kernels"][:3]],
+            )
+            ok &= _expect(
+                {r["name"] for r in threads["ranges"]} == {"left", "right"},
+                "both threads' ranges seen",
+            )
+            ok &= _expect(
+                bool(threads["gpu_kernels"]), "GEMM kernels launched from worker threads recorded"
+            )
         await server.aclose()
     print("3. Nsight Compute:", ncu_status())
     return ok
@@ -86,15 +108,22 @@ def _expect(condition: bool, what: str) -> bool:
 
 
 def ncu_status() -> str:
-    ncu = shutil.which("ncu") or next((str(p) for p in Path("/usr/local/cuda/bin").glob("ncu")), None)
+    ncu = shutil.which("ncu") or next(
+        (str(p) for p in Path("/usr/local/cuda/bin").glob("ncu")), None
+    )
     if ncu is None:
         return "ncu not installed (Nsight Compute ships with the CUDA toolkit)"
     params = Path("/proc/driver/nvidia/params")
     admin_only = "RmProfilingAdminOnly: 1" in params.read_text() if params.is_file() else None
-    version = subprocess.run([ncu, "--version"], capture_output=True, text=True, timeout=60).stdout.strip()
-    counters = {True: "performance counters restricted to admins (RmProfilingAdminOnly=1): run as root or set "
-                      "NVreg_RestrictProfilingToAdminUsers=0", False: "counters readable by all users",
-                None: "counter permission unknown (no /proc/driver/nvidia/params)"}[admin_only]
+    version = subprocess.run(
+        [ncu, "--version"], capture_output=True, text=True, timeout=60
+    ).stdout.strip()
+    counters = {
+        True: "performance counters restricted to admins (RmProfilingAdminOnly=1): run as root or set "
+        "NVreg_RestrictProfilingToAdminUsers=0",
+        False: "counters readable by all users",
+        None: "counter permission unknown (no /proc/driver/nvidia/params)",
+    }[admin_only]
     return f"{version.splitlines()[-1] if version else ncu}; {counters}"
 
 

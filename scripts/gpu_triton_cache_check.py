@@ -34,7 +34,9 @@ import anyio
 ARGS = {"kernel": "rmsnorm", "trials": 1, "checks": ["unwritten"]}
 
 
-async def _calls(root: Path | None, reps: int, allow_unsandboxed: bool, share: bool) -> list[tuple[float, int, int]]:
+async def _calls(
+    root: Path | None, reps: int, allow_unsandboxed: bool, share: bool
+) -> list[tuple[float, int, int]]:
     from mcp import Client
 
     from infra_agent.sandbox.runner import Sandbox
@@ -48,8 +50,11 @@ async def _calls(root: Path | None, reps: int, allow_unsandboxed: bool, share: b
         return await original(self, job, progress)
 
     Sandbox.run = run
-    server = build_server(root, allow_unsandboxed=allow_unsandboxed) if root else \
-        build_server(None, allow_unsandboxed=allow_unsandboxed)
+    server = (
+        build_server(root, allow_unsandboxed=allow_unsandboxed)
+        if root
+        else build_server(None, allow_unsandboxed=allow_unsandboxed)
+    )
     rows = []
     try:
         async with Client(server) as client:
@@ -59,7 +64,9 @@ async def _calls(root: Path | None, reps: int, allow_unsandboxed: bool, share: b
                 if result.is_error:
                     raise SystemExit(f"check_numerics failed: {result.content}")
                 out = result.structured_content
-                rows.append((time.perf_counter() - started, out["triton_compiles"], len(out["cases"])))
+                rows.append(
+                    (time.perf_counter() - started, out["triton_compiles"], len(out["cases"]))
+                )
     finally:
         Sandbox.run = original
         await server.aclose()
@@ -68,8 +75,10 @@ async def _calls(root: Path | None, reps: int, allow_unsandboxed: bool, share: b
 
 def _show(label: str, rows: list[tuple[float, int, int]]) -> None:
     walls = ", ".join(f"{w:.2f}" for w, _, _ in rows)
-    print(f"{label:34} wall s [{walls}] (median {statistics.median(w for w, _, _ in rows):.2f}); "
-          f"compiles {[c for _, c, _ in rows]}; case jobs {rows[0][2]}")
+    print(
+        f"{label:34} wall s [{walls}] (median {statistics.median(w for w, _, _ in rows):.2f}); "
+        f"compiles {[c for _, c, _ in rows]}; case jobs {rows[0][2]}"
+    )
 
 
 async def main() -> int:
@@ -94,7 +103,9 @@ async def main() -> int:
     _show("before (no sharing)", before)
     _show("after, one cache per call", per_call)
     _show("after, trusted zoo cache", trusted)
-    ratio = statistics.median(w for w, _, _ in before) / statistics.median(w for w, _, _ in per_call)
+    ratio = statistics.median(w for w, _, _ in before) / statistics.median(
+        w for w, _, _ in per_call
+    )
     print(f"before / after (per call): {ratio:.2f}x wall")
     ok = per_call[0][1] < before[0][1] and trusted[-1][1] == 0
     print("OK" if ok else "FAIL: sharing did not reduce compiles, or the trusted zoo cache missed")

@@ -37,11 +37,18 @@ from pathlib import Path
 import anyio
 
 # The TF32 tensor-parallel case study (kernels/tp_linear/README.md): these shards miss FP32 by design.
-EXPECTED_FAILURES = {("tp_linear", "tf32"): ["verdict == 'fail'", "len(finding_codes) == 0",
-                                             "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2"]}
+EXPECTED_FAILURES = {
+    ("tp_linear", "tf32"): [
+        "verdict == 'fail'",
+        "len(finding_codes) == 0",
+        "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2",
+    ]
+}
 NUMERICS_SHARE = 0.45  # of the deadline: numerics still running then are cancelled and named
 BENCH_EXPECT = ["is_impossible == false", "spot_check == 'passed'"]
-PER_SHAPE_OVERHEAD_S = 3.0  # job start, Triton's first compile, warm-up: what a shape costs beyond budget_ms
+PER_SHAPE_OVERHEAD_S = (
+    3.0  # job start, Triton's first compile, warm-up: what a shape costs beyond budget_ms
+)
 
 
 @dataclass
@@ -77,12 +84,23 @@ def plan_rows(kernels: list[dict], ns: argparse.Namespace) -> list[Row]:
             continue
         gpu_shapes = k["shape_sets"].get(ns.shape_set) or []
         for impl in k["impls"]:
-            numerics = {"kernel": k["name"], "impl": impl, "trials": ns.trials,
-                        "expect": numerics_expect(k["name"], impl),
-                        "hypothesis": f"{k['name']}/{impl} matches its reference on CUDA"}
-            bench = {"kernel": k["name"], "impl": impl, "shapes": gpu_shapes, "budget_ms": ns.budget_ms,
-                     "target_rel_se_pct": 1.0, "timeout_s": 60 + 2 * ns.budget_ms / 1000, "expect": BENCH_EXPECT,
-                     "hypothesis": f"{k['name']}/{impl} times honestly at its GPU shapes"}
+            numerics = {
+                "kernel": k["name"],
+                "impl": impl,
+                "trials": ns.trials,
+                "expect": numerics_expect(k["name"], impl),
+                "hypothesis": f"{k['name']}/{impl} matches its reference on CUDA",
+            }
+            bench = {
+                "kernel": k["name"],
+                "impl": impl,
+                "shapes": gpu_shapes,
+                "budget_ms": ns.budget_ms,
+                "target_rel_se_pct": 1.0,
+                "timeout_s": 60 + 2 * ns.budget_ms / 1000,
+                "expect": BENCH_EXPECT,
+                "hypothesis": f"{k['name']}/{impl} times honestly at its GPU shapes",
+            }
             rows.append(Row(k["name"], impl, gpu_shapes, numerics, bench))
     return rows
 
@@ -123,7 +141,9 @@ async def run_numerics(client, rows: list[Row], parallel: int, deadline: float) 
                 tg.start_soon(one, row)
     for row in rows:
         if row.numerics is None and not row.errors:
-            row.errors.append("check_numerics: cancelled, not finished within its share of the deadline")
+            row.errors.append(
+                "check_numerics: cancelled, not finished within its share of the deadline"
+            )
 
 
 async def run_bench(client, rows: list[Row], deadline: float, budget_ms: float) -> None:
@@ -140,10 +160,12 @@ async def run_bench(client, rows: list[Row], deadline: float, budget_ms: float) 
             continue
         for s in row.bench["shapes"]:
             c = s["candidate"]
-            print(f"[bench] {row.label} {s['shape']} {s['dtype']}: {c['median_ms']:.4f} ms, "
-                  f"{(c['achieved_gbps'] or 0):.0f} GB/s, {(c['achieved_gflops'] or 0) / 1e3:.1f} TFLOP/s, "
-                  f"{(c['pct_of_roofline'] or 0):.3g}% of roofline ({c['bound']}), spot-check {c['spot_check']}",
-                  flush=True)
+            print(
+                f"[bench] {row.label} {s['shape']} {s['dtype']}: {c['median_ms']:.4f} ms, "
+                f"{(c['achieved_gbps'] or 0):.0f} GB/s, {(c['achieved_gflops'] or 0) / 1e3:.1f} TFLOP/s, "
+                f"{(c['pct_of_roofline'] or 0):.3g}% of roofline ({c['bound']}), spot-check {c['spot_check']}",
+                flush=True,
+            )
 
 
 def numerics_cells(row: Row) -> list[str]:
@@ -151,10 +173,20 @@ def numerics_cells(row: Row) -> list[str]:
     if out is None:
         return ["-", "-", "-", "-"]
     gpu = [c for c in out["cases"] if c["shape"] in row.gpu_shapes]
-    worst = max((c["errors"]["rel_l2_error"] / c["tolerance_rel_l2"] for c in out["cases"]
-                 if c.get("errors") and c["errors"].get("rel_l2_error") is not None), default=None)
-    return [out["verdict"], out["hypothesis_answer"]["answer"], "-" if worst is None else f"{worst:.3g}",
-            f"{len(gpu)}/{len(out['cases'])}"]
+    worst = max(
+        (
+            c["errors"]["rel_l2_error"] / c["tolerance_rel_l2"]
+            for c in out["cases"]
+            if c.get("errors") and c["errors"].get("rel_l2_error") is not None
+        ),
+        default=None,
+    )
+    return [
+        out["verdict"],
+        out["hypothesis_answer"]["answer"],
+        "-" if worst is None else f"{worst:.3g}",
+        f"{len(gpu)}/{len(out['cases'])}",
+    ]
 
 
 def bench_cells(row: Row) -> list[str]:
@@ -164,13 +196,28 @@ def bench_cells(row: Row) -> list[str]:
     best = max(out["shapes"], key=lambda s: s["candidate"]["pct_of_roofline"] or 0)
     c = best["candidate"]
     shape = ",".join(f"{k}={v}" for k, v in best["shape"].items())
-    return [f"{(c['pct_of_roofline'] or 0):.3g}", str(c["bound"]), f"{c['median_ms']:.4f}", shape,
-            out["hypothesis_answer"]["answer"]]
+    return [
+        f"{(c['pct_of_roofline'] or 0):.3g}",
+        str(c["bound"]),
+        f"{c['median_ms']:.4f}",
+        shape,
+        out["hypothesis_answer"]["answer"],
+    ]
 
 
 def print_table(rows: list[Row]) -> None:
-    head = ["kernel/impl", "numerics", "expect", "err/tol", "set cases", "best %roofline", "bound", "median ms",
-            "at shape", "bench expect"]
+    head = [
+        "kernel/impl",
+        "numerics",
+        "expect",
+        "err/tol",
+        "set cases",
+        "best %roofline",
+        "bound",
+        "median ms",
+        "at shape",
+        "bench expect",
+    ]
     body = [[row.label, *numerics_cells(row), *bench_cells(row)] for row in rows]
     widths = [max(len(r[i]) for r in [head, *body]) for i in range(len(head))]
     for r in [head, ["-" * w for w in widths], *body]:
@@ -181,8 +228,14 @@ def print_table(rows: list[Row]) -> None:
 
 
 def as_planned(row: Row) -> bool:
-    answers = [out["hypothesis_answer"]["answer"] for out in (row.numerics, row.bench) if out is not None]
-    return row.numerics is not None and row.bench is not None and all(a == "supported" for a in answers)
+    answers = [
+        out["hypothesis_answer"]["answer"] for out in (row.numerics, row.bench) if out is not None
+    ]
+    return (
+        row.numerics is not None
+        and row.bench is not None
+        and all(a == "supported" for a in answers)
+    )
 
 
 def dry_run(rows: list[Row], ns: argparse.Namespace) -> int:
@@ -193,9 +246,11 @@ def dry_run(rows: list[Row], ns: argparse.Namespace) -> int:
         print(f"microbench {json.dumps(row.bench_args)}")
     shapes = sum(len(r.gpu_shapes) for r in rows)
     bench_s = shapes * (ns.budget_ms / 1000 + PER_SHAPE_OVERHEAD_S)
-    print(f"dry run: {len(rows)} implementations; {len(rows)} check_numerics calls ({ns.numerics_parallel} at "
-          f"once) and {len(rows)} microbench calls over {shapes} GPU shapes (~{bench_s:.0f} s of timing at most, "
-          f"deadline {ns.deadline_s:g} s); every expect condition checked against the tools' catalogues")
+    print(
+        f"dry run: {len(rows)} implementations; {len(rows)} check_numerics calls ({ns.numerics_parallel} at "
+        f"once) and {len(rows)} microbench calls over {shapes} GPU shapes (~{bench_s:.0f} s of timing at most, "
+        f"deadline {ns.deadline_s:g} s); every expect condition checked against the tools' catalogues"
+    )
     return 0
 
 
@@ -217,39 +272,67 @@ async def main_async(ns: argparse.Namespace) -> int:
             rows = plan_rows(listing["kernels"], ns)
             if ns.dry_run:
                 return dry_run(rows, ns)
-            await run_numerics(client, rows, ns.numerics_parallel, started + NUMERICS_SHARE * ns.deadline_s)
+            await run_numerics(
+                client, rows, ns.numerics_parallel, started + NUMERICS_SHARE * ns.deadline_s
+            )
             await run_bench(client, rows, started + ns.deadline_s, ns.budget_ms)
     finally:
         await server.aclose()
         shutil.rmtree(root.parent, ignore_errors=True)
     print_table(rows)
     ok = all(as_planned(r) for r in rows) and not listing["spec_errors"]
-    print(f"{sum(as_planned(r) for r in rows)} of {len(rows)} implementations as planned; "
-          f"{time.monotonic() - started:.0f} s: {'PASS' if ok else 'FAIL'}")
+    print(
+        f"{sum(as_planned(r) for r in rows)} of {len(rows)} implementations as planned; "
+        f"{time.monotonic() - started:.0f} s: {'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--dry-run", action="store_true", help="list the calls and check their expect; no GPU")
-    parser.add_argument("--kernels", default="", help="comma-separated kernel names (default: the whole zoo)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--dry-run", action="store_true", help="list the calls and check their expect; no GPU"
+    )
+    parser.add_argument(
+        "--kernels", default="", help="comma-separated kernel names (default: the whole zoo)"
+    )
     # the first shape of a microbench call JIT-compiles inside its budget (0.6-2 s): 1.5 s leaves it ~0.5 s of
     # timed calls; the later shapes reuse the call's Triton cache and usually stop early at target_rel_se_pct
-    parser.add_argument("--budget-ms", type=float, default=1500.0, help="microbench timing budget per shape")
+    parser.add_argument(
+        "--budget-ms", type=float, default=1500.0, help="microbench timing budget per shape"
+    )
     parser.add_argument("--trials", type=int, default=2, help="check_numerics trials per case")
-    parser.add_argument("--deadline-s", type=float, default=280.0,
-                        help="seconds: numerics get 45%% of it, microbench calls that would end past it are skipped")
-    parser.add_argument("--numerics-parallel", type=int, default=4, help="check_numerics calls at once")
-    parser.add_argument("--shape-set", choices=("gpu", "cpu"), default="gpu",
-                        help="cpu: the spec's small shapes, a smoke test of this script without a GPU")
-    parser.add_argument("--allow-unsandboxed", action="store_true",
-                        help="run without bwrap isolation (a trusted GPU host only)")
+    parser.add_argument(
+        "--deadline-s",
+        type=float,
+        default=280.0,
+        help="seconds: numerics get 45%% of it, microbench calls that would end past it are skipped",
+    )
+    parser.add_argument(
+        "--numerics-parallel", type=int, default=4, help="check_numerics calls at once"
+    )
+    parser.add_argument(
+        "--shape-set",
+        choices=("gpu", "cpu"),
+        default="gpu",
+        help="cpu: the spec's small shapes, a smoke test of this script without a GPU",
+    )
+    parser.add_argument(
+        "--allow-unsandboxed",
+        action="store_true",
+        help="run without bwrap isolation (a trusted GPU host only)",
+    )
     ns = parser.parse_args()
     if not ns.dry_run and ns.shape_set == "gpu":
         import torch
 
         if not torch.cuda.is_available():
-            print("no CUDA device: this check needs a GPU host (--dry-run lists what it would run)", file=sys.stderr)
+            print(
+                "no CUDA device: this check needs a GPU host (--dry-run lists what it would run)",
+                file=sys.stderr,
+            )
             return 2
     return anyio.run(main_async, ns)
 

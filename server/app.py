@@ -46,6 +46,7 @@ from .resources import mime_type_of, recent_experiment_resources, register_resou
 
 log = logging.getLogger("infra_agent.server")
 
+
 def instructions(tool_names: set[str]) -> str:
     order = " -> ".join(check_order(tool_names))
     return f"""Tools for an engineer who owns the performance of an inference stack.
@@ -72,7 +73,9 @@ class InfraAgentServer(MCPServer):
     async def list_tools(self) -> list[MCPTool]:
         return [*(_listing(tool) for tool in self.tools.values()), *await super().list_tools()]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
         tool = self.tools.get(name)
         if tool is None:
             return await super().call_tool(name, arguments, context)
@@ -80,10 +83,14 @@ class InfraAgentServer(MCPServer):
         # crash's text stays on the server (_handle already turns every tool failure into ToolError).
         try:
             if self.state.stopping:
-                raise ToolError("the server is shutting down and takes no new calls; call again once it is back")
+                raise ToolError(
+                    "the server is shutting down and takes no new calls; call again once it is back"
+                )
             with self.state.in_flight():
                 result = await _handle(tool, self.state, dict(arguments), context)
-            tool.output_model.model_validate(result.structured_content)  # what the output schema promises
+            tool.output_model.model_validate(
+                result.structured_content
+            )  # what the output schema promises
             return result
         except MCPError:
             raise
@@ -127,7 +134,9 @@ def discover_tools() -> dict[str, Tool]:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
         except Exception as exc:
             TOOL_IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            log.error("tool module %s failed to import: %s", info.name, TOOL_IMPORT_ERRORS[info.name])
+            log.error(
+                "tool module %s failed to import: %s", info.name, TOOL_IMPORT_ERRORS[info.name]
+            )
             continue
         TOOL_IMPORT_ERRORS.pop(info.name, None)
         tool = getattr(module, "TOOL", None)
@@ -136,7 +145,9 @@ def discover_tools() -> dict[str, Tool]:
     return found
 
 
-def build_server(workspace: str | Path | None = None, *, allow_unsandboxed: bool = False) -> InfraAgentServer:
+def build_server(
+    workspace: str | Path | None = None, *, allow_unsandboxed: bool = False
+) -> InfraAgentServer:
     ws = load_workspace(workspace)
     state = ServerState(ws, allow_unsandboxed=allow_unsandboxed)
     tools = discover_tools()
@@ -172,10 +183,14 @@ def _listing(tool: Tool) -> MCPTool:
     )
 
 
-async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: Any) -> CallToolResult:
+async def _handle(
+    tool: Tool, state: ServerState, arguments: dict, mcp_context: Any
+) -> CallToolResult:
     if state.late_artifacts.is_pending():  # an earlier call's plot: not while this call measures
         await anyio.to_thread.run_sync(state.late_artifacts.wait_all)
-    experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, run_link(mcp_context))
+    experiment_id = await anyio.to_thread.run_sync(
+        _open_experiment, tool, state, arguments, run_link(mcp_context)
+    )
     ctx = CallContext(state, experiment_id, mcp_context)
 
     def fail(message: str) -> ToolError:
@@ -184,11 +199,17 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         state.ledger.close_error(experiment_id, message, ctx.artifacts, ctx.code_manifest())
         return ToolError(f"{message} [experiment {experiment_id}]")
 
-    def cancelled() -> None:  # keep the ledger honest wherever a cancellation lands, then let it unwind
+    def cancelled() -> (
+        None
+    ):  # keep the ledger honest wherever a cancellation lands, then let it unwind
         if state.stopping:
-            state.ledger.close_interrupted(experiment_id, "the server shut down before this call finished")
+            state.ledger.close_interrupted(
+                experiment_id, "the server shut down before this call finished"
+            )
         else:
-            state.ledger.close_error(experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest())
+            state.ledger.close_error(
+                experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest()
+            )
 
     try:
         ctx.workspace = await anyio.to_thread.run_sync(state.refresh_workspace)
@@ -213,8 +234,10 @@ async def _handle(tool: Tool, state: ServerState, arguments: dict, mcp_context: 
         raise fail(str(exc)) from None
     except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
         log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
-        raise fail(f"internal error in {tool.name} (a bug in the server, not in your input): "
-                   f"{type(exc).__name__}: {clip_text(str(exc), 500)}") from None
+        raise fail(
+            f"internal error in {tool.name} (a bug in the server, not in your input): "
+            f"{type(exc).__name__}: {clip_text(str(exc), 500)}"
+        ) from None
     except BaseException:  # cancelled
         cancelled()
         raise
@@ -238,8 +261,10 @@ def _bounded_reply(tool: Tool, result: dict, ctx: CallContext) -> dict:
     try:
         tool.output_model.model_validate(fitted)
     except ValidationError:
-        raise AgentError(f"the result is {len(full)} chars, over the {MAX_REPLY_CHARS}-char reply cap, and "
-                         f"cannot be cut to fit its schema; read the full result at {uri}") from None
+        raise AgentError(
+            f"the result is {len(full)} chars, over the {MAX_REPLY_CHARS}-char reply cap, and "
+            f"cannot be cut to fit its schema; read the full result at {uri}"
+        ) from None
     return fitted
 
 
@@ -286,4 +311,3 @@ def _explain(exc: ValidationError) -> str:
         else:
             parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts) + ". Call tools/list for this tool's input schema."
-

@@ -23,16 +23,26 @@ from rich.markup import escape
 from . import cli_call, clients, render
 from .stdio import SHUTDOWN_GRACE_S
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="An MCP tool server for optimising an inference stack. Kernel loop: compile, "
-                  "check numerics, microbenchmark and profile kernels. Serving loop: launch, load-test and "
-                  "profile serving engines. Every call is an experiment in a ledger you can list and "
-                  "compare; agent code runs sandboxed.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="An MCP tool server for optimising an inference stack. Kernel loop: compile, "
+    "check numerics, microbenchmark and profile kernels. Serving loop: launch, load-test and "
+    "profile serving engines. Every call is an experiment in a ledger you can list and "
+    "compare; agent code runs sandboxed.",
+)
 out = Console()
 err = Console(stderr=True)
 
-WorkspaceOpt = Annotated[Optional[Path], typer.Option(
-    "--workspace", "-w", help="Workspace folder (kernel specs + infra-agent.toml); default: the built-in zoo.")]
+WorkspaceOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--workspace",
+        "-w",
+        help="Workspace folder (kernel specs + infra-agent.toml); default: the built-in zoo.",
+    ),
+]
 
 
 class ClientName(str, Enum):
@@ -68,17 +78,35 @@ def _build(workspace: Path | None, allow_unsandboxed: bool = False):
 @app.command()
 def serve(
     workspace: WorkspaceOpt = None,
-    http: Annotated[bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")] = False,
-    host: Annotated[str, typer.Option(
-        help="HTTP bind address (loopback keeps DNS-rebinding protection on).")] = "127.0.0.1",
+    http: Annotated[
+        bool, typer.Option("--http", help="Serve streamable HTTP instead of stdio.")
+    ] = False,
+    host: Annotated[
+        str, typer.Option(help="HTTP bind address (loopback keeps DNS-rebinding protection on).")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="HTTP port.")] = 8765,
-    token: Annotated[Optional[str], typer.Option(
-        envvar="INFRA_AGENT_TOKEN", help="Require 'Authorization: Bearer TOKEN' on HTTP requests.")] = None,
-    allow_unsandboxed: Annotated[bool, typer.Option(
-        "--allow-unsandboxed", help="Run agent code even when no isolation (bwrap) is available.")] = False,
-    shutdown_grace: Annotated[float, typer.Option(
-        "--shutdown-grace", min=0, max=600,
-        help="Seconds running calls may finish after SIGTERM before they are cancelled (marked interrupted).")
+    token: Annotated[
+        Optional[str],
+        typer.Option(
+            envvar="INFRA_AGENT_TOKEN",
+            help="Require 'Authorization: Bearer TOKEN' on HTTP requests.",
+        ),
+    ] = None,
+    allow_unsandboxed: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unsandboxed",
+            help="Run agent code even when no isolation (bwrap) is available.",
+        ),
+    ] = False,
+    shutdown_grace: Annotated[
+        float,
+        typer.Option(
+            "--shutdown-grace",
+            min=0,
+            max=600,
+            help="Seconds running calls may finish after SIGTERM before they are cancelled (marked interrupted).",
+        ),
     ] = SHUTDOWN_GRACE_S,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
@@ -91,7 +119,9 @@ def serve(
         try:
             sock = listen_socket(host, port)
         except OSError as exc:
-            raise _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port") from None
+            raise _fail(
+                f"cannot listen on {host}:{port}: {exc.strerror or exc}; pick another --port"
+            ) from None
         anyio.run(serve_http, server, sock, token, shutdown_grace)
     else:
         from .stdio import serve_stdio
@@ -108,16 +138,25 @@ def _remove_stale_cgroups() -> None:
     try:
         removed = remove_stale_cgroups()
     except OSError as exc:  # cgroups are a sandbox layer; device_info reports their absence
-        err.print(f"[yellow]warning:[/] could not clean stale cgroups: {escape(str(exc))}", soft_wrap=True)
+        err.print(
+            f"[yellow]warning:[/] could not clean stale cgroups: {escape(str(exc))}", soft_wrap=True
+        )
         return
     if removed:
-        err.print(f"removed {len(removed)} cgroup folder(s) left by servers that are gone", highlight=False)
+        err.print(
+            f"removed {len(removed)} cgroup folder(s) left by servers that are gone",
+            highlight=False,
+        )
 
 
 @app.command("tools")
 def list_tools(
-    tool: Annotated[Optional[str], typer.Argument(
-        help="A tool: print its arguments and the fields `expect` may name, with units.")] = None,
+    tool: Annotated[
+        Optional[str],
+        typer.Argument(
+            help="A tool: print its arguments and the fields `expect` may name, with units."
+        ),
+    ] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """List the tools with their one-line descriptions, or one tool's arguments."""
@@ -127,21 +166,31 @@ def list_tools(
     if tool is not None:
         spec = server.tools.get(tool)
         if spec is None:
-            raise _fail(f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})")
+            raise _fail(
+                f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})"
+            )
         render.tool_arguments(out, spec)
         return
     render.tool_table(out, anyio.run(server.list_tools))
     for module, why in TOOL_IMPORT_ERRORS.items():
-        err.print(f"[yellow]warning:[/] tools/{module}.py did not load: {escape(why)}", soft_wrap=True)
+        err.print(
+            f"[yellow]warning:[/] tools/{module}.py did not load: {escape(why)}", soft_wrap=True
+        )
 
 
 @app.command(epilog=cli_call.EXIT_CODES_HELP)
 def call(
     tool: Annotated[str, typer.Argument(help="Tool name (see `infra-agent tools`).")],
-    args: Annotated[Optional[list[str]], typer.Argument(
-        help="Arguments: one JSON object, or key=value pairs (values parsed as JSON when they are; "
-        "a single value for a list field is a one-item list: dtypes=float32).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the structured result as JSON.")] = False,
+    args: Annotated[
+        Optional[list[str]],
+        typer.Argument(
+            help="Arguments: one JSON object, or key=value pairs (values parsed as JSON when they are; "
+            "a single value for a list field is a one-item list: dtypes=float32)."
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the structured result as JSON.")
+    ] = False,
     workspace: WorkspaceOpt = None,
     allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
 ) -> None:
@@ -153,14 +202,18 @@ def call(
     server = _build(workspace, allow_unsandboxed)
     spec = server.tools.get(tool)
     if spec is None:
-        raise _fail(f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})")
+        raise _fail(
+            f"no tool {tool!r}; `infra-agent tools` lists them ({', '.join(sorted(server.tools))})"
+        )
     arguments = cli_call.lists_from_scalars(arguments, spec.input_model.model_json_schema())
     result = anyio.run(_call, server, tool, arguments)
     if result.is_error:
         text = " ".join(getattr(c, "text", "") for c in result.content)
         refused = _refused(server, spec, arguments)
-        raise _fail(cli_call.terminal_message(text, tool, set(server.tools)),
-                    code=cli_call.EXIT_USAGE if refused else cli_call.EXIT_TOOL_ERROR)
+        raise _fail(
+            cli_call.terminal_message(text, tool, set(server.tools)),
+            code=cli_call.EXIT_USAGE if refused else cli_call.EXIT_TOOL_ERROR,
+        )
     data = result.structured_content or {}
     if as_json:
         _print_json(data)
@@ -187,11 +240,13 @@ def _refused(server, spec, arguments: dict) -> bool:
 
 
 # `call` builds a server for one tool call and closes it on exit, stopping every engine it started.
-ONE_SHOT_ENGINE = ("note: the engine lived only as long as this command and was stopped when it "
-                   "exited, so its handle is gone. To keep one running, start the server "
-                   "(infra-agent serve --http) and call launch_serve, serve_benchmark and "
-                   "stop_serve from one MCP client, or use infra-agent agent; or start and "
-                   "benchmark it in one call: infra-agent call serve_benchmark engine=builtin ...")
+ONE_SHOT_ENGINE = (
+    "note: the engine lived only as long as this command and was stopped when it "
+    "exited, so its handle is gone. To keep one running, start the server "
+    "(infra-agent serve --http) and call launch_serve, serve_benchmark and "
+    "stop_serve from one MCP client, or use infra-agent agent; or start and "
+    "benchmark it in one call: infra-agent call serve_benchmark engine=builtin ..."
+)
 
 
 async def _call(server, tool: str, arguments: dict):
@@ -213,7 +268,9 @@ def experiments(
     tool: Annotated[Optional[str], typer.Option(help="Only this tool.")] = None,
     kernel: Annotated[Optional[str], typer.Option(help="Only this kernel.")] = None,
     since: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 2h.")] = None,
-    run: Annotated[Optional[str], typer.Option(help="Only calls made by this agent run (run id).")] = None,
+    run: Annotated[
+        Optional[str], typer.Option(help="Only calls made by this agent run (run id).")
+    ] = None,
     limit: Annotated[int, typer.Option(help="Most rows.")] = 20,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
@@ -223,8 +280,9 @@ def experiments(
 
     server = _build(workspace)
     try:
-        rows = server.state.ledger.query(tool=tool, kernel=kernel, since=parse_since(since), run_id=run,
-                                         limit=limit)
+        rows = server.state.ledger.query(
+            tool=tool, kernel=kernel, since=parse_since(since), run_id=run, limit=limit
+        )
     except AgentError as exc:
         raise _fail(str(exc)) from None
     summaries = [summarise(r).model_dump() for r in rows]
@@ -238,8 +296,12 @@ def experiments(
 def config(
     client: Annotated[ClientName, typer.Option("--client", help="Which MCP client to configure.")],
     workspace: WorkspaceOpt = None,
-    url: Annotated[Optional[str], typer.Option(help="Configure an HTTP server at this URL instead of stdio.")] = None,
-    token: Annotated[Optional[str], typer.Option(envvar="INFRA_AGENT_TOKEN", help="Bearer token for --url.")] = None,
+    url: Annotated[
+        Optional[str], typer.Option(help="Configure an HTTP server at this URL instead of stdio.")
+    ] = None,
+    token: Annotated[
+        Optional[str], typer.Option(envvar="INFRA_AGENT_TOKEN", help="Bearer token for --url.")
+    ] = None,
 ) -> None:
     """Print the exact client configuration snippet for this install."""
     if workspace is not None and not workspace.is_dir():
@@ -250,7 +312,9 @@ def config(
 
 @app.command("export-tools")
 def export_tools(
-    format: Annotated[ExportFormat, typer.Option("--format", help="Output format.")] = ExportFormat.openai,
+    format: Annotated[
+        ExportFormat, typer.Option("--format", help="Output format.")
+    ] = ExportFormat.openai,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Print the tools as OpenAI function-calling definitions (JSON)."""
@@ -261,27 +325,62 @@ def export_tools(
 
 @app.command()
 def agent(
-    base_url: Annotated[str, typer.Option(help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
-                                          "http://127.0.0.1:8000/v1 (without /chat/completions).")],
+    base_url: Annotated[
+        str,
+        typer.Option(
+            help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
+            "http://127.0.0.1:8000/v1 (without /chat/completions)."
+        ),
+    ],
     model: Annotated[str, typer.Option(help="Model name the API serves, e.g. glm-4.6.")],
-    goal: Annotated[str, typer.Option(help="What the agent should achieve, in one or two sentences.")],
+    goal: Annotated[
+        str, typer.Option(help="What the agent should achieve, in one or two sentences.")
+    ],
     workspace: WorkspaceOpt = None,
-    api_key_env: Annotated[str, typer.Option(help="Environment variable holding the API key (sent as a bearer "
-                                             "token; never written anywhere).")] = "OPENAI_API_KEY",
+    api_key_env: Annotated[
+        str,
+        typer.Option(
+            help="Environment variable holding the API key (sent as a bearer "
+            "token; never written anywhere)."
+        ),
+    ] = "OPENAI_API_KEY",
     max_steps: Annotated[int, typer.Option(min=1, help="Most model turns.")] = 30,
-    max_tokens_total: Annotated[int, typer.Option(min=1, help="Most prompt + completion tokens.")] = 1_000_000,
-    max_time_s: Annotated[float, typer.Option(min=1, help="Wall-clock budget of the run, seconds.")] = 4 * 3600.0,
+    max_tokens_total: Annotated[
+        int, typer.Option(min=1, help="Most prompt + completion tokens.")
+    ] = 1_000_000,
+    max_time_s: Annotated[
+        float, typer.Option(min=1, help="Wall-clock budget of the run, seconds.")
+    ] = 4 * 3600.0,
     max_tool_calls: Annotated[int, typer.Option(min=1, help="Most tool calls run.")] = 200,
-    tools: Annotated[Optional[str], typer.Option(help="Offer only these tools (comma-separated).")] = None,
-    transcript: Annotated[Optional[Path], typer.Option(
-        help="Transcript file (JSONL); default <workspace state>/agent-runs/<run id>.jsonl.")] = None,
-    extra_body: Annotated[Optional[str], typer.Option(
-        help='Provider fields merged into each request, as JSON, e.g. \'{"thinking": {"type": "disabled"}}\'.')] = None,
-    max_retries: Annotated[int, typer.Option(min=0, help="Retries of a busy or failing model API per turn.")] = 5,
-    max_completion_tokens: Annotated[int, typer.Option(min=1, help="max_tokens of each model turn.")] = 8192,
-    max_context_chars: Annotated[int, typer.Option(
-        min=1000, help="Conversation size (characters, ~4 per token) beyond which older tool results are "
-        "truncated; set it below the model's context window.")] = 400_000,
+    tools: Annotated[
+        Optional[str], typer.Option(help="Offer only these tools (comma-separated).")
+    ] = None,
+    transcript: Annotated[
+        Optional[Path],
+        typer.Option(
+            help="Transcript file (JSONL); default <workspace state>/agent-runs/<run id>.jsonl."
+        ),
+    ] = None,
+    extra_body: Annotated[
+        Optional[str],
+        typer.Option(
+            help='Provider fields merged into each request, as JSON, e.g. \'{"thinking": {"type": "disabled"}}\'.'
+        ),
+    ] = None,
+    max_retries: Annotated[
+        int, typer.Option(min=0, help="Retries of a busy or failing model API per turn.")
+    ] = 5,
+    max_completion_tokens: Annotated[
+        int, typer.Option(min=1, help="max_tokens of each model turn.")
+    ] = 8192,
+    max_context_chars: Annotated[
+        int,
+        typer.Option(
+            min=1000,
+            help="Conversation size (characters, ~4 per token) beyond which older tool results are "
+            "truncated; set it below the model's context window.",
+        ),
+    ] = 400_000,
     allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
 ) -> None:
     """Let a model behind an OpenAI-compatible API drive the tools itself, until it answers or a budget ends.
@@ -290,21 +389,42 @@ def agent(
     from .agent.command import run_from_command_line
 
     options: dict[str, Any] = dict(
-        base_url=base_url, model=model, goal=goal, api_key_env=api_key_env, max_steps=max_steps,
-        max_tokens_total=max_tokens_total, max_time_s=max_time_s, max_tool_calls=max_tool_calls,
-        tools=tools, transcript=transcript, extra_body=extra_body, max_retries=max_retries,
-        max_completion_tokens=max_completion_tokens, max_context_chars=max_context_chars)
+        base_url=base_url,
+        model=model,
+        goal=goal,
+        api_key_env=api_key_env,
+        max_steps=max_steps,
+        max_tokens_total=max_tokens_total,
+        max_time_s=max_time_s,
+        max_tool_calls=max_tool_calls,
+        tools=tools,
+        transcript=transcript,
+        extra_body=extra_body,
+        max_retries=max_retries,
+        max_completion_tokens=max_completion_tokens,
+        max_context_chars=max_context_chars,
+    )
     try:
         code = run_from_command_line(lambda: _build(workspace, allow_unsandboxed), **options)
-    except ValueError as exc:  # bad --extra-body, or --tools naming a tool this server does not have
+    except (
+        ValueError
+    ) as exc:  # bad --extra-body, or --tools naming a tool this server does not have
         raise _fail(str(exc)) from None
     raise typer.Exit(code)
 
 
-@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []})
+@app.command(
+    context_settings={
+        "allow_extra_args": True,
+        "ignore_unknown_options": True,
+        "help_option_names": [],
+    }
+)
 def engine(ctx: typer.Context) -> None:
     """The built-in serving engine (OpenAI API): infra-agent engine [--checkpoint DIR] [--host H --port P] [...]."""
-    from ..serving.engine.__main__ import main as engine_main  # torch: imported only for this command
+    from ..serving.engine.__main__ import (
+        main as engine_main,
+    )  # torch: imported only for this command
 
     raise typer.Exit(engine_main(ctx.args))
 
@@ -341,8 +461,10 @@ def gc(workspace: WorkspaceOpt = None) -> None:
     ledger = server.state.ledger
     running = ledger.running_ids()
     if running:  # their snapshots are not in the ledger until they close
-        raise _fail(f"{len(running)} call(s) still running ({', '.join(running[:5])}); run gc when the server "
-                    "is idle")
+        raise _fail(
+            f"{len(running)} call(s) still running ({', '.join(running[:5])}); run gc when the server "
+            "is idle"
+        )
     report = collect_garbage(server.state.workspace.state_dir, ledger.code_shas(), time.time())
     _print_json({"state_dir": str(server.state.workspace.state_dir), **dataclasses.asdict(report)})
 

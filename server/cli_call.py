@@ -22,11 +22,13 @@ import re
 from typing import Any
 
 EXIT_OK, EXIT_NEGATIVE, EXIT_USAGE, EXIT_TOOL_ERROR = 0, 1, 2, 3
-EXIT_CODES_HELP = ("Exit codes: 0 the answer holds (hypothesis supported or not judged, no failing verdict); "
-                   "1 it does not (verdict fail/invalid/inconclusive, or hypothesis or criteria contradicted/"
-                   "inconclusive); 2 usage error (bad command line, unknown tool, arguments the tool's schema "
-                   "or expect refuses: nothing ran); 3 tool error (it ran but could not answer: unknown kernel, "
-                   "code that fails, timeout).")
+EXIT_CODES_HELP = (
+    "Exit codes: 0 the answer holds (hypothesis supported or not judged, no failing verdict); "
+    "1 it does not (verdict fail/invalid/inconclusive, or hypothesis or criteria contradicted/"
+    "inconclusive); 2 usage error (bad command line, unknown tool, arguments the tool's schema "
+    "or expect refuses: nothing ran); 3 tool error (it ran but could not answer: unknown kernel, "
+    "code that fails, timeout)."
+)
 FAILING_VERDICTS = frozenset({"fail", "invalid", "inconclusive"})
 UNDECIDED_OR_NEGATIVE = frozenset({"contradicted", "inconclusive"})
 
@@ -101,8 +103,10 @@ def terminal_message(text: str, tool: str, tool_names: set[str]) -> str:
     """A tool error as the terminal should say it: what the agent is told to do over MCP
     ("Call tools/list", "Call list_kernels", "read the resource expect://...") in commands."""
     text = _SDK_PREFIX.sub("", text.strip())
-    text = text.replace("Call tools/list for this tool's input schema",
-                        f"`infra-agent tools {tool}` lists its arguments")
+    text = text.replace(
+        "Call tools/list for this tool's input schema",
+        f"`infra-agent tools {tool}` lists its arguments",
+    )
     text = re.sub(r"resource expect://(\w+)", r"`infra-agent tools \1`", text)
 
     def command(match: re.Match) -> str:

@@ -29,12 +29,20 @@ def stdio_entry(workspace: Path | None) -> tuple[str, list[str]]:
     return command, args
 
 
-def snippet(client: str, *, workspace: Path | None = None, url: str | None = None, token: str | None = None) -> str:
+def snippet(
+    client: str, *, workspace: Path | None = None, url: str | None = None, token: str | None = None
+) -> str:
     headers = {"Authorization": f"Bearer {token}"} if token else None
     if client == "claude-code":
         if url:
-            entry: dict[str, Any] = {"type": "http", "url": url, **({"headers": headers} if headers else {})}
-            header_flag = f" --header {shlex.quote('Authorization: Bearer ' + token)}" if token else ""
+            entry: dict[str, Any] = {
+                "type": "http",
+                "url": url,
+                **({"headers": headers} if headers else {}),
+            }
+            header_flag = (
+                f" --header {shlex.quote('Authorization: Bearer ' + token)}" if token else ""
+            )
             cli = f"claude mcp add --transport http {SERVER_NAME} {shlex.quote(url)}{header_flag}"
         else:
             command, args = stdio_entry(workspace)
@@ -48,8 +56,9 @@ def snippet(client: str, *, workspace: Path | None = None, url: str | None = Non
         else:
             command, args = stdio_entry(workspace)
             entry = {"command": command, "args": args}
-        return "# ~/.cursor/mcp.json (or .cursor/mcp.json in the project):\n" + \
-            json.dumps({"mcpServers": {SERVER_NAME: entry}}, indent=2)
+        return "# ~/.cursor/mcp.json (or .cursor/mcp.json in the project):\n" + json.dumps(
+            {"mcpServers": {SERVER_NAME: entry}}, indent=2
+        )
     if client == "vscode":
         if url:
             entry = {"type": "http", "url": url, **({"headers": headers} if headers else {})}
@@ -88,9 +97,14 @@ def openai_tools(tools: list) -> list[dict]:
         parameters.setdefault("type", "object")
         parameters.setdefault("properties", {})
         parameters.pop("title", None)
-        defs.append({
-            "type": "function",
-            "function": {"name": tool.name, "description": tool.description or tool.title or tool.name,
-                         "parameters": parameters},
-        })
+        defs.append(
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description or tool.title or tool.name,
+                    "parameters": parameters,
+                },
+            }
+        )
     return defs

@@ -39,7 +39,11 @@ def run_link(mcp_context: Any) -> dict | None:
     except (AttributeError, ValueError):  # no MCP context (a direct call), or outside a request
         return None
     link = meta.get(RUN_META_KEY)
-    if not isinstance(link, dict) or not isinstance(link.get("run_id"), str) or not RUN_ID.match(link["run_id"]):
+    if (
+        not isinstance(link, dict)
+        or not isinstance(link.get("run_id"), str)
+        or not RUN_ID.match(link["run_id"])
+    ):
         return None
     step, model = link.get("step"), link.get("model")
     return {
@@ -61,7 +65,9 @@ class ServerState:
         self._engines: Any = None  # serving.lifecycle.Engines, made on first use
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
-        self.stopping = False  # set at shutdown: new calls are refused, running ones get a grace period
+        self.stopping = (
+            False  # set at shutdown: new calls are refused, running ones get a grace period
+        )
         self._num_in_flight = 0
         self.late_artifacts = LateArtifacts()  # plots drawn after the reply (late_artifacts.py)
 
@@ -112,9 +118,14 @@ class ServerState:
             try:
                 from ..sandbox import Sandbox
             except ImportError as exc:
-                raise RuntimeError(f"the sandbox runner is not available in this install ({exc})") from exc
-            self._sandbox = Sandbox(self.workspace.root, self.workspace.state_dir,
-                                    allow_unsandboxed=self.allow_unsandboxed)
+                raise RuntimeError(
+                    f"the sandbox runner is not available in this install ({exc})"
+                ) from exc
+            self._sandbox = Sandbox(
+                self.workspace.root,
+                self.workspace.state_dir,
+                allow_unsandboxed=self.allow_unsandboxed,
+            )
         return self._sandbox
 
     @property
@@ -127,7 +138,9 @@ class ServerState:
         return self._engines
 
     async def aclose(self) -> None:
-        if self._engines is not None:  # engines first: they live in the sandbox's cgroups and folders
+        if (
+            self._engines is not None
+        ):  # engines first: they live in the sandbox's cgroups and folders
             await self._engines.aclose()
             self._engines = None
         if self._sandbox is not None:
@@ -156,7 +169,9 @@ class RecordingSandbox:
         self._sandbox, self._snapshot = sandbox, snapshot
 
     def workspace_path(self, host_path: Path) -> str:
-        where = self._sandbox.workspace_path(host_path)  # refuses what a job may not see, before we read it
+        where = self._sandbox.workspace_path(
+            host_path
+        )  # refuses what a job may not see, before we read it
         self._snapshot.add_file(host_path)
         return where
 
@@ -187,8 +202,11 @@ class CallContext:
             if not isinstance(value, str):
                 continue
             # reference= and baseline= may instead name a file, an impl or an experiment
-            if name == "source" or name.endswith("_source") or (name in ("reference", "baseline")
-                                                                and looks_like_source(value)):
+            if (
+                name == "source"
+                or name.endswith("_source")
+                or (name in ("reference", "baseline") and looks_like_source(value))
+            ):
                 self.snapshot.add_inline(name, value)
 
     def code_manifest(self) -> dict:
@@ -224,7 +242,9 @@ class CallContext:
 
     def _artifact_path(self, name: str) -> Path:
         if not ARTIFACT_NAME.match(name) or ".." in name:
-            raise ValueError(f"artifact name {name!r} must be a plain file name (letters, digits, . _ -)")
+            raise ValueError(
+                f"artifact name {name!r} must be a plain file name (letters, digits, . _ -)"
+            )
         folder = self._state.artifacts_dir / self.experiment_id
         folder.mkdir(parents=True, exist_ok=True)
         return folder / name

@@ -24,9 +24,17 @@ def sandbox_view(text: str, workspace_root: Path, state_dir: Path) -> str:
 
 
 def _replacements(workspace_root: Path, state_dir: Path) -> list[tuple[str, str]]:
-    pairs = {str(state_dir / "jobs"): "/jobs", str(workspace_root): "/workspace",
-             str(_PACKAGE_ROOT): "<infra_agent>"}
-    for prefix in {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix} - _SYSTEM_FOLDERS:
+    pairs = {
+        str(state_dir / "jobs"): "/jobs",
+        str(workspace_root): "/workspace",
+        str(_PACKAGE_ROOT): "<infra_agent>",
+    }
+    for prefix in {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+    } - _SYSTEM_FOLDERS:
         pairs[prefix] = "<python>"
     for host in list(pairs):  # the same folders by their resolved names (a /tmp link, a venv link)
         resolved = str(Path(host).resolve())

@@ -29,11 +29,23 @@ class BearerAuth:
         if scope["type"] == "http":
             given = dict(scope.get("headers") or []).get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
-                body = json.dumps({"error": "unauthorized",
-                                   "error_description": "send Authorization: Bearer <token>"}).encode()
-                await send({"type": "http.response.start", "status": 401, "headers": [
-                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="infra-agent"'),
-                    (b"content-length", str(len(body)).encode())]})
+                body = json.dumps(
+                    {
+                        "error": "unauthorized",
+                        "error_description": "send Authorization: Bearer <token>",
+                    }
+                ).encode()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"www-authenticate", b'Bearer realm="infra-agent"'),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
                 await send({"type": "http.response.body", "body": body})
                 return
         await self.app(scope, receive, send)
@@ -62,11 +74,17 @@ class _GracefulServer(uvicorn.Server):
             await self.mcp_server.aclose()
 
 
-async def serve_http(server, sock: socket.socket, token: str | None, grace_s: float = SHUTDOWN_GRACE_S) -> None:
+async def serve_http(
+    server, sock: socket.socket, token: str | None, grace_s: float = SHUTDOWN_GRACE_S
+) -> None:
     host, port = sock.getsockname()[:2]
     app = build_app(server, host, token)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on",  # uvicorn waits on a float too
-                            timeout_graceful_shutdown=grace_s)  # type: ignore[arg-type]
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=grace_s,  # type: ignore[arg-type]  # uvicorn waits on a float too
+    )
     uv = _GracefulServer(config, server)
     try:
         await _announce(server, host, port, token)
@@ -82,16 +100,29 @@ async def _announce(server, host: str, port: int, token: str | None) -> None:
     url = f"http://{shown_host}:{port}{MCP_PATH}"
     tools = await server.list_tools()
     ws = server.state.workspace
-    console.print(f"[bold green]infra-agent[/] serving streamable HTTP at [bold]{url}[/]", highlight=False)
-    console.print(f"workspace: {ws.root}{' (built-in zoo)' if ws.is_embedded else ''}; "
-                  f"state: {ws.state_dir}", highlight=False)
+    console.print(
+        f"[bold green]infra-agent[/] serving streamable HTTP at [bold]{url}[/]", highlight=False
+    )
+    console.print(
+        f"workspace: {ws.root}{' (built-in zoo)' if ws.is_embedded else ''}; state: {ws.state_dir}",
+        highlight=False,
+    )
     console.print(f"{len(tools)} tools: " + ", ".join(t.name for t in tools), highlight=False)
     if host in LOOPBACK:
         console.print("DNS-rebinding protection: on (Host/Origin must be loopback)")
     else:
-        console.print("[yellow]warning:[/] bound to a non-loopback address: DNS-rebinding protection is off"
-                      + ("" if token else " and no --token is set; anyone who can reach the port can run code"))
-    console.print("auth: " + ("bearer token required" if token else "none (pass --token or INFRA_AGENT_TOKEN)"))
+        console.print(
+            "[yellow]warning:[/] bound to a non-loopback address: DNS-rebinding protection is off"
+            + (
+                ""
+                if token
+                else " and no --token is set; anyone who can reach the port can run code"
+            )
+        )
+    console.print(
+        "auth: "
+        + ("bearer token required" if token else "none (pass --token or INFRA_AGENT_TOKEN)")
+    )
     for name in ("claude-code", "cursor", "vscode"):
         console.print(f"\n[bold]{name}[/]:", highlight=False)
         console.print(clients.snippet(name, url=url, token=token), highlight=False, markup=False)

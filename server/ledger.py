@@ -65,11 +65,15 @@ class Ledger:
         self._lock = threading.Lock()
         # isolation_level=None: we issue BEGIN/COMMIT ourselves, so each write is
         # exactly one transaction and nothing is left half-open between calls.
-        self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        self._conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=10.0
+        )
         self._conn.row_factory = sqlite3.Row
         with self._lock:
             self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL: durable at checkpoints, never corrupt
+            self._conn.execute(
+                "PRAGMA synchronous=NORMAL"
+            )  # WAL + NORMAL: durable at checkpoints, never corrupt
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._conn.executescript(SCHEMA)
             self._add_later_columns()
@@ -111,9 +115,19 @@ class Ledger:
         with self._lock:
             return self._conn.execute(sql, params).fetchall()
 
-    def open(self, *, tool: str, arguments: dict, kernel: str | None, hypothesis: str | None,
-             git_commit: str | None, git_diff_sha256: str | None, device: dict | None,
-             device_fingerprint: str | None, run: dict | None = None) -> str:
+    def open(
+        self,
+        *,
+        tool: str,
+        arguments: dict,
+        kernel: str | None,
+        hypothesis: str | None,
+        git_commit: str | None,
+        git_diff_sha256: str | None,
+        device: dict | None,
+        device_fingerprint: str | None,
+        run: dict | None = None,
+    ) -> str:
         """Insert a ``running`` row and return its id (short, sortable: e00042-9f3a).
 
         ``run`` links the call to an agent run: {"run_id", "step", "model"} (see
@@ -127,49 +141,90 @@ class Ledger:
                     "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
                     "device_fingerprint, device, pid, started_at, status, run_id, run_step, run_model) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?, 'running', ?,?,?)",
-                    (tool, utf8_text(kernel), utf8_text(hypothesis), json.dumps(arguments, sort_keys=True, default=str),
-                     git_commit, git_diff_sha256, device_fingerprint, json.dumps(device), os.getpid(), time.time(),
-                     utf8_text(run.get("run_id")), run.get("step"), utf8_text(run.get("model"))),
+                    (
+                        tool,
+                        utf8_text(kernel),
+                        utf8_text(hypothesis),
+                        json.dumps(arguments, sort_keys=True, default=str),
+                        git_commit,
+                        git_diff_sha256,
+                        device_fingerprint,
+                        json.dumps(device),
+                        os.getpid(),
+                        time.time(),
+                        utf8_text(run.get("run_id")),
+                        run.get("step"),
+                        utf8_text(run.get("model")),
+                    ),
                 )
                 experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
-                self._conn.execute("UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid))
+                self._conn.execute(
+                    "UPDATE experiments SET id=? WHERE seq=?", (experiment_id, cur.lastrowid)
+                )
                 self._conn.execute("COMMIT")
             except BaseException:
                 self._conn.execute("ROLLBACK")
                 raise
         return experiment_id
 
-    def close_ok(self, experiment_id: str, result: dict, artifacts: list[str], code: dict | None = None) -> None:
+    def close_ok(
+        self, experiment_id: str, result: dict, artifacts: list[str], code: dict | None = None
+    ) -> None:
         self._close(experiment_id, "ok", json.dumps(result, default=str), None, artifacts, code)
 
-    def close_error(self, experiment_id: str, error: str, artifacts: list[str], code: dict | None = None) -> None:
+    def close_error(
+        self, experiment_id: str, error: str, artifacts: list[str], code: dict | None = None
+    ) -> None:
         self._close(experiment_id, "error", None, error, artifacts, code)
 
     def close_interrupted(self, experiment_id: str, why: str) -> None:
         """A call the server stopped (shutdown) before it finished."""
-        self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, duration_s=? - started_at "
-                    "WHERE id=? AND status='running'", (why, time.time(), time.time(), experiment_id))
+        self._write(
+            "UPDATE experiments SET status='interrupted', error=?, ended_at=?, duration_s=? - started_at "
+            "WHERE id=? AND status='running'",
+            (why, time.time(), time.time(), experiment_id),
+        )
 
     def interrupt_running(self, why: str) -> int:
         """Mark this process's calls still ``running`` as interrupted (at shutdown); how many."""
-        cur = self._write("UPDATE experiments SET status='interrupted', error=?, ended_at=?, "
-                          "duration_s=? - started_at WHERE status='running' AND pid=?",
-                          (why, time.time(), time.time(), os.getpid()))
+        cur = self._write(
+            "UPDATE experiments SET status='interrupted', error=?, ended_at=?, "
+            "duration_s=? - started_at WHERE status='running' AND pid=?",
+            (why, time.time(), time.time(), os.getpid()),
+        )
         return cur.rowcount
 
-    def _close(self, experiment_id: str, status: str, result: str | None, error: str | None,
-               artifacts: list[str], code: dict | None) -> None:
+    def _close(
+        self,
+        experiment_id: str,
+        status: str,
+        result: str | None,
+        error: str | None,
+        artifacts: list[str],
+        code: dict | None,
+    ) -> None:
         ended = time.time()
         self._write(
             "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, code=?, ended_at=?, "
             "duration_s=? - started_at WHERE id=?",
-            (status, result, utf8_text(error), json.dumps(artifacts), None if code is None else json.dumps(code),
-             ended, ended, experiment_id),
+            (
+                status,
+                result,
+                utf8_text(error),
+                json.dumps(artifacts),
+                None if code is None else json.dumps(code),
+                ended,
+                ended,
+                experiment_id,
+            ),
         )
 
     def running_ids(self) -> list[str]:
         """Calls still running in a live process (dead ones were marked interrupted on open)."""
-        return [r["id"] for r in self._read("SELECT id FROM experiments WHERE status='running' ORDER BY seq")]
+        return [
+            r["id"]
+            for r in self._read("SELECT id FROM experiments WHERE status='running' ORDER BY seq")
+        ]
 
     def code_shas(self) -> set[str]:
         """Every blob any row's code snapshot names (what `infra-agent gc` keeps)."""
@@ -184,8 +239,16 @@ class Ledger:
         rows = self._read("SELECT * FROM experiments WHERE id=?", (experiment_id,))
         return _row(rows[0]) if rows else None
 
-    def query(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
-              exclude_tools: tuple[str, ...] = (), run_id: str | None = None, limit: int = 20) -> list[dict]:
+    def query(
+        self,
+        *,
+        tool: str | None = None,
+        kernel: str | None = None,
+        since: float | None = None,
+        exclude_tools: tuple[str, ...] = (),
+        run_id: str | None = None,
+        limit: int = 20,
+    ) -> list[dict]:
         """Newest first."""
         where, params = list[str](), list[object]()
         for column, value in (("tool", tool), ("kernel", kernel), ("run_id", run_id)):

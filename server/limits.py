@@ -27,7 +27,11 @@ def utf8_text(value: None) -> None: ...
 def utf8_text(value: str | None) -> str | None:
     """Text that encodes as UTF-8 (what SQLite and every transport need): a lone UTF-16
     surrogate, which an in-process client can send inside an object key, becomes its escape."""
-    return value.encode("utf-8", "backslashreplace").decode("utf-8") if isinstance(value, str) else value
+    return (
+        value.encode("utf-8", "backslashreplace").decode("utf-8")
+        if isinstance(value, str)
+        else value
+    )
 
 
 def clip_text(text: str, limit: int) -> str:
@@ -35,7 +39,7 @@ def clip_text(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     note = f"... [cut: {len(text)} chars in all]"
-    return text[:max(0, limit - len(note))] + note
+    return text[: max(0, limit - len(note))] + note
 
 
 def record_arguments(arguments: dict) -> dict:
@@ -44,8 +48,12 @@ def record_arguments(arguments: dict) -> dict:
     clipped = _shrink(arguments, MAX_CODE_CHARS, None)
     if len(json.dumps(clipped, default=str)) <= MAX_STORED_ARGUMENTS_CHARS:
         return clipped
-    return {"_clipped": f"arguments over {MAX_STORED_ARGUMENTS_CHARS} chars; not stored",
-            "_sizes": {str(k)[:100]: len(json.dumps(v, default=str)) for k, v in list(arguments.items())[:50]}}
+    return {
+        "_clipped": f"arguments over {MAX_STORED_ARGUMENTS_CHARS} chars; not stored",
+        "_sizes": {
+            str(k)[:100]: len(json.dumps(v, default=str)) for k, v in list(arguments.items())[:50]
+        },
+    }
 
 
 def record_hypothesis(hypothesis: Any) -> str | None:
@@ -62,9 +70,13 @@ def fit_reply(result: dict) -> tuple[dict, str | None]:
     while True:
         body = {k: v for k, v in result.items() if k not in ENVELOPE}
         shrunk = {**result, **_shrink(body, max_chars, max_items)}
-        if len(json.dumps(shrunk, ensure_ascii=False)) <= MAX_REPLY_CHARS or (max_chars <= 64 and max_items <= 1):
-            return shrunk, (f"reply cut to fit {MAX_REPLY_CHARS} chars (lists to {max_items} items, "
-                            f"strings to {max_chars} chars)")
+        if len(json.dumps(shrunk, ensure_ascii=False)) <= MAX_REPLY_CHARS or (
+            max_chars <= 64 and max_items <= 1
+        ):
+            return shrunk, (
+                f"reply cut to fit {MAX_REPLY_CHARS} chars (lists to {max_items} items, "
+                f"strings to {max_chars} chars)"
+            )
         max_chars, max_items = max(64, max_chars // 2), max(1, max_items // 2)
 
 
@@ -74,5 +86,7 @@ def _shrink(value: Any, max_chars: int, max_items: int | None) -> Any:
     if isinstance(value, dict):  # objects keep every key: they are schema fields
         return {k: _shrink(v, max_chars, max_items) for k, v in value.items()}
     if isinstance(value, list):
-        return [_shrink(v, max_chars, max_items) for v in (value[:max_items] if max_items else value)]
+        return [
+            _shrink(v, max_chars, max_items) for v in (value[:max_items] if max_items else value)
+        ]
     return value

@@ -6,9 +6,15 @@ from __future__ import annotations
 # The checks, cheapest first. Only the tools this server has are offered to the agent:
 # naming a tool that does not exist sends it into an error.
 CHECKS = (
-    ("compile_kernel", "does it compile for the target, and at what cost (registers, shared memory, spills, "
-                       "occupancy)?"),
-    ("check_numerics", "does it compute the same function as the reference, within the dtype's tolerance?"),
+    (
+        "compile_kernel",
+        "does it compile for the target, and at what cost (registers, shared memory, spills, "
+        "occupancy)?",
+    ),
+    (
+        "check_numerics",
+        "does it compute the same function as the reference, within the dtype's tolerance?",
+    ),
     ("microbench", "how fast, how sure (confidence interval), how far from the hardware limit?"),
     ("profile", "where does the time go, what overlaps what?"),
     ("serve_benchmark", "only when the question is about the whole serving stack under load."),
@@ -20,18 +26,25 @@ def check_order(available: set[str]) -> list[str]:
 
 
 def ladder(available: set[str]) -> str:
-    steps = [f"{i}. {name:<16} - {what}" for i, (name, what) in
-             enumerate(((n, w) for n, w in CHECKS if n in available), 1)]
-    return "The checks, cheapest first (stop at the first one that answers the question):\n" + "\n".join(steps) + """
+    steps = [
+        f"{i}. {name:<16} - {what}"
+        for i, (name, what) in enumerate(((n, w) for n, w in CHECKS if n in available), 1)
+    ]
+    return (
+        "The checks, cheapest first (stop at the first one that answers the question):\n"
+        + "\n".join(steps)
+        + """
 Every call takes `hypothesis` (one sentence) and `expect`: the conditions over the tool's own
 output that the hypothesis predicts (e.g. ["median_ms <= 0.95 * baseline.median_ms"]);
 hypothesis_answer says supported, contradicted or inconclusive, with the numbers. Read it
 before choosing the next step. Never skip check_numerics
 before trusting a speed-up. list_experiments and compare_experiments show what was tried."""
+    )
 
 
 def register_prompts(server) -> None:
     LADDER = ladder(set(server.tools))
+
     @server.prompt(name="optimize_kernel", title="Optimise a kernel, one hypothesis at a time")
     def optimize_kernel(kernel: str, goal: str = "lower latency at the GPU shape set") -> str:
         """Make a kernel faster without changing what it computes."""

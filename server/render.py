@@ -50,7 +50,9 @@ def tool_arguments(console: Console, tool) -> None:
         default = "(required)" if name in required else _cell(prop.get("default"))
         table.add_row(name, _schema_type(prop), default, escape(prop.get("description", "")))
     console.print(table)
-    console.print(f"[bold]expect[/] may name:\n{escape(tool.catalogue.described())}", highlight=False)
+    console.print(
+        f"[bold]expect[/] may name:\n{escape(tool.catalogue.described())}", highlight=False
+    )
 
 
 def _schema_type(prop: dict) -> str:
@@ -58,7 +60,11 @@ def _schema_type(prop: dict) -> str:
     kinds = []
     for b in branches:
         kind = b.get("type", "object" if "$ref" in b else "any")
-        kinds.append(f"list of {b['items'].get('type', 'object')}" if kind == "array" and "items" in b else kind)
+        kinds.append(
+            f"list of {b['items'].get('type', 'object')}"
+            if kind == "array" and "items" in b
+            else kind
+        )
     return " or ".join(kinds) or "any"
 
 
@@ -77,7 +83,11 @@ def result(console: Console, tool: str, data: dict) -> None:
             continue
         if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
             nested.append((key, value))
-        elif isinstance(value, dict) and value and any(isinstance(v, (dict, list)) for v in value.values()):
+        elif (
+            isinstance(value, dict)
+            and value
+            and any(isinstance(v, (dict, list)) for v in value.values())
+        ):
             nested.append((key, value))
         elif key == "sources" and isinstance(value, dict):
             nested.append((key, value))
@@ -134,9 +144,11 @@ def experiments_table(console: Console, rows: list[dict]) -> None:
     if console.width < 120:  # a narrow terminal: one header line and one summary line each
         for r in rows:
             ms = f" {r['duration_ms']:.0f} ms" if r.get("duration_ms") is not None else ""
-            console.print(f"[bold]{r['id']}[/] {r['started_at'][5:16].replace('T', ' ')} {r['tool']} "
-                          f"{r.get('kernel') or ''} [{'green' if r['status'] == 'ok' else 'red'}]{r['status']}[/]{ms}",
-                          highlight=False)
+            console.print(
+                f"[bold]{r['id']}[/] {r['started_at'][5:16].replace('T', ' ')} {r['tool']} "
+                f"{r.get('kernel') or ''} [{'green' if r['status'] == 'ok' else 'red'}]{r['status']}[/]{ms}",
+                highlight=False,
+            )
             console.print(f"    {escape(r['summary'])}", highlight=False)
             if r.get("hypothesis"):
                 console.print(f"    [dim]hypothesis: {escape(r['hypothesis'])}[/]", highlight=False)

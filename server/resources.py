@@ -26,8 +26,25 @@ from .context import ARTIFACT_NAME, ServerState
 RECENT_EXPERIMENTS = 50
 TEXT_TYPES = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
 # IR and assembly dumps have no registered MIME type but are text.
-TEXT_SUFFIXES = {".ttir", ".ttgir", ".llir", ".ll", ".ptx", ".sass", ".amdgcn", ".mlir", ".log", ".txt",
-                 ".md", ".csv", ".jsonl", ".py", ".toml", ".yaml", ".yml"}
+TEXT_SUFFIXES = {
+    ".ttir",
+    ".ttgir",
+    ".llir",
+    ".ll",
+    ".ptx",
+    ".sass",
+    ".amdgcn",
+    ".mlir",
+    ".log",
+    ".txt",
+    ".md",
+    ".csv",
+    ".jsonl",
+    ".py",
+    ".toml",
+    ".yaml",
+    ".yml",
+}
 
 
 def mime_type_of(name: str) -> str:
@@ -55,7 +72,9 @@ def register_resources(server, state: ServerState) -> None:
     def read_experiment(experiment_id: str) -> str:
         row = state.ledger.get(experiment_id)
         if row is None:
-            raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+            raise ResourceNotFoundError(
+                f"no experiment {experiment_id!r}; list_experiments shows the ids"
+            )
         for section in ("files", "inline"):
             for entry in ((row.get("code") or {}).get(section) or {}).values():
                 entry["uri"] = f"code://{experiment_id}/{entry['sha256']}"
@@ -72,14 +91,20 @@ def register_resources(server, state: ServerState) -> None:
     def read_code(experiment_id: str, sha256: str) -> str:
         row = state.ledger.get(experiment_id)
         if row is None:
-            raise ResourceNotFoundError(f"no experiment {experiment_id!r}; list_experiments shows the ids")
+            raise ResourceNotFoundError(
+                f"no experiment {experiment_id!r}; list_experiments shows the ids"
+            )
         manifest = Manifest.from_json(row.get("code"))
         if manifest is None or sha256 not in {e.sha256 for e in manifest.entries().values()}:
-            raise ResourceNotFoundError(f"experiment {experiment_id} kept no file with sha256 {sha256[:16]!r}; "
-                                        f"experiment://{experiment_id} lists its files (code)")
+            raise ResourceNotFoundError(
+                f"experiment {experiment_id} kept no file with sha256 {sha256[:16]!r}; "
+                f"experiment://{experiment_id} lists its files (code)"
+            )
         data = BlobStore(state.workspace.state_dir).read(sha256)
         if data is None:
-            raise ResourceNotFoundError(f"the file {sha256[:12]} of {experiment_id} is gone from the blobs")
+            raise ResourceNotFoundError(
+                f"the file {sha256[:12]} of {experiment_id} is gone from the blobs"
+            )
         return data.decode("utf-8", errors="replace")
 
     @server.resource(
@@ -117,11 +142,15 @@ async def artifact_path(state: ServerState, experiment_id: str, name: str) -> Pa
     if state.late_artifacts.is_pending(path):  # a plot still being drawn (late_artifacts.py)
         await anyio.to_thread.run_sync(state.late_artifacts.wait, path)
     if failed := state.late_artifacts.wait(path):  # returns at once now
-        raise ResourceError(f"artifact://{experiment_id}/{name} could not be made ({failed}); "
-                            f"the call's other results stand")
+        raise ResourceError(
+            f"artifact://{experiment_id}/{name} could not be made ({failed}); "
+            f"the call's other results stand"
+        )
     if not path.is_file():
-        raise ResourceNotFoundError(f"no artifact {name!r} for experiment {experiment_id!r}; "
-                            f"read experiment://{experiment_id} for its artifact list")
+        raise ResourceNotFoundError(
+            f"no artifact {name!r} for experiment {experiment_id!r}; "
+            f"read experiment://{experiment_id} for its artifact list"
+        )
     return path
 
 
@@ -129,11 +158,13 @@ def recent_experiment_resources(state: ServerState) -> list[Resource]:
     resources = []
     for row in state.ledger.query(limit=RECENT_EXPERIMENTS):
         label = row["tool"] + (f" {row['kernel']}" if row.get("kernel") else "")
-        resources.append(Resource(
-            uri=f"experiment://{row['id']}",
-            name=row["id"],
-            title=f"{row['id']}: {label} ({row['status']})",
-            description=row.get("hypothesis") or None,
-            mime_type="application/json",
-        ))
+        resources.append(
+            Resource(
+                uri=f"experiment://{row['id']}",
+                name=row["id"],
+                title=f"{row['id']}: {label} ({row['status']})",
+                description=row.get("hypothesis") or None,
+                mime_type="application/json",
+            )
+        )
     return resources

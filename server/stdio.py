@@ -32,14 +32,18 @@ _ID = re.compile(r'"id"\s*:\s*(-?\d{1,15}(?![\d.eE])|"(?:[^"\\]|\\.){0,200}")')
 
 async def serve_stdio(server, grace_s: float = SHUTDOWN_GRACE_S) -> None:
     """Serve until stdin closes or SIGTERM arrives; then close the server (sandbox, ledger)."""
-    lowlevel = server._lowlevel_server  # what MCPServer.run_stdio_async drives; we add a filter in between
+    lowlevel = (
+        server._lowlevel_server
+    )  # what MCPServer.run_stdio_async drives; we add a filter in between
     try:
         async with stdio_server() as (read_stream, write_stream):
             async with anyio.create_task_group() as tg:
                 stop = _SigtermStop(server, grace_s, tg.cancel_scope)
                 tg.start_soon(stop.watch)
                 answering = ParseErrorAnswering(read_stream, write_stream)
-                await lowlevel.run(answering, write_stream, lowlevel.create_initialization_options())
+                await lowlevel.run(
+                    answering, write_stream, lowlevel.create_initialization_options()
+                )
                 tg.cancel_scope.cancel()  # stdin closed: stop watching for signals
             if stop.signalled:
                 # The SDK reads stdin in a thread blocked in read(), which nothing can cancel:
@@ -64,8 +68,12 @@ class _SigtermStop:
             async for _ in signals:
                 self.signalled = True
                 drained = await self.server.state.drain(self.grace_s)
-                log.warning("SIGTERM: %s", "no call was running" if drained else
-                            f"calls still running after {self.grace_s:g} s are cancelled and marked interrupted")
+                log.warning(
+                    "SIGTERM: %s",
+                    "no call was running"
+                    if drained
+                    else f"calls still running after {self.grace_s:g} s are cancelled and marked interrupted",
+                )
                 self.scope.cancel()
                 return
 
@@ -113,13 +121,23 @@ def error_reply(exc: Exception) -> types.JSONRPCError:
     errors = exc.errors() if hasattr(exc, "errors") else []
     line = errors[0].get("input") if errors and isinstance(errors[0].get("input"), str) else ""
     is_json = bool(errors) and errors[0].get("type") != "json_invalid"
-    code, what = (types.INVALID_REQUEST, "Invalid Request") if is_json else (types.PARSE_ERROR, "Parse error")
-    why = ("the line is JSON but not a JSON-RPC 2.0 message" if is_json else
-           "the line is not JSON this server accepts (malformed, a lone UTF-16 surrogate, nesting deeper "
-           "than the parser allows, or a number too long)")
+    code, what = (
+        (types.INVALID_REQUEST, "Invalid Request")
+        if is_json
+        else (types.PARSE_ERROR, "Parse error")
+    )
+    why = (
+        "the line is JSON but not a JSON-RPC 2.0 message"
+        if is_json
+        else "the line is not JSON this server accepts (malformed, a lone UTF-16 surrogate, nesting deeper "
+        "than the parser allows, or a number too long)"
+    )
     log.warning("stdio: answered an unparseable line (%d chars) with %s", len(line), code)
-    return types.JSONRPCError(jsonrpc="2.0", id=_request_id(line),
-                              error=types.ErrorData(code=code, message=what, data=why))
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=_request_id(line),
+        error=types.ErrorData(code=code, message=what, data=why),
+    )
 
 
 def _request_id(line: str) -> int | str | None:

@@ -22,7 +22,9 @@ def listen_socket(host: str, port: int, nodelay: bool = True) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP if nodelay else 0)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay))  # Linux: accepted ones inherit it
+    sock.setsockopt(
+        socket.IPPROTO_TCP, socket.TCP_NODELAY, int(nodelay)
+    )  # Linux: accepted ones inherit it
     try:
         sock.bind((host, port))
     except OSError:

@@ -33,7 +33,9 @@ class _Stream(httpcore.AsyncNetworkStream):
             async with asyncio.timeout(timeout):
                 return await self._reader.read(max_bytes)
         except TimeoutError:
-            raise httpcore.ReadTimeout(f"no data from the engine's socket within {timeout} s") from None
+            raise httpcore.ReadTimeout(
+                f"no data from the engine's socket within {timeout} s"
+            ) from None
         except OSError as exc:
             raise httpcore.ReadError(f"reading from the engine's socket: {exc}") from exc
 
@@ -45,14 +47,18 @@ class _Stream(httpcore.AsyncNetworkStream):
                 self._writer.write(buffer)
                 await self._writer.drain()
         except TimeoutError:
-            raise httpcore.WriteTimeout(f"the engine's socket took no data within {timeout} s") from None
+            raise httpcore.WriteTimeout(
+                f"the engine's socket took no data within {timeout} s"
+            ) from None
         except OSError as exc:
             raise httpcore.WriteError(f"writing to the engine's socket: {exc}") from exc
 
     async def aclose(self) -> None:
         self._writer.close()  # not waiting for the peer: a cancelled request must close at once
 
-    async def start_tls(self, ssl_context, server_hostname=None, timeout=None) -> httpcore.AsyncNetworkStream:
+    async def start_tls(
+        self, ssl_context, server_hostname=None, timeout=None
+    ) -> httpcore.AsyncNetworkStream:
         raise httpcore.ConnectError("TLS over the engine's UNIX socket is not supported")
 
     def get_extra_info(self, info: str) -> typing.Any:
@@ -77,7 +83,9 @@ class _UnixBackend(httpcore.AsyncNetworkBackend):
             async with asyncio.timeout(timeout):
                 reader, writer = await asyncio.open_unix_connection(self.path, limit=1 << 20)
         except TimeoutError:
-            raise httpcore.ConnectTimeout(f"connecting to {self.path} took over {timeout} s") from None
+            raise httpcore.ConnectTimeout(
+                f"connecting to {self.path} took over {timeout} s"
+            ) from None
         except OSError as exc:
             raise httpcore.ConnectError(f"cannot connect to {self.path}: {exc}") from exc
         return _Stream(reader, writer)
@@ -94,5 +102,8 @@ class UnixSocketTransport(httpx.AsyncHTTPTransport):
         super().__init__(limits=limits)
         # httpx takes no network backend; its pool does. Replaced before any connection exists.
         self._pool = httpcore.AsyncConnectionPool(
-            max_connections=limits.max_connections, max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry, network_backend=_UnixBackend(path))
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_UnixBackend(path),
+        )

@@ -107,5 +107,7 @@ def in_forked_child(fn, *args):
     process-wide in Triton and would leak into later in-process AOT compiles."""
     import multiprocessing
 
-    with multiprocessing.get_context("spawn").Pool(1) as pool:  # a fresh interpreter: fork would inherit torch threads
+    with multiprocessing.get_context("spawn").Pool(
+        1
+    ) as pool:  # a fresh interpreter: fork would inherit torch threads
         return pool.apply(fn, args)

@@ -108,11 +108,15 @@ def _check_nested(value: Any, where: str, depth: int) -> None:
     """Bounds for what the schema of a top-level field does not reach: strings, lists
     and objects inside it, and non-finite numbers anywhere."""
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"{where}: numbers must be finite (got {value}); NaN and Infinity are not accepted")
+        raise ValueError(
+            f"{where}: numbers must be finite (got {value}); NaN and Infinity are not accepted"
+        )
     if isinstance(value, str):
         if depth and len(value) > MAX_NESTED_CHARS:
-            raise ValueError(f"{where}: a string inside a list or object is at most {MAX_NESTED_CHARS} chars "
-                             f"(got {len(value)})")
+            raise ValueError(
+                f"{where}: a string inside a list or object is at most {MAX_NESTED_CHARS} chars "
+                f"(got {len(value)})"
+            )
         return
     if not isinstance(value, (list, dict)):
         return
@@ -123,7 +127,9 @@ def _check_nested(value: Any, where: str, depth: int) -> None:
     items = value.items() if isinstance(value, dict) else enumerate(value)
     for key, item in items:
         _check_nested(key, f"{where}.<key>", depth + 1)
-        _check_nested(item, f"{where}[{excerpt(key, 20) if isinstance(key, str) else key}]", depth + 1)
+        _check_nested(
+            item, f"{where}[{excerpt(key, 20) if isinstance(key, str) else key}]", depth + 1
+        )
 
 
 def _refuse_a_twin(model: type[BaseModel], data: dict) -> None:
@@ -135,7 +141,11 @@ def _refuse_a_twin(model: type[BaseModel], data: dict) -> None:
             continue
         twin = name[:-1] if name.endswith("s") else f"{name}s"
         if twin in known:
-            meaning = (model.model_fields[twin].description or "").split(". ")[0] if twin in model.model_fields else ""
+            meaning = (
+                (model.model_fields[twin].description or "").split(". ")[0]
+                if twin in model.model_fields
+                else ""
+            )
             message = f"unknown argument {name!r}: did you mean {twin!r}? ({meaning.rstrip('.')})"
             raise PydanticCustomError("unknown_argument", "{message}", {"message": message})
 
@@ -205,7 +215,8 @@ class ToolOutput(BaseModel):
         default_factory=list, description="URIs (artifact://...) of files this call produced."
     )
     hypothesis_answer: HypothesisAnswer = Field(
-        default_factory=HypothesisAnswer, description="The expect conditions judged over this output: "
+        default_factory=HypothesisAnswer,
+        description="The expect conditions judged over this output: "
         "supported, contradicted, inconclusive or not_judged (no expect), with each comparison's numbers.",
     )
 
@@ -273,12 +284,21 @@ class ToolContext(Protocol):
         """A text artifact a previous experiment stored (a baseline's records), or None."""
 
     @property
-    def engines(self) -> Any:  # infra_agent.serving.lifecycle.Engines: the serving engines this server started
+    def engines(
+        self,
+    ) -> Any:  # infra_agent.serving.lifecycle.Engines: the serving engines this server started
         ...
 
-    def experiments(self, *, tool: str | None = None, kernel: str | None = None, since: float | None = None,
-                    exclude_tools: tuple[str, ...] = (), run_id: str | None = None,
-                    limit: int = 20) -> list[dict]:
+    def experiments(
+        self,
+        *,
+        tool: str | None = None,
+        kernel: str | None = None,
+        since: float | None = None,
+        exclude_tools: tuple[str, ...] = (),
+        run_id: str | None = None,
+        limit: int = 20,
+    ) -> list[dict]:
         """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s), agent run."""
 
 
@@ -313,14 +333,20 @@ class Tool:
     @property
     def full_description(self) -> str:
         """The description plus what `expect` may name (the agent reads this before the first call)."""
-        return (f"{self.description.rstrip()} expect can name: {self.catalogue.names()} (meanings and units: "
-                f"resource expect://{self.name}).")
+        return (
+            f"{self.description.rstrip()} expect can name: {self.catalogue.names()} (meanings and units: "
+            f"resource expect://{self.name})."
+        )
 
 
 async def run_tool(tool: Tool, inp: ToolInput, ctx: ToolContext) -> ToolOutput:
     """One call: the expect conditions are checked before anything runs, judged over the output after."""
-    check(inp.expect, tool.catalogue, has_baseline=inp.has_baseline(),
-          described_at=f"the resource expect://{tool.name}")
+    check(
+        inp.expect,
+        tool.catalogue,
+        has_baseline=inp.has_baseline(),
+        described_at=f"the resource expect://{tool.name}",
+    )
     out, evidence = await _ran(tool, inp, ctx)
     if inp.expect:
         out.hypothesis_answer = answer(inp.expect, tool.expect_fields, inp, out, evidence)

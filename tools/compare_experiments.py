@@ -36,11 +36,16 @@ class Input(ToolInput):
 class CodeDiff(BaseModel):
     same_code: bool | None = Field(
         description="True: the same code (every snapshot hash agrees; without snapshots, same commit and "
-        "uncommitted diff); False: it differs; null: unknown (no snapshot and no git).")
+        "uncommitted diff); False: it differs; null: unknown (no snapshot and no git)."
+    )
     basis: Literal["snapshot", "git", "unknown"] = Field(
-        description="What same_code rests on: the code snapshots both experiments kept, git, or nothing.")
-    files: list[FileChange] = Field(default_factory=list, description="Each file (or inline code) whose bytes "
-                                    "differ between the snapshots, with a unified diff a -> b.")
+        description="What same_code rests on: the code snapshots both experiments kept, git, or nothing."
+    )
+    files: list[FileChange] = Field(
+        default_factory=list,
+        description="Each file (or inline code) whose bytes "
+        "differ between the snapshots, with a unified diff a -> b.",
+    )
     commit_a: str | None = Field(description="Workspace git commit of a.")
     commit_b: str | None = Field(description="Workspace git commit of b.")
     diff_sha256_a: str | None = Field(description="sha256 of a's uncommitted `git diff HEAD`.")
@@ -48,8 +53,12 @@ class CodeDiff(BaseModel):
 
 
 class DeviceDiff(BaseModel):
-    same_device: bool = Field(description="True when the device fingerprints (hardware + versions) match.")
-    changes: list[Change] = Field(description="Device facts that differ (CPU, GPUs, package versions...).")
+    same_device: bool = Field(
+        description="True when the device fingerprints (hardware + versions) match."
+    )
+    changes: list[Change] = Field(
+        description="Device facts that differ (CPU, GPUs, package versions...)."
+    )
 
 
 class Output(ToolOutput):
@@ -57,17 +66,26 @@ class Output(ToolOutput):
     tool_b: str = Field(description="Tool of experiment b.")
     status_a: str = Field(description="Status of a (ok, error, interrupted, running).")
     status_b: str = Field(description="Status of b.")
-    input_changes: list[Change] = Field(description="Arguments that differ (hypothesis excluded); before: a, after: b.")
+    input_changes: list[Change] = Field(
+        description="Arguments that differ (hypothesis excluded); before: a, after: b."
+    )
     code: CodeDiff = Field(description="Whether the workspace code differed.")
     device: DeviceDiff = Field(description="Whether the machine or its software differed.")
-    numeric_changes: list[Change] = Field(description="Numeric result fields whose value changed (before: a, "
-                                          "after: b), with delta and ratio; seeds and indices left out.")
-    changed_strings: list[Change] = Field(description="Non-numeric result fields that changed (e.g. verdicts).")
+    numeric_changes: list[Change] = Field(
+        description="Numeric result fields whose value changed (before: a, "
+        "after: b), with delta and ratio; seeds and indices left out."
+    )
+    changed_strings: list[Change] = Field(
+        description="Non-numeric result fields that changed (e.g. verdicts)."
+    )
     only_in_a: list[str] = Field(description="Result paths present only in a.")
     only_in_b: list[str] = Field(description="Result paths present only in b.")
     num_unchanged: int = Field(description="Result fields with the same value in both.")
-    num_identifiers_changed: int = Field(default=0, description="Seeds and element/output indices that differ "
-                                         "(identifiers, not measurements: left out of numeric_changes), count.")
+    num_identifiers_changed: int = Field(
+        default=0,
+        description="Seeds and element/output indices that differ "
+        "(identifiers, not measurements: left out of numeric_changes), count.",
+    )
     truncated: bool = Field(description=f"True when a list was cut at {MAX_ROWS} rows.")
 
 
@@ -98,15 +116,21 @@ def diff_mappings(a: dict, b: dict, skip: tuple[str, ...] = ()) -> list[Change]:
 def _get(ctx: ToolContext, experiment_id: str) -> dict:
     row = ctx.experiment(experiment_id)
     if row is None:
-        raise AgentError(f"no experiment {experiment_id!r} in this workspace's ledger; "
-                         "list_experiments shows the ids")
+        raise AgentError(
+            f"no experiment {experiment_id!r} in this workspace's ledger; "
+            "list_experiments shows the ids"
+        )
     return row
 
 
 def code_diff(ctx: ToolContext, ea: dict, eb: dict) -> CodeDiff:
     """From the snapshots when both kept one and either ran code; else from git."""
-    git = {"commit_a": ea.get("git_commit"), "commit_b": eb.get("git_commit"),
-           "diff_sha256_a": ea.get("git_diff_sha256"), "diff_sha256_b": eb.get("git_diff_sha256")}
+    git = {
+        "commit_a": ea.get("git_commit"),
+        "commit_b": eb.get("git_commit"),
+        "diff_sha256_a": ea.get("git_diff_sha256"),
+        "diff_sha256_b": eb.get("git_diff_sha256"),
+    }
     ma, mb = Manifest.from_json(ea.get("code")), Manifest.from_json(eb.get("code"))
     if ma is not None and mb is not None and (ma.entries() or mb.entries()):
         files = code_changes(BlobStore(ctx.workspace.state_dir), ma, mb)
@@ -140,8 +164,9 @@ def _findings_words(ra: dict, rb: dict) -> str | None:
     new, gone = [c for c in fb if c not in fa], [c for c in fa if c not in fb]
     if not new and not gone:
         return f"findings same ({', '.join(dict.fromkeys(fa))})"
-    parts = ([f"new {', '.join(dict.fromkeys(new))}"] if new else []) + \
-        ([f"gone {', '.join(dict.fromkeys(gone))}"] if gone else [])
+    parts = ([f"new {', '.join(dict.fromkeys(new))}"] if new else []) + (
+        [f"gone {', '.join(dict.fromkeys(gone))}"] if gone else []
+    )
     return "findings: " + "; ".join(parts)
 
 
@@ -152,8 +177,9 @@ def _code_words(code: CodeDiff) -> str:
         return "same code" + (" (git)" if code.basis == "git" else "")
     if code.basis == "git":
         return "code differs (git commit or uncommitted diff; no snapshot to show the lines)"
-    files = ", ".join(f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}"
-                      for f in code.files[:4])
+    files = ", ".join(
+        f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}" for f in code.files[:4]
+    )
     more = f" and {len(code.files) - 4} more" if len(code.files) > 4 else ""
     return f"code differs: {files}{more}"
 
@@ -167,23 +193,42 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         if len(results[key]) > MAX_ROWS:
             results[key], truncated = results[key][:MAX_ROWS], True
     code = code_diff(ctx, ea, eb)
-    device = DeviceDiff(same_device=ea.get("device_fingerprint") == eb.get("device_fingerprint"),
-                        changes=diff_mappings(ea.get("device") or {}, eb.get("device") or {}, skip=("hostname",)))
-    inputs = diff_mappings(ea.get("arguments") or {}, eb.get("arguments") or {}, skip=("hypothesis",))
+    device = DeviceDiff(
+        same_device=ea.get("device_fingerprint") == eb.get("device_fingerprint"),
+        changes=diff_mappings(ea.get("device") or {}, eb.get("device") or {}, skip=("hostname",)),
+    )
+    inputs = diff_mappings(
+        ea.get("arguments") or {}, eb.get("arguments") or {}, skip=("hypothesis",)
+    )
     moved = sorted(results["numeric_changes"], key=lambda c: -abs((c.ratio or 1.0) - 1.0))
     headline = ", ".join(f"{c.field} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
     lead = [_verdict_words(ra, rb, ea, eb), _findings_words(ra, rb), _code_words(code)]
     inputs_words = f"{len(inputs)} input change(s)"
     if inputs:
         inputs_words += f" ({', '.join(c.field for c in inputs[:4])})"
-    summary = "; ".join([*(w for w in lead if w), inputs_words,
-                         f"device {'same' if device.same_device else 'differs'}",
-                         f"{len(results['numeric_changes'])} numeric and {len(results['changed_strings'])} other "
-                         "result field(s) moved"])
+    summary = "; ".join(
+        [
+            *(w for w in lead if w),
+            inputs_words,
+            f"device {'same' if device.same_device else 'differs'}",
+            f"{len(results['numeric_changes'])} numeric and {len(results['changed_strings'])} other "
+            "result field(s) moved",
+        ]
+    )
     if headline:
         summary += f": {headline}"
-    return Output(tool_a=ea["tool"], tool_b=eb["tool"], status_a=ea["status"], status_b=eb["status"],
-                  input_changes=inputs, code=code, device=device, truncated=truncated, summary=summary, **results)
+    return Output(
+        tool_a=ea["tool"],
+        tool_b=eb["tool"],
+        status_a=ea["status"],
+        status_b=eb["status"],
+        input_changes=inputs,
+        code=code,
+        device=device,
+        truncated=truncated,
+        summary=summary,
+        **results,
+    )
 
 
 TOOL = Tool(

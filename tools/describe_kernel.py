@@ -17,38 +17,57 @@ from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 class Input(ToolInput):
     kernel: str = Field(description="Kernel name, as listed by list_kernels (e.g. 'rmsnorm').")
     include_source: bool = Field(
-        default=True, description="Include the reference and implementation source code as text.")
+        default=True, description="Include the reference and implementation source code as text."
+    )
 
 
 class ArgInfo(BaseModel):
     name: str = Field(description="Positional argument name of the entry function.")
-    shape: list[str | int] = Field(description="Dimension names (sizes come from each shape) or fixed ints.")
+    shape: list[str | int] = Field(
+        description="Dimension names (sizes come from each shape) or fixed ints."
+    )
     dtype: str | None = Field(description="Pinned dtype, or null when it takes the case dtype.")
-    distribution: str = Field(description="How test values are drawn: normal, uniform, positive, int.")
+    distribution: str = Field(
+        description="How test values are drawn: normal, uniform, positive, int."
+    )
 
 
 class CostAtDtype(BaseModel):
     dtype: str = Field(description="Element dtype.")
-    bytes: float = Field(description="Bytes moved by one call at this dtype (cost model), in bytes.")
+    bytes: float = Field(
+        description="Bytes moved by one call at this dtype (cost model), in bytes."
+    )
     arithmetic_intensity: float = Field(description="FLOPs per byte moved (FLOP/byte).")
 
 
 class ShapeCost(BaseModel):
     shape_set: str = Field(description="Which set this shape belongs to ('cpu' or 'gpu').")
     shape: dict[str, int] = Field(description="Named sizes, e.g. {'M': 4096, 'N': 4096}.")
-    flops: float = Field(description="Floating-point operations of one call (cost model), in FLOPs.")
-    per_dtype: list[CostAtDtype] = Field(description="Bytes and arithmetic intensity at each declared dtype.")
+    flops: float = Field(
+        description="Floating-point operations of one call (cost model), in FLOPs."
+    )
+    per_dtype: list[CostAtDtype] = Field(
+        description="Bytes and arithmetic intensity at each declared dtype."
+    )
 
 
 class ToleranceInfo(BaseModel):
     dtype: str = Field(description="Dtype this tolerance applies to.")
-    rel_l2: float = Field(description="Largest relative L2 error accepted (||y - ref|| / ||ref||), unitless.")
-    max_abs: float | None = Field(description="Largest absolute elementwise error accepted, if set.")
-    why: str = Field(description="Why the tolerance is this size (error analysis of the reference).")
+    rel_l2: float = Field(
+        description="Largest relative L2 error accepted (||y - ref|| / ||ref||), unitless."
+    )
+    max_abs: float | None = Field(
+        description="Largest absolute elementwise error accepted, if set."
+    )
+    why: str = Field(
+        description="Why the tolerance is this size (error analysis of the reference)."
+    )
 
 
 class PartitionInfo(BaseModel):
-    args: dict[str, int] = Field(description="Argument name -> dimension it is split along across ranks.")
+    args: dict[str, int] = Field(
+        description="Argument name -> dimension it is split along across ranks."
+    )
     num_parts: int = Field(description="Number of simulated tensor-parallel ranks.")
     combine: str = Field(description="'concat' along out_dim, or 'sum' (all-reduce in rank order).")
     out_dim: int = Field(description="Output dimension for 'concat'.")
@@ -62,13 +81,23 @@ class Output(ToolOutput):
     impls: dict[str, str] = Field(description="Implementation name -> 'file.py:function'.")
     args: list[ArgInfo] = Field(description="Entry function arguments in order.")
     dtypes: list[str] = Field(description="Dtypes the kernel is checked and timed at.")
-    shapes: list[ShapeCost] = Field(description="Every shape of every set, with its cost model evaluated.")
+    shapes: list[ShapeCost] = Field(
+        description="Every shape of every set, with its cost model evaluated."
+    )
     tolerances: list[ToleranceInfo] = Field(description="Numerics acceptance per dtype.")
-    partition: PartitionInfo | None = Field(description="Tensor-parallel split, or null if none is declared.")
-    forbidden_ops: list[str] = Field(description="aten ops an implementation may not call (op audit).")
-    custom_inputs: str | None = Field(description="'file.py:fn' generating inputs, when args cannot express them.")
+    partition: PartitionInfo | None = Field(
+        description="Tensor-parallel split, or null if none is declared."
+    )
+    forbidden_ops: list[str] = Field(
+        description="aten ops an implementation may not call (op audit)."
+    )
+    custom_inputs: str | None = Field(
+        description="'file.py:fn' generating inputs, when args cannot express them."
+    )
     sources: dict[str, str] = Field(
-        default_factory=dict, description="'reference' and each impl name -> the source file's text.")
+        default_factory=dict,
+        description="'reference' and each impl name -> the source file's text.",
+    )
 
 
 def cost_rows(spec: KernelSpec) -> list[ShapeCost]:
@@ -79,9 +108,16 @@ def cost_rows(spec: KernelSpec) -> list[ShapeCost]:
             per_dtype = []
             for dtype in spec.dtypes:
                 nbytes = float(spec.bytes(shape, ITEMSIZE.get(dtype, 4)))
-                per_dtype.append(CostAtDtype(dtype=dtype, bytes=nbytes,
-                                             arithmetic_intensity=flops / nbytes if nbytes else 0.0))
-            rows.append(ShapeCost(shape_set=set_name, shape=dict(shape), flops=flops, per_dtype=per_dtype))
+                per_dtype.append(
+                    CostAtDtype(
+                        dtype=dtype,
+                        bytes=nbytes,
+                        arithmetic_intensity=flops / nbytes if nbytes else 0.0,
+                    )
+                )
+            rows.append(
+                ShapeCost(shape_set=set_name, shape=dict(shape), flops=flops, per_dtype=per_dtype)
+            )
     return rows
 
 
@@ -110,14 +146,21 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         folder=str(kernel.folder),
         reference=spec.reference,
         impls=dict(spec.impls),
-        args=[ArgInfo(name=a.name, shape=list(a.shape), dtype=a.dtype, distribution=a.distribution)
-              for a in spec.args],
+        args=[
+            ArgInfo(name=a.name, shape=list(a.shape), dtype=a.dtype, distribution=a.distribution)
+            for a in spec.args
+        ],
         dtypes=list(spec.dtypes),
         shapes=shapes,
-        tolerances=[ToleranceInfo(dtype=d, rel_l2=t.rel_l2, max_abs=t.max_abs, why=t.why)
-                    for d, t in spec.tolerances.items()],
-        partition=PartitionInfo(args=dict(p.args), num_parts=p.num_parts, combine=p.combine, out_dim=p.out_dim)
-        if p else None,
+        tolerances=[
+            ToleranceInfo(dtype=d, rel_l2=t.rel_l2, max_abs=t.max_abs, why=t.why)
+            for d, t in spec.tolerances.items()
+        ],
+        partition=PartitionInfo(
+            args=dict(p.args), num_parts=p.num_parts, combine=p.combine, out_dim=p.out_dim
+        )
+        if p
+        else None,
         forbidden_ops=list(spec.forbidden_ops),
         custom_inputs=spec.make_inputs,
         sources=sources_of(kernel) if inp.include_source else {},

@@ -23,7 +23,8 @@ class Input(ToolInput):
         default=False,
         description="Measure this device's ceilings now (copy bandwidth, matmul rate per dtype; a few "
         "seconds on a CPU) instead of only reporting the cached ones. microbench measures them on "
-        "first use anyway; use this after a driver, clock or torch change.")
+        "first use anyway; use this after a driver, clock or torch change.",
+    )
 
 
 class Device(BaseModel):
@@ -37,28 +38,46 @@ class Device(BaseModel):
 class Output(ToolOutput):
     sandbox_available: bool = Field(description="True when the probe ran inside the sandbox.")
     isolation_level: str = Field(
-        description="Isolation actually in force for agent code (from the sandbox), or 'unavailable'.")
+        description="Isolation actually in force for agent code (from the sandbox), or 'unavailable'."
+    )
     isolation: dict[str, Any] = Field(
-        default_factory=dict, description="The sandbox's own account of its isolation: what is on, what is missing.")
-    sandbox_error: str | None = Field(default=None, description="Why the sandbox could not run the probe, if so.")
-    device: str = Field(description="'cuda' when a GPU is visible to workers, else 'cpu' (Triton runs interpreted).")
-    devices: list[Device] = Field(default_factory=list, description="CUDA devices visible to workers.")
+        default_factory=dict,
+        description="The sandbox's own account of its isolation: what is on, what is missing.",
+    )
+    sandbox_error: str | None = Field(
+        default=None, description="Why the sandbox could not run the probe, if so."
+    )
+    device: str = Field(
+        description="'cuda' when a GPU is visible to workers, else 'cpu' (Triton runs interpreted)."
+    )
+    devices: list[Device] = Field(
+        default_factory=list, description="CUDA devices visible to workers."
+    )
     cpu_model: str = Field(description="CPU model name.")
     num_cpus: int | None = Field(description="Logical CPUs on the host.")
-    num_cpus_usable: int | None = Field(default=None, description="CPUs the worker may run on (affinity).")
+    num_cpus_usable: int | None = Field(
+        default=None, description="CPUs the worker may run on (affinity)."
+    )
     versions: dict[str, str | None] = Field(
-        description="python, torch, triton, numpy (and CUDA/HIP runtime) versions the workers use.")
+        description="python, torch, triton, numpy (and CUDA/HIP runtime) versions the workers use."
+    )
     worker_facts: dict[str, Any] = Field(
-        default_factory=dict, description="Every raw fact the probe returned, for anything not summarised above.")
+        default_factory=dict,
+        description="Every raw fact the probe returned, for anything not summarised above.",
+    )
     server_view: dict[str, Any] = Field(
-        description="What the server process itself sees (package metadata, /proc), without importing torch.")
+        description="What the server process itself sees (package metadata, /proc), without importing torch."
+    )
     peaks: dict[str, Any] | None = Field(
         default=None,
         description="Measured ceilings of this device, as microbench's roofline uses them: copy_gbps "
         "(GB/s), cache_copy_gbps (GB/s, CPU), matmul_tflops per dtype (TFLOP/s), method, measured_at "
-        "(Unix s); null when not measured yet (pass measure_peaks=true, or run microbench once).")
-    peaks_note: str = Field(default="", description="Where the ceilings came from: measured now, cached (when), or "
-                                                    "why none.")
+        "(Unix s); null when not measured yet (pass measure_peaks=true, or run microbench once).",
+    )
+    peaks_note: str = Field(
+        default="",
+        description="Where the ceilings came from: measured now, cached (when), or why none.",
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -83,14 +102,30 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if facts:
         measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"))
         devices = [Device(**d) for d in facts.get("devices", [])]
-        versions = {k: facts.get(k) for k in ("python", "torch", "triton", "numpy", "torch_cuda", "torch_hip")}
-        out = Output(sandbox_available=True, isolation_level=level, isolation=isolation, sandbox_error=None,
-                     device="cuda" if devices else "cpu", devices=devices, cpu_model=facts.get("cpu_model", "?"),
-                     num_cpus=facts.get("num_cpus"), num_cpus_usable=facts.get("num_cpus_usable"),
-                     versions=versions, worker_facts=facts, server_view=server_view,
-                     peaks=measured, peaks_note=peaks_note)
-        where = ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices) or \
-            f"CPU only ({out.cpu_model}, {out.num_cpus_usable} usable cores; Triton runs interpreted)"
+        versions = {
+            k: facts.get(k)
+            for k in ("python", "torch", "triton", "numpy", "torch_cuda", "torch_hip")
+        }
+        out = Output(
+            sandbox_available=True,
+            isolation_level=level,
+            isolation=isolation,
+            sandbox_error=None,
+            device="cuda" if devices else "cpu",
+            devices=devices,
+            cpu_model=facts.get("cpu_model", "?"),
+            num_cpus=facts.get("num_cpus"),
+            num_cpus_usable=facts.get("num_cpus_usable"),
+            versions=versions,
+            worker_facts=facts,
+            server_view=server_view,
+            peaks=measured,
+            peaks_note=peaks_note,
+        )
+        where = (
+            ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices)
+            or f"CPU only ({out.cpu_model}, {out.num_cpus_usable} usable cores; Triton runs interpreted)"
+        )
         ceilings = f"; ceilings {measured['copy_gbps']:.1f} GB/s copy" if measured else ""
         out.summary = f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}{ceilings}"
         return out
@@ -98,9 +133,15 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     versions = {"python": server_view["python"], **server_view["packages"]}
     gpus = server_view["gpus"]
     return Output(
-        sandbox_available=False, isolation_level=level, isolation=isolation, sandbox_error=error,
-        device="cuda" if gpus else "cpu", cpu_model=server_view["cpu_model"], num_cpus=server_view["num_cpus"],
-        versions=versions, server_view=server_view,
+        sandbox_available=False,
+        isolation_level=level,
+        isolation=isolation,
+        sandbox_error=error,
+        device="cuda" if gpus else "cpu",
+        cpu_model=server_view["cpu_model"],
+        num_cpus=server_view["num_cpus"],
+        versions=versions,
+        server_view=server_view,
         summary=f"sandbox unavailable ({error}); agent code cannot run. The server sees "
         f"{', '.join(gpus) or 'no NVIDIA GPU'}, {server_view['cpu_model']} x{server_view['num_cpus']}, "
         f"torch {versions.get('torch')} (from package metadata)",
@@ -112,7 +153,10 @@ async def _peaks(inp: Input, ctx: ToolContext, fingerprint: dict | None) -> tupl
         return await peaks.device_peaks(ctx, fingerprint, refresh=True)
     cached = peaks.load_cached(ctx.workspace.state_dir, fingerprint) if fingerprint else None
     if cached is None:
-        return None, "not measured yet on this device: pass measure_peaks=true, or run microbench once"
+        return (
+            None,
+            "not measured yet on this device: pass measure_peaks=true, or run microbench once",
+        )
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(cached.get("measured_at", 0)))
     return cached, f"{cached.get('source', 'measured')} {when}, cached"
 

@@ -13,37 +13,58 @@ from .common.expect import answer
 
 
 class Input(ToolInput):
-    engine: Literal[tuple(ADAPTERS)] = Field("builtin", description="builtin (the built-in engine: the "  # type: ignore[valid-type]
-                                             "workspace's kernels, runs on CPU), transformers (transformers serve "
-                                             "--continuous-batching), vllm, sglang (GPU builds), command (any "
-                                             "OpenAI-compatible server from args.command).")
-    args: EngineArgs = Field(default_factory=EngineArgs, description="Typed engine arguments; each adapter "
-                             "refuses what its engine has no flag for.")
-    ready_timeout_s: float = Field(300.0, gt=0, le=3600, description="How long to wait for the engine to answer "
-                                   "its health check, s.")
+    engine: Literal[tuple(ADAPTERS)] = Field(  # type: ignore[valid-type]
+        "builtin",
+        description="builtin (the built-in engine: the "
+        "workspace's kernels, runs on CPU), transformers (transformers serve "
+        "--continuous-batching), vllm, sglang (GPU builds), command (any "
+        "OpenAI-compatible server from args.command).",
+    )
+    args: EngineArgs = Field(
+        default_factory=EngineArgs,
+        description="Typed engine arguments; each adapter refuses what its engine has no flag for.",
+    )
+    ready_timeout_s: float = Field(
+        300.0,
+        gt=0,
+        le=3600,
+        description="How long to wait for the engine to answer its health check, s.",
+    )
 
 
 class Output(ToolOutput):
     handle: str = Field(description="Pass to serve_benchmark, profile, stop_serve.")
     engine: str = Field(description="The adapter that started it.")
     ready_s: float = Field(description="From start to the first healthy answer, s.")
-    socket: str = Field(description="Host path of the UNIX socket that reaches the engine's HTTP API (the engine "
-                        "has no network beyond its own loopback): curl --unix-socket SOCKET http://engine/v1/models.")
-    extensions: list[str] = Field(description="Request fields outside the OpenAI schema this engine accepts "
-                                  "(others are never sent to it).")
-    metrics: bool = Field(description="Whether it exports Prometheus /metrics (needed for phase attribution).")
+    socket: str = Field(
+        description="Host path of the UNIX socket that reaches the engine's HTTP API (the engine "
+        "has no network beyond its own loopback): curl --unix-socket SOCKET http://engine/v1/models."
+    )
+    extensions: list[str] = Field(
+        description="Request fields outside the OpenAI schema this engine accepts "
+        "(others are never sent to it)."
+    )
+    metrics: bool = Field(
+        description="Whether it exports Prometheus /metrics (needed for phase attribution)."
+    )
     profiling: bool = Field(description="Whether it has /start_profile and /stop_profile.")
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     eng = await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s)
     ctx.artifact("engine.log", eng.log_tail(200_000))
-    out = Output(handle=eng.handle, engine=eng.adapter.name, ready_s=eng.ready_s or 0.0, socket=eng.socket_path,
-                  extensions=sorted(eng.adapter.extensions), metrics=eng.adapter.metrics_path is not None,
-                  profiling=eng.adapter.profile_paths is not None,
-                  summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
-                  f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
-                  "exits)")
+    out = Output(
+        handle=eng.handle,
+        engine=eng.adapter.name,
+        ready_s=eng.ready_s or 0.0,
+        socket=eng.socket_path,
+        extensions=sorted(eng.adapter.extensions),
+        metrics=eng.adapter.metrics_path is not None,
+        profiling=eng.adapter.profile_paths is not None,
+        summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
+        f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
+        "exits)",
+    )
     try:  # judged again after this returns; a condition that cannot be judged must not orphan the engine
         answer(inp.expect, TOOL.expect_fields, inp, out)
     except Exception:

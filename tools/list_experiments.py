@@ -17,18 +17,29 @@ SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class Input(ToolInput):
-    tool: str | None = Field(default=None, description="Only calls of this tool (e.g. 'microbench').")
-    kernel: str | None = Field(default=None, description="Only calls about this kernel (e.g. 'rmsnorm').")
+    tool: str | None = Field(
+        default=None, description="Only calls of this tool (e.g. 'microbench')."
+    )
+    kernel: str | None = Field(
+        default=None, description="Only calls about this kernel (e.g. 'rmsnorm')."
+    )
     since: str | None = Field(
         default=None,
         description="Only calls started at or after this time: an ISO-8601 timestamp "
-        "('2026-11-30T02:00:00Z') or an age such as '30m', '2h', '1d'.")
+        "('2026-11-30T02:00:00Z') or an age such as '30m', '2h', '1d'.",
+    )
     run: str | None = Field(
-        default=None, description="Only calls made by this agent run (the run id `infra-agent agent` prints "
-        "and records, e.g. 'run-20261201T085000-3fa2').")
-    limit: int = Field(default=20, ge=1, le=500, description="Most experiments to return (newest first).")
+        default=None,
+        description="Only calls made by this agent run (the run id `infra-agent agent` prints "
+        "and records, e.g. 'run-20261201T085000-3fa2').",
+    )
+    limit: int = Field(
+        default=20, ge=1, le=500, description="Most experiments to return (newest first)."
+    )
     include_ledger_queries: bool = Field(
-        default=False, description="Also list list_experiments/compare_experiments calls themselves.")
+        default=False,
+        description="Also list list_experiments/compare_experiments calls themselves.",
+    )
 
 
 class ExperimentSummary(BaseModel):
@@ -36,14 +47,22 @@ class ExperimentSummary(BaseModel):
     tool: str = Field(description="Tool that was called.")
     kernel: str | None = Field(description="Kernel the call was about, if any.")
     hypothesis: str | None = Field(description="The hypothesis the call tested, if one was given.")
-    status: str = Field(description="ok, error, running, or interrupted (the server died mid-call).")
+    status: str = Field(
+        description="ok, error, running, or interrupted (the server died mid-call)."
+    )
     started_at: str = Field(description="Start time, ISO-8601 UTC.")
     duration_ms: float | None = Field(description="Wall time of the call in milliseconds.")
     summary: str = Field(description="The call's one-line answer, or its error message.")
-    git_commit: str | None = Field(description="Workspace git commit at the time (null: not a git repo).")
+    git_commit: str | None = Field(
+        description="Workspace git commit at the time (null: not a git repo)."
+    )
     num_artifacts: int = Field(description="Number of artifact files the call stored.")
-    run_id: str | None = Field(default=None, description="Agent run that made the call (null: not made by one).")
-    run_step: int | None = Field(default=None, description="Model turn of that run (1-based) that asked for it.")
+    run_id: str | None = Field(
+        default=None, description="Agent run that made the call (null: not made by one)."
+    )
+    run_step: int | None = Field(
+        default=None, description="Model turn of that run (1-based) that asked for it."
+    )
     run_model: str | None = Field(default=None, description="Model name that agent run used.")
 
 
@@ -60,14 +79,20 @@ def parse_since(since: str | None, now: float | None = None) -> float | None:
     try:
         dt = datetime.fromisoformat(since.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise AgentError(f"since={since!r} is neither an ISO-8601 time nor an age like '30m', '2h', '1d'") from None
+        raise AgentError(
+            f"since={since!r} is neither an ISO-8601 time nor an age like '30m', '2h', '1d'"
+        ) from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=timezone.utc)
     return dt.timestamp()
 
 
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    return (
+        datetime.fromtimestamp(ts, tz=timezone.utc)
+        .isoformat(timespec="seconds")
+        .replace("+00:00", "Z")
+    )
 
 
 def summarise(row: dict) -> ExperimentSummary:
@@ -94,14 +119,30 @@ def summarise(row: dict) -> ExperimentSummary:
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     exclude = () if inp.include_ledger_queries or inp.tool in LEDGER_TOOLS else LEDGER_TOOLS
-    rows = ctx.experiments(tool=inp.tool, kernel=inp.kernel, since=parse_since(inp.since),
-                           exclude_tools=exclude, run_id=inp.run, limit=inp.limit)
+    rows = ctx.experiments(
+        tool=inp.tool,
+        kernel=inp.kernel,
+        since=parse_since(inp.since),
+        exclude_tools=exclude,
+        run_id=inp.run,
+        limit=inp.limit,
+    )
     # This call's own row is still open; it is not an answer to the question.
     experiments = [summarise(r) for r in rows if r["id"] != ctx.experiment_id]
-    filters = ", ".join(f"{k}={v}" for k, v in (("tool", inp.tool), ("kernel", inp.kernel),
-                                                 ("since", inp.since), ("run", inp.run)) if v)
-    return Output(experiments=experiments,
-                  summary=f"{len(experiments)} experiments" + (f" ({filters})" if filters else ""))
+    filters = ", ".join(
+        f"{k}={v}"
+        for k, v in (
+            ("tool", inp.tool),
+            ("kernel", inp.kernel),
+            ("since", inp.since),
+            ("run", inp.run),
+        )
+        if v
+    )
+    return Output(
+        experiments=experiments,
+        summary=f"{len(experiments)} experiments" + (f" ({filters})" if filters else ""),
+    )
 
 
 TOOL = Tool(

@@ -17,8 +17,11 @@ class Serve(BaseModel):
     alive: bool = Field(description="Whether its process still runs.")
     ready_s: float | None = Field(description="Start-up time to its first healthy answer, s.")
     started_at: float = Field(description="Unix time it was started, s.")
-    exit_cause: str | None = Field(None, description="When it is no longer alive: why (exit code, signal, "
-                                   "the memory limit) and the end of its log; null while alive. stop_serve it.")
+    exit_cause: str | None = Field(
+        None,
+        description="When it is no longer alive: why (exit code, signal, "
+        "the memory limit) and the end of its log; null while alive. stop_serve it.",
+    )
 
 
 class Input(ToolInput):
@@ -26,24 +29,33 @@ class Input(ToolInput):
 
 
 class Output(ToolOutput):
-    serves: list[Serve] = Field(description="The engines this server started and has not stopped (alive or "
-                                "dead), oldest first.")
+    serves: list[Serve] = Field(
+        description="The engines this server started and has not stopped (alive or "
+        "dead), oldest first."
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     engines = ctx.engines.list()
-    serves = [Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields})
-              for e in engines]
+    serves = [
+        Serve(**{k: v for k, v in e.describe().items() if k in Serve.model_fields}) for e in engines
+    ]
     now = time.time()
-    running = [f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
-               for e, s in zip(engines, serves) if s.alive]
+    running = [
+        f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
+        for e, s in zip(engines, serves)
+        if s.alive
+    ]
     text = f"{len(running)} engine(s) running" + (": " + "; ".join(running) if running else "")
-    text += "".join(f"; {s.handle} ({s.engine}) is dead: "
-                    f"{(s.exit_cause or 'unknown cause').splitlines()[0]}"
-                    for s in serves if not s.alive)
+    text += "".join(
+        f"; {s.handle} ({s.engine}) is dead: {(s.exit_cause or 'unknown cause').splitlines()[0]}"
+        for s in serves
+        if not s.alive
+    )
     if ctx.engines.stopped:
-        text += "; stopped earlier: " + ", ".join(f"{h} ({gone.how})"
-                                                  for h, gone in ctx.engines.stopped.items())
+        text += "; stopped earlier: " + ", ".join(
+            f"{h} ({gone.how})" for h, gone in ctx.engines.stopped.items()
+        )
     return Output(serves=serves, summary=text)
 
 

@@ -17,11 +17,17 @@ class Input(ToolInput):
 class Output(ToolOutput):
     handle: str = Field(description="The engine stopped.")
     engine: str = Field(description="Its adapter: builtin, transformers, vllm, sglang, command.")
-    model: str | None = Field(None, description="Its model folder, or null (no model folder: "
-                              "builtin random weights, or a command engine).")
+    model: str | None = Field(
+        None,
+        description="Its model folder, or null (no model folder: "
+        "builtin random weights, or a command engine).",
+    )
     uptime_s: float = Field(description="How long it ran, from start to stop, s.")
-    already_stopped: bool = Field(False, description="True when the engine had been stopped "
-                                  "before this call (nothing was done); summary says when and how.")
+    already_stopped: bool = Field(
+        False,
+        description="True when the engine had been stopped "
+        "before this call (nothing was done); summary says when and how.",
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -29,17 +35,27 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if gone is not None:  # a second stop: say what happened to it, do nothing
         uptime = gone.stopped_at - gone.started_at
         ago = time.time() - gone.stopped_at
-        return Output(handle=inp.handle, engine=gone.engine, model=gone.model,
-                      uptime_s=round(uptime, 1), already_stopped=True,
-                      summary=f"{gone.engine} engine {inp.handle} already stopped ({gone.how}, "
-                      f"{ago:.0f} s ago, after running {uptime:.0f} s); nothing to do")
+        return Output(
+            handle=inp.handle,
+            engine=gone.engine,
+            model=gone.model,
+            uptime_s=round(uptime, 1),
+            already_stopped=True,
+            summary=f"{gone.engine} engine {inp.handle} already stopped ({gone.how}, "
+            f"{ago:.0f} s ago, after running {uptime:.0f} s); nothing to do",
+        )
     eng = get_engine(ctx, inp.handle)
     tail = await ctx.engines.stop(inp.handle)
     ctx.artifact("engine.log", tail)
     uptime = time.time() - eng.started_at
     label = engine_label(eng.adapter.name, inp.handle, eng.args)
-    return Output(handle=inp.handle, engine=eng.adapter.name, model=eng.args.model,
-                  uptime_s=round(uptime, 1), summary=f"stopped {label} after {uptime:.0f} s")
+    return Output(
+        handle=inp.handle,
+        engine=eng.adapter.name,
+        model=eng.args.model,
+        uptime_s=round(uptime, 1),
+        summary=f"stopped {label} after {uptime:.0f} s",
+    )
 
 
 TOOL = Tool(

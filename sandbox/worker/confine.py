@@ -52,8 +52,11 @@ class ConfineError(Exception):
 
 
 class _RulesetAttr(ctypes.Structure):
-    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
-                ("scoped", ctypes.c_uint64)]
+    _fields_ = [
+        ("handled_access_fs", ctypes.c_uint64),
+        ("handled_access_net", ctypes.c_uint64),
+        ("scoped", ctypes.c_uint64),
+    ]
 
 
 class _PathBeneathAttr(ctypes.Structure):
@@ -65,7 +68,13 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 # prctl's arguments are unsigned longs: declare them, or ctypes passes ints whose upper
 # register halves the kernel may read as garbage (PR_SET_NO_NEW_PRIVS demands zeros).
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.prctl.argtypes = [
+    ctypes.c_int,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+    ctypes.c_ulong,
+]
 
 
 def prctl(option: int, arg2: int = 0) -> int:
@@ -74,7 +83,9 @@ def prctl(option: int, arg2: int = 0) -> int:
 
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version, or 0 when Landlock is absent or disabled."""
-    abi = _libc.syscall(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION))
+    abi = _libc.syscall(
+        _SYS_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(_CREATE_RULESET_VERSION)
+    )
     return max(int(abi), 0)
 
 
@@ -82,8 +93,9 @@ def _fs_rights(abi: int) -> int:
     return _FS_BY_ABI.get(abi, (1 << 16) - 1)
 
 
-def apply_landlock(read_only: list[str], read_write: list[str], devices: list[str],
-                   tcp_ports: tuple[int, ...] = ()) -> int:
+def apply_landlock(
+    read_only: list[str], read_write: list[str], devices: list[str], tcp_ports: tuple[int, ...] = ()
+) -> int:
     """Restrict this process (and all it starts) to the listed paths; returns the ABI used.
 
     `devices` are character devices opened read-write (with ioctl: GPUs need it).
@@ -95,18 +107,27 @@ def apply_landlock(read_only: list[str], read_write: list[str], devices: list[st
     if abi < 1:
         raise ConfineError("Landlock is not available in this kernel")
     handled = _fs_rights(abi)
-    attr = _RulesetAttr(handled, (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
-                        (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0)
+    attr = _RulesetAttr(
+        handled,
+        (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+        (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0,
+    )
     size = 8  # landlock_ruleset_attr as ABI 1-3 know it: fs rights only
     if abi >= 4:
         size = 16  # + net rights
     if abi >= 6:
         size = ctypes.sizeof(_RulesetAttr)  # + scoped
-    ruleset = _libc.syscall(_SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    ruleset = _libc.syscall(
+        _SYS_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0)
+    )
     if ruleset < 0:
         raise ConfineError(f"landlock_create_ruleset failed: {os.strerror(ctypes.get_errno())}")
     try:
-        grants = ((read_only, READ_ONLY), (read_write, READ_WRITE), (devices, READ_FILE | WRITE_FILE | IOCTL_DEV))
+        grants = (
+            (read_only, READ_ONLY),
+            (read_write, READ_WRITE),
+            (devices, READ_FILE | WRITE_FILE | IOCTL_DEV),
+        )
         for paths, rights in grants:
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
@@ -130,9 +151,19 @@ def _add_path_rule(ruleset: int, path: str, rights: int) -> None:
         if not os.path.isdir(path):
             rights &= _FILE_RIGHTS  # the kernel rejects directory rights on a file
         rule = _PathBeneathAttr(rights, fd)
-        if _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_PATH_BENEATH),
-                         ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-            raise ConfineError(f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}")
+        if (
+            _libc.syscall(
+                _SYS_ADD_RULE,
+                ctypes.c_int(ruleset),
+                ctypes.c_int(_RULE_PATH_BENEATH),
+                ctypes.byref(rule),
+                ctypes.c_uint32(0),
+            )
+            != 0
+        ):
+            raise ConfineError(
+                f"landlock_add_rule({path}) failed: {os.strerror(ctypes.get_errno())}"
+            )
     finally:
         os.close(fd)
 
@@ -147,9 +178,19 @@ _RULE_NET_PORT = 2
 
 def _add_port_rule(ruleset: int, port: int) -> None:
     rule = _NetPortAttr(_NET_BIND_TCP | _NET_CONNECT_TCP, port)
-    if _libc.syscall(_SYS_ADD_RULE, ctypes.c_int(ruleset), ctypes.c_int(_RULE_NET_PORT),
-                     ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
-        raise ConfineError(f"landlock_add_rule(tcp port {port}) failed: {os.strerror(ctypes.get_errno())}")
+    if (
+        _libc.syscall(
+            _SYS_ADD_RULE,
+            ctypes.c_int(ruleset),
+            ctypes.c_int(_RULE_NET_PORT),
+            ctypes.byref(rule),
+            ctypes.c_uint32(0),
+        )
+        != 0
+    ):
+        raise ConfineError(
+            f"landlock_add_rule(tcp port {port}) failed: {os.strerror(ctypes.get_errno())}"
+        )
 
 
 # --- a private /tmp and /dev/shm ----------------------------------------------------------
@@ -165,7 +206,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def private_mounts(binds: dict[str, str]) -> None:
@@ -180,12 +225,23 @@ def private_mounts(binds: dict[str, str]) -> None:
     uid, gid = os.getuid(), os.getgid()
     if _libc.unshare(_CLONE_NEWUSER | _CLONE_NEWNS) != 0:
         raise ConfineError(f"unshare(user, mount) failed: {os.strerror(ctypes.get_errno())}")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
         with open(f"/proc/self/{name}", "w") as f:
             f.write(text)
     for target, source in binds.items():
-        if _libc.mount(source.encode(), target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None) != 0:
-            raise ConfineError(f"bind mount of {source} on {target} failed: {os.strerror(ctypes.get_errno())}")
+        if (
+            _libc.mount(
+                source.encode(), target.encode(), None, ctypes.c_ulong(_MS_BIND | _MS_REC), None
+            )
+            != 0
+        ):
+            raise ConfineError(
+                f"bind mount of {source} on {target} failed: {os.strerror(ctypes.get_errno())}"
+            )
     for cap in range(_CAP_LAST + 1):
         prctl(_PR_CAPBSET_DROP, cap)  # EINVAL past the last capability this kernel knows: fine
     header, data = _CapHeader(_CAPABILITY_V3, 0), (_CapData * 2)()
@@ -195,10 +251,15 @@ def private_mounts(binds: dict[str, str]) -> None:
 
 # --- resource limits --------------------------------------------------------------------
 
+
 def apply_rlimits(cpu_s: int, file_bytes: int, num_files: int) -> None:
     """Hard limits too, so the job cannot raise them back (never above the inherited hard limit)."""
-    for which, value in ((resource.RLIMIT_CPU, cpu_s), (resource.RLIMIT_FSIZE, file_bytes),
-                         (resource.RLIMIT_NOFILE, num_files), (resource.RLIMIT_CORE, 0)):
+    for which, value in (
+        (resource.RLIMIT_CPU, cpu_s),
+        (resource.RLIMIT_FSIZE, file_bytes),
+        (resource.RLIMIT_NOFILE, num_files),
+        (resource.RLIMIT_CORE, 0),
+    ):
         hard = resource.getrlimit(which)[1]
         if hard != resource.RLIM_INFINITY:
             value = min(value, hard)

@@ -51,12 +51,21 @@ def _confine(spec: dict) -> dict:
     layers: dict = {}
     rules = spec.get("landlock")
     if rules:
-        layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], rules["read_write"], rules["devices"],
-                                                        tcp_ports=tuple(map(int, spec["tcp_ports"])))
+        layers["landlock_abi"] = confine.apply_landlock(
+            rules["read_only"],
+            rules["read_write"],
+            rules["devices"],
+            tcp_ports=tuple(map(int, spec["tcp_ports"])),
+        )
     if spec.get("seccomp"):
-        layers["seccomp_instructions"] = seccomp.apply_seccomp(seccomp.build_seccomp_filter(allow_inet=True))
-    for which, value in ((resource.RLIMIT_FSIZE, spec["file_bytes"]), (resource.RLIMIT_NOFILE, spec["num_files"]),
-                         (resource.RLIMIT_CORE, 0)):
+        layers["seccomp_instructions"] = seccomp.apply_seccomp(
+            seccomp.build_seccomp_filter(allow_inet=True)
+        )
+    for which, value in (
+        (resource.RLIMIT_FSIZE, spec["file_bytes"]),
+        (resource.RLIMIT_NOFILE, spec["num_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ):
         hard = resource.getrlimit(which)[1]
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
@@ -69,8 +78,14 @@ async def _serve(spec: dict, folder: Path) -> int:
     bridge = await asyncio.start_unix_server(lambda r, w: _relay(r, w, port), path=sock_path)
     os.chmod(sock_path, 0o600)
     with open(folder / LOG_FILE, "ab", buffering=0) as log:
-        proc = subprocess.Popen(spec["argv"], env=spec["env"], cwd=folder, stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            spec["argv"],
+            env=spec["env"],
+            cwd=folder,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -42,8 +42,9 @@ ERROR_FILE = "error.json"
 _PR_SET_PDEATHSIG = 1
 
 
-def run_child(zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.socket,
-              seccomp_filter: bytes) -> None:
+def run_child(
+    zygote_pid: int, stdout_fd: int, stderr_fd: int, job_sock: socket.socket, seccomp_filter: bytes
+) -> None:
     """Never returns: the process ends with os._exit."""
     code = 0
     try:
@@ -129,7 +130,9 @@ def _confine(policy: dict, seccomp_filter: bytes) -> dict:
     if policy.get("landlock"):
         rules = policy["landlock"]
         read_write = rules["read_write"] + sorted(private)
-        layers["landlock_abi"] = confine.apply_landlock(rules["read_only"], read_write, rules["devices"])
+        layers["landlock_abi"] = confine.apply_landlock(
+            rules["read_only"], read_write, rules["devices"]
+        )
     if policy.get("seccomp"):
         layers["seccomp_instructions"] = seccomp.apply_seccomp(seccomp_filter)
     return layers
@@ -138,8 +141,13 @@ def _confine(policy: dict, seccomp_filter: bytes) -> dict:
 def _run_op(spec: dict) -> None:
     job_dir = Path(spec["job_dir"])
     workspace = Path(spec["workspace"]) if spec.get("workspace") else None
-    ctx = JobContext(job_dir=job_dir, in_dir=job_dir / "in", out_dir=job_dir / "out",
-                     workspace=workspace, device=spec["device"])
+    ctx = JobContext(
+        job_dir=job_dir,
+        in_dir=job_dir / "in",
+        out_dir=job_dir / "out",
+        workspace=workspace,
+        device=spec["device"],
+    )
     try:
         op = spec["op"]
         if not op.isidentifier():
@@ -150,16 +158,28 @@ def _run_op(spec: dict) -> None:
             raise TypeError(f"op {op} returned {type(result).__name__}, not a dict")
         _write_json(job_dir / RESULT_FILE, result)
     except BaseException as exc:  # noqa: BLE001 - agent code may raise anything, SystemExit included
-        _write_json(job_dir / ERROR_FILE, describe_exception(exc, [str(job_dir), str(workspace or job_dir)]))
+        _write_json(
+            job_dir / ERROR_FILE, describe_exception(exc, [str(job_dir), str(workspace or job_dir)])
+        )
 
 
 # Exceptions that, raised by the harness's own code with no frame of the agent's on the
 # stack, mean a bug of ours rather than something wrong with the job (a bad entry name,
 # bad source and bad arguments come as ValueError, TypeError, SyntaxError, ImportError...).
-OUR_FAULTS = (AssertionError, AttributeError, IndexError, KeyError, NameError, UnboundLocalError,
-              ZeroDivisionError, RecursionError)
+OUR_FAULTS = (
+    AssertionError,
+    AttributeError,
+    IndexError,
+    KeyError,
+    NameError,
+    UnboundLocalError,
+    ZeroDivisionError,
+    RecursionError,
+)
 # the package as imported (/opt/ia/ia_worker in bwrap, a symlink without) and its real folder
-_HARNESS_ROOTS = tuple({str(Path(__file__).parent) + os.sep, str(Path(__file__).resolve().parent) + os.sep})
+_HARNESS_ROOTS = tuple(
+    {str(Path(__file__).parent) + os.sep, str(Path(__file__).resolve().parent) + os.sep}
+)
 
 
 def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
@@ -179,11 +199,17 @@ def describe_exception(exc: BaseException, agent_roots: list[str]) -> dict:
     if isinstance(exc, SystemExit):
         message = f"the code called sys.exit({exc.code!r})"
     if is_our_fault:
-        message = f"{message} (in the sandbox worker's own code: a bug in the server, not in your code)"
+        message = (
+            f"{message} (in the sandbox worker's own code: a bug in the server, not in your code)"
+        )
     errno_value = getattr(exc, "errno", None)
     errno_number = errno_value if isinstance(errno_value, int) else None
-    return {"type": type(exc).__name__, "message": message, "errno": errno_number,
-            "traceback": "".join(traceback.format_list(mine))}
+    return {
+        "type": type(exc).__name__,
+        "message": message,
+        "errno": errno_number,
+        "traceback": "".join(traceback.format_list(mine)),
+    }
 
 
 def _write_json(path: Path, data: dict) -> None:

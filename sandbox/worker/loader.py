@@ -22,8 +22,14 @@ class LoadError(Exception):
     """The code could not be loaded or has no usable entry; the message says why."""
 
 
-def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: str | None = None,
-               module_name: str = "candidate") -> Callable:
+def load_entry(
+    ctx: JobContext,
+    *,
+    entry: str,
+    source: str | None = None,
+    path: str | None = None,
+    module_name: str = "candidate",
+) -> Callable:
     if (source is None) == (path is None):
         raise LoadError("give exactly one of source (inline Python) or path (a file)")
     ensure_triton_interpreter()
@@ -32,7 +38,9 @@ def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: 
         file.write_text(source)
     else:
         file = Path(path)
-        if not file.is_absolute():  # a file the parent copied into this job's folder (a code snapshot)
+        if (
+            not file.is_absolute()
+        ):  # a file the parent copied into this job's folder (a code snapshot)
             file = ctx.job_dir / file
         if not file.is_file():
             raise LoadError(f"no such file: {path}")
@@ -40,7 +48,9 @@ def load_entry(ctx: JobContext, *, entry: str, source: str | None = None, path: 
     fn = getattr(module, entry, None)
     if fn is None:
         names = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise LoadError(f"{file.name} has no function {entry!r}; it defines: {', '.join(names) or 'nothing callable'}")
+        raise LoadError(
+            f"{file.name} has no function {entry!r}; it defines: {', '.join(names) or 'nothing callable'}"
+        )
     if not callable(fn):
         raise LoadError(f"{entry!r} in {file.name} is a {type(fn).__name__}, not a function")
     return fn
@@ -76,8 +86,11 @@ def _rewrap_triton_helpers(to_interpreter: bool) -> None:
     import triton.runtime.interpreter as interp
     import triton.runtime.jit as jit
 
-    old, new = (jit.JITFunction, interp.InterpretedFunction) if to_interpreter else \
-        (interp.InterpretedFunction, jit.JITFunction)
+    old, new = (
+        (jit.JITFunction, interp.InterpretedFunction)
+        if to_interpreter
+        else (interp.InterpretedFunction, jit.JITFunction)
+    )
     for name, module in list(sys.modules.items()):
         if module is None or not name.startswith("triton.language"):
             continue
@@ -124,4 +137,6 @@ def check_arity(fn: Callable, num_args: int, entry: str) -> None:
     try:
         sig.bind(*range(num_args))
     except TypeError as exc:
-        raise LoadError(f"{entry}{sig} cannot be called with {num_args} positional arguments: {exc}") from None
+        raise LoadError(
+            f"{entry}{sig} cannot be called with {num_args} positional arguments: {exc}"
+        ) from None

@@ -25,6 +25,7 @@ OP_DEVICE_PROBE = "device_probe"
 
 # ---- what names code in a payload --------------------------------------------------
 
+
 class CodePayload(TypedDict, total=False):
     """A function the worker loads: `entry` in a workspace file (`path`, as the job sees
     it) or in inline `source`."""
@@ -32,7 +33,9 @@ class CodePayload(TypedDict, total=False):
     entry: str
     path: str | None
     source: str | None
-    file_name: str  # how errors name the file (numerics_run), e.g. "vector_add/vector_add_triton.py"
+    file_name: (
+        str  # how errors name the file (numerics_run), e.g. "vector_add/vector_add_triton.py"
+    )
 
 
 class ArgPayload(TypedDict):
@@ -47,6 +50,7 @@ class ArgPayload(TypedDict):
 
 
 # ---- reference: seeded inputs and the reference's outputs -----------------------------
+
 
 class ReferenceItem(TypedDict, total=False):
     key: str  # names the files: inputs_file(key), reference_file(key)
@@ -66,6 +70,7 @@ class ReferencePayload(TypedDict):
 
 # ---- numerics_run: the candidate on saved inputs ---------------------------------------
 
+
 class PartitionPayload(TypedDict, total=False):
     args: dict[str, int]  # input index (as text) -> split dim
     num_parts: int
@@ -82,8 +87,12 @@ class PartitionPayload(TypedDict, total=False):
 # 0x7fc0/0xffc0/0xffff (bfloat16), 0x7ff8.../0xfff8... (float64); GPUs produce the
 # canonical 0x7fffffff/0x7fff family. A payload survives copies and stores bit for bit; an
 # op reading the sentinel propagates it (that output came from unwritten memory too).
-UNWRITTEN_FLOAT_BITS = {"float32": 0x7FC5A5A5, "float16": 0x7E5A, "bfloat16": 0x7FDA,
-                        "float64": 0x7FF80000A5A5A5A5}
+UNWRITTEN_FLOAT_BITS = {
+    "float32": 0x7FC5A5A5,
+    "float16": 0x7E5A,
+    "bfloat16": 0x7FDA,
+    "float64": 0x7FF80000A5A5A5A5,
+}
 
 
 class NumericsRunPayload(TypedDict):
@@ -110,6 +119,7 @@ def is_rank_call(kind: str) -> bool:
 
 
 # ---- microbench: raw timing samples -----------------------------------------------------
+
 
 class ArmPayload(TypedDict):
     name: str  # "candidate" or "baseline"
@@ -138,6 +148,7 @@ class MicrobenchPayload(TypedDict, total=False):
 
 
 # ---- the files a job writes (out/) and reads (in/) --------------------------------------
+
 
 def inputs_file(key: str) -> str:
     """The inputs of trial `key` (reference op writes them; numerics_run reads them)."""

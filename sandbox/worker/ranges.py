@@ -46,11 +46,17 @@ def stop() -> dict:
     """End the recording; returns {"ranges": [...], "dropped": n, "unfinished": [...]} as JSON data."""
     _recorder.active = False
     now = time.perf_counter_ns()
-    unfinished = [{"name": name, "tid": tid, "start_ns": start_ns, "seen_open_at_ns": now}
-                  for tid, stack in list(_recorder.open.items()) for name, start_ns, _ in stack]
+    unfinished = [
+        {"name": name, "tid": tid, "start_ns": start_ns, "seen_open_at_ns": now}
+        for tid, stack in list(_recorder.open.items())
+        for name, start_ns, _ in stack
+    ]
     keys = ("name", "tid", "thread", "start_ns", "end_ns", "cpu_ns")
-    return {"ranges": [dict(zip(keys, r, strict=True)) for r in _recorder.ranges], "dropped": _recorder.dropped,
-            "unfinished": unfinished}
+    return {
+        "ranges": [dict(zip(keys, r, strict=True)) for r in _recorder.ranges],
+        "dropped": _recorder.dropped,
+        "unfinished": unfinished,
+    }
 
 
 class span:
@@ -85,7 +91,9 @@ class span:
         if len(_recorder.ranges) >= MAX_RANGES:
             _recorder.dropped += 1
             return
-        _recorder.ranges.append((self.name, tid, threading.current_thread().name, self._start_ns, end_ns, cpu_ns))
+        _recorder.ranges.append(
+            (self.name, tid, threading.current_thread().name, self._start_ns, end_ns, cpu_ns)
+        )
 
     def __call__(self, fn):
         name = self.name
@@ -94,5 +102,9 @@ class span:
             with span(name):
                 return fn(*args, **kwargs)
 
-        wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = fn.__name__, fn.__qualname__, fn.__doc__
+        wrapper.__name__, wrapper.__qualname__, wrapper.__doc__ = (
+            fn.__name__,
+            fn.__qualname__,
+            fn.__doc__,
+        )
         return wrapper

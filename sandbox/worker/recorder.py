@@ -40,7 +40,9 @@ class Window:
         self.watcher = ThreadWatcher()
 
     def start(self) -> None:
-        self.offset_ns = time.time_ns() - time.perf_counter_ns()  # epoch -> perf_counter, for the torch trace
+        self.offset_ns = (
+            time.time_ns() - time.perf_counter_ns()
+        )  # epoch -> perf_counter, for the torch trace
         self.watcher.start()
         ranges.start()
         self.prof = _profiler(self.device)
@@ -75,12 +77,17 @@ class Window:
             trace_file.unlink(missing_ok=True)
         recorded = self.recorded
         return {
-            "pid": os.getpid(), "main_tid": threading.get_native_id(),
+            "pid": os.getpid(),
+            "main_tid": threading.get_native_id(),
             "window": {"start_ns": self.start_ns, "end_ns": self.end_ns},
-            "ops": _op_rows(self.prof, self.limits["max_ops"]), **events,
+            "ops": _op_rows(self.prof, self.limits["max_ops"]),
+            **events,
             "ranges": _columns(recorded["ranges"], self.limits["max_ranges"]),
-            "ranges_dropped": recorded["dropped"], "unfinished_ranges": recorded["unfinished"][:100],
-            "threads": self.watcher.threads, "device": self.device, "cuda_activities": self.device == "cuda",
+            "ranges_dropped": recorded["dropped"],
+            "unfinished_ranges": recorded["unfinished"][:100],
+            "threads": self.watcher.threads,
+            "device": self.device,
+            "cuda_activities": self.device == "cuda",
         }
 
 
@@ -89,7 +96,9 @@ def _profiler(device: str):
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     config = torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
-    return torch.profiler.profile(activities=activities, record_shapes=True, experimental_config=config)
+    return torch.profiler.profile(
+        activities=activities, record_shapes=True, experimental_config=config
+    )
 
 
 def _op_rows(prof, max_ops: int) -> list[dict]:
@@ -98,8 +107,15 @@ def _op_rows(prof, max_ops: int) -> list[dict]:
     for avg in prof.key_averages(group_by_input_shape=True):
         if avg.device_type != torch.autograd.DeviceType.CPU:
             continue
-        rows.append({"name": avg.key, "input_shapes": str(avg.input_shapes), "count": avg.count,
-                     "self_us": avg.self_cpu_time_total, "total_us": avg.cpu_time_total})
+        rows.append(
+            {
+                "name": avg.key,
+                "input_shapes": str(avg.input_shapes),
+                "count": avg.count,
+                "self_us": avg.self_cpu_time_total,
+                "total_us": avg.cpu_time_total,
+            }
+        )
     by_self = sorted(rows, key=lambda r: -r["self_us"])[:max_ops]
     by_total = sorted(rows, key=lambda r: -r["total_us"])[:max_ops]
     keep = {id(r): r for r in by_self + by_total}
@@ -115,29 +131,45 @@ def _trace_events(trace_file: Path, offset_ns: int, max_events: int) -> dict:
         if e.get("ph") != "X":
             continue
         cat, start = e.get("cat"), int(float(e["ts"]) * 1000) + base - offset_ns
-        item = {"name": e.get("name", ""), "tid": e.get("tid"), "start_ns": start,
-                "end_ns": start + int(float(e.get("dur", 0)) * 1000)}
+        item = {
+            "name": e.get("name", ""),
+            "tid": e.get("tid"),
+            "start_ns": start,
+            "end_ns": start + int(float(e.get("dur", 0)) * 1000),
+        }
         if cat == "user_annotation":
             annotations.append(item)
         elif cat == "cpu_op":
             ops.append(item)
         elif cat == "kernel":
-            row = kernels.setdefault(item["name"], {"name": item["name"], "count": 0, "total_us": 0.0})
+            row = kernels.setdefault(
+                item["name"], {"name": item["name"], "count": 0, "total_us": 0.0}
+            )
             row["count"] += 1
             row["total_us"] += float(e.get("dur", 0))
     ops.sort(key=lambda o: o["start_ns"])
-    return {"torch_ranges": annotations[:max_events], "op_events": ops[:max_events], "op_events_total": len(ops),
-            "gpu_kernels": sorted(kernels.values(), key=lambda k: -k["total_us"])[:200]}
+    return {
+        "torch_ranges": annotations[:max_events],
+        "op_events": ops[:max_events],
+        "op_events_total": len(ops),
+        "gpu_kernels": sorted(kernels.values(), key=lambda k: -k["total_us"])[:200],
+    }
 
 
 def _columns(rows: list[dict], limit: int) -> dict:
     names = sorted({r["name"] for r in rows})
     index = {n: i for i, n in enumerate(names)}
     kept = rows[:limit]
-    return {"names": names, "name": [index[r["name"]] for r in kept], "tid": [r["tid"] for r in kept],
-            "thread": [r["thread"] for r in kept], "start_ns": [r["start_ns"] for r in kept],
-            "end_ns": [r["end_ns"] for r in kept], "cpu_ns": [r["cpu_ns"] for r in kept],
-            "truncated": max(0, len(rows) - limit)}
+    return {
+        "names": names,
+        "name": [index[r["name"]] for r in kept],
+        "tid": [r["tid"] for r in kept],
+        "thread": [r["thread"] for r in kept],
+        "start_ns": [r["start_ns"] for r in kept],
+        "end_ns": [r["end_ns"] for r in kept],
+        "cpu_ns": [r["cpu_ns"] for r in kept],
+        "truncated": max(0, len(rows) - limit),
+    }
 
 
 class ThreadWatcher:
@@ -151,7 +183,9 @@ class ThreadWatcher:
         self.thread = threading.Thread(target=self._loop, name="profile-watcher", daemon=True)
 
     def start(self) -> None:
-        threading.setprofile(self._name_hook)  # threads started from now on announce themselves once
+        threading.setprofile(
+            self._name_hook
+        )  # threads started from now on announce themselves once
         self._poll()  # every thread's CPU time at the window's start, not 20 ms into it
         self.thread.start()
 

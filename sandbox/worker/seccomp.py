@@ -20,23 +20,63 @@ _CMP_NE, _CMP_LT, _CMP_EQ, _CMP_GT, _CMP_MASKED_EQ = 1, 2, 4, 6, 7
 _AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
 
 DENIED_SYSCALLS = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "bpf", "perf_event_open",
-    "mount", "umount2", "pivot_root", "move_mount", "open_tree", "fsopen", "fsmount", "fsconfig",
-    "fspick", "mount_setattr", "unshare", "setns", "keyctl", "add_key", "request_key",
-    "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
-    "open_by_handle_at", "name_to_handle_at", "swapon", "swapoff", "reboot", "acct",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "bpf",
+    "perf_event_open",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsmount",
+    "fsconfig",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "acct",
 )
 # clone() flags that would create namespaces; clone3 passes flags in memory that a
 # filter cannot read, so it answers ENOSYS and libc falls back to clone().
 # (CLONE_NEWTIME is absent: in clone() its bit is part of the exit-signal byte.)
-_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000,
-                    0x20000000, 0x40000000)
+_NAMESPACE_FLAGS = (
+    0x00020000,
+    0x02000000,
+    0x04000000,
+    0x08000000,
+    0x10000000,
+    0x20000000,
+    0x40000000,
+)
 
 
 class _ArgCmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64),
-                ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 def _load_libseccomp():
@@ -47,8 +87,13 @@ def _load_libseccomp():
         return None
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int,
-                                           ctypes.c_uint, ctypes.POINTER(_ArgCmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
@@ -61,7 +106,9 @@ _seccomp = _load_libseccomp()  # loaded once in the zygote; children inherit the
 
 def seccomp_available() -> str | None:
     """None when the filter can be built, else the reason it cannot."""
-    return None if _seccomp is not None else "libseccomp.so.2 not found (apt-get install libseccomp2)"
+    return (
+        None if _seccomp is not None else "libseccomp.so.2 not found (apt-get install libseccomp2)"
+    )
 
 
 def _errno_action(err: int) -> int:
@@ -138,5 +185,3 @@ def apply_seccomp(program: bytes) -> int:
     if _libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0) != 0:
         raise ConfineError(f"loading the seccomp filter failed: {os.strerror(ctypes.get_errno())}")
     return len(program) // 8
-
-

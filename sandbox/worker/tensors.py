@@ -32,8 +32,14 @@ def dtype_of(name: str) -> torch.dtype:
         raise ValueError(f"unknown dtype {name!r}; use one of {', '.join(DTYPES)}") from None
 
 
-def make_inputs(args: list[dict], shape: dict[str, int], dtype: str, seed: int,
-                device: str = "cpu", distribution: str | None = None) -> list[torch.Tensor]:
+def make_inputs(
+    args: list[dict],
+    shape: dict[str, int],
+    dtype: str,
+    seed: int,
+    device: str = "cpu",
+    distribution: str | None = None,
+) -> list[torch.Tensor]:
     """One tensor per declared argument (see kernels/schema.py `Arg`, as a dict).
 
     `distribution` overrides float arguments' draws: "normal", "uniform", "large"
@@ -50,7 +56,9 @@ def make_inputs(args: list[dict], shape: dict[str, int], dtype: str, seed: int,
                 dist = distribution
             t = _draw_float(dims, dist, gen)
         else:
-            t = torch.randint(arg.get("low", 0), arg.get("high", 2**16), dims, generator=gen, dtype=torch.int64)
+            t = torch.randint(
+                arg.get("low", 0), arg.get("high", 2**16), dims, generator=gen, dtype=torch.int64
+            )
         tensors.append(t.to(device=device, dtype=arg_dtype).contiguous())
     return tensors
 

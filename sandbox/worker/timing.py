@@ -41,8 +41,10 @@ class Arm:
                 return elapsed, outputs
             elapsed, out = timer.time(self.fn, sets[index])
         except Exception as exc:
-            raise RuntimeError(f"{self.name} raised on call {self.calls} (input set {index}): "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise RuntimeError(
+                f"{self.name} raised on call {self.calls} (input set {index}): "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
         return elapsed, as_tensors(out, self.name)
 
     def offer(self, rng: random.Random, iteration: int, index: int, outputs) -> None:
@@ -50,7 +52,11 @@ class Arm:
         self._seen += 1
         slot = len(self._reservoir) if len(self._reservoir) < self._k else rng.randrange(self._seen)
         if slot < self._k:
-            entry = {"iteration": iteration, "input_set": index, "outputs": [t.detach().clone() for t in outputs]}
+            entry = {
+                "iteration": iteration,
+                "input_set": index,
+                "outputs": [t.detach().clone() for t in outputs],
+            }
             if slot == len(self._reservoir):
                 self._reservoir.append(entry)
             else:
@@ -63,8 +69,14 @@ class Arm:
         for k, entry in enumerate(self._reservoir):
             name = spot_check_file(self.name, k)
             save_tensors(ctx.out_dir / name, {str(i): t for i, t in enumerate(entry["outputs"])})
-            saved.append({"arm": self.name, "iteration": entry["iteration"], "input_set": entry["input_set"],
-                          "file": name})
+            saved.append(
+                {
+                    "arm": self.name,
+                    "iteration": entry["iteration"],
+                    "input_set": entry["input_set"],
+                    "file": name,
+                }
+            )
         return saved
 
     def capture_graphs(self, torch, sets) -> None:
@@ -80,15 +92,19 @@ class Arm:
                 with torch.cuda.graph(graph):
                     out = self.fn(*inputs)
             except Exception as exc:
-                raise RuntimeError(f"{self.name} cannot be captured in a CUDA graph (host syncs, "
-                                   f"allocations that vary, CPU work?): {type(exc).__name__}: {exc}") from exc
+                raise RuntimeError(
+                    f"{self.name} cannot be captured in a CUDA graph (host syncs, "
+                    f"allocations that vary, CPU work?): {type(exc).__name__}: {exc}"
+                ) from exc
             self.graphs.append((graph, as_tensors(out, self.name)))
 
 
 def as_tensors(out, name: str) -> list:
     items = list(out) if isinstance(out, (tuple, list)) else [out]
     if not items or not all(isinstance(t, torch.Tensor) for t in items):
-        raise TypeError(f"{name} returned {type(out).__name__}; return a tensor or a tuple of tensors")
+        raise TypeError(
+            f"{name} returned {type(out).__name__}; return a tensor or a tuple of tensors"
+        )
     return items
 
 
@@ -112,8 +128,10 @@ class CudaTimer:
         self._flush = torch.empty(size, dtype=torch.int8, device="cuda")
         self._event = torch.cuda.Event
         self._sync = torch.cuda.synchronize
-        self.description = (f"CUDA events, {size >> 20} MiB L2 flush before each call, "
-                            "torch.cuda.synchronize() before the end event")
+        self.description = (
+            f"CUDA events, {size >> 20} MiB L2 flush before each call, "
+            "torch.cuda.synchronize() before the end event"
+        )
 
     def time(self, fn, args):
         start, end = self._event(enable_timing=True), self._event(enable_timing=True)

@@ -48,7 +48,9 @@ def main() -> None:
     from . import harness
 
     if torch.cuda.is_initialized():  # a forked CUDA context is undefined behaviour: refuse to serve
-        print("zygote: CUDA was initialised while importing; refusing to fork jobs", file=sys.stderr)
+        print(
+            "zygote: CUDA was initialised while importing; refusing to fork jobs", file=sys.stderr
+        )
         sys.exit(3)
 
     try:
@@ -61,8 +63,16 @@ def main() -> None:
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # a handler, so the wakeup fd fires
-    _send(ctl, {"ready": True, "pid": os.getpid(), "landlock_abi": confine.landlock_abi(),
-                "seccomp_error": seccomp_error, "python": sys.version.split()[0]})
+    _send(
+        ctl,
+        {
+            "ready": True,
+            "pid": os.getpid(),
+            "landlock_abi": confine.landlock_abi(),
+            "seccomp_error": seccomp_error,
+            "python": sys.version.split()[0],
+        },
+    )
 
     jobs: dict[int, str] = {}  # pid -> job id
     selector = selectors.DefaultSelector()
@@ -112,7 +122,9 @@ def _warm_imports() -> None:
             traceback.print_exc()
 
 
-def _spawn(fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness, seccomp_filter: bytes) -> int:
+def _spawn(
+    fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness, seccomp_filter: bytes
+) -> int:
     stdout_fd, stderr_fd, sock_fd = fds
     zygote_pid = os.getpid()
     pid = os.fork()
@@ -121,7 +133,9 @@ def _spawn(fds: list[int], ctl: socket.socket, wake: tuple[int, int], harness, s
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         for fd in (*wake, ctl.detach()):
             os.close(fd)
-        harness.run_child(zygote_pid, stdout_fd, stderr_fd, socket.socket(fileno=sock_fd), seccomp_filter)
+        harness.run_child(
+            zygote_pid, stdout_fd, stderr_fd, socket.socket(fileno=sock_fd), seccomp_filter
+        )
     for fd in fds:
         os.close(fd)
     return pid
@@ -139,8 +153,15 @@ def _reap(ctl: socket.socket, jobs: dict[int, str]) -> None:
         if job_id is None:
             continue  # an orphan of some job, reparented to us: reaped, nothing to report
         _kill_group(pid, leader_alive=False)  # whatever the job left in its process group
-        _send(ctl, {"exited": job_id, "status": status, "maxrss_kb": usage.ru_maxrss,
-                    "cpu_s": usage.ru_utime + usage.ru_stime})
+        _send(
+            ctl,
+            {
+                "exited": job_id,
+                "status": status,
+                "maxrss_kb": usage.ru_maxrss,
+                "cpu_s": usage.ru_utime + usage.ru_stime,
+            },
+        )
 
 
 def _kill_group(pid: int, leader_alive: bool = True) -> None:

@@ -12,7 +12,9 @@ from .transcript import Totals
 
 @dataclass
 class AgentConfig:
-    base_url: str  # the API root, e.g. https://api.z.ai/api/paas/v4 (the loop appends /chat/completions)
+    base_url: (
+        str  # the API root, e.g. https://api.z.ai/api/paas/v4 (the loop appends /chat/completions)
+    )
     model: str
     goal: str
     api_key_env: str | None = "OPENAI_API_KEY"  # only the name is recorded, never the value
@@ -21,9 +23,13 @@ class AgentConfig:
     max_tokens_total: int = 1_000_000  # prompt + completion tokens over the run
     max_time_s: float = 4 * 3600.0  # wall clock of the whole run
     max_tool_calls: int = 200  # tool calls run over the run
-    max_parallel_tool_calls: int = 8  # tool calls run per turn; more are answered "send them next turn"
+    max_parallel_tool_calls: int = (
+        8  # tool calls run per turn; more are answered "send them next turn"
+    )
     max_completion_tokens: int | None = 8192  # sent as max_tokens per turn
-    max_context_chars: int = 400_000  # about 100k tokens: older tool results are truncated beyond it
+    max_context_chars: int = (
+        400_000  # about 100k tokens: older tool results are truncated beyond it
+    )
     transcript_path: Path | None = None  # default <state>/agent-runs/<run id>.jsonl
     request_timeout_s: float = 300.0
     max_retries: int = 5
@@ -34,7 +40,9 @@ class AgentConfig:
 @dataclass
 class RunResult:
     run_id: str
-    stop_reason: str  # answered, max_steps, max_tokens_total, max_time_s, max_tool_calls, model_api_error
+    stop_reason: (
+        str  # answered, max_steps, max_tokens_total, max_time_s, max_tool_calls, model_api_error
+    )
     stop_detail: str
     final_answer: str | None
     totals: Totals

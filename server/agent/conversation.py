@@ -10,7 +10,9 @@ import re
 from dataclasses import dataclass
 
 TRUNCATED_MARK = "[truncated by infra-agent"
-KEEP_HEAD_CHARS = 600  # of a truncated tool result: its summary and experiment id come first in our JSON
+KEEP_HEAD_CHARS = (
+    600  # of a truncated tool result: its summary and experiment id come first in our JSON
+)
 EXPERIMENT_ID = re.compile(r"\be\d{5,}-[0-9a-f]{4}\b")
 
 
@@ -30,7 +32,11 @@ def parse_tool_calls(message: dict, offered: set[str], step: int) -> list[ToolCa
     for index, item in enumerate(message.get("tool_calls") or []):
         function = item.get("function") if isinstance(item, dict) else None
         function = function if isinstance(function, dict) else {}
-        call_id = item.get("id") if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"] else ""
+        call_id = (
+            item.get("id")
+            if isinstance(item, dict) and isinstance(item.get("id"), str) and item["id"]
+            else ""
+        )
         name = function.get("name")
         name = name if isinstance(name, str) else ""
         raw = function.get("arguments", "")
@@ -39,18 +45,33 @@ def parse_tool_calls(message: dict, offered: set[str], step: int) -> list[ToolCa
         if not name:
             problem = "the tool call has no function name; name one of the tools offered"
         elif name not in offered:
-            problem = f"unknown tool {name!r}; the tools you can call are: {', '.join(sorted(offered))}"
-        if not call_id or any(c.id == call_id for c in calls):  # each tool message must answer exactly one id
+            problem = (
+                f"unknown tool {name!r}; the tools you can call are: {', '.join(sorted(offered))}"
+            )
+        if not call_id or any(
+            c.id == call_id for c in calls
+        ):  # each tool message must answer exactly one id
             call_id = f"call_{step}_{index}"
-        calls.append(ToolCall(id=call_id, name=name, raw_arguments=raw_text,
-                              arguments=None if problem else arguments, problem=problem))
+        calls.append(
+            ToolCall(
+                id=call_id,
+                name=name,
+                raw_arguments=raw_text,
+                arguments=None if problem else arguments,
+                problem=problem,
+            )
+        )
     return calls
 
 
 def text_of(content: object) -> str:
     """A message's content as text: some servers send a list of parts ({"type": "text", "text"})."""
     if isinstance(content, list):
-        return "".join(p.get("text", "") for p in content if isinstance(p, dict) and isinstance(p.get("text"), str))
+        return "".join(
+            p.get("text", "")
+            for p in content
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        )
     return content if isinstance(content, str) else ""
 
 
@@ -65,10 +86,15 @@ def _parse_arguments(raw: object) -> tuple[dict | None, str | None]:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         shown = raw if len(raw) <= 300 else raw[:300] + "..."
-        return None, (f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {shown!r}. "
-                      "Resend the call with one JSON object that matches the tool's parameters schema.")
+        return None, (
+            f"arguments are not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): {shown!r}. "
+            "Resend the call with one JSON object that matches the tool's parameters schema."
+        )
     if not isinstance(value, dict):
-        return None, f"arguments must be a JSON object, got {type(value).__name__}; send {{\"name\": value, ...}}"
+        return (
+            None,
+            f'arguments must be a JSON object, got {type(value).__name__}; send {{"name": value, ...}}',
+        )
     return value, None
 
 
@@ -78,11 +104,17 @@ def assistant_echo(message: dict, calls: list[ToolCall]) -> dict:
     them): chat templates that parse the history (vLLM's) fail on invalid JSON."""
     echo: dict = {"role": "assistant", "content": text_of(message.get("content"))}
     if calls:
-        echo["tool_calls"] = [{
-            "id": c.id, "type": "function",
-            "function": {"name": c.name or "unknown", "arguments": json.dumps(c.arguments) if c.arguments is not None
-                         else "{}"},
-        } for c in calls]
+        echo["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name or "unknown",
+                    "arguments": json.dumps(c.arguments) if c.arguments is not None else "{}",
+                },
+            }
+            for c in calls
+        ]
     return echo
 
 
@@ -115,6 +147,12 @@ def shrink(messages: list[dict], max_chars: int, keep_last: int) -> int:
 
 def truncated(content: str) -> str:
     ids = EXPERIMENT_ID.findall(content)
-    where = f"; the full result is experiment {ids[0]} (compare_experiments / list_experiments)" if ids else ""
-    return (f"{content[:KEEP_HEAD_CHARS]}\n{TRUNCATED_MARK}: {len(content) - KEEP_HEAD_CHARS} of {len(content)} "
-            f"characters dropped to keep the conversation within the model's context{where}]")
+    where = (
+        f"; the full result is experiment {ids[0]} (compare_experiments / list_experiments)"
+        if ids
+        else ""
+    )
+    return (
+        f"{content[:KEEP_HEAD_CHARS]}\n{TRUNCATED_MARK}: {len(content) - KEEP_HEAD_CHARS} of {len(content)} "
+        f"characters dropped to keep the conversation within the model's context{where}]"
+    )

@@ -20,10 +20,28 @@ from typing import Any, Callable
 import anyio
 import httpx
 
-RETRY_STATUSES = {408, 409, 425, 429, 500, 502, 503, 504}  # busy or transient: the same request may pass later
+RETRY_STATUSES = {
+    408,
+    409,
+    425,
+    429,
+    500,
+    502,
+    503,
+    504,
+}  # busy or transient: the same request may pass later
 # Phrases OpenAI, vLLM, SGLang, llama.cpp and GLM use when the prompt does not fit the context window.
-CONTEXT_PHRASES = ("context length", "context_length", "maximum context", "context window", "too many tokens",
-                   "prompt is too long", "reduce the length", "input is too long", "exceeds the limit of")
+CONTEXT_PHRASES = (
+    "context length",
+    "context_length",
+    "maximum context",
+    "context window",
+    "too many tokens",
+    "prompt is too long",
+    "reduce the length",
+    "input is too long",
+    "exceeds the limit of",
+)
 
 
 class ModelAPIError(Exception):
@@ -46,20 +64,26 @@ class Completion:
 
 @dataclass
 class ChatClient:
-    base_url: str  # e.g. https://api.z.ai/api/paas/v4 or http://127.0.0.1:8000/v1 (no /chat/completions)
+    base_url: (
+        str  # e.g. https://api.z.ai/api/paas/v4 or http://127.0.0.1:8000/v1 (no /chat/completions)
+    )
     model: str
     api_key: str | None = None
     timeout_s: float = 300.0
     max_retries: int = 5
     backoff_s: float = 1.0  # first wait without a Retry-After; doubles per retry, with jitter
     max_backoff_s: float = 60.0
-    extra_body: dict = field(default_factory=dict)  # provider fields, e.g. {"thinking": {"type": "disabled"}}
+    extra_body: dict = field(
+        default_factory=dict
+    )  # provider fields, e.g. {"thinking": {"type": "disabled"}}
 
     def __post_init__(self) -> None:
         headers = {"Content-Type": "application/json"}
         if self.api_key:
             headers["Authorization"] = f"Bearer {self.api_key}"
-        self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.timeout_s, connect=10.0))
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=httpx.Timeout(self.timeout_s, connect=10.0)
+        )
         self.url = self.base_url.rstrip("/") + "/chat/completions"
 
     def redact(self, text: str) -> str:
@@ -71,12 +95,24 @@ class ChatClient:
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def complete(self, messages: list[dict], tools: list[dict], *, max_tokens: int | None, deadline: float,
-                       on_failure: Callable[[dict], None] = lambda failure: None) -> Completion:
+    async def complete(
+        self,
+        messages: list[dict],
+        tools: list[dict],
+        *,
+        max_tokens: int | None,
+        deadline: float,
+        on_failure: Callable[[dict], None] = lambda failure: None,
+    ) -> Completion:
         """One assistant turn. Retries busy or transient failures until `max_retries` or
         the deadline (time.monotonic()), then raises ModelAPIError. Each failed attempt is
         reported to `on_failure` as {"status", "why", "wait_s", "will_retry"}."""
-        body: dict[str, Any] = {"model": self.model, "messages": messages, "stream": False, **self.extra_body}
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": messages,
+            "stream": False,
+            **self.extra_body,
+        }
         if tools:  # some servers reject an empty tools list, or tool_choice without tools
             body["tools"] = tools
             body["tool_choice"] = "auto"
@@ -93,12 +129,23 @@ class ChatClient:
             why = self.redact(why)
             give_up = None
             if num_failed > self.max_retries:
-                give_up = (f"the model API failed {num_failed} times in a row (last: {why}); try again later, "
-                           "or raise --max-retries")
+                give_up = (
+                    f"the model API failed {num_failed} times in a row (last: {why}); try again later, "
+                    "or raise --max-retries"
+                )
             elif time.monotonic() + wait_s >= deadline:
-                give_up = (f"the model API is failing ({why}) and waiting {wait_s:.0f} s more would pass the run's "
-                           "time budget; try again later")
-            on_failure({"status": status, "why": why, "wait_s": round(wait_s, 3), "will_retry": give_up is None})
+                give_up = (
+                    f"the model API is failing ({why}) and waiting {wait_s:.0f} s more would pass the run's "
+                    "time budget; try again later"
+                )
+            on_failure(
+                {
+                    "status": status,
+                    "why": why,
+                    "wait_s": round(wait_s, 3),
+                    "will_retry": give_up is None,
+                }
+            )
             if give_up:
                 raise ModelAPIError(give_up)
             await anyio.sleep(wait_s)
@@ -116,41 +163,61 @@ class ChatClient:
         text = response.text
         if response.status_code in RETRY_STATUSES or response.status_code >= 500:
             retry_after = _retry_after_s(response.headers.get("retry-after"))
-            return response.status_code, f"HTTP {response.status_code}: {_snippet(text)}", retry_after
+            return (
+                response.status_code,
+                f"HTTP {response.status_code}: {_snippet(text)}",
+                retry_after,
+            )
         if response.status_code >= 400:
             raise self._refusal(response.status_code, text)
         try:
             data = response.json()
         except ValueError:
-            raise ModelAPIError(f"the model API answered HTTP 200 with a body that is not JSON: {_snippet(text)}; "
-                                "check --base-url (it should end in /v1 or the provider's API path)") from None
+            raise ModelAPIError(
+                f"the model API answered HTTP 200 with a body that is not JSON: {_snippet(text)}; "
+                "check --base-url (it should end in /v1 or the provider's API path)"
+            ) from None
         if isinstance(data, dict) and data.get("error") and not data.get("choices"):
             raise self._refusal(200, json.dumps(data["error"]))
         return None, data, None
 
     def _backoff(self, num_failed: int) -> float:
         """Exponential backoff with jitter, so many clients of one busy API spread out."""
-        return min(self.max_backoff_s, self.backoff_s * 2 ** num_failed) * random.uniform(0.5, 1.0)
+        return min(self.max_backoff_s, self.backoff_s * 2**num_failed) * random.uniform(0.5, 1.0)
 
     def _refusal(self, status: int, text: str) -> ModelAPIError:
         snippet = self.redact(_snippet(text))
         if any(p in text.lower() for p in CONTEXT_PHRASES):
-            return ContextTooLong(f"the conversation no longer fits the model's context (HTTP {status}: {snippet})")
+            return ContextTooLong(
+                f"the conversation no longer fits the model's context (HTTP {status}: {snippet})"
+            )
         if status in (401, 403):
-            return ModelAPIError(f"the model API refused the credentials (HTTP {status}: {snippet}); set the "
-                                 "environment variable named by --api-key-env to a valid key")
+            return ModelAPIError(
+                f"the model API refused the credentials (HTTP {status}: {snippet}); set the "
+                "environment variable named by --api-key-env to a valid key"
+            )
         if status == 404:
-            return ModelAPIError(f"no such endpoint or model (HTTP 404 at {self.url}: {snippet}); check --base-url "
-                                 "(without /chat/completions) and --model")
-        return ModelAPIError(f"the model API rejected the request (HTTP {status}: {snippet}); the fields it must "
-                             "accept are listed under 'GLM via tool calls' in the README (--extra-body adds "
-                             "provider fields)")
+            return ModelAPIError(
+                f"no such endpoint or model (HTTP 404 at {self.url}: {snippet}); check --base-url "
+                "(without /chat/completions) and --model"
+            )
+        return ModelAPIError(
+            f"the model API rejected the request (HTTP {status}: {snippet}); the fields it must "
+            "accept are listed under 'GLM via tool calls' in the README (--extra-body adds "
+            "provider fields)"
+        )
 
 
 def _completion(data: Any, messages: list[dict], latency_s: float) -> Completion:
     choices = data.get("choices") if isinstance(data, dict) else None
-    if not choices or not isinstance(choices[0], dict) or not isinstance(choices[0].get("message"), dict):
-        raise ModelAPIError(f"the model API answered without choices[0].message: {_snippet(json.dumps(data))}")
+    if (
+        not choices
+        or not isinstance(choices[0], dict)
+        or not isinstance(choices[0].get("message"), dict)
+    ):
+        raise ModelAPIError(
+            f"the model API answered without choices[0].message: {_snippet(json.dumps(data))}"
+        )
     message = choices[0]["message"]
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     prompt, completion = usage.get("prompt_tokens"), usage.get("completion_tokens")
@@ -159,8 +226,14 @@ def _completion(data: Any, messages: list[dict], latency_s: float) -> Completion
         # about four characters per token: enough to keep a token budget honest
         prompt = len(json.dumps(messages)) // 4
         completion = len(json.dumps(message)) // 4
-    return Completion(message=message, finish_reason=choices[0].get("finish_reason"), prompt_tokens=prompt,
-                      completion_tokens=completion, usage_estimated=estimated, latency_s=latency_s)
+    return Completion(
+        message=message,
+        finish_reason=choices[0].get("finish_reason"),
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        usage_estimated=estimated,
+        latency_s=latency_s,
+    )
 
 
 def _retry_after_s(value: str | None) -> float | None:

@@ -25,8 +25,12 @@ class Transcript:
         self._started = time.monotonic()
 
     def event(self, kind: str, **fields: Any) -> None:
-        record = {"event": kind, "time": time.time(), "elapsed_s": round(time.monotonic() - self._started, 3),
-                  **fields}
+        record = {
+            "event": kind,
+            "time": time.time(),
+            "elapsed_s": round(time.monotonic() - self._started, 3),
+            **fields,
+        }
         self._file.write(self._redact(json.dumps(record, ensure_ascii=False, default=str)) + "\n")
         self._file.flush()
 
@@ -65,22 +69,44 @@ class Totals:
         return sum(1 for c in self.calls if c.status in ("ok", "error", "cancelled"))
 
 
-def summary_text(*, run_id: str, model: str, goal: str, stop_reason: str, stop_detail: str,
-                 final_answer: str | None, totals: Totals, wall_s: float, transcript: Path | None) -> str:
-    lines = [f"agent run {run_id} (model {model}): {stop_reason}" + (f" - {stop_detail}" if stop_detail else ""),
-             f"goal: {goal}", f"tool calls ({len(totals.calls)}, {totals.num_tool_calls_run} ran):"]
+def summary_text(
+    *,
+    run_id: str,
+    model: str,
+    goal: str,
+    stop_reason: str,
+    stop_detail: str,
+    final_answer: str | None,
+    totals: Totals,
+    wall_s: float,
+    transcript: Path | None,
+) -> str:
+    lines = [
+        f"agent run {run_id} (model {model}): {stop_reason}"
+        + (f" - {stop_detail}" if stop_detail else ""),
+        f"goal: {goal}",
+        f"tool calls ({len(totals.calls)}, {totals.num_tool_calls_run} ran):",
+    ]
     for c in totals.calls:
         where = f" {c.experiment_id}" if c.experiment_id else ""
-        lines.append(f"  step {c.step:>2}  {c.name or '?'} [{c.status}]{where}: {_one_line(c.answer, 160)}")
+        lines.append(
+            f"  step {c.step:>2}  {c.name or '?'} [{c.status}]{where}: {_one_line(c.answer, 160)}"
+        )
     if not totals.calls:
         lines.append("  (none)")
-    lines.append("final answer:" if final_answer else "final answer: none (the run stopped before the model gave one)")
+    lines.append(
+        "final answer:"
+        if final_answer
+        else "final answer: none (the run stopped before the model gave one)"
+    )
     if final_answer:
         lines.extend(f"  {line}" for line in final_answer.strip().splitlines())
     est = " (estimated: the API sent no usage for some turns)" if totals.usage_estimated else ""
-    lines.append(f"spent: {totals.steps} model turns, {totals.tokens} tokens ({totals.prompt_tokens} prompt + "
-                 f"{totals.completion_tokens} completion){est}, {totals.model_retries} API retries, "
-                 f"{wall_s:.1f} s wall")
+    lines.append(
+        f"spent: {totals.steps} model turns, {totals.tokens} tokens ({totals.prompt_tokens} prompt + "
+        f"{totals.completion_tokens} completion){est}, {totals.model_retries} API retries, "
+        f"{wall_s:.1f} s wall"
+    )
     lines.append(f"ledger: infra-agent experiments --run {run_id} (with the same --workspace)")
     if transcript is not None:
         lines.append(f"transcript: {transcript}")

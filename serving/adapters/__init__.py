@@ -7,8 +7,10 @@ from .sglang import SglangAdapter
 from .transformers import TransformersAdapter
 from .vllm import VllmAdapter
 
-ADAPTERS: dict[str, type[EngineAdapter]] = {a.name: a for a in (BuiltinAdapter, TransformersAdapter, VllmAdapter,
-                                                                 SglangAdapter, CommandAdapter)}
+ADAPTERS: dict[str, type[EngineAdapter]] = {
+    a.name: a
+    for a in (BuiltinAdapter, TransformersAdapter, VllmAdapter, SglangAdapter, CommandAdapter)
+}
 
 
 def adapter_for(engine: str, args: EngineArgs) -> EngineAdapter:

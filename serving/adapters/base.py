@@ -21,35 +21,80 @@ class AdapterError(ValueError):
 class EngineArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(None, max_length=4096, description="Model folder (a local Hugging Face checkpoint: "
-                              "config.json, *.safetensors, tokenizer.json), relative to the workspace or absolute. "
-                              "builtin: optional (default: seeded random weights, byte tokenizer).")
-    served_model_name: str | None = Field(None, max_length=200, description="The name requests use in 'model' "
-                                          "(default: the engine's own choice, read back from /v1/models).")
-    dtype: str | None = Field(None, max_length=32, description="Weights/activations dtype, e.g. 'float32', "
-                              "'bfloat16' (default: the engine's).")
-    tensor_parallel_size: int = Field(1, ge=1, le=64, description="GPUs per replica (vllm, sglang).")
-    quantization: str | None = Field(None, max_length=32, description="Weight quantisation, e.g. 'w8a8' "
-                                     "(builtin), 'fp8' (vllm, sglang).")
-    kv_cache_dtype: str | None = Field(None, max_length=32, description="KV-cache dtype, e.g. 'auto', 'int8', "
-                                       "'fp8' (builtin, vllm, sglang).")
-    enable_chunked_prefill: bool | None = Field(None, description="Split long prompts into chunks under the "
-                                                "per-step token budget (default: the engine's).")
-    max_num_seqs: int | None = Field(None, ge=1, le=4096, description="Sequences running at once (max batch).")
-    max_num_batched_tokens: int | None = Field(None, ge=1, le=1 << 20, description="Token budget of one "
-                                               "scheduler step (prefill chunks + decodes), tokens.")
-    max_model_len: int | None = Field(None, ge=1, le=1 << 22, description="Prompt + output tokens per sequence.")
-    kernels: dict[str, str] = Field(default_factory=dict, description="builtin only: which implementation of the "
-                                    "workspace's kernel specs each hot op uses, e.g. {'rmsnorm': 'triton'} "
-                                    "(default: the torch reference on CPU, Triton on CUDA).")
-    extra_args: list[str] = Field(default_factory=list, max_length=64, description="Further command-line "
-                                  "arguments for the engine, one list item per argv word, e.g. "
-                                  "['--prefill-delay-ms', '20'] (builtin) or ['--enforce-eager'] (vllm).")
-    command: list[str] = Field(default_factory=list, max_length=256, description="command adapter only: the "
-                               "server's argv; '{port}' and '{model}' are replaced (it must serve an "
-                               "OpenAI-compatible API on 127.0.0.1:{port}).")
-    health_path: str = Field("/health", max_length=200, description="command adapter only: the path that answers "
-                             "200 once the server is ready.")
+    model: str | None = Field(
+        None,
+        max_length=4096,
+        description="Model folder (a local Hugging Face checkpoint: "
+        "config.json, *.safetensors, tokenizer.json), relative to the workspace or absolute. "
+        "builtin: optional (default: seeded random weights, byte tokenizer).",
+    )
+    served_model_name: str | None = Field(
+        None,
+        max_length=200,
+        description="The name requests use in 'model' "
+        "(default: the engine's own choice, read back from /v1/models).",
+    )
+    dtype: str | None = Field(
+        None,
+        max_length=32,
+        description="Weights/activations dtype, e.g. 'float32', "
+        "'bfloat16' (default: the engine's).",
+    )
+    tensor_parallel_size: int = Field(
+        1, ge=1, le=64, description="GPUs per replica (vllm, sglang)."
+    )
+    quantization: str | None = Field(
+        None,
+        max_length=32,
+        description="Weight quantisation, e.g. 'w8a8' (builtin), 'fp8' (vllm, sglang).",
+    )
+    kv_cache_dtype: str | None = Field(
+        None,
+        max_length=32,
+        description="KV-cache dtype, e.g. 'auto', 'int8', 'fp8' (builtin, vllm, sglang).",
+    )
+    enable_chunked_prefill: bool | None = Field(
+        None,
+        description="Split long prompts into chunks under the "
+        "per-step token budget (default: the engine's).",
+    )
+    max_num_seqs: int | None = Field(
+        None, ge=1, le=4096, description="Sequences running at once (max batch)."
+    )
+    max_num_batched_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=1 << 20,
+        description="Token budget of one scheduler step (prefill chunks + decodes), tokens.",
+    )
+    max_model_len: int | None = Field(
+        None, ge=1, le=1 << 22, description="Prompt + output tokens per sequence."
+    )
+    kernels: dict[str, str] = Field(
+        default_factory=dict,
+        description="builtin only: which implementation of the "
+        "workspace's kernel specs each hot op uses, e.g. {'rmsnorm': 'triton'} "
+        "(default: the torch reference on CPU, Triton on CUDA).",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Further command-line "
+        "arguments for the engine, one list item per argv word, e.g. "
+        "['--prefill-delay-ms', '20'] (builtin) or ['--enforce-eager'] (vllm).",
+    )
+    command: list[str] = Field(
+        default_factory=list,
+        max_length=256,
+        description="command adapter only: the "
+        "server's argv; '{port}' and '{model}' are replaced (it must serve an "
+        "OpenAI-compatible API on 127.0.0.1:{port}).",
+    )
+    health_path: str = Field(
+        "/health",
+        max_length=200,
+        description="command adapter only: the path that answers 200 once the server is ready.",
+    )
 
 
 # How one argument becomes argv words: (flag, value) -> words; a value of None (the engine's
@@ -105,12 +150,22 @@ class EngineAdapter:
     # Request fields outside the OpenAI schema this engine accepts (others are never sent:
     # transformers serve answers 422 to any unknown field).
     extensions: ClassVar[frozenset[str]] = frozenset()
-    continuous_usage: ClassVar[bool] = False  # usage in every stream chunk (stream_options.continuous_usage_stats)
-    metrics_path: ClassVar[str | None] = "/metrics"  # Prometheus text, vLLM metric names where it has them
+    continuous_usage: ClassVar[bool] = (
+        False  # usage in every stream chunk (stream_options.continuous_usage_stats)
+    )
+    metrics_path: ClassVar[str | None] = (
+        "/metrics"  # Prometheus text, vLLM metric names where it has them
+    )
     profile_paths: ClassVar[tuple[str, str] | None] = None  # (start, stop), POST
-    supported: ClassVar[frozenset[str]] = frozenset({"model", "served_model_name", "dtype", "extra_args"})
-    installable_here: ClassVar[bool] = True  # False: a GPU build (argv tested, never started on a CPU host)
-    needs_model: ClassVar[bool] = False  # True: the engine has no model of its own without a checkpoint folder
+    supported: ClassVar[frozenset[str]] = frozenset(
+        {"model", "served_model_name", "dtype", "extra_args"}
+    )
+    installable_here: ClassVar[bool] = (
+        True  # False: a GPU build (argv tested, never started on a CPU host)
+    )
+    needs_model: ClassVar[bool] = (
+        False  # True: the engine has no model of its own without a checkpoint folder
+    )
 
     @property
     def health_path(self) -> str:
@@ -122,13 +177,17 @@ class EngineAdapter:
         given = {k for k in EngineArgs.model_fields if getattr(args, k) != getattr(defaults, k)}
         unsupported = sorted(given - self.supported)
         if unsupported:
-            raise AdapterError(f"the {self.name} engine takes no {', '.join(unsupported)}; it takes "
-                               f"{', '.join(sorted(self.supported))}")
+            raise AdapterError(
+                f"the {self.name} engine takes no {', '.join(unsupported)}; it takes "
+                f"{', '.join(sorted(self.supported))}"
+            )
         self._check(args)
 
     def _check(self, args: EngineArgs) -> None:
         if self.needs_model and not args.model:
-            raise AdapterError(f"the {self.name} engine needs model= a local checkpoint folder in the workspace")
+            raise AdapterError(
+                f"the {self.name} engine needs model= a local checkpoint folder in the workspace"
+            )
 
     def argv(self, args: EngineArgs, *, model: str | None, port: int, python: str) -> list[str]:
         """The engine's command line; `model` is the model folder as the engine sees it."""

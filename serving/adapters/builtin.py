@@ -24,5 +24,17 @@ class BuiltinAdapter(EngineAdapter):
     supported = supported_by(flags)
 
     def _head(self, args: EngineArgs, *, model, port, python):
-        return [python, "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", str(port),
-                "--workspace", "/workspace", "--profile-dir", "profiles", *value_flag("--checkpoint", model)]
+        return [
+            python,
+            "-m",
+            "infra_agent.serving.engine",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workspace",
+            "/workspace",
+            "--profile-dir",
+            "profiles",
+            *value_flag("--checkpoint", model),
+        ]

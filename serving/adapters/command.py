@@ -20,10 +20,14 @@ class CommandAdapter(EngineAdapter):
 
     def _check(self, args: EngineArgs) -> None:
         if not args.command:
-            raise AdapterError("the command engine needs command= the server's argv, e.g. "
-                               "['python', 'my_server.py', '--port', '{port}']")
+            raise AdapterError(
+                "the command engine needs command= the server's argv, e.g. "
+                "['python', 'my_server.py', '--port', '{port}']"
+            )
         if not args.health_path.startswith("/"):
             raise AdapterError(f"health_path must start with '/', got {args.health_path!r}")
 
     def _head(self, args: EngineArgs, *, model, port, python):
-        return [w.replace("{port}", str(port)).replace("{model}", model or "") for w in args.command]
+        return [
+            w.replace("{port}", str(port)).replace("{model}", model or "") for w in args.command
+        ]

@@ -27,8 +27,20 @@ class SglangAdapter(EngineAdapter):
     supported = supported_by(flags, "tensor_parallel_size")
 
     def _head(self, args: EngineArgs, *, model, port, python):
-        return [python, "-m", "sglang.launch_server", "--model-path", model, "--host", "127.0.0.1",
-                "--port", str(port), "--tp-size", str(args.tensor_parallel_size), "--enable-metrics"]
+        return [
+            python,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tp-size",
+            str(args.tensor_parallel_size),
+            "--enable-metrics",
+        ]
 
     def env(self, args: EngineArgs) -> dict[str, str]:
         return {"SGLANG_TORCH_PROFILER_DIR": "profiles"}

@@ -21,6 +21,21 @@ class TransformersAdapter(EngineAdapter):
     def _head(self, args: EngineArgs, *, model, port, python):
         # Its KV cache is sized from the memory it sees (the whole host's), which overshoots the
         # engine's cgroup and gets it OOM-killed at the first request: give it a size instead.
-        return [python, "-m", "transformers.cli.transformers", "serve", model, "--host", "127.0.0.1",
-                "--port", str(port), "--device", "cpu", "--continuous-batching",
-                "--cb-num-blocks", "512", "--cb-block-size", "32"]
+        return [
+            python,
+            "-m",
+            "transformers.cli.transformers",
+            "serve",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--device",
+            "cpu",
+            "--continuous-batching",
+            "--cb-num-blocks",
+            "512",
+            "--cb-block-size",
+            "32",
+        ]

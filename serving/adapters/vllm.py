@@ -8,10 +8,20 @@ from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, bool_fla
 
 class VllmAdapter(EngineAdapter):
     name = "vllm"
-    extensions = frozenset({"ignore_eos", "min_tokens", "repetition_penalty", "top_k",
-                            "stream_options.continuous_usage_stats"})
+    extensions = frozenset(
+        {
+            "ignore_eos",
+            "min_tokens",
+            "repetition_penalty",
+            "top_k",
+            "stream_options.continuous_usage_stats",
+        }
+    )
     continuous_usage = True
-    profile_paths = ("/start_profile", "/stop_profile")  # needs VLLM_TORCH_PROFILER_DIR (set in env)
+    profile_paths = (
+        "/start_profile",
+        "/stop_profile",
+    )  # needs VLLM_TORCH_PROFILER_DIR (set in env)
     installable_here = False
     needs_model = True
     flags = (
@@ -24,8 +34,23 @@ class VllmAdapter(EngineAdapter):
     supported = supported_by(flags, "tensor_parallel_size")
 
     def _head(self, args: EngineArgs, *, model, port, python):
-        return [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model, "--host", "127.0.0.1",
-                "--port", str(port), "--tensor-parallel-size", str(args.tensor_parallel_size)]
+        return [
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            model,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(args.tensor_parallel_size),
+        ]
 
     def env(self, args: EngineArgs) -> dict[str, str]:
-        return {"VLLM_TORCH_PROFILER_DIR": "profiles", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+        return {
+            "VLLM_TORCH_PROFILER_DIR": "profiles",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+        }

@@ -28,31 +28,58 @@ def _field_help() -> dict[str, str]:
     from . import config
 
     source = inspect.getsource(config.EngineArgs)
-    return {m.group(1): m.group(2).strip() for m in re.finditer(r"^\s+(\w+): [^=]+=.*?#(.*)$", source, re.M)}
+    return {
+        m.group(1): m.group(2).strip()
+        for m in re.finditer(r"^\s+(\w+): [^=]+=.*?#(.*)$", source, re.M)
+    }
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="infra-agent engine", description="the built-in serving engine (OpenAI API)")
+    p = argparse.ArgumentParser(
+        prog="infra-agent engine", description="the built-in serving engine (OpenAI API)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)")
-    p.add_argument("--profile-dir", default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
-                   help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)")
+    p.add_argument(
+        "--port", type=int, default=8000, help="port; 0 picks a free one (default: %(default)s)"
+    )
+    p.add_argument(
+        "--profile-dir",
+        default=os.environ.get("VLLM_TORCH_PROFILER_DIR"),
+        help="folder for /start_profile traces (default: $VLLM_TORCH_PROFILER_DIR; unset: profiling off)",
+    )
     p.add_argument("--log-level", default="warning", help="(default: %(default)s)")
     # bench-only (bench/engine_client_gap.py): --no-tcp-nodelay serves as before issue 21, so one
     # run measures the stalled and the fixed socket side by side on the same machine load
-    p.add_argument("--tcp-nodelay", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS)
-    p.add_argument("--disaggregated", action="store_true",
-                   help="prefill worker + KV-transfer thread + decode worker (disagg.py) instead of one engine")
-    p.add_argument("--comm-releases-gil", action=argparse.BooleanOptionalAction, default=True,
-                   help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL "
-                   "(default: %(default)s)")
+    p.add_argument(
+        "--tcp-nodelay", action=argparse.BooleanOptionalAction, default=True, help=argparse.SUPPRESS
+    )
+    p.add_argument(
+        "--disaggregated",
+        action="store_true",
+        help="prefill worker + KV-transfer thread + decode worker (disagg.py) instead of one engine",
+    )
+    p.add_argument(
+        "--comm-releases-gil",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="disaggregated: the native dispatch/combine via ctypes.CDLL (releases the GIL) or PyDLL "
+        "(default: %(default)s)",
+    )
     # 8000: the GIL-held episode (replay 2) shows at the default. At 500 the native call is open ~5% of
     # a 2 s window and the transfer thread blocked ~12% of its time: no finding, and rightly so
-    p.add_argument("--comm-us", type=int, default=8000,
-                   help="disaggregated: microseconds per dispatch and combine (default: %(default)s)")
-    p.add_argument("--kv-transfer-impl", default="bytes", choices=("bytes", "clone", "none"),
-                   help="disaggregated: bytes (one message per KV block, Python-bound), clone (one copy) or none (the "
-                   "decode worker reads the prefill's K/V in place: the no-transfer baseline) (default: %(default)s)")
+    p.add_argument(
+        "--comm-us",
+        type=int,
+        default=8000,
+        help="disaggregated: microseconds per dispatch and combine (default: %(default)s)",
+    )
+    p.add_argument(
+        "--kv-transfer-impl",
+        default="bytes",
+        choices=("bytes", "clone", "none"),
+        help="disaggregated: bytes (one message per KV block, Python-bound), clone (one copy) or none (the "
+        "decode worker reads the prefill's K/V in place: the no-transfer baseline) (default: %(default)s)",
+    )
     helps = _field_help()
     for f in dataclasses.fields(EngineArgs):
         flag = "--" + f.name.replace("_", "-")
@@ -61,10 +88,15 @@ def parser() -> argparse.ArgumentParser:
         if f.type in ("bool", bool):
             p.add_argument(flag, action=argparse.BooleanOptionalAction, default=default, help=text)
         elif f.name == "kernels":
-            p.add_argument(flag, type=_kernels, default={}, help='op=impl pairs or JSON, e.g. '
-                           '"rmsnorm=triton,paged_attention_decode=torch"; ops: rmsnorm, paged_attention_decode, '
-                           'kv_quant, w8a8_gemm; impls: reference, triton, torch (default: reference on CPU, '
-                           'triton on CUDA)')
+            p.add_argument(
+                flag,
+                type=_kernels,
+                default={},
+                help="op=impl pairs or JSON, e.g. "
+                '"rmsnorm=triton,paged_attention_decode=torch"; ops: rmsnorm, paged_attention_decode, '
+                "kv_quant, w8a8_gemm; impls: reference, triton, torch (default: reference on CPU, "
+                "triton on CUDA)",
+            )
         else:
             kind = int if isinstance(default, int) or "int" in str(f.type) else str
             p.add_argument(flag, type=kind, default=default, help=text)
@@ -93,8 +125,14 @@ async def serve(ns: argparse.Namespace) -> None:
     if ns.disaggregated:
         from .disagg import DisaggArgs, DisaggregatedEngine
 
-        core = DisaggregatedEngine(DisaggArgs(comm_releases_gil=ns.comm_releases_gil, comm_us=ns.comm_us,
-                                              transfer=ns.kv_transfer_impl, engine=args))
+        core = DisaggregatedEngine(
+            DisaggArgs(
+                comm_releases_gil=ns.comm_releases_gil,
+                comm_us=ns.comm_us,
+                transfer=ns.kv_transfer_impl,
+                engine=args,
+            )
+        )
     else:
         core = LLMEngine(args)
     engine = AsyncEngine(core, profile_dir=ns.profile_dir)
@@ -111,8 +149,12 @@ async def serve(ns: argparse.Namespace) -> None:
         gc.collect()
         gc.freeze()
         url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
-        print(f"infra-agent engine: ready at {url} (model {engine.engine.model_name}, "
-              f"kernels {engine.engine.runner.ops.choices})", file=sys.stderr, flush=True)
+        print(
+            f"infra-agent engine: ready at {url} (model {engine.engine.model_name}, "
+            f"kernels {engine.engine.runner.ops.choices})",
+            file=sys.stderr,
+            flush=True,
+        )
     try:
         await task
     finally:
@@ -124,7 +166,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=ns.log_level.upper(), stream=sys.stderr)
     try:
         asyncio.run(serve(ns))
-    except (ValueError, FileNotFoundError, OSError) as exc:  # bad args, checkpoint, or a port in use
+    except (
+        ValueError,
+        FileNotFoundError,
+        OSError,
+    ) as exc:  # bad args, checkpoint, or a port in use
         print(f"infra-agent engine: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

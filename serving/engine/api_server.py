@@ -46,12 +46,21 @@ class OpenAIServer:
         except ValidationError as exc:
             first = exc.errors()[0]
             loc = ".".join(str(p) for p in first["loc"])
-            raise HTTPError(f"{loc}: {first['msg']} ({exc.error_count()} problem(s) in the request)") from None
+            raise HTTPError(
+                f"{loc}: {first['msg']} ({exc.error_count()} problem(s) in the request)"
+            ) from None
         if req.ignored_fields():
-            log.warning("The following fields were present in the request but ignored: %s", req.ignored_fields())
+            log.warning(
+                "The following fields were present in the request but ignored: %s",
+                req.ignored_fields(),
+            )
         if req.model not in (None, self.llm.model_name):
-            raise HTTPError(f"The model `{req.model}` does not exist. This engine serves `{self.llm.model_name}` "
-                            "(GET /v1/models).", 404, "NotFoundError")
+            raise HTTPError(
+                f"The model `{req.model}` does not exist. This engine serves `{self.llm.model_name}` "
+                "(GET /v1/models).",
+                404,
+                "NotFoundError",
+            )
         if req.n != 1:
             raise HTTPError("n must be 1: this engine returns one choice per request")
         return req
@@ -59,7 +68,9 @@ class OpenAIServer:
     def prepare(self, req, prompt) -> tuple[list[int], object]:
         ids = self.llm.encode(prompt)
         try:
-            params = req.sampling_params(default_max_tokens=max(self.llm.max_model_len - len(ids), 1))
+            params = req.sampling_params(
+                default_max_tokens=max(self.llm.max_model_len - len(ids), 1)
+            )
             self.llm.validate(ids, params)
         except ValueError as exc:
             raise HTTPError(str(exc)) from None
@@ -87,16 +98,24 @@ class OpenAIServer:
         request_id = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         stream = self.engine.generate(ids, params, request_id)
         if req.stream:
-            return StreamingResponse(self.sse(req, stream, request_id, len(ids), chat), media_type="text/event-stream")
+            return StreamingResponse(
+                self.sse(req, stream, request_id, len(ids), chat), media_type="text/event-stream"
+            )
         text, n_out, reason = "", 0, None
         try:
             async for out in stream:
-                text, n_out, reason = text + out.text_delta, out.seq.num_output_tokens, out.finish_reason
+                text, n_out, reason = (
+                    text + out.text_delta,
+                    out.seq.num_output_tokens,
+                    out.finish_reason,
+                )
         except ValueError as exc:  # refused by the engine thread
             raise HTTPError(str(exc)) from None
         except RuntimeError as exc:  # the step failed
             raise HTTPError(str(exc), 500, "InternalServerError") from None
-        return JSONResponse(_final_body(request_id, self.llm.model_name, chat, text, reason, len(ids), n_out))
+        return JSONResponse(
+            _final_body(request_id, self.llm.model_name, chat, text, reason, len(ids), n_out)
+        )
 
     async def sse(self, req, stream, request_id, n_prompt, chat):
         opts = req.stream_options
@@ -104,34 +123,65 @@ class OpenAIServer:
         base = {"id": request_id, "object": obj, "created": created, "model": self.llm.model_name}
         n_out = 0
         if chat:  # vLLM and OpenAI open a chat stream with the role
-            yield _event(base | {"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                              "logprobs": None, "finish_reason": None}]},
-                         usage(n_prompt, 0) if opts and opts.continuous_usage_stats else None)
+            yield _event(
+                base
+                | {
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                },
+                usage(n_prompt, 0) if opts and opts.continuous_usage_stats else None,
+            )
         try:
             async for out in stream:
                 n_out = out.seq.num_output_tokens
                 if not out.text_delta and not out.finished:
                     continue
                 choice = {"index": 0, "logprobs": None, "finish_reason": out.finish_reason}
-                choice |= {"delta": {"content": out.text_delta}} if chat else {"text": out.text_delta}
-                yield _event(base | {"choices": [choice]},
-                             usage(n_prompt, n_out) if opts and opts.continuous_usage_stats else None)
-        except (ValueError, RuntimeError) as exc:  # the status line is sent: the error goes in the stream
+                choice |= (
+                    {"delta": {"content": out.text_delta}} if chat else {"text": out.text_delta}
+                )
+                yield _event(
+                    base | {"choices": [choice]},
+                    usage(n_prompt, n_out) if opts and opts.continuous_usage_stats else None,
+                )
+        except (
+            ValueError,
+            RuntimeError,
+        ) as exc:  # the status line is sent: the error goes in the stream
             yield f"data: {json.dumps(error_body(str(exc), 'InternalServerError', 500))}\n\n"
         if opts and opts.include_usage:
             yield _event(base | {"choices": []}, usage(n_prompt, n_out))
         yield "data: [DONE]\n\n"
 
     async def models(self, request: Request):
-        return JSONResponse({"object": "list", "data": [
-            {"id": self.llm.model_name, "object": "model", "created": 0, "owned_by": "infra-agent",
-             "max_model_len": self.llm.max_model_len}]})
+        return JSONResponse(
+            {
+                "object": "list",
+                "data": [
+                    {
+                        "id": self.llm.model_name,
+                        "object": "model",
+                        "created": 0,
+                        "owned_by": "infra-agent",
+                        "max_model_len": self.llm.max_model_len,
+                    }
+                ],
+            }
+        )
 
     async def health(self, request: Request):
         return Response(status_code=200)
 
     async def metrics(self, request: Request):
-        return Response(self.engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+        return Response(
+            self.engine.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
 
     async def start_profile(self, request: Request):
         try:
@@ -161,8 +211,6 @@ class OpenAIServer:
         return Starlette(routes=routes, exception_handlers={HTTPError: self.on_http_error})
 
 
-
-
 def build_app(engine: AsyncEngine) -> Starlette:
     return OpenAIServer(engine).app()
 
@@ -175,9 +223,19 @@ def _event(body: dict, usage_now: dict | None) -> str:
 
 def _final_body(request_id, model, chat, text, reason, n_prompt, n_out) -> dict:
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                  "finish_reason": reason}
+        choice = {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": reason,
+        }
     else:
         choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
-    return {"id": request_id, "object": "chat.completion" if chat else "text_completion", "created": int(time.time()),
-            "model": model, "choices": [choice], "usage": usage(n_prompt, n_out)}
+    return {
+        "id": request_id,
+        "object": "chat.completion" if chat else "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+        "usage": usage(n_prompt, n_out),
+    }

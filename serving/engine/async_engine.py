@@ -37,14 +37,17 @@ class AsyncEngine:
         self._wake = threading.Event()
         self._streams: dict[str, _Stream] = {}
         self._profiler = None
-        self._export: concurrent.futures.Future | None = None  # the last window's export, off the loop
+        self._export: concurrent.futures.Future | None = (
+            None  # the last window's export, off the loop
+        )
         self._stopping = False
         self._thread = threading.Thread(target=self._loop, name="engine-loop", daemon=True)
         self._thread.start()
 
     # -- the asyncio side -------------------------------------------------------------------
-    async def generate(self, prompt_ids: list[int], params: SamplingParams,
-                       request_id: str) -> AsyncIterator[RequestOutput]:
+    async def generate(
+        self, prompt_ids: list[int], params: SamplingParams, request_id: str
+    ) -> AsyncIterator[RequestOutput]:
         """Outputs of one request until it finishes. If the consumer stops early (a client
         disconnect cancels it), the request is aborted and its blocks freed."""
         stream = _Stream(asyncio.get_running_loop())
@@ -57,7 +60,7 @@ class AsyncEngine:
                 errors = [i for i, item in enumerate(items) if isinstance(item, Exception)]
                 if errors and not errors[0]:
                     raise items[0]
-                out = _merged(items[:errors[0]] if errors else items)
+                out = _merged(items[: errors[0]] if errors else items)
                 finished = out.finished
                 yield out
                 if errors:
@@ -145,7 +148,9 @@ class AsyncEngine:
             seq = self.engine.abort(request_id)
             if seq is not None:
                 self.metrics.on_finished(seq)
-            self._deliver(request_id, RuntimeError(f"the engine step failed: {type(exc).__name__}: {exc}"))
+            self._deliver(
+                request_id, RuntimeError(f"the engine step failed: {type(exc).__name__}: {exc}")
+            )
 
     # -- profiling (runs on the engine thread, so the trace sees the engine's ops) ----------
     # The same recording window as the profile tool's sandbox op (sandbox/worker/recorder.py):
@@ -159,8 +164,10 @@ class AsyncEngine:
         if self._profiler is not None:
             raise ValueError("a profile is already running: POST /stop_profile first")
         if self._export is not None and not self._export.done():
-            raise ValueError("the previous window is still being exported (it goes on after a client gave "
-                             "up waiting); POST /start_profile again when /stop_profile's export is done")
+            raise ValueError(
+                "the previous window is still being exported (it goes on after a client gave "
+                "up waiting); POST /start_profile again when /stop_profile's export is done"
+            )
         self._profiler = Window(self.engine.runner.device.type)
         self._profiler.start()
         return "started"
@@ -175,8 +182,12 @@ class AsyncEngine:
         window.close()
         closed_s = time.monotonic() - started
         self._export = concurrent.futures.Future()
-        threading.Thread(target=self._export_window, args=(window, closed_s, self._export),
-                         name="profile-export", daemon=True).start()
+        threading.Thread(
+            target=self._export_window,
+            args=(window, closed_s, self._export),
+            name="profile-export",
+            daemon=True,
+        ).start()
         return self._export
 
     def _export_window(self, window, closed_s: float, done: concurrent.futures.Future) -> None:
@@ -189,10 +200,18 @@ class AsyncEngine:
             raw = window.export(folder, keep_trace=trace)
             profile = folder / f"profile-{stamp}.json"
             profile.write_text(json.dumps(raw))
-            done.set_result({"trace": str(trace), "profile": str(profile), "close_s": closed_s,
-                             "export_s": time.monotonic() - started})
+            done.set_result(
+                {
+                    "trace": str(trace),
+                    "profile": str(profile),
+                    "close_s": closed_s,
+                    "export_s": time.monotonic() - started,
+                }
+            )
         except Exception as exc:  # the window is gone either way; say why its file is missing
-            done.set_exception(ValueError(f"exporting the window failed: {type(exc).__name__}: {exc}"))
+            done.set_exception(
+                ValueError(f"exporting the window failed: {type(exc).__name__}: {exc}")
+            )
 
     async def stop_profile(self) -> dict:
         """Close the window and wait for its export (a client that gives up leaves it running)."""
@@ -239,6 +258,9 @@ def _merged(items: list) -> RequestOutput:
     last one's finish state."""
     if len(items) == 1:
         return items[0]
-    return replace(items[-1], text_delta="".join(o.text_delta for o in items),
-                   token_ids_delta=[t for o in items for t in o.token_ids_delta],
-                   inter_token_latency_s=items[0].inter_token_latency_s)
+    return replace(
+        items[-1],
+        text_delta="".join(o.text_delta for o in items),
+        token_ids_delta=[t for o in items for t in o.token_ids_delta],
+        inter_token_latency_s=items[0].inter_token_latency_s,
+    )

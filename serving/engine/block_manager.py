@@ -29,7 +29,9 @@ class BlockManager:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))  # LRU order
+        self.free: OrderedDict[int, None] = OrderedDict(
+            (i, None) for i in range(num_blocks)
+        )  # LRU order
         self.hash_to_block: dict[int, int] = {}
 
     @property
@@ -78,7 +80,9 @@ class BlockManager:
     def grow(self, seq: Sequence, num_tokens: int) -> None:
         """Enough blocks for the sequence's first `num_tokens` tokens (check can_grow first)."""
         for _ in range(self.blocks_needed(seq, num_tokens)):
-            block_id, _ = self.free.popitem(last=False)  # least recently freed: evict its cached prefix
+            block_id, _ = self.free.popitem(
+                last=False
+            )  # least recently freed: evict its cached prefix
             block = self.blocks[block_id]
             if block.hash is not None and self.hash_to_block.get(block.hash) == block_id:
                 del self.hash_to_block[block.hash]
@@ -90,7 +94,11 @@ class BlockManager:
         if not self.enable_prefix_caching:
             return
         num_full = seq.num_computed_tokens // self.block_size
-        h = self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash if seq.num_hashed_blocks else None
+        h = (
+            self.blocks[seq.block_table[seq.num_hashed_blocks - 1]].hash
+            if seq.num_hashed_blocks
+            else None
+        )
         for i in range(seq.num_hashed_blocks, num_full):
             tokens = seq.block_tokens(i, self.block_size)
             h = hash((h, tokens))

@@ -43,28 +43,45 @@ class Handover:
     params: SamplingParams
     kv: list  # per layer (k, v) [num_prompt_tokens, Hkv, D]
     num_emitted_chars: int
-    times: dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
+    times: (
+        dict  # arrival_time, first_scheduled_time, first_token_time, last_token_time (monotonic s)
+    )
     handed_over_at: float = 0.0
-    first_output: RequestOutput | None = None  # the first token, streamed once the decode side has it
+    first_output: RequestOutput | None = (
+        None  # the first token, streamed once the decode side has it
+    )
 
 
 def hand_over(engine: LLMEngine, request_id: str) -> Handover:
     """Take a request that just got its first token out of `engine`, with its prompt's K/V."""
     seq, detok = engine.detach(request_id)
     kv = engine.runner.read_kv(seq.block_table, seq.num_prompt_tokens)
-    times = {k: getattr(seq, k) for k in ("arrival_time", "first_scheduled_time", "first_token_time",
-                                          "last_token_time")}
+    times = {
+        k: getattr(seq, k)
+        for k in ("arrival_time", "first_scheduled_time", "first_token_time", "last_token_time")
+    }
     engine.scheduler.finish(seq, "handed_over")
-    return Handover(request_id, list(seq.token_ids), seq.num_prompt_tokens, seq.params, kv, detok.num_emitted,
-                    times, time.monotonic())
+    return Handover(
+        request_id,
+        list(seq.token_ids),
+        seq.num_prompt_tokens,
+        seq.params,
+        kv,
+        detok.num_emitted,
+        times,
+        time.monotonic(),
+    )
 
 
 def adopt(engine: LLMEngine, h: Handover) -> Sequence | None:
     """Continue a handed-over request in `engine`; None when there is no room yet (try later)."""
-    seq = Sequence(h.token_ids[:h.num_prompt_tokens], h.params, h.request_id)
+    seq = Sequence(h.token_ids[: h.num_prompt_tokens], h.params, h.request_id)
     seq.token_ids = list(h.token_ids)
-    if len(engine.scheduler.running) >= engine.scheduler.max_num_seqs or \
-            not engine.block_manager.can_grow(seq, h.num_prompt_tokens):
+    if len(
+        engine.scheduler.running
+    ) >= engine.scheduler.max_num_seqs or not engine.block_manager.can_grow(
+        seq, h.num_prompt_tokens
+    ):
         return None
     engine.block_manager.grow(seq, h.num_prompt_tokens)
     engine.runner.write_kv(seq.block_table, h.kv)
@@ -135,7 +152,9 @@ TRANSFERS = {"bytes": bytes_transfer, "clone": clone_transfer, "none": no_transf
 
 @dataclass
 class DisaggArgs:
-    comm_releases_gil: bool = True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
+    comm_releases_gil: bool = (
+        True  # CDLL (releases) vs PyDLL (keeps the GIL during dispatch/combine)
+    )
     comm_us: int = 8000  # microseconds per dispatch and per combine call (see __main__'s --comm-us)
     transfer: str = "bytes"  # a key of TRANSFERS
     engine: EngineArgs = field(default_factory=EngineArgs)
@@ -155,18 +174,32 @@ class DisaggregatedEngine:
         self._decode_inbox: queue.SimpleQueue = queue.SimpleQueue()
         self.outputs: queue.SimpleQueue = queue.SimpleQueue()  # RequestOutput, from both workers
         self.kv_transfer_times_s: list[float] = []  # prefill done -> adopted by the decode worker
-        self.last_prefill_at = 0.0  # time.monotonic() when the prefill worker last produced a first token
+        self.last_prefill_at = (
+            0.0  # time.monotonic() when the prefill worker last produced a first token
+        )
         self._aborted: set[str] = set()  # request ids; each worker drops them at its next turn
-        self._num_live = 0  # requests added and not yet finished or aborted (engine-loop thread only)
+        self._num_live = (
+            0  # requests added and not yet finished or aborted (engine-loop thread only)
+        )
         self._stop = threading.Event()
-        self._threads = [threading.Thread(target=fn, name=name, daemon=True) for fn, name in (
-            (self._prefill_loop, "prefill-worker"), (self._transfer_loop, "kv-transfer"),
-            (self._decode_loop, "decode-worker"))]
+        self._threads = [
+            threading.Thread(target=fn, name=name, daemon=True)
+            for fn, name in (
+                (self._prefill_loop, "prefill-worker"),
+                (self._transfer_loop, "kv-transfer"),
+                (self._decode_loop, "decode-worker"),
+            )
+        ]
         for t in self._threads:
             t.start()
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str,
-                    arrival_time: float | None = None) -> None:
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str,
+        arrival_time: float | None = None,
+    ) -> None:
         ids = self.prefill.encode(prompt)
         self.prefill.validate(ids, params)
         self._num_live += 1
@@ -190,7 +223,9 @@ class DisaggregatedEngine:
                 continue
             outs = self.prefill.step()
             for out in outs:
-                if out.finished:  # done at its first token (max_tokens=1, a stop): nothing to hand over
+                if (
+                    out.finished
+                ):  # done at its first token (max_tokens=1, a stop): nothing to hand over
                     self.outputs.put(out)
                     continue
                 # As in disaggregated serving (the decode instance streams every token): the first
@@ -219,7 +254,9 @@ class DisaggregatedEngine:
                 pending.append(self._decode_inbox.get())
             for request_id in list(self._aborted):
                 self.decode.abort(request_id)
-            pending = [h for h in pending if h.request_id not in self._aborted and not self._adopt(h)]
+            pending = [
+                h for h in pending if h.request_id not in self._aborted and not self._adopt(h)
+            ]
             if not self.decode.has_work():
                 time.sleep(0.001)
                 continue
@@ -234,7 +271,11 @@ class DisaggregatedEngine:
         self.kv_transfer_times_s.append(now - h.handed_over_at)
         # The first token reaches the client from here: TTFT (and the decode's start) is now, and the
         # prefill's end is kept beside it, so TTFT = queue + prefill + KV transfer (+ the hand-over's read).
-        seq.prefill_end_time, seq.first_token_time, seq.last_token_time = seq.first_token_time, now, now
+        seq.prefill_end_time, seq.first_token_time, seq.last_token_time = (
+            seq.first_token_time,
+            now,
+            now,
+        )
         if h.first_output is not None:
             self.outputs.put(h.first_output)
         return True
@@ -297,7 +338,9 @@ class DisaggregatedEngine:
         return outs
 
     # -- offline use ----------------------------------------------------------------------
-    def generate(self, prompts: list[str | list[int]], params: SamplingParams, timeout_s: float = 300) -> list[dict]:
+    def generate(
+        self, prompts: list[str | list[int]], params: SamplingParams, timeout_s: float = 300
+    ) -> list[dict]:
         ids = [f"d{i}" for i in range(len(prompts))]
         for rid, p in zip(ids, prompts, strict=True):
             self.add_request(p, params, rid)
@@ -310,5 +353,11 @@ class DisaggregatedEngine:
             texts[out.request_id] += out.text_delta
             if out.finished:
                 done[out.request_id] = out
-        return [{"text": texts[r], "token_ids": done[r].seq.output_token_ids, "finish_reason": done[r].finish_reason}
-                for r in ids]
+        return [
+            {
+                "text": texts[r],
+                "token_ids": done[r].seq.output_token_ids,
+                "finish_reason": done[r].finish_reason,
+            }
+            for r in ids
+        ]

@@ -22,7 +22,9 @@ class KVCache:
 
     def blocks(self, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of these blocks: [n, block_size, Hkv, D] each."""
-        return self.k.index_select(0, block_ids), self.v.index_select(0, block_ids)  # faster than k[ids] on CPU
+        return self.k.index_select(0, block_ids), self.v.index_select(
+            0, block_ids
+        )  # faster than k[ids] on CPU
 
     def for_decode(self, block_table: torch.Tensor):
         """(k_cache, v_cache, block_table) for paged_attention_decode."""
@@ -50,11 +52,15 @@ class QuantizedKVCache(KVCache):
             scales.view(-1, scales.shape[2]).index_copy_(0, slots, s)
 
     def blocks(self, block_ids):
-        return self._read(self.k, self.k_scale, block_ids), self._read(self.v, self.v_scale, block_ids)
+        return self._read(self.k, self.k_scale, block_ids), self._read(
+            self.v, self.v_scale, block_ids
+        )
 
     def _read(self, codes, scales, block_ids):
         n, bs, h, d = len(block_ids), *codes.shape[1:]
-        flat = self._dequantize(codes[block_ids].reshape(n * bs, h, d), scales[block_ids].reshape(n * bs, h))
+        flat = self._dequantize(
+            codes[block_ids].reshape(n * bs, h, d), scales[block_ids].reshape(n * bs, h)
+        )
         return flat.to(self.dtype).view(n, bs, h, d)
 
     def for_decode(self, block_table):

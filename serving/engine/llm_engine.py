@@ -33,16 +33,31 @@ class LLMEngine:
         from .planted import model_runner  # torch lives only behind the runner
 
         self.args = args
-        self.model_config = ModelConfig.from_checkpoint(Path(args.checkpoint)) if args.checkpoint else ModelConfig()
+        self.model_config = (
+            ModelConfig.from_checkpoint(Path(args.checkpoint)) if args.checkpoint else ModelConfig()
+        )
         self.tokenizer = load_tokenizer(args.checkpoint)
-        self.model_name = args.model_name or (Path(args.checkpoint).name if args.checkpoint else "builtin-random")
-        self.eos_token_ids = sorted(set(self.model_config.eos_token_id) | set(self.tokenizer.eos_token_ids))
-        self.max_model_len = min(args.max_model_len or self.model_config.max_position_embeddings,
-                                 self.model_config.max_position_embeddings, args.num_blocks * args.block_size)
+        self.model_name = args.model_name or (
+            Path(args.checkpoint).name if args.checkpoint else "builtin-random"
+        )
+        self.eos_token_ids = sorted(
+            set(self.model_config.eos_token_id) | set(self.tokenizer.eos_token_ids)
+        )
+        self.max_model_len = min(
+            args.max_model_len or self.model_config.max_position_embeddings,
+            self.model_config.max_position_embeddings,
+            args.num_blocks * args.block_size,
+        )
         self.runner = model_runner(args, self.model_config)
-        self.block_manager = BlockManager(args.num_blocks, args.block_size, args.enable_prefix_caching)
-        self.scheduler = Scheduler(self.block_manager, args.max_num_seqs, args.max_num_batched_tokens,
-                                   args.enable_chunked_prefill)
+        self.block_manager = BlockManager(
+            args.num_blocks, args.block_size, args.enable_prefix_caching
+        )
+        self.scheduler = Scheduler(
+            self.block_manager,
+            args.max_num_seqs,
+            args.max_num_batched_tokens,
+            args.enable_chunked_prefill,
+        )
         self._live: dict[str, tuple[Sequence, IncrementalDetokenizer]] = {}
         self.num_steps = 0
 
@@ -55,15 +70,24 @@ class LLMEngine:
         if not ids:
             raise ValueError("the prompt is empty: give at least one token")
         if len(ids) + params.max_tokens > self.max_model_len:
-            raise ValueError(f"This model's maximum context length is {self.max_model_len} tokens. However, you "
-                             f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the prompt, "
-                             f"{params.max_tokens} in the completion). Shorten the prompt or lower max_tokens.")
+            raise ValueError(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                f"requested {len(ids) + params.max_tokens} tokens ({len(ids)} in the prompt, "
+                f"{params.max_tokens} in the completion). Shorten the prompt or lower max_tokens."
+            )
         bad = [i for i in ids if not 0 <= i < self.model_config.vocab_size]
         if bad:
-            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0..{self.model_config.vocab_size - 1})")
+            raise ValueError(
+                f"token ids {bad[:5]} are outside the vocabulary (0..{self.model_config.vocab_size - 1})"
+            )
 
-    def add_request(self, prompt: str | list[int], params: SamplingParams, request_id: str | None = None,
-                    arrival_time: float | None = None) -> Sequence:
+    def add_request(
+        self,
+        prompt: str | list[int],
+        params: SamplingParams,
+        request_id: str | None = None,
+        arrival_time: float | None = None,
+    ) -> Sequence:
         ids = self.encode(prompt)
         self.validate(ids, params)
         seq = Sequence(ids, params, request_id)
@@ -98,7 +122,9 @@ class LLMEngine:
         with named_range("prefill" if any(item.num_tokens > 1 for item in batch) else "decode"):
             sampled = self.runner.run(batch)
         with named_range("postprocess"):
-            updated = self.scheduler.postprocess(batch, sampled, self.eos_token_ids, self.max_model_len)
+            updated = self.scheduler.postprocess(
+                batch, sampled, self.eos_token_ids, self.max_model_len
+            )
             self.num_steps += 1
             return [self._output(seq) for seq in updated]
 
@@ -112,19 +138,23 @@ class LLMEngine:
         detok.update(seq.output_token_ids, final=seq.is_finished)
         stops = seq.params.stop
         if stops and not seq.is_finished:
-            hits = [i for i in (detok.text.find(s, max(0, before - len(s))) for s in stops) if i >= 0]
+            hits = [
+                i for i in (detok.text.find(s, max(0, before - len(s))) for s in stops) if i >= 0
+            ]
             if hits:
-                detok.text = detok.text[:min(hits)]
+                detok.text = detok.text[: min(hits)]
                 self.scheduler.finish(seq, "stop")
         visible = len(detok.text)
         if stops and not seq.is_finished:  # hold back what may be the start of a stop string
             visible -= max(len(s) for s in stops) - 1
-        delta = detok.text[detok.num_emitted:max(visible, detok.num_emitted)]
+        delta = detok.text[detok.num_emitted : max(visible, detok.num_emitted)]
         detok.num_emitted += len(delta)
         if seq.is_finished:
             seq.finished_time = now
             self._live.pop(seq.request_id, None)
-        return RequestOutput(seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason, itl)
+        return RequestOutput(
+            seq.request_id, seq, delta, [seq.token_ids[-1]], seq.is_finished, seq.finish_reason, itl
+        )
 
     # -- requests that move to another engine (disagg.py) -----------------------------------
     def detach(self, request_id: str) -> tuple[Sequence, IncrementalDetokenizer]:
@@ -136,7 +166,9 @@ class LLMEngine:
         self._live[seq.request_id] = (seq, detok)
 
     # -- offline use --------------------------------------------------------------------
-    def generate(self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]) -> list[dict]:
+    def generate(
+        self, prompts: list[str | list[int]], params: SamplingParams | list[SamplingParams]
+    ) -> list[dict]:
         """Run prompts to completion in one continuous batch; returns per prompt
         {"text", "token_ids", "finish_reason"} in input order."""
         plist = params if isinstance(params, list) else [params] * len(prompts)
@@ -145,8 +177,14 @@ class LLMEngine:
         while self.has_work():
             for out in self.step():
                 texts[out.request_id] = texts.get(out.request_id, "") + out.text_delta
-        return [{"text": texts[s.request_id], "token_ids": s.output_token_ids, "finish_reason": s.finish_reason}
-                for s in seqs]
+        return [
+            {
+                "text": texts[s.request_id],
+                "token_ids": s.output_token_ids,
+                "finish_reason": s.finish_reason,
+            }
+            for s in seqs
+        ]
 
 
 def mark_scheduled(batch: list[ScheduledSeq], now: float) -> None:

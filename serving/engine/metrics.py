@@ -15,8 +15,27 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-LATENCY_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-                   20.0, 40.0, 80.0)
+LATENCY_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
 
 
@@ -28,35 +47,60 @@ class EngineMetrics:
         def hist(name, doc, buckets=LATENCY_BUCKETS):
             return Histogram(name, doc, labels, registry=r, buckets=buckets).labels(model_name)
 
-        self.ttft = hist("vllm:time_to_first_token_seconds", "Time to first token (arrival -> first token)")
-        self.itl = hist("vllm:inter_token_latency_seconds", "Time between consecutive tokens of a request")
+        self.ttft = hist(
+            "vllm:time_to_first_token_seconds", "Time to first token (arrival -> first token)"
+        )
+        self.itl = hist(
+            "vllm:inter_token_latency_seconds", "Time between consecutive tokens of a request"
+        )
         self.e2e = hist("vllm:e2e_request_latency_seconds", "Arrival -> finish")
         self.queue = hist("vllm:request_queue_time_seconds", "Arrival -> first scheduled")
         self.prefill = hist("vllm:request_prefill_time_seconds", "First scheduled -> first token")
         self.decode = hist("vllm:request_decode_time_seconds", "First token -> last token")
         self.inference = hist("vllm:request_inference_time_seconds", "First scheduled -> finish")
-        self.kv_transfer = hist("infra_agent:kv_transfer_time_seconds",
-                                "Prefill -> decode KV hand-over per request (disaggregated mode)")
-        self.prompt_len = hist("vllm:request_prompt_tokens", "Prompt tokens per request", TOKEN_BUCKETS)
-        self.gen_len = hist("vllm:request_generation_tokens", "Generated tokens per request", TOKEN_BUCKETS)
-        self.running = Gauge("vllm:num_requests_running", "Requests in the running batch", labels,
-                             registry=r).labels(model_name)
-        self.waiting = Gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled", labels,
-                             registry=r).labels(model_name)
-        self.kv_usage = Gauge("vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full)",
-                              labels, registry=r).labels(model_name)
-        self.prompt_tokens = Counter("vllm:prompt_tokens", "Prefill tokens processed", labels,
-                                     registry=r).labels(model_name)
-        self.generation_tokens = Counter("vllm:generation_tokens", "Tokens generated", labels,
-                                         registry=r).labels(model_name)
-        self.preemptions = Counter("vllm:num_preemptions", "Preemptions (recompute)", labels,
-                                   registry=r).labels(model_name)
-        self.prefix_queries = Counter("vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache",
-                                      labels, registry=r).labels(model_name)
-        self.prefix_hits = Counter("vllm:prefix_cache_hits", "Of those, tokens found in the cache", labels,
-                                   registry=r).labels(model_name)
-        self._success = Counter("vllm:request_success", "Finished requests", labels + ["finished_reason"],
-                                registry=r)
+        self.kv_transfer = hist(
+            "infra_agent:kv_transfer_time_seconds",
+            "Prefill -> decode KV hand-over per request (disaggregated mode)",
+        )
+        self.prompt_len = hist(
+            "vllm:request_prompt_tokens", "Prompt tokens per request", TOKEN_BUCKETS
+        )
+        self.gen_len = hist(
+            "vllm:request_generation_tokens", "Generated tokens per request", TOKEN_BUCKETS
+        )
+        self.running = Gauge(
+            "vllm:num_requests_running", "Requests in the running batch", labels, registry=r
+        ).labels(model_name)
+        self.waiting = Gauge(
+            "vllm:num_requests_waiting", "Requests waiting to be scheduled", labels, registry=r
+        ).labels(model_name)
+        self.kv_usage = Gauge(
+            "vllm:kv_cache_usage_perc",
+            "Fraction of KV-cache blocks in use (1 = full)",
+            labels,
+            registry=r,
+        ).labels(model_name)
+        self.prompt_tokens = Counter(
+            "vllm:prompt_tokens", "Prefill tokens processed", labels, registry=r
+        ).labels(model_name)
+        self.generation_tokens = Counter(
+            "vllm:generation_tokens", "Tokens generated", labels, registry=r
+        ).labels(model_name)
+        self.preemptions = Counter(
+            "vllm:num_preemptions", "Preemptions (recompute)", labels, registry=r
+        ).labels(model_name)
+        self.prefix_queries = Counter(
+            "vllm:prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache",
+            labels,
+            registry=r,
+        ).labels(model_name)
+        self.prefix_hits = Counter(
+            "vllm:prefix_cache_hits", "Of those, tokens found in the cache", labels, registry=r
+        ).labels(model_name)
+        self._success = Counter(
+            "vllm:request_success", "Finished requests", labels + ["finished_reason"], registry=r
+        )
         self._model_name = model_name
         self._last = {"preemptions": 0, "queries": 0, "hits": 0}
 
@@ -69,9 +113,11 @@ class EngineMetrics:
         """After each engine step: gauges, counters, and per-request histograms."""
         sched = engine.scheduler
         self.update_gauges(engine)
-        for key, counter, now in (("preemptions", self.preemptions, sched.num_preemptions),
-                                  ("queries", self.prefix_queries, sched.num_prefix_cache_queries),
-                                  ("hits", self.prefix_hits, sched.num_prefix_cache_hits)):
+        for key, counter, now in (
+            ("preemptions", self.preemptions, sched.num_preemptions),
+            ("queries", self.prefix_queries, sched.num_prefix_cache_queries),
+            ("hits", self.prefix_hits, sched.num_prefix_cache_hits),
+        ):
             counter.inc(now - self._last[key])
             self._last[key] = now
         self.generation_tokens.inc(len(outputs))

@@ -25,7 +25,9 @@ def resolve_device(name: str) -> torch.device:
 
 def cpu_threads() -> int:
     """One less than the cores this process may run on, at least 1 (EngineArgs.num_threads)."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    cores = (
+        len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    )
     return max(1, cores - 1)
 
 
@@ -56,17 +58,25 @@ class ModelRunner:
         self.kv_caches = self._make_kv_caches(args, cfg)
         # Random weights with the byte tokenizer sample only ids that decode to text, so the
         # default engine streams token by token (ByteTokenizer.text_token_ids says why).
-        self.sampler = Sampler(args.seed, None if args.checkpoint else ByteTokenizer.text_token_ids())
+        self.sampler = Sampler(
+            args.seed, None if args.checkpoint else ByteTokenizer.text_token_ids()
+        )
 
     def _make_kv_caches(self, args: EngineArgs, cfg: ModelConfig) -> list[KVCache]:
         if args.kv_cache_dtype not in KV_CACHE_DTYPES:
-            raise ValueError(f"kv_cache_dtype {args.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}")
+            raise ValueError(
+                f"kv_cache_dtype {args.kv_cache_dtype!r} is not one of {KV_CACHE_DTYPES}"
+            )
         shape = (args.num_blocks, args.block_size, cfg.num_key_value_heads, cfg.head_dim)
         if args.kv_cache_dtype == "auto":
             return [KVCache(shape, self.dtype, self.device) for _ in range(cfg.num_hidden_layers)]
         quantize, dequantize = self.ops.kv_quantizer(args.kv_cache_dtype)
-        return [QuantizedKVCache(shape, self.dtype, self.device, args.kv_cache_dtype, quantize, dequantize)
-                for _ in range(cfg.num_hidden_layers)]
+        return [
+            QuantizedKVCache(
+                shape, self.dtype, self.device, args.kv_cache_dtype, quantize, dequantize
+            )
+            for _ in range(cfg.num_hidden_layers)
+        ]
 
     def run(self, batch: list[ScheduledSeq]) -> dict[int, int]:
         """One forward over the batch; returns {seq_id: sampled token} for the sequences
@@ -80,7 +90,10 @@ class ModelRunner:
             for pos in range(start, start + item.num_tokens):
                 input_ids.append(seq.token_ids[pos])
                 positions.append(pos)
-                slots.append(seq.block_table[pos // self.block_size] * self.block_size + pos % self.block_size)
+                slots.append(
+                    seq.block_table[pos // self.block_size] * self.block_size
+                    + pos % self.block_size
+                )
         attn = self._attention_batch(decodes, prefills, slots)
         logits_rows, sampling = [], []
         row = 0
@@ -91,39 +104,67 @@ class ModelRunner:
                 sampling.append(item.seq)
         if not sampling:  # only mid-prompt chunks: compute K/V, sample nothing
             logits_rows = [0]
-        logits = self.model.forward(self._long(input_ids), self._long(positions), attn, self.kv_caches,
-                                    self._long(logits_rows))
+        logits = self.model.forward(
+            self._long(input_ids),
+            self._long(positions),
+            attn,
+            self.kv_caches,
+            self._long(logits_rows),
+        )
         if not sampling:
             return {}
-        tokens = self.sampler.sample(logits, [s.params for s in sampling], [s.num_output_tokens for s in sampling])
+        tokens = self.sampler.sample(
+            logits, [s.params for s in sampling], [s.num_output_tokens for s in sampling]
+        )
         return {s.seq_id: t for s, t in zip(sampling, tokens, strict=True)}
 
-    def _attention_batch(self, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], slots) -> AttentionBatch:
+    def _attention_batch(
+        self, decodes: list[ScheduledSeq], prefills: list[ScheduledSeq], slots
+    ) -> AttentionBatch:
         table = seq_lens = None
         if decodes:
             width = max(len(s.seq.block_table) for s in decodes)
-            table = torch.tensor([s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
-                                 dtype=torch.int32, device=self.device)
-            seq_lens = torch.tensor([s.seq.num_computed_tokens + 1 for s in decodes], dtype=torch.int32,
-                                    device=self.device)
+            table = torch.tensor(
+                [s.seq.block_table + [0] * (width - len(s.seq.block_table)) for s in decodes],
+                dtype=torch.int32,
+                device=self.device,
+            )
+            seq_lens = torch.tensor(
+                [s.seq.num_computed_tokens + 1 for s in decodes],
+                dtype=torch.int32,
+                device=self.device,
+            )
         chunks, row = [], len(decodes)
         for item in prefills:
             ctx = item.seq.num_computed_tokens + item.num_tokens
             num_blocks = -(-ctx // self.block_size)
-            chunks.append(PrefillChunk(row, item.num_tokens, ctx, self._long(item.seq.block_table[:num_blocks])))
+            chunks.append(
+                PrefillChunk(
+                    row, item.num_tokens, ctx, self._long(item.seq.block_table[:num_blocks])
+                )
+            )
             row += item.num_tokens
         return AttentionBatch(self._long(slots), len(decodes), table, seq_lens, chunks)
 
-    def read_kv(self, block_table: list[int], num_tokens: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    def read_kv(
+        self, block_table: list[int], num_tokens: int
+    ) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The first num_tokens tokens' K and V, per layer: [num_tokens, Hkv, D] each (model dtype)."""
-        ids = self._long(block_table[:-(-num_tokens // self.block_size)])
-        return [tuple(t.flatten(0, 1)[:num_tokens].clone() for t in cache.blocks(ids)) for cache in self.kv_caches]
+        ids = self._long(block_table[: -(-num_tokens // self.block_size)])
+        return [
+            tuple(t.flatten(0, 1)[:num_tokens].clone() for t in cache.blocks(ids))
+            for cache in self.kv_caches
+        ]
 
     def write_kv(self, block_table: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
         """Store per-layer K and V of positions 0..n-1 into a sequence's blocks."""
         n = kv[0][0].shape[0]
-        slots = self._long([block_table[p // self.block_size] * self.block_size + p % self.block_size
-                            for p in range(n)])
+        slots = self._long(
+            [
+                block_table[p // self.block_size] * self.block_size + p % self.block_size
+                for p in range(n)
+            ]
+        )
         for cache, (k, v) in zip(self.kv_caches, kv, strict=True):
             cache.store(k.to(self.device), v.to(self.device), slots)
 

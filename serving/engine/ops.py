@@ -18,20 +18,33 @@ ENGINE_OPS = ("rmsnorm", "paged_attention_decode", "kv_quant", "w8a8_gemm")
 
 
 class KernelOps:
-    def __init__(self, kernels: dict[str, str], device: torch.device, workspace: str | None, rms_norm_eps: float):
+    def __init__(
+        self,
+        kernels: dict[str, str],
+        device: torch.device,
+        workspace: str | None,
+        rms_norm_eps: float,
+    ):
         from infra_agent.kernels.workspace import load_workspace
 
         unknown = sorted(set(kernels) - set(ENGINE_OPS))
         if unknown:
-            raise ValueError(f"kernels= names unknown ops {unknown}; the engine's ops are {list(ENGINE_OPS)}")
+            raise ValueError(
+                f"kernels= names unknown ops {unknown}; the engine's ops are {list(ENGINE_OPS)}"
+            )
         self._ws = load_workspace(workspace)
         self._device = device
         self._eps = rms_norm_eps
         self.choices: dict[str, str] = {}  # op -> "kernel:impl" or "torch (why)"
         default = "triton" if device.type == "cuda" else "reference"
-        self.rmsnorm = self._resolve("rmsnorm", kernels.get("rmsnorm", default), self._torch_rmsnorm)
+        self.rmsnorm = self._resolve(
+            "rmsnorm", kernels.get("rmsnorm", default), self._torch_rmsnorm
+        )
         self.paged_attention_decode = self._resolve(
-            "paged_attention_decode", kernels.get("paged_attention_decode", default), torch_paged_attention_decode)
+            "paged_attention_decode",
+            kernels.get("paged_attention_decode", default),
+            torch_paged_attention_decode,
+        )
         self._kv_quant_impl = kernels.get("kv_quant", default)
         self._w8a8_impl = kernels.get("w8a8_gemm", default)
         self._quantize_rows = None
@@ -60,15 +73,24 @@ class KernelOps:
         quantize_<kind> and dequantize_<kind>, from the chosen impl's file."""
         kernel = self._ws.kernels.get("kv_quant")
         if kernel is None:
-            raise ValueError(f"kv_cache_dtype={kind} needs the workspace's kv_quant kernel, which it lacks; "
-                             "use kv_cache_dtype=auto")
+            raise ValueError(
+                f"kv_cache_dtype={kind} needs the workspace's kv_quant kernel, which it lacks; "
+                "use kv_cache_dtype=auto"
+            )
         impl = self._kv_quant_impl
         refs = {"reference": kernel.spec.reference, **kernel.spec.impls}
         if impl not in refs:
             raise ValueError(f"kernel 'kv_quant' has no impl {impl!r}; it has {sorted(refs)}")
         file = refs[impl].split(":", 1)[0]
-        fns = tuple(_load(kernel, f"{file}:{name}_{kind}", f"infra_agent_engine_kv_quant_{impl}",
-                          interpret=self._device.type != "cuda") for name in ("quantize", "dequantize"))
+        fns = tuple(
+            _load(
+                kernel,
+                f"{file}:{name}_{kind}",
+                f"infra_agent_engine_kv_quant_{impl}",
+                interpret=self._device.type != "cuda",
+            )
+            for name in ("quantize", "dequantize")
+        )
         self.choices["kv_quant"] = f"kv_quant:{impl} ({kind})"
         return fns
 
@@ -81,12 +103,21 @@ class KernelOps:
             self.choices[op] = f"torch (the workspace has no {op} kernel yet)"
             return torch_fn
         if op == "rmsnorm" and abs(kernel.spec.extra.get("eps", self._eps) - self._eps) > 0:
-            self.choices[op] = f"torch (the kernel's eps {kernel.spec.extra['eps']} != the model's {self._eps})"
+            self.choices[op] = (
+                f"torch (the kernel's eps {kernel.spec.extra['eps']} != the model's {self._eps})"
+            )
             return torch_fn
         refs = {"reference": kernel.spec.reference, **kernel.spec.impls}
         if impl not in refs:
-            raise ValueError(f"kernel {op!r} has no impl {impl!r}; it has {sorted(refs)} (or 'torch')")
-        fn = _load(kernel, refs[impl], f"infra_agent_engine_{op}_{impl}", interpret=self._device.type != "cuda")
+            raise ValueError(
+                f"kernel {op!r} has no impl {impl!r}; it has {sorted(refs)} (or 'torch')"
+            )
+        fn = _load(
+            kernel,
+            refs[impl],
+            f"infra_agent_engine_{op}_{impl}",
+            interpret=self._device.type != "cuda",
+        )
         self.choices[op] = f"{op}:{impl}"
         return _rows_2d(fn) if op == "rmsnorm" else fn
 
@@ -112,13 +143,17 @@ def _load(kernel, ref: str, module_name: str, interpret: bool):
 
 def _rows_2d(fn):
     """The rmsnorm kernels take [M, N] contiguous rows."""
+
     def rmsnorm(x, weight):
         return fn(x.contiguous(), weight)
+
     return rmsnorm
 
 
 def torch_w8a8_gemm(a, a_scale, w, w_scale):  # int8 [M, K], [M], int8 [N, K], [N] -> [M, N]
-    return ((a.float() @ w.float().T) * a_scale[:, None] * w_scale.float()[None, :]).to(w_scale.dtype)
+    return ((a.float() @ w.float().T) * a_scale[:, None] * w_scale.float()[None, :]).to(
+        w_scale.dtype
+    )
 
 
 def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
@@ -129,7 +164,9 @@ def torch_paged_attention_decode(q, k_cache, v_cache, block_table, seq_lens):
         from infra_agent.sandbox.worker.loader import import_file
 
         path = Path(EMBEDDED_ROOT) / "paged_attention_decode" / "reference.py"
-        _embedded_paged_attention = import_file(path, "infra_agent_engine_paged_attention_ref").paged_attention_decode
+        _embedded_paged_attention = import_file(
+            path, "infra_agent_engine_paged_attention_ref"
+        ).paged_attention_decode
     return _embedded_paged_attention(q, k_cache, v_cache, block_table, seq_lens)
 
 

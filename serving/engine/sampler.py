@@ -18,7 +18,9 @@ class Sampler:
         self._unseeded = torch.Generator().manual_seed(seed)
         self._allowed = None if allowed_ids is None else torch.tensor(allowed_ids, dtype=torch.long)
 
-    def sample(self, logits: torch.Tensor, params: list[SamplingParams], positions: list[int]) -> list[int]:
+    def sample(
+        self, logits: torch.Tensor, params: list[SamplingParams], positions: list[int]
+    ) -> list[int]:
         """logits [S, V] fp32; positions: each row's output index (0 = first token) -> S ids."""
         if self._allowed is not None:
             keep = torch.full_like(logits, float("-inf"))
@@ -30,7 +32,11 @@ class Sampler:
             if p.temperature == 0 or p.top_k == 1:
                 out.append(greedy[row])
                 continue
-            gen = self._unseeded if p.seed is None else torch.Generator().manual_seed(hash((p.seed, pos)) & (2**63 - 1))
+            gen = (
+                self._unseeded
+                if p.seed is None
+                else torch.Generator().manual_seed(hash((p.seed, pos)) & (2**63 - 1))
+            )
             out.append(_sample_row(logits[row].cpu(), p, gen))
         return out
 

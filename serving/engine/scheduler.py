@@ -29,8 +29,13 @@ class ScheduledSeq:
 
 
 class Scheduler:
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int,
-                 enable_chunked_prefill: bool = True):
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        enable_chunked_prefill: bool = True,
+    ):
         self.bm = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
@@ -43,10 +48,14 @@ class Scheduler:
 
     def add(self, seq: Sequence) -> None:
         if not self.enable_chunked_prefill and len(seq) > self.max_num_batched_tokens:
-            raise ValueError(f"the prompt has {len(seq)} tokens but a step takes at most "
-                             f"{self.max_num_batched_tokens} without chunked prefill")
+            raise ValueError(
+                f"the prompt has {len(seq)} tokens but a step takes at most "
+                f"{self.max_num_batched_tokens} without chunked prefill"
+            )
         if -(-len(seq) // self.bm.block_size) > len(self.bm.blocks):
-            raise ValueError(f"the prompt needs more KV blocks than the cache has ({len(self.bm.blocks)})")
+            raise ValueError(
+                f"the prompt needs more KV blocks than the cache has ({len(self.bm.blocks)})"
+            )
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
@@ -113,8 +122,13 @@ class Scheduler:
         self.num_preemptions += 1
         self.waiting.appendleft(seq)
 
-    def postprocess(self, batch: list[ScheduledSeq], sampled: dict[int, int], eos_token_ids: list[int],
-                    max_model_len: int) -> list[Sequence]:
+    def postprocess(
+        self,
+        batch: list[ScheduledSeq],
+        sampled: dict[int, int],
+        eos_token_ids: list[int],
+        max_model_len: int,
+    ) -> list[Sequence]:
         """Account the computed tokens, append sampled tokens ({seq_id: token}), finish
         sequences on EOS, stop tokens, max_tokens or the context limit. Returns the
         sequences that got a new token."""

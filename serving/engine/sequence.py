@@ -37,7 +37,9 @@ _ids = itertools.count()
 
 
 class Sequence:
-    def __init__(self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None):
+    def __init__(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str | None = None
+    ):
         if not prompt_token_ids:
             raise ValueError("the prompt has no tokens")
         self.seq_id = next(_ids)
@@ -46,7 +48,9 @@ class Sequence:
         self.token_ids = list(prompt_token_ids)
         self.num_prompt_tokens = len(prompt_token_ids)
         self.num_computed_tokens = 0  # tokens whose K/V are in the cache
-        self.num_cached_prompt_tokens = 0  # of those, how many came from the prefix cache (last admission)
+        self.num_cached_prompt_tokens = (
+            0  # of those, how many came from the prefix cache (last admission)
+        )
         self.num_hashed_blocks = 0  # full blocks already registered in the prefix cache
         self.block_table: list[int] = []
         self.status = Status.WAITING
@@ -55,8 +59,12 @@ class Sequence:
         # timestamps (time.monotonic) for the per-phase metrics
         self.arrival_time = time.monotonic()
         self.first_scheduled_time: float | None = None
-        self.first_token_time: float | None = None  # when the client can have it (disaggregated: adopted)
-        self.prefill_end_time: float | None = None  # disaggregated: the prefill's first token (pre-transfer)
+        self.first_token_time: float | None = (
+            None  # when the client can have it (disaggregated: adopted)
+        )
+        self.prefill_end_time: float | None = (
+            None  # disaggregated: the prefill's first token (pre-transfer)
+        )
         self.last_token_time: float | None = None
         self.finished_time: float | None = None
 
@@ -69,7 +77,7 @@ class Sequence:
 
     @property
     def output_token_ids(self) -> list[int]:
-        return self.token_ids[self.num_prompt_tokens:]
+        return self.token_ids[self.num_prompt_tokens :]
 
     @property
     def num_uncomputed_tokens(self) -> int:
@@ -80,4 +88,4 @@ class Sequence:
         return self.status is Status.FINISHED
 
     def block_tokens(self, i: int, block_size: int) -> tuple[int, ...]:
-        return tuple(self.token_ids[i * block_size:(i + 1) * block_size])
+        return tuple(self.token_ids[i * block_size : (i + 1) * block_size])

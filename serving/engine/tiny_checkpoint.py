@@ -15,10 +15,19 @@ SENTENCES = [
 ]
 
 
-def build_tiny_checkpoint(folder: str | Path, seed: int = 0, tie: bool = False, hidden_size: int = 64,
-                          num_layers: int = 2, num_heads: int = 4, num_kv_heads: int = 2,
-                          intermediate_size: int = 128, max_positions: int = 256, vocab_size: int = 320,
-                          initializer_range: float = 0.2) -> Path:
+def build_tiny_checkpoint(
+    folder: str | Path,
+    seed: int = 0,
+    tie: bool = False,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
+    intermediate_size: int = 128,
+    max_positions: int = 256,
+    vocab_size: int = 320,
+    initializer_range: float = 0.2,
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -27,16 +36,28 @@ def build_tiny_checkpoint(folder: str | Path, seed: int = 0, tie: bool = False, 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=["<s>", "</s>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(SENTENCES * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")
     fast.save_pretrained(folder)
-    cfg = LlamaConfig(vocab_size=tok.get_vocab_size(), hidden_size=hidden_size, intermediate_size=intermediate_size,
-                      num_hidden_layers=num_layers, num_attention_heads=num_heads, num_key_value_heads=num_kv_heads,
-                      max_position_embeddings=max_positions, rms_norm_eps=1e-6, tie_word_embeddings=tie,
-                      bos_token_id=fast.bos_token_id, eos_token_id=fast.eos_token_id,
-                      initializer_range=initializer_range)
+    cfg = LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=hidden_size,
+        intermediate_size=intermediate_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        max_position_embeddings=max_positions,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=tie,
+        bos_token_id=fast.bos_token_id,
+        eos_token_id=fast.eos_token_id,
+        initializer_range=initializer_range,
+    )
     torch.manual_seed(seed)
     LlamaForCausalLM(cfg).save_pretrained(folder)
     return folder

@@ -41,7 +41,9 @@ class HFTokenizer:
 
         path = Path(folder) / "tokenizer.json"
         if not path.is_file():
-            raise FileNotFoundError(f"{folder} has no tokenizer.json (a fast tokenizer is required)")
+            raise FileNotFoundError(
+                f"{folder} has no tokenizer.json (a fast tokenizer is required)"
+            )
         self._tok = Tokenizer.from_file(str(path))
         cfg_path = Path(folder) / "tokenizer_config.json"
         cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
@@ -74,8 +76,12 @@ def render_chat(tokenizer, messages: list[dict], add_generation_prompt: bool = T
 
         env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
         template = env.from_string(tokenizer.chat_template)
-        return template.render(messages=messages, add_generation_prompt=add_generation_prompt,
-                               bos_token="", eos_token="")
+        return template.render(
+            messages=messages,
+            add_generation_prompt=add_generation_prompt,
+            bos_token="",
+            eos_token="",
+        )
     lines = [f"{m['role']}: {_content_text(m.get('content'))}" for m in messages]
     return "\n".join(lines) + ("\nassistant:" if add_generation_prompt else "")
 
@@ -106,14 +112,16 @@ class IncrementalDetokenizer:
     def update(self, ids: list[int], final: bool = False) -> str:
         if len(ids) <= self._read_at:
             return ""
-        context = self._tokenizer.decode(ids[self._context_at:self._read_at]) if self._read_at else ""
-        window = self._tokenizer.decode(ids[self._context_at:])
+        context = (
+            self._tokenizer.decode(ids[self._context_at : self._read_at]) if self._read_at else ""
+        )
+        window = self._tokenizer.decode(ids[self._context_at :])
         if window.endswith("\ufffd") and not final:  # the last request's text is taken as it is
             return ""
         if window.startswith(context):
-            delta = window[len(context):]
+            delta = window[len(context) :]
         else:  # a decoder that rewrote the context given what follows: decode it all, as exact as before
-            delta = self._tokenizer.decode(ids)[len(self.text):]
+            delta = self._tokenizer.decode(ids)[len(self.text) :]
         self.text += delta
         self._context_at, self._read_at = self._read_at, len(ids)
         return delta

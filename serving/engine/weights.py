@@ -12,7 +12,11 @@ from .config import ModelConfig
 
 def weight_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a Llama-style checkpoint holds, with its shape ([out, in] for linears)."""
-    h, q_dim, kv_dim = cfg.hidden_size, cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    h, q_dim, kv_dim = (
+        cfg.hidden_size,
+        cfg.num_attention_heads * cfg.head_dim,
+        cfg.num_key_value_heads * cfg.head_dim,
+    )
     shapes = {"model.embed_tokens.weight": (cfg.vocab_size, h), "model.norm.weight": (h,)}
     for i in range(cfg.num_hidden_layers):
         p = f"model.layers.{i}."
@@ -44,12 +48,16 @@ def random_weights(cfg: ModelConfig, seed: int, dtype: torch.dtype) -> dict[str,
     return {k: v.to(dtype) for k, v in out.items()}
 
 
-def load_checkpoint_weights(folder: Path, cfg: ModelConfig, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def load_checkpoint_weights(
+    folder: Path, cfg: ModelConfig, dtype: torch.dtype
+) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
     files = sorted(Path(folder).glob("*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"{folder} has no *.safetensors files (only safetensors checkpoints load)")
+        raise FileNotFoundError(
+            f"{folder} has no *.safetensors files (only safetensors checkpoints load)"
+        )
     tensors: dict[str, torch.Tensor] = {}
     for f in files:
         tensors |= load_file(str(f))
@@ -59,7 +67,9 @@ def load_checkpoint_weights(folder: Path, cfg: ModelConfig, dtype: torch.dtype) 
         raise ValueError(f"{folder}: checkpoint lacks {len(missing)} tensors, e.g. {missing[:3]}")
     for name, shape in expected.items():
         if tuple(tensors[name].shape) != shape:
-            raise ValueError(f"{folder}: {name} has shape {tuple(tensors[name].shape)}, config says {shape}")
+            raise ValueError(
+                f"{folder}: {name} has shape {tuple(tensors[name].shape)}, config says {shape}"
+            )
     # biases (Qwen2-style q/k/v) are kept; anything else unknown is ignored
     keep = set(expected) | {n for n in tensors if n.endswith("_proj.bias")}
     return {n: t.to(dtype) for n, t in tensors.items() if n in keep}

@@ -11,10 +11,31 @@ runner.py (all of them) -> metrics.py (vLLM's definitions, computed from timesta
 
 from .arrivals import Arrivals
 from .client import Endpoint
-from .datasets import BenchRequest, PlainTokenizer, random_requests, shared_prefix_requests, sharegpt_requests
+from .datasets import (
+    BenchRequest,
+    PlainTokenizer,
+    random_requests,
+    shared_prefix_requests,
+    sharegpt_requests,
+)
 from .metrics import TTFT_RULE, Distribution, Metrics, RequestRecord, compute
 from .runner import MAX_IN_FLIGHT, RunResult, run_benchmark, sleep_until
 
-__all__ = ["Arrivals", "BenchRequest", "Distribution", "Endpoint", "PlainTokenizer", "Metrics", "RequestRecord",
-           "RunResult", "TTFT_RULE", "compute", "random_requests", "run_benchmark", "sharegpt_requests",
-           "shared_prefix_requests", "sleep_until", "MAX_IN_FLIGHT"]
+__all__ = [
+    "Arrivals",
+    "BenchRequest",
+    "Distribution",
+    "Endpoint",
+    "PlainTokenizer",
+    "Metrics",
+    "RequestRecord",
+    "RunResult",
+    "TTFT_RULE",
+    "compute",
+    "random_requests",
+    "run_benchmark",
+    "sharegpt_requests",
+    "shared_prefix_requests",
+    "sleep_until",
+    "MAX_IN_FLIGHT",
+]

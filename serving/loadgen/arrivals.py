@@ -22,7 +22,9 @@ import numpy as np
 
 @dataclass(frozen=True)
 class Arrivals:
-    rate: float = math.inf  # requests per second; inf = send all at once (bounded by max_concurrency)
+    rate: float = (
+        math.inf
+    )  # requests per second; inf = send all at once (bounded by max_concurrency)
     burstiness: float = 1.0  # gamma shape; 1 = Poisson, < 1 burstier, > 1 more regular
     max_concurrency: int | None = None  # requests in flight at most (None = no cap)
     seed: int = 0

@@ -26,8 +26,12 @@ class Endpoint:
     model: str
     api: Literal["completions", "chat"] = "completions"
     uds: str | None = None  # a UNIX socket that reaches the server (the sandbox bridge)
-    extra_body: dict = field(default_factory=dict)  # fields this engine accepts, e.g. {"ignore_eos": True}
-    continuous_usage: bool = False  # ask for usage in every chunk (vLLM's stream_options.continuous_usage_stats)
+    extra_body: dict = field(
+        default_factory=dict
+    )  # fields this engine accepts, e.g. {"ignore_eos": True}
+    continuous_usage: bool = (
+        False  # ask for usage in every chunk (vLLM's stream_options.continuous_usage_stats)
+    )
     api_key: str | None = None
 
     @property
@@ -35,8 +39,13 @@ class Endpoint:
         return "/v1/completions" if self.api == "completions" else "/v1/chat/completions"
 
     def payload(self, req: BenchRequest) -> dict:
-        body: dict = {"model": self.model, "max_tokens": req.max_tokens, "stream": True, "temperature": 0.0,
-                      "stream_options": {"include_usage": True}}
+        body: dict = {
+            "model": self.model,
+            "max_tokens": req.max_tokens,
+            "stream": True,
+            "temperature": 0.0,
+            "stream_options": {"include_usage": True},
+        }
         if self.continuous_usage:
             body["stream_options"]["continuous_usage_stats"] = True
         if self.api == "completions":
@@ -46,11 +55,18 @@ class Endpoint:
         return {**body, **self.extra_body}
 
     def client(self, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
-        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        limits = httpx.Limits(
+            max_connections=max_connections, max_keepalive_connections=max_connections
+        )
         transport = UnixSocketTransport(self.uds, limits) if self.uds else None
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-        return httpx.AsyncClient(base_url=self.base_url, transport=transport, headers=headers, limits=limits,
-                                 timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
+        return httpx.AsyncClient(
+            base_url=self.base_url,
+            transport=transport,
+            headers=headers,
+            limits=limits,
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)),
+        )
 
 
 def _content(choice: dict) -> str:
@@ -60,8 +76,13 @@ def _content(choice: dict) -> str:
     return (delta.get("content") or "") + (delta.get("reasoning_content") or "")
 
 
-async def stream_one(client: httpx.AsyncClient, ep: Endpoint, req: BenchRequest, rec: RequestRecord,
-                     tokenizer: Tokenizer | None = None) -> RequestRecord:
+async def stream_one(
+    client: httpx.AsyncClient,
+    ep: Endpoint,
+    req: BenchRequest,
+    rec: RequestRecord,
+    tokenizer: Tokenizer | None = None,
+) -> RequestRecord:
     """Send `req`, fill `rec` with what arrived and when. Errors land in `rec.error`."""
     rec.prompt_tokens = req.prompt_tokens
     rec.sent_s = time.perf_counter()
@@ -80,7 +101,11 @@ async def stream_one(client: httpx.AsyncClient, ep: Endpoint, req: BenchRequest,
         if rec.first_choice_s is not None and rec.output_tokens >= 1:
             # tokens that decode to no text (EOS at once, special or partial UTF-8 tokens): the request
             # succeeded; its TTFT falls back to vLLM's rule, the first chunk with choices, and is flagged
-            rec.content_times_s, rec.content_tokens, rec.no_text = [rec.first_choice_s], [None], True
+            rec.content_times_s, rec.content_tokens, rec.no_text = (
+                [rec.first_choice_s],
+                [None],
+                True,
+            )
         else:
             rec.error = "the stream ended without any generated tokens"
     return rec

@@ -48,8 +48,10 @@ class PlainTokenizer:
         return self._tok.decode(ids)
 
 
-_WORDS = ("the model serves tokens while the scheduler batches requests and the cache keeps blocks of keys "
-          "and values for every layer of attention so decode reads what prefill wrote").split()
+_WORDS = (
+    "the model serves tokens while the scheduler batches requests and the cache keeps blocks of keys "
+    "and values for every layer of attention so decode reads what prefill wrote"
+).split()
 
 
 def _lengths(rng: np.random.Generator, mean: int, range_ratio: float, n: int) -> list[int]:
@@ -64,7 +66,11 @@ def _stable_ids(rng: np.random.Generator, tok: Tokenizer, vocab: int) -> list[in
     apart). Else printable ids that re-encode to themselves (a byte tokenizer: every ASCII letter),
     left to the re-encode loop. Tested on a sample of the vocabulary (cheap for 150k vocabularies)."""
     sample = rng.choice(vocab, size=min(vocab, 4096), replace=False).tolist()
-    printable = [t for t in sample if (text := tok.decode([t])).isprintable() and text and tok.encode(text) == [t]]
+    printable = [
+        t
+        for t in sample
+        if (text := tok.decode([t])).isprintable() and text and tok.encode(text) == [t]
+    ]
     words = [t for t in printable if tok.decode([t]).startswith(" ")]
     for pool in (words, printable):
         if len(pool) >= 4:
@@ -72,20 +78,33 @@ def _stable_ids(rng: np.random.Generator, tok: Tokenizer, vocab: int) -> list[in
     return list(range(vocab))
 
 
-def _exact_prompt(rng: np.random.Generator, tok: Tokenizer, pool: list[int], length: int) -> tuple[str, int]:
+def _exact_prompt(
+    rng: np.random.Generator, tok: Tokenizer, pool: list[int], length: int
+) -> tuple[str, int]:
     ids = rng.choice(pool, size=length).tolist()
     for _ in range(16):  # decode -> re-encode until the length holds (it usually does at once)
         text = tok.decode(ids)
         ids = tok.encode(text)
         if len(ids) == length:
             return text, length
-        ids = ids[:length] if len(ids) > length else ids + rng.choice(pool, size=length - len(ids)).tolist()
+        ids = (
+            ids[:length]
+            if len(ids) > length
+            else ids + rng.choice(pool, size=length - len(ids)).tolist()
+        )
     text = tok.decode(ids)
     return text, len(tok.encode(text))
 
 
-def random_requests(n: int, input_len: int = 128, output_len: int = 32, range_ratio: float = 0.0, seed: int = 0,
-                    tokenizer: Tokenizer | None = None, vocab_size: int | None = None) -> list[BenchRequest]:
+def random_requests(
+    n: int,
+    input_len: int = 128,
+    output_len: int = 32,
+    range_ratio: float = 0.0,
+    seed: int = 0,
+    tokenizer: Tokenizer | None = None,
+    vocab_size: int | None = None,
+) -> list[BenchRequest]:
     """n prompts of about `input_len` tokens asking for about `output_len` tokens each."""
     if n < 1 or input_len < 1 or output_len < 1:
         raise ValueError("n, input_len and output_len must each be >= 1")
@@ -108,39 +127,71 @@ def random_requests(n: int, input_len: int = 128, output_len: int = 32, range_ra
     return requests
 
 
-def shared_prefix_requests(num_prefixes: int, per_prefix: int, prefix_len: int, suffix_len: int, output_len: int,
-                           seed: int = 0, tokenizer: Tokenizer | None = None) -> list[BenchRequest]:
+def shared_prefix_requests(
+    num_prefixes: int,
+    per_prefix: int,
+    prefix_len: int,
+    suffix_len: int,
+    output_len: int,
+    seed: int = 0,
+    tokenizer: Tokenizer | None = None,
+) -> list[BenchRequest]:
     """Groups of prompts that share a long prefix (a prefix cache's best case), interleaved."""
     rng = np.random.default_rng(seed)
     prefixes = random_requests(num_prefixes, prefix_len, 1, seed=seed, tokenizer=tokenizer)
     groups = []
     for p in prefixes:
-        suffixes = random_requests(per_prefix, suffix_len, output_len, seed=int(rng.integers(1 << 31)),
-                                   tokenizer=tokenizer)
-        groups.append([BenchRequest(p.prompt + " " + s.prompt, p.prompt_tokens + s.prompt_tokens, output_len,
-                                    exact=False) for s in suffixes])
+        suffixes = random_requests(
+            per_prefix, suffix_len, output_len, seed=int(rng.integers(1 << 31)), tokenizer=tokenizer
+        )
+        groups.append(
+            [
+                BenchRequest(
+                    p.prompt + " " + s.prompt,
+                    p.prompt_tokens + s.prompt_tokens,
+                    output_len,
+                    exact=False,
+                )
+                for s in suffixes
+            ]
+        )
     return [g[i] for i in range(per_prefix) for g in groups]
 
 
-def sharegpt_requests(path: str | Path, n: int, tokenizer: Tokenizer | None = None, seed: int = 0,
-                      max_output_len: int | None = None) -> list[BenchRequest]:
+def sharegpt_requests(
+    path: str | Path,
+    n: int,
+    tokenizer: Tokenizer | None = None,
+    seed: int = 0,
+    max_output_len: int | None = None,
+) -> list[BenchRequest]:
     """The first human turn of each conversation as the prompt, the reply's length as max_tokens."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read ShareGPT file {path}: {exc}") from None
     except RecursionError:  # lists in lists thousands deep: no conversation is shaped like that
-        raise ValueError(f"{path} nests too deeply to be a ShareGPT file (a list of conversations)") from None
+        raise ValueError(
+            f"{path} nests too deeply to be a ShareGPT file (a list of conversations)"
+        ) from None
     pairs = []
     for item in data if isinstance(data, list) else []:
         turns = item.get("conversations") if isinstance(item, dict) else None
-        if isinstance(turns, list) and len(turns) >= 2 and all(isinstance(t, dict) for t in turns[:2]):
+        if (
+            isinstance(turns, list)
+            and len(turns) >= 2
+            and all(isinstance(t, dict) for t in turns[:2])
+        ):
             prompt, reply = (turns[i].get("value", "") for i in (0, 1))
-            if isinstance(prompt, str) and isinstance(reply, str):  # str() of a deep list would recurse
+            if isinstance(prompt, str) and isinstance(
+                reply, str
+            ):  # str() of a deep list would recurse
                 pairs.append((prompt, reply))
     if not pairs:
-        raise ValueError(f"{path} has no conversations with at least two turns (ShareGPT format: "
-                         '[{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}])')
+        raise ValueError(
+            f"{path} has no conversations with at least two turns (ShareGPT format: "
+            '[{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}])'
+        )
     order = np.random.default_rng(seed).permutation(len(pairs))[:n]
 
     def count(text: str) -> int:

@@ -42,7 +42,9 @@ class RequestRecord:
     sent_s: float = math.nan  # when it actually left (after any client-side wait)
     prompt_tokens: int = 0  # as the dataset built it
     content_times_s: list[float] = field(default_factory=list)  # arrival of each content chunk
-    content_tokens: list[int | None] = field(default_factory=list)  # tokens per content chunk, if reported
+    content_tokens: list[int | None] = field(
+        default_factory=list
+    )  # tokens per content chunk, if reported
     last_chunk_s: float = math.nan
     output_tokens: int = 0
     output_tokens_source: str = "usage"  # "usage" | "retokenized" | "chunks"
@@ -108,8 +110,14 @@ class Distribution:
         if not values:
             return None
         ms = np.asarray(values, dtype=float) * 1e3
-        return cls(mean=float(ms.mean()), median=float(np.median(ms)), std=float(ms.std()),
-                   p90=float(np.percentile(ms, 90)), p99=float(np.percentile(ms, 99)), n=int(ms.size))
+        return cls(
+            mean=float(ms.mean()),
+            median=float(np.median(ms)),
+            std=float(ms.std()),
+            p90=float(np.percentile(ms, 90)),
+            p99=float(np.percentile(ms, 99)),
+            n=int(ms.size),
+        )
 
 
 @dataclass
@@ -124,15 +132,21 @@ class Metrics:
     ttft_ms: Distribution | None
     tpot_ms: Distribution | None
     itl_ms: Distribution | None  # per chunk
-    itl_per_token_ms: Distribution | None  # per token, when every request reported chunk token counts
+    itl_per_token_ms: (
+        Distribution | None
+    )  # per token, when every request reported chunk token counts
     e2el_ms: Distribution | None
     client_wait_ms: Distribution | None
     goodput: float | None  # good requests / s, when SLOs are given
     slo_attainment_pct: float | None
-    output_tokens_source: str  # "usage" if every request's count came from the engine, else what did not
+    output_tokens_source: (
+        str  # "usage" if every request's count came from the engine, else what did not
+    )
     ttft_rule: str = TTFT_RULE
     errors: dict[str, int] = field(default_factory=dict)  # error text (first line) -> count
-    no_text_requests: int = 0  # completed without visible text; their TTFT is at the first choices chunk
+    no_text_requests: int = (
+        0  # completed without visible text; their TTFT is at the first choices chunk
+    )
 
 
 def meets_slos(rec: RequestRecord, slos_ms: dict[str, float]) -> bool:
@@ -144,11 +158,15 @@ def meets_slos(rec: RequestRecord, slos_ms: dict[str, float]) -> bool:
     return True
 
 
-def compute(records: list[RequestRecord], duration_s: float, slos_ms: dict[str, float] | None = None) -> Metrics:
+def compute(
+    records: list[RequestRecord], duration_s: float, slos_ms: dict[str, float] | None = None
+) -> Metrics:
     """Metrics over the measured (non-warm-up) requests of one run of `duration_s` seconds."""
     unknown = sorted(set(slos_ms or {}) - set(SLO_METRICS))
     if unknown:
-        raise ValueError(f"unknown SLO metric(s) {unknown}; use {', '.join(SLO_METRICS)} (values in ms)")
+        raise ValueError(
+            f"unknown SLO metric(s) {unknown}; use {', '.join(SLO_METRICS)} (values in ms)"
+        )
     measured = [r for r in records if not r.is_warmup]
     done = [r for r in measured if r.ok]
     errors: dict[str, int] = {}
@@ -157,7 +175,10 @@ def compute(records: list[RequestRecord], duration_s: float, slos_ms: dict[str, 
             key = (r.error or "no content received").splitlines()[0][:200]
             errors[key] = errors.get(key, 0) + 1
     out_tokens = sum(r.output_tokens for r in done)
-    in_tokens = sum(r.usage_prompt_tokens if r.usage_prompt_tokens is not None else r.prompt_tokens for r in done)
+    in_tokens = sum(
+        r.usage_prompt_tokens if r.usage_prompt_tokens is not None else r.prompt_tokens
+        for r in done
+    )
     per_token = [r.itl_per_token_s() for r in done]
     sources = sorted({r.output_tokens_source for r in done})
     good = [r for r in done if meets_slos(r, slos_ms)] if slos_ms else None
@@ -166,18 +187,30 @@ def compute(records: list[RequestRecord], duration_s: float, slos_ms: dict[str, 
         return count / duration_s if duration_s > 0 else 0.0
 
     return Metrics(
-        completed=len(done), failed=len(measured) - len(done), duration_s=duration_s,
-        request_throughput=rate(len(done)), input_throughput=rate(in_tokens), output_throughput=rate(out_tokens),
+        completed=len(done),
+        failed=len(measured) - len(done),
+        duration_s=duration_s,
+        request_throughput=rate(len(done)),
+        input_throughput=rate(in_tokens),
+        output_throughput=rate(out_tokens),
         total_token_throughput=rate(in_tokens + out_tokens),
         ttft_ms=Distribution.of_seconds([r.ttft_s for r in done]),
         tpot_ms=Distribution.of_seconds([t for r in done if (t := r.tpot_s) is not None]),
         itl_ms=Distribution.of_seconds([g for r in done for g in r.itl_per_chunk_s()]),
-        itl_per_token_ms=(Distribution.of_seconds([g for gaps in per_token for g in gaps])
-                          if per_token and all(p is not None for p in per_token) else None),
+        itl_per_token_ms=(
+            Distribution.of_seconds([g for gaps in per_token for g in gaps])
+            if per_token and all(p is not None for p in per_token)
+            else None
+        ),
         e2el_ms=Distribution.of_seconds([r.e2el_s for r in done]),
-        client_wait_ms=Distribution.of_seconds([r.client_wait_s for r in done if not math.isnan(r.sent_s)]),
+        client_wait_ms=Distribution.of_seconds(
+            [r.client_wait_s for r in done if not math.isnan(r.sent_s)]
+        ),
         goodput=rate(len(good)) if good is not None else None,
-        slo_attainment_pct=(100.0 * len(good) / len(done) if done else 0.0) if good is not None else None,
+        slo_attainment_pct=(100.0 * len(good) / len(done) if done else 0.0)
+        if good is not None
+        else None,
         output_tokens_source=sources[0] if len(sources) == 1 else "mixed: " + ", ".join(sources),
-        errors=errors, no_text_requests=sum(r.no_text for r in done),
+        errors=errors,
+        no_text_requests=sum(r.no_text for r in done),
     )

@@ -35,10 +35,19 @@ class RunResult:
     metrics: Metrics
 
 
-async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, *, warmup: int = 0,
-                        tokenizer: Tokenizer | None = None, slos_ms: dict[str, float] | None = None,
-                        timeout_s: float = 300.0, progress: Progress | None = None,
-                        spin_s: float = SPIN_S, send_for_s: float | None = None) -> RunResult:
+async def run_benchmark(
+    ep: Endpoint,
+    requests: list[BenchRequest],
+    arrivals: Arrivals,
+    *,
+    warmup: int = 0,
+    tokenizer: Tokenizer | None = None,
+    slos_ms: dict[str, float] | None = None,
+    timeout_s: float = 300.0,
+    progress: Progress | None = None,
+    spin_s: float = SPIN_S,
+    send_for_s: float | None = None,
+) -> RunResult:
     """`send_for_s` (closed loop only): instead of sending each request once, keep sending them
     in turn, `max_concurrency` in flight, until that many seconds have passed (those in flight
     then finish): a steady load for a fixed time, as a profiling window needs.
@@ -53,16 +62,22 @@ async def run_benchmark(ep: Endpoint, requests: list[BenchRequest], arrivals: Ar
     if not spin_s >= 0:
         raise ValueError(f"spin_s must be >= 0 seconds (default {SPIN_S}), got {spin_s}")
     if send_for_s is not None and not arrivals.is_closed_loop:
-        raise ValueError("send_for_s needs a closed loop (Arrivals(max_concurrency=N) without a rate)")
+        raise ValueError(
+            "send_for_s needs a closed loop (Arrivals(max_concurrency=N) without a rate)"
+        )
     width = min(arrivals.max_concurrency or len(requests), MAX_IN_FLIGHT)
     async with ep.client(max_connections=max(width, 1), timeout_s=timeout_s) as client:
         for i in range(warmup):
             rec = RequestRecord(index=-1 - i, scheduled_s=time.perf_counter(), is_warmup=True)
             await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
         if arrivals.is_closed_loop:
-            records, t0 = await _closed_loop(client, ep, requests, width, tokenizer, progress, send_for_s)
+            records, t0 = await _closed_loop(
+                client, ep, requests, width, tokenizer, progress, send_for_s
+            )
         else:
-            records, t0 = await _open_loop(client, ep, requests, arrivals, width, tokenizer, progress, spin_s)
+            records, t0 = await _open_loop(
+                client, ep, requests, arrivals, width, tokenizer, progress, spin_s
+            )
     ends = [r.last_chunk_s for r in records if r.ok]
     duration = (max(ends) - t0) if ends else time.perf_counter() - t0
     return RunResult(records, duration, compute(records, duration, slos_ms))
@@ -76,14 +91,21 @@ class _Counter:
         self.done += 1
         if self.progress is not None:
             state = "failed" if rec.error else "ok"
-            await self.progress(self.done, self.total, f"request {self.done}/{self.total or '?'} {state}")
+            await self.progress(
+                self.done, self.total, f"request {self.done}/{self.total or '?'} {state}"
+            )
 
 
-async def _open_loop(client, ep, requests, arrivals: Arrivals, width: int, tokenizer, progress, spin_s: float):
+async def _open_loop(
+    client, ep, requests, arrivals: Arrivals, width: int, tokenizer, progress, spin_s: float
+):
     sem = asyncio.Semaphore(width) if width < len(requests) else None
     counter = _Counter(len(requests), progress)
     t0 = time.perf_counter() + 0.01  # a moment to set up before the first send
-    records = [RequestRecord(index=i, scheduled_s=t0 + off) for i, off in enumerate(arrivals.offsets_s(len(requests)))]
+    records = [
+        RequestRecord(index=i, scheduled_s=t0 + off)
+        for i, off in enumerate(arrivals.offsets_s(len(requests)))
+    ]
 
     async def one(req: BenchRequest, rec: RequestRecord) -> None:
         if sem is None:
@@ -116,7 +138,9 @@ async def sleep_until(t: float, spin_s: float = SPIN_S) -> None:
         await asyncio.sleep(left - spin_s if left > spin_s + 0.0005 else 0)
 
 
-async def _closed_loop(client, ep, requests, width: int, tokenizer, progress, send_for_s: float | None):
+async def _closed_loop(
+    client, ep, requests, width: int, tokenizer, progress, send_for_s: float | None
+):
     """Each of `width` workers sends the next request as soon as its last one ends: every request
     once, or (send_for_s) in turn until the time is up."""
     counter = _Counter(len(requests) if send_for_s is None else None, progress)
@@ -136,5 +160,7 @@ async def _closed_loop(client, ep, requests, width: int, tokenizer, progress, se
             await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
             await counter.tick(rec)
 
-    await asyncio.gather(*(worker() for _ in range(width if until is not None else min(width, len(requests)))))
+    await asyncio.gather(
+        *(worker() for _ in range(width if until is not None else min(width, len(requests))))
+    )
     return records, t0

@@ -38,24 +38,39 @@ from conftest import call
 
 pytestmark = pytest.mark.anyio
 
-SHAPE = [{"B": 1, "H": 1, "K": 4, "V": 64}]  # two V tiles for vtiled (the smallest redundant case); tiny K: cheap
+SHAPE = [
+    {"B": 1, "H": 1, "K": 4, "V": 64}
+]  # two V tiles for vtiled (the smallest redundant case); tiny K: cheap
 RAW_COUNTS_GREW = ["mufu > baseline.mufu", "ffma > baseline.ffma"]
 
 
 async def test_fused_is_faster_and_both_sit_on_the_roofline(agent):
-    out = await call(agent, "microbench", kernel="kda_decode", impl="fused", baseline="vtiled", shapes=SHAPE,
-                     hypothesis="fused (statistic once per head) is faster than vtiled",
-                     expect=["ratio < 1"])
+    out = await call(
+        agent,
+        "microbench",
+        kernel="kda_decode",
+        impl="fused",
+        baseline="vtiled",
+        shapes=SHAPE,
+        hypothesis="fused (statistic once per head) is faster than vtiled",
+        expect=["ratio < 1"],
+    )
     print("step 1:", out["summary"])
     assert out["hypothesis_answer"]["answer"] == "supported", out["summary"]
     (shape,) = out["shapes"]
     assert out["verdict"] == shape["verdict"] == "faster"
-    assert shape["ci_high"] < 1 and (1 - shape["ci_high"]) * 100 > shape["min_detectable_effect_pct"]
+    assert (
+        shape["ci_high"] < 1 and (1 - shape["ci_high"]) * 100 > shape["min_detectable_effect_pct"]
+    )
     fused, vtiled = shape["candidate"], shape["baseline"]
     assert (fused["code"], vtiled["code"]) == ("fused", "vtiled")
-    assert fused["spot_check"] == vtiled["spot_check"] == "passed"  # timed outputs match the reference
+    assert (
+        fused["spot_check"] == vtiled["spot_check"] == "passed"
+    )  # timed outputs match the reference
     for arm in (fused, vtiled):  # the roofline places both, under one cost model
-        print(f"  {arm['code']}: {arm['median_ms']:.2f} ms, {arm['bound']}, {arm['pct_of_roofline']:.2g}% of roofline")
+        print(
+            f"  {arm['code']}: {arm['median_ms']:.2f} ms, {arm['bound']}, {arm['pct_of_roofline']:.2g}% of roofline"
+        )
         assert arm["bound"] in ("memory", "compute", "latency") and arm["roofline_note"]
         assert arm["pct_of_roofline"] > 0 and not arm["is_impossible"]
     assert fused["pct_of_roofline"] > vtiled["pct_of_roofline"]  # same FLOPs and bytes in less time
@@ -64,9 +79,16 @@ async def test_fused_is_faster_and_both_sit_on_the_roofline(agent):
 
 async def test_compile_shows_the_redundant_fp32_work_per_output_element(agent):
     fused = await call(agent, "compile_kernel", kernel="kda_decode", impl="fused", target="sm_90a")
-    naive = await call(agent, "compile_kernel", kernel="kda_decode", impl="vtiled", target="sm_90a",
-                       baseline=fused["experiment_id"], expect=RAW_COUNTS_GREW,
-                       hypothesis="vtiled issues more MUFU and FFMA than fused")
+    naive = await call(
+        agent,
+        "compile_kernel",
+        kernel="kda_decode",
+        impl="vtiled",
+        target="sm_90a",
+        baseline=fused["experiment_id"],
+        expect=RAW_COUNTS_GREW,
+        hypothesis="vtiled issues more MUFU and FFMA than fused",
+    )
     print("step 2:", naive["summary"])
     # per kernel, the redundant work is invisible: vtiled's SASS is smaller (MUFU 10 and 10 with Triton 3.9)
     assert naive["hypothesis_answer"]["answer"] == "contradicted"
@@ -83,19 +105,33 @@ async def test_compile_shows_the_redundant_fp32_work_per_output_element(agent):
     trips = loop["trip_count"]
     assert trips == 4  # range(0, V=128, 32)
 
-    executed_grew = [f"executed_ffma_per_output >= {trips} * baseline.executed_ffma_per_output",
-                     "executed_mufu_per_output > 3 * baseline.executed_mufu_per_output"]
-    asked = await call(agent, "compile_kernel", kernel="kda_decode", impl="vtiled", target="sm_90a",
-                       baseline=fused["experiment_id"], expect=executed_grew,
-                       hypothesis="per output element vtiled executes its FP32 statistic once per V tile")
+    executed_grew = [
+        f"executed_ffma_per_output >= {trips} * baseline.executed_ffma_per_output",
+        "executed_mufu_per_output > 3 * baseline.executed_mufu_per_output",
+    ]
+    asked = await call(
+        agent,
+        "compile_kernel",
+        kernel="kda_decode",
+        impl="vtiled",
+        target="sm_90a",
+        baseline=fused["experiment_id"],
+        expect=executed_grew,
+        hypothesis="per output element vtiled executes its FP32 statistic once per V tile",
+    )
     print("step 3:", asked["summary"])
     assert asked["hypothesis_answer"]["answer"] == "supported", asked["hypothesis_answer"]
     assert asked["cached"]  # the same compile, asked a better question, costs nothing
-    grew = {d["field"].rsplit(".", 1)[1]: d["ratio"] for d in asked["diff"]
-            if d["field"].startswith("executed_estimate.per_output.") and (d["ratio"] or 0) > 1}
+    grew = {
+        d["field"].rsplit(".", 1)[1]: d["ratio"]
+        for d in asked["diff"]
+        if d["field"].startswith("executed_estimate.per_output.") and (d["ratio"] or 0) > 1
+    }
     print("  executed per output element grew (ratio):", grew)
     assert grew["ffma"] >= trips and grew["fmul"] >= trips and grew["mufu"] > 3
-    assert f"of the executed counts, loop 0 at {loop['source']} (4 trips, range(0, V=128, 32))" \
-        in asked["summary"]  # the loop over V tiles holds the growth
+    assert (
+        f"of the executed counts, loop 0 at {loop['source']} (4 trips, range(0, V=128, 32))"
+        in asked["summary"]
+    )  # the loop over V tiles holds the growth
     (f,), (v,) = fused["kernels"], asked["kernels"]
     assert f["spill_stores_bytes"] == v["spill_stores_bytes"] == 0  # not a spill story

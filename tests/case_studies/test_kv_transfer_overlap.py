@@ -51,28 +51,59 @@ HELD = ["--no-comm-releases-gil"]
 RELEASED = ["--comm-releases-gil"]
 # Closed loop: a prefill worker under steady load (a P/D prefill instance is busy), prompts of four
 # KV blocks, few output tokens (the criterion is about the first one).
-WORKLOAD = {"num_requests": 60, "input_len": 128, "output_len": 3, "max_concurrency": 6, "seed": 5, "warmup": 2}
+WORKLOAD = {
+    "num_requests": 60,
+    "input_len": 128,
+    "output_len": 3,
+    "max_concurrency": 6,
+    "seed": 5,
+    "warmup": 2,
+}
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 OVERLAP = ["kv_transfer", "dispatch|combine"]
 
 
 async def launch(client, *extra) -> str:
-    out = await call(client, "launch_serve", engine="builtin", args={"model": "tiny", "extra_args": [*COMM, *extra]})
+    out = await call(
+        client,
+        "launch_serve",
+        engine="builtin",
+        args={"model": "tiny", "extra_args": [*COMM, *extra]},
+    )
     return out["handle"]
 
 
 async def judged(client, handle: str, baseline: str) -> dict:
-    out = await call(client, "serve_benchmark", handle=handle, baseline_handle=baseline, workload=WORKLOAD,
-                     repeats=3, criteria=[CRITERION])
-    print("TTFT p50 per repeat:", [r["latencies_ms"]["ttft"]["median"] for r in out["repeats"]], "baseline:",
-          [r["latencies_ms"]["ttft"]["median"] for r in out["baseline_repeats"]])
+    out = await call(
+        client,
+        "serve_benchmark",
+        handle=handle,
+        baseline_handle=baseline,
+        workload=WORKLOAD,
+        repeats=3,
+        criteria=[CRITERION],
+    )
+    print(
+        "TTFT p50 per repeat:",
+        [r["latencies_ms"]["ttft"]["median"] for r in out["repeats"]],
+        "baseline:",
+        [r["latencies_ms"]["ttft"]["median"] for r in out["baseline_repeats"]],
+    )
     return out
 
 
 async def profiled(client, handle: str) -> dict:
     # the profile's load shaped like the workload under test: its prompts keep prefill and the transfer busy
-    return await call(client, "profile", handle=handle, duration_s=3.0, load_concurrency=WORKLOAD["max_concurrency"],
-                      load_input_len=WORKLOAD["input_len"], load_output_len=WORKLOAD["output_len"], overlap=[OVERLAP])
+    return await call(
+        client,
+        "profile",
+        handle=handle,
+        duration_s=3.0,
+        load_concurrency=WORKLOAD["max_concurrency"],
+        load_input_len=WORKLOAD["input_len"],
+        load_output_len=WORKLOAD["output_len"],
+        overlap=[OVERLAP],
+    )
 
 
 def _of_chance(stat: dict, prof: dict) -> float:
@@ -95,8 +126,13 @@ async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa
     # 2. the timeline: no overlap, and the GIL is why
     prof = await profiled(agent, held)
     (stat,) = prof["overlaps"]
-    print("held profile:", stat["a_overlap_fraction"], "of chance:", _of_chance(stat, prof),
-          [f["message"] for f in prof["findings"]])
+    print(
+        "held profile:",
+        stat["a_overlap_fraction"],
+        "of chance:",
+        _of_chance(stat, prof),
+        [f["message"] for f in prof["findings"]],
+    )
     contention = [f for f in prof["findings"] if f["code"] == "gil_contention"]
     assert contention, prof["findings"]
     assert "release the GIL in the native call" in contention[0]["next_experiment"]
@@ -105,15 +141,23 @@ async def test_kv_transfer_held_gil_then_released(agent, zoo_workspace):  # noqa
     fixed = await launch(agent, *RELEASED, "--kv-transfer-impl", "bytes")
     prof_fixed = await profiled(agent, fixed)
     (stat_fixed,) = prof_fixed["overlaps"]
-    print("released profile:", stat_fixed["a_overlap_fraction"], "of chance:", _of_chance(stat_fixed, prof_fixed),
-          [f["code"] for f in prof_fixed["findings"]])
+    print(
+        "released profile:",
+        stat_fixed["a_overlap_fraction"],
+        "of chance:",
+        _of_chance(stat_fixed, prof_fixed),
+        [f["code"] for f in prof_fixed["findings"]],
+    )
     # the transfer now runs during a dispatch/combine about as often as chance gives (their running share of
     # the window: 7-20% here, lower on a loaded host), where with the GIL held it almost never did
     chance = stat_fixed["b_active_ms"] / prof_fixed["window_ms"]
     assert stat_fixed["a_overlap_fraction"] >= 0.25 * chance, (chance, stat_fixed)
     # held 4-6% and released 43-57% before the window-bounded thread table; after it 6.6-7.4% and 32%
     # over 2 s windows (4.9x, one run failed 5x), 5.7-5.8% and 39-40% over 3 s (6.8x, two runs)
-    assert stat_fixed["a_overlap_fraction"] > 3 * (stat["a_overlap_fraction"] or 0), (stat, stat_fixed)
+    assert stat_fixed["a_overlap_fraction"] > 3 * (stat["a_overlap_fraction"] or 0), (
+        stat,
+        stat_fixed,
+    )
     assert not [f for f in prof_fixed["findings"] if f["code"] in ("gil_contention", "no_overlap")]
     verdict_fixed = await judged(agent, fixed, baseline)
     print("released:", verdict_fixed["summary"])

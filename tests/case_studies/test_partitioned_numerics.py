@@ -37,47 +37,82 @@ from conftest import call
 
 pytestmark = pytest.mark.anyio
 
-SHAPE = [{"M": 16, "N": 32, "K": 256}]  # the first of the spec's CPU shapes (kernels/tp_linear/README.md)
+SHAPE = [
+    {"M": 16, "N": 32, "K": 256}
+]  # the first of the spec's CPU shapes (kernels/tp_linear/README.md)
 TOLERANCE = 1e-5  # the spec's float32 rel L2 tolerance: FP32 accumulation over K
 SHARDS_DIVERGE = ["verdict == 'fail'", "partitioned_vs_reference_rel_l2 > tolerance_rel_l2"]
-SPLIT_IS_INNOCENT = ["partitioned_vs_unpartitioned_rel_l2 <= 0.1 * tolerance_rel_l2",
-                     "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2"]
+SPLIT_IS_INNOCENT = [
+    "partitioned_vs_unpartitioned_rel_l2 <= 0.1 * tolerance_rel_l2",
+    "unpartitioned_vs_reference_rel_l2 > tolerance_rel_l2",
+]
 
 
 async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent):
     # 1. the cheapest check of the hypothesis: one shape, two trials, the spec's own partition
-    tf32 = await call(agent, "check_numerics", kernel="tp_linear", impl="tf32", shapes=SHAPE, trials=2,
-                      hypothesis="the TF32 shards' all-reduced result diverges from the FP32 linear",
-                      expect=SHARDS_DIVERGE)
+    tf32 = await call(
+        agent,
+        "check_numerics",
+        kernel="tp_linear",
+        impl="tf32",
+        shapes=SHAPE,
+        trials=2,
+        hypothesis="the TF32 shards' all-reduced result diverges from the FP32 linear",
+        expect=SHARDS_DIVERGE,
+    )
     print("step 1:", tf32["summary"], "|", tf32["findings"])
     assert tf32["hypothesis_answer"]["answer"] == "supported", tf32["hypothesis_answer"]
     assert answers(tf32) == dict.fromkeys(SHARDS_DIVERGE, "supported")
-    assert tf32["verdict"] == "fail" and tf32["findings"] == []  # a miss both runs share: no partition finding
+    assert (
+        tf32["verdict"] == "fail" and tf32["findings"] == []
+    )  # a miss both runs share: no partition finding
     (case,) = tf32["cases"]
     part = case["partition"]
     # where: the case, the split and the three errors, in the partition report
     assert case["case"] == "M=16 N=32 K=256 float32" and case["verdict"] == "fail"
     assert part["args"] == {"x": 1, "w": 1} and part["num_parts"] == 4 and part["combine"] == "sum"
-    unpartitioned, split = part["unpartitioned_vs_reference_rel_l2"], part["partitioned_vs_unpartitioned_rel_l2"]
+    unpartitioned, split = (
+        part["unpartitioned_vs_reference_rel_l2"],
+        part["partitioned_vs_unpartitioned_rel_l2"],
+    )
     assert unpartitioned > 10 * TOLERANCE > 100 * split
     assert case["tolerance_rel_l2"] == TOLERANCE and case["tolerance_source"] == "spec"
     # TF32 operands carry 10 mantissa bits: ~2^-10 relative error, two orders above the FP32 tolerance
     assert part["partitioned_vs_reference_rel_l2"] > 10 * TOLERANCE
 
     # 2. split or precision? only the all-reduce order changes
-    reordered = await call(agent, "check_numerics", kernel="tp_linear", impl="tf32", shapes=SHAPE, trials=2,
-                           partition={"args": {"x": 1, "w": 1}, "num_parts": 4, "combine": "sum",
-                                      "sum_order": [3, 1, 0, 2]},
-                           hypothesis="the split is innocent: the TF32 shard arithmetic alone misses FP32",
-                           expect=SPLIT_IS_INNOCENT)
+    reordered = await call(
+        agent,
+        "check_numerics",
+        kernel="tp_linear",
+        impl="tf32",
+        shapes=SHAPE,
+        trials=2,
+        partition={
+            "args": {"x": 1, "w": 1},
+            "num_parts": 4,
+            "combine": "sum",
+            "sum_order": [3, 1, 0, 2],
+        },
+        hypothesis="the split is innocent: the TF32 shard arithmetic alone misses FP32",
+        expect=SPLIT_IS_INNOCENT,
+    )
     print("step 2:", reordered["summary"], "|", reordered["cases"][0]["partition"])
     assert reordered["hypothesis_answer"]["answer"] == "supported", reordered["hypothesis_answer"]
     assert reordered["cases"][0]["partition"]["sum_order"] == [3, 1, 0, 2]
     assert reordered["findings"] == []
 
     # 3. the fix, asked step 1's question
-    tf32x3 = await call(agent, "check_numerics", kernel="tp_linear", impl="tf32x3", shapes=SHAPE, trials=2,
-                        hypothesis="3xTF32 shards still diverge from the FP32 linear", expect=SHARDS_DIVERGE)
+    tf32x3 = await call(
+        agent,
+        "check_numerics",
+        kernel="tp_linear",
+        impl="tf32x3",
+        shapes=SHAPE,
+        trials=2,
+        hypothesis="3xTF32 shards still diverge from the FP32 linear",
+        expect=SHARDS_DIVERGE,
+    )
     print("step 3:", tf32x3["summary"])
     assert answers(tf32x3) == dict.fromkeys(SHARDS_DIVERGE, "contradicted")
     assert tf32x3["hypothesis_answer"]["answer"] == "contradicted"
@@ -86,10 +121,14 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
     assert fixed["is_within_tolerance"] and fixed["partitioned_vs_reference_rel_l2"] < TOLERANCE
 
     # what moved between the two experiments, from the ledger
-    moved = await call(agent, "compare_experiments", a=tf32["experiment_id"], b=tf32x3["experiment_id"])
+    moved = await call(
+        agent, "compare_experiments", a=tf32["experiment_id"], b=tf32x3["experiment_id"]
+    )
     strings = {c["field"]: (c["before"], c["after"]) for c in moved["changed_strings"]}
     numbers = {c["field"]: c["ratio"] for c in moved["numeric_changes"]}
     print("compare:", strings, {p: r for p, r in numbers.items() if "partition" in p})
     assert strings["verdict"] == ("fail", "pass")
-    assert numbers["cases.0.partition.partitioned_vs_reference_rel_l2"] < 0.1  # the error fell by > 10x
+    assert (
+        numbers["cases.0.partition.partitioned_vs_reference_rel_l2"] < 0.1
+    )  # the error fell by > 10x
     assert any(c["field"] == "impl" and c["after"] == "tf32x3" for c in moved["input_changes"])

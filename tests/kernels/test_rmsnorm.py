@@ -29,8 +29,14 @@ print(json.dumps({"rows": rows, "same_eps": impl.EPS is ref.EPS}))
 def test_wide_rows_loop_over_blocks_and_match_the_reference():
     folder = EMBEDDED_ROOT / "rmsnorm"
     env = {"TRITON_INTERPRET": "1", "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=folder, env=env, capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["same_eps"]

@@ -16,7 +16,9 @@ def test_embedded_zoo_loads_both_kernels():
     ws = load_workspace()
     assert ws.is_embedded and ws.errors == {}
     assert {"rmsnorm", "vector_add"} <= set(ws.kernels)
-    assert {k.folder.name for k in ws.kernels.values()} == {p.parent.name for p in EMBEDDED_ROOT.glob("*/spec.py")}
+    assert {k.folder.name for k in ws.kernels.values()} == {
+        p.parent.name for p in EMBEDDED_ROOT.glob("*/spec.py")
+    }
     rms = ws.kernel("rmsnorm")
     assert isinstance(rms.spec, KernelSpec) and rms.folder == EMBEDDED_ROOT / "rmsnorm"
     assert rms.source_of(rms.spec.impls["triton"]).name == "rmsnorm_triton.py"
@@ -37,8 +39,10 @@ def test_missing_workspace_and_unknown_kernel_say_what_to_do(tmp_path):
     with pytest.raises(WorkspaceError, match="does not exist.*--workspace"):
         load_workspace(tmp_path / "nope")
     ws = load_workspace()
-    with pytest.raises(WorkspaceError, match="unknown kernel 'nope'; this workspace has: "
-                                             ".*rmsnorm.*vector_add.*list_kernels"):
+    with pytest.raises(
+        WorkspaceError,
+        match="unknown kernel 'nope'; this workspace has: .*rmsnorm.*vector_add.*list_kernels",
+    ):
         ws.kernel("nope")
 
 
@@ -50,7 +54,8 @@ def test_default_kernels_folder_config_and_serve_profiles(tmp_path):
 
     (root / "more").mkdir()
     shutil.copytree(EMBEDDED_ROOT / "rmsnorm", root / "more" / "rmsnorm")
-    (root / "infra-agent.toml").write_text(textwrap.dedent("""
+    (root / "infra-agent.toml").write_text(
+        textwrap.dedent("""
         [kernels]
         paths = ["kernels", "more/rmsnorm"]
         [serve.profiles.tiny]
@@ -58,7 +63,8 @@ def test_default_kernels_folder_config_and_serve_profiles(tmp_path):
         [acceptance.decode_latency]
         metric = "tpot_p50_ms"
         max = 30.0
-    """))
+    """)
+    )
     ws = load_workspace(root)
     assert sorted(ws.kernels) == ["rmsnorm", "vector_add"]
     assert ws.serve_profiles == {"tiny": {"engine": "builtin"}}
@@ -74,7 +80,11 @@ def test_a_broken_spec_is_reported_and_does_not_hide_the_others(workspace: Path)
     (no_spec / "spec.py").write_text("X = 1\n")
     bad_ref = workspace / "bad_ref"
     shutil.copytree(workspace / "vector_add", bad_ref)
-    spec = (bad_ref / "spec.py").read_text().replace('"reference.py:vector_add"', '"missing.py:vector_add"')
+    spec = (
+        (bad_ref / "spec.py")
+        .read_text()
+        .replace('"reference.py:vector_add"', '"missing.py:vector_add"')
+    )
     (bad_ref / "spec.py").write_text(spec.replace('name="vector_add"', 'name="bad_ref"'))
 
     ws = load_workspace(workspace)

@@ -25,8 +25,12 @@ async def test_matches_the_reference_with_zero_findings(zoo_client):
 async def test_compiles_for_nvidia_and_amd(zoo_client, target):
     out = await call(zoo_client, "compile_kernel", kernel="rmsnorm_gated", target=target)
     (k,) = out["kernels"]
-    assert k["name"] == "rmsnorm_gated_kernel" and k["instruction_mix"]["mufu"] > 0  # sigmoid and rsqrt
-    assert k["constexprs"]["BLOCK_M"] == 16 and k["constexprs"]["BLOCK_N"] == 128  # 16 heads' rows per program
+    assert (
+        k["name"] == "rmsnorm_gated_kernel" and k["instruction_mix"]["mufu"] > 0
+    )  # sigmoid and rsqrt
+    assert (
+        k["constexprs"]["BLOCK_M"] == 16 and k["constexprs"]["BLOCK_N"] == 128
+    )  # 16 heads' rows per program
     assert (k["spill_stores_bytes"] or 0) == 0 and not k.get("spilled_registers")
 
 
@@ -36,4 +40,6 @@ async def test_on_cuda_it_passes_at_gpu_shapes(zoo_client):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     out = await call(zoo_client, "check_numerics", kernel="rmsnorm_gated", trials=2)
-    assert out["device"] == "cuda" and out["verdict"] == "pass" and out["findings"] == [], out["summary"]
+    assert out["device"] == "cuda" and out["verdict"] == "pass" and out["findings"] == [], out[
+        "summary"
+    ]

@@ -26,8 +26,13 @@ import pytest
 from infra_agent.sandbox import Job, JobResult, Limits, Sandbox
 
 MiB = 1 << 20
-TEST_LIMITS = Limits(memory_bytes=1024 * MiB, num_processes=64, file_bytes=32 * MiB, disk_bytes=96 * MiB,
-                     output_bytes=1 * MiB)
+TEST_LIMITS = Limits(
+    memory_bytes=1024 * MiB,
+    num_processes=64,
+    file_bytes=32 * MiB,
+    disk_bytes=96 * MiB,
+    output_bytes=1 * MiB,
+)
 
 
 class LoopThread:
@@ -35,7 +40,9 @@ class LoopThread:
 
     def __init__(self):
         self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="sandbox-loop", daemon=True)
+        self.thread = threading.Thread(
+            target=self.loop.run_forever, name="sandbox-loop", daemon=True
+        )
         self.thread.start()
 
     def call(self, coro, timeout_s: float = 120.0):
@@ -54,15 +61,19 @@ class SandboxHandle:
     def run(self, job: Job, progress=None) -> JobResult:
         return self.runner.call(self.sb.run(job, progress), timeout_s=job.timeout_s + 120)
 
-    def probe(self, source: str, *args, entry: str = "main", timeout_s: float = 30.0, env=None) -> JobResult:
+    def probe(
+        self, source: str, *args, entry: str = "main", timeout_s: float = 30.0, env=None
+    ) -> JobResult:
         payload = {"source": textwrap.dedent(source), "entry": entry, "args": list(args)}
         return self.run(Job(op="probe", payload=payload, timeout_s=timeout_s, env=env or {}))
 
     def require_layer(self, layer: str) -> None:
         """Skip, saying exactly why, when this host cannot provide the layer a probe relies on."""
         if layer not in self.sb.isolation.layers:
-            pytest.skip(f"isolation layer {layer!r} is not available on this host: "
-                        f"{self.sb.isolation.missing.get(layer, 'unknown reason')}")
+            pytest.skip(
+                f"isolation layer {layer!r} is not available on this host: "
+                f"{self.sb.isolation.missing.get(layer, 'unknown reason')}"
+            )
 
     def assert_healthy(self) -> None:
         """The next job runs normally."""
@@ -90,7 +101,9 @@ def sandbox(tmp_path_factory, request) -> SandboxHandle:
         root = tmp_path_factory.mktemp("sandbox")
         ws = make_workspace(root)
         runner = LoopThread()
-        _shared = SandboxHandle(Sandbox(ws, ws / ".infra-agent", allow_unsandboxed=True, limits=TEST_LIMITS), runner)
+        _shared = SandboxHandle(
+            Sandbox(ws, ws / ".infra-agent", allow_unsandboxed=True, limits=TEST_LIMITS), runner
+        )
 
         def close() -> None:
             global _shared

@@ -8,7 +8,9 @@ from infra_agent.sandbox import Job
 
 
 def test_segfault(sandbox):
-    res = sandbox.probe("import ctypes\ndef main():\n    return len(ctypes.string_at(0xDEAD00000000, 8))  # unmapped\n")
+    res = sandbox.probe(
+        "import ctypes\ndef main():\n    return len(ctypes.string_at(0xDEAD00000000, 8))  # unmapped\n"
+    )
     assert res.status == "crashed" and "killed by SIGSEGV" in res.error, (res.status, res.error)
     sandbox.assert_healthy()
 
@@ -18,7 +20,9 @@ def test_exit_before_result(sandbox):
     assert res.status == "crashed" and "exited with code 0 without writing a result" in res.error
     res = sandbox.probe("import os\ndef main():\n    os._exit(3)\n")
     assert res.status == "crashed" and "exited with code 3" in res.error
-    res = sandbox.probe("import os, signal\ndef main():\n    os.kill(os.getpid(), signal.SIGKILL)\n")
+    res = sandbox.probe(
+        "import os, signal\ndef main():\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
     assert res.status == "crashed" and "killed by SIGKILL" in res.error
     sandbox.assert_healthy()
 
@@ -35,7 +39,10 @@ def test_exception_names_the_agents_line_not_torch_internals(sandbox):
         """)
     assert res.status == "error", (res.status, res.error)
     assert res.error.startswith("RuntimeError: ") and "split_with_sizes" in res.error
-    assert 'candidate.py", line 5, in main' in res.error and 'candidate.py", line 8, in split_badly' in res.error
+    assert (
+        'candidate.py", line 5, in main' in res.error
+        and 'candidate.py", line 8, in split_badly' in res.error
+    )
     assert res.error.count("site-packages") <= 1  # at most the frame that finally raised
 
 
@@ -44,7 +51,9 @@ def test_sys_exit_and_bad_results_are_errors(sandbox):
     assert res.status == "error" and "called sys.exit(0)" in res.error
     res = sandbox.probe("import torch\ndef main():\n    return torch.ones(2)\n")
     assert res.status == "error" and "not JSON serializable" in res.error
-    res = sandbox.run(Job(op="probe", payload={"source": "def main():\n    return 1\n", "entry": "mian"}))
+    res = sandbox.run(
+        Job(op="probe", payload={"source": "def main():\n    return 1\n", "entry": "mian"})
+    )
     assert res.status == "error" and "has no function 'mian'" in res.error and "main" in res.error
     res = sandbox.run(Job(op="no_such_op"))
     assert res.status == "error" and "no_such_op" in res.error
@@ -68,8 +77,10 @@ def test_forged_result_links_are_removed(sandbox):
 
 
 def test_stdout_and_stderr_tails_come_back(sandbox):
-    res = sandbox.probe("import sys\ndef main():\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n   "
-                        " return 0\n")
+    res = sandbox.probe(
+        "import sys\ndef main():\n    print('to stdout')\n    print('to stderr', file=sys.stderr)\n   "
+        " return 0\n"
+    )
     assert res.ok and res.stdout_tail == "to stdout\n" and res.stderr_tail == "to stderr\n"
 
 

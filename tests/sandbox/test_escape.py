@@ -52,13 +52,18 @@ def main(paths):
 
 
 def _denied(outcomes: dict) -> bool:
-    return all(not v.startswith(("READ:", "WROTE")) and not (v.startswith("LISTED:") and v != "LISTED:")
-               for v in outcomes.values())
+    return all(
+        not v.startswith(("READ:", "WROTE")) and not (v.startswith("LISTED:") and v != "LISTED:")
+        for v in outcomes.values()
+    )
 
 
 def test_cannot_read_shadow_ssh_or_home(sandbox):
     home = Path.home()
-    res = sandbox.probe(TRY_READ, ["/etc/shadow", "/etc/gshadow", str(home / ".ssh"), str(home), "/root/.ssh/id_rsa"])
+    res = sandbox.probe(
+        TRY_READ,
+        ["/etc/shadow", "/etc/gshadow", str(home / ".ssh"), str(home), "/root/.ssh/id_rsa"],
+    )
     assert res.ok, res.error
     assert _denied(res.result["value"]), res.result["value"]
     sandbox.assert_healthy()
@@ -67,8 +72,16 @@ def test_cannot_read_shadow_ssh_or_home(sandbox):
 def test_cannot_read_server_source(sandbox, tmp_path):
     server_file = Path(importlib.util.find_spec("infra_agent.server.app").origin).resolve()
     runner_file = Path(runner_module.__file__).resolve()
-    res = sandbox.probe(TRY_READ, [str(server_file), str(runner_file), str(runner_file.parent),
-                                   "/opt/ia/ia_worker/../runner.py", "/opt/ia/runner.py"])
+    res = sandbox.probe(
+        TRY_READ,
+        [
+            str(server_file),
+            str(runner_file),
+            str(runner_file.parent),
+            "/opt/ia/ia_worker/../runner.py",
+            "/opt/ia/runner.py",
+        ],
+    )
     assert res.ok, res.error
     assert _denied(res.result["value"]), res.result["value"]
     res = sandbox.probe("""
@@ -94,12 +107,22 @@ def test_cannot_read_reference_outputs_or_ledger(sandbox):
     with pytest.raises(ValueError, match="hidden from jobs"):
         sandbox.sb.workspace_path(secret)
     in_view = Path(sandbox.sb.view.workspace_root) / state.relative_to(sandbox.sb.workspace)
-    res = sandbox.probe(TRY_READ, [str(in_view / "refs" / "secret.pt"), str(in_view), str(secret),
-                                   str(in_view / "seed-secret"), str(in_view / "ledger.sqlite")])
+    res = sandbox.probe(
+        TRY_READ,
+        [
+            str(in_view / "refs" / "secret.pt"),
+            str(in_view),
+            str(secret),
+            str(in_view / "seed-secret"),
+            str(in_view / "ledger.sqlite"),
+        ],
+    )
     assert res.ok, res.error
     assert _denied(res.result["value"]), res.result["value"]
     # while the rest of the workspace is readable
-    res = sandbox.probe(TRY_READ, [sandbox.sb.workspace_path(sandbox.sb.workspace / "kernels" / "hello.py")])
+    res = sandbox.probe(
+        TRY_READ, [sandbox.sb.workspace_path(sandbox.sb.workspace / "kernels" / "hello.py")]
+    )
     assert list(res.result["value"].values())[0].startswith("READ:def hello"), res.result
 
 
@@ -121,9 +144,15 @@ def test_cannot_read_or_write_another_jobs_folder(sandbox):
 
 
 def test_cannot_write_outside_its_folder(sandbox):
-    targets = ["{jobs}/planted", "/workspace/planted",
-               "/workspace/kernels/hello.py", "/opt/ia/ia_worker/ops/planted.py", "/usr/planted",
-               str(sandbox.sb.state_dir / "planted"), str(sandbox.sb.workspace / "planted")]
+    targets = [
+        "{jobs}/planted",
+        "/workspace/planted",
+        "/workspace/kernels/hello.py",
+        "/opt/ia/ia_worker/ops/planted.py",
+        "/usr/planted",
+        str(sandbox.sb.state_dir / "planted"),
+        str(sandbox.sb.workspace / "planted"),
+    ]
     res = sandbox.probe(TRY_WRITE, targets + ["{cwd}/allowed.txt"])
     assert res.ok, res.error
     outcomes = res.result["value"]
@@ -151,18 +180,23 @@ def test_tmp_and_shm_are_private_to_each_job(sandbox):
         """
     first = sandbox.probe(src)
     if first.status == "error" and "Permission denied" in first.error:
-        pytest.skip("jobs get no private /tmp here (no private mount namespace, or the Python "
-                    "install lies under /tmp, as in a CI clone there); /tmp and /dev/shm stay "
-                    "closed by Landlock instead")
+        pytest.skip(
+            "jobs get no private /tmp here (no private mount namespace, or the Python "
+            "install lies under /tmp, as in a CI clone there); /tmp and /dev/shm stay "
+            "closed by Landlock instead"
+        )
     assert first.ok, first.error
     assert first.result["value"]["squares"] == [0, 1, 4, 9]
     assert (first.out_dir.parent / "tmp" / "planted").exists()  # it lives in the job's own folder
     second = sandbox.probe(src)
-    assert second.ok and second.result["value"]["seen"] == {"/tmp": [], "/dev/shm": []}, second.result
+    assert second.ok and second.result["value"]["seen"] == {"/tmp": [], "/dev/shm": []}, (
+        second.result
+    )
 
 
 def test_no_dns_and_no_connect(sandbox):
-    res = sandbox.probe("""
+    res = sandbox.probe(
+        """
         import socket
         def main():
             out = {}
@@ -179,7 +213,9 @@ def test_no_dns_and_no_connect(sandbox):
                 except OSError as e:
                     out[name] = f"{type(e).__name__}: {e}"
             return out
-        """, timeout_s=30)
+        """,
+        timeout_s=30,
+    )
     assert res.ok, res.error
     assert all("CONNECTED" not in v for v in res.result["value"].values()), res.result
     sandbox.assert_healthy()

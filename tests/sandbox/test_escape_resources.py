@@ -21,7 +21,8 @@ def test_fork_bomb_is_contained(sandbox):
     sandbox.require_layer("cgroup")
     limit = sandbox.sb.limits.num_processes
     # small version first: 100 sleepers against a limit of 64 must hit the limit
-    res = sandbox.probe("""
+    res = sandbox.probe(
+        """
         import os, time
         def main(n):
             started = 0
@@ -34,12 +35,15 @@ def test_fork_bomb_is_contained(sandbox):
             except OSError as e:
                 return {"started": started, "error": e.errno}
             return {"started": started, "error": None}
-        """, 100)
+        """,
+        100,
+    )
     assert res.ok, res.error
     assert res.result["value"]["error"] == 11 and res.result["value"]["started"] < limit, res.result
     sandbox.assert_healthy()
     # the real thing: every process forks forever
-    res = sandbox.probe("""
+    res = sandbox.probe(
+        """
         import os
         def main():
             while True:
@@ -47,7 +51,9 @@ def test_fork_bomb_is_contained(sandbox):
                     os.fork()
                 except OSError:
                     pass
-        """, timeout_s=3)
+        """,
+        timeout_s=3,
+    )
     assert res.status == "timeout", (res.status, res.error)
     sandbox.assert_healthy()
 
@@ -112,7 +118,8 @@ def test_huge_file_is_cut(sandbox):
 
 
 def test_many_files_cannot_fill_the_disk(sandbox):
-    res = sandbox.probe("""
+    res = sandbox.probe(
+        """
         import itertools
         def main():
             for i in itertools.count():  # each file under the per-file limit, 10 GB in all
@@ -121,7 +128,9 @@ def test_many_files_cannot_fill_the_disk(sandbox):
                         f.write(b"\\1" * (1 << 20))
                 if i > 640:
                     return "wrote 10 GB"
-        """, timeout_s=60)
+        """,
+        timeout_s=60,
+    )
     assert res.status == "limit" and "to its folder" in res.error, (res.status, res.error)
     sandbox.assert_healthy()
 

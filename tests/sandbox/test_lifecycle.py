@@ -47,7 +47,9 @@ def _wait_gone(pids: list[int], timeout_s: float = 10.0) -> list[int]:
 
 
 def test_refuses_without_isolation_unless_allowed(tmp_path, monkeypatch):
-    monkeypatch.setattr(isolation_module, "_probe_bwrap", lambda view, timeout_s: "bwrap not found on PATH")
+    monkeypatch.setattr(
+        isolation_module, "_probe_bwrap", lambda view, timeout_s: "bwrap not found on PATH"
+    )
     ws = make_workspace(tmp_path)
     sb = Sandbox(ws, tmp_path / "state", limits=TEST_LIMITS)
     report = sb.isolation.as_dict()
@@ -59,12 +61,24 @@ def test_refuses_without_isolation_unless_allowed(tmp_path, monkeypatch):
     async def allowed() -> None:
         sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS)
         try:
-            res = await sb.run(Job(op="probe", payload={"source": "import os\ndef main():\n    return os.getcwd()\n"}))
+            res = await sb.run(
+                Job(
+                    op="probe",
+                    payload={"source": "import os\ndef main():\n    return os.getcwd()\n"},
+                )
+            )
             assert res.ok, res.error
             assert res.result["value"] == str(res.out_dir.parent)  # host paths: no mount namespace
             # Landlock still holds where the kernel has it
-            res = await sb.run(Job(op="probe", payload={
-                "source": "def main(p):\n    open(p, 'w').write('x')\n", "args": [str(tmp_path / "planted")]}))
+            res = await sb.run(
+                Job(
+                    op="probe",
+                    payload={
+                        "source": "def main(p):\n    open(p, 'w').write('x')\n",
+                        "args": [str(tmp_path / "planted")],
+                    },
+                )
+            )
             if "landlock" in sb.isolation.layers:
                 assert res.status == "error" and "Permission denied" in res.error
                 assert not (tmp_path / "planted").exists()
@@ -78,12 +92,19 @@ def test_queue_reports_progress_while_waiting(tmp_path):
     ws = make_workspace(tmp_path)
 
     async def scenario() -> None:
-        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, concurrency={"run": 1}, limits=TEST_LIMITS)
+        sb = Sandbox(
+            ws,
+            tmp_path / "state",
+            allow_unsandboxed=True,
+            concurrency={"run": 1},
+            limits=TEST_LIMITS,
+        )
         messages: dict[int, list[str]] = {0: [], 1: [], 2: []}
 
         def recorder(i):
             async def progress(done, total, message):
                 messages[i].append(message)
+
             return progress
 
         try:
@@ -93,7 +114,9 @@ def test_queue_reports_progress_while_waiting(tmp_path):
             assert all(r.ok for r in results), [r.error for r in results]
             assert messages[0] == []  # it ran at once
             assert messages[1][0].startswith("queued: 0 ahead")
-            assert messages[2][0].startswith("queued: 1 ahead") and messages[2][-1].startswith("queued: 0 ahead")
+            assert messages[2][0].startswith("queued: 1 ahead") and messages[2][-1].startswith(
+                "queued: 0 ahead"
+            )
             assert results[2].queued_s > results[1].queued_s > 0.3
             pids = sb.zygote_pids()
             assert pids
@@ -107,7 +130,10 @@ def test_queue_reports_progress_while_waiting(tmp_path):
 def _zygote_python_pid(sb: Sandbox) -> int:
     for pid in sb.zygote_pids():
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        if Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap" and b"ia_worker.zygote" in cmdline:
+        if (
+            Path(f"/proc/{pid}/comm").read_text().strip() != "bwrap"
+            and b"ia_worker.zygote" in cmdline
+        ):
             return pid
     raise AssertionError("no zygote process found")
 
@@ -116,16 +142,26 @@ def test_zygote_restarts_and_queued_jobs_still_run(tmp_path):
     ws = make_workspace(tmp_path)
 
     async def scenario() -> None:
-        sb = Sandbox(ws, tmp_path / "state", allow_unsandboxed=True, concurrency={"run": 1}, limits=TEST_LIMITS)
+        sb = Sandbox(
+            ws,
+            tmp_path / "state",
+            allow_unsandboxed=True,
+            concurrency={"run": 1},
+            limits=TEST_LIMITS,
+        )
         try:
             await sb.run(Job(op="noop"))
             victim = _zygote_python_pid(sb)
             running = asyncio.create_task(sb.run(_sleep_job(30)))
-            queued = [asyncio.create_task(sb.run(Job(op="noop", payload={"echo": i}))) for i in range(2)]
+            queued = [
+                asyncio.create_task(sb.run(Job(op="noop", payload={"echo": i}))) for i in range(2)
+            ]
             await asyncio.sleep(1.0)
             os.kill(victim, signal.SIGKILL)
             first = await asyncio.wait_for(running, 30)
-            assert first.status == "crashed" and "sandbox worker process died" in first.error, first.error
+            assert first.status == "crashed" and "sandbox worker process died" in first.error, (
+                first.error
+            )
             later = await asyncio.wait_for(asyncio.gather(*queued), 120)
             assert [r.status for r in later] == ["ok", "ok"], [r.error for r in later]
             assert [r.result["echo"] for r in later] == [0, 1]
@@ -168,15 +204,21 @@ def test_sigkilled_server_leaves_nothing_and_next_start_is_clean(tmp_path, mode)
         pytest.skip("bwrap is not installed on this host")
     ws = make_workspace(tmp_path)
     state = tmp_path / "state"
-    server = subprocess.Popen([sys.executable, "-c", SERVER_SCRIPT, str(ws), str(state), mode],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    server = subprocess.Popen(
+        [sys.executable, "-c", SERVER_SCRIPT, str(ws), str(state), mode],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = server.stdout.readline()
         assert line, server.stderr.read()
         report = json.loads(line)
         pids = report["pids"]
         assert len(pids) >= 3  # bwrap (or the zygote), ..., the sleeping job
-        sleepers = [p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "ia-probe-sleep"]
+        sleepers = [
+            p for p in pids if Path(f"/proc/{p}/comm").read_text().strip() == "ia-probe-sleep"
+        ]
         assert sleepers, "the job did not start"
     finally:
         server.send_signal(signal.SIGKILL)
@@ -227,10 +269,13 @@ def _named(name: str) -> list[int]:
 
 def test_cancelled_call_kills_its_job(sandbox):
     """An agent that cancels a tool call leaves no job running."""
-    source = ("import ctypes, time\ndef main():\n    ctypes.CDLL(None).prctl(15, b'ia-cancel-probe', 0, 0, 0)\n"
-              "    time.sleep(60)\n")
-    future = asyncio.run_coroutine_threadsafe(sandbox.sb.run(Job(op="probe", payload={"source": source})),
-                                              sandbox.runner.loop)
+    source = (
+        "import ctypes, time\ndef main():\n    ctypes.CDLL(None).prctl(15, b'ia-cancel-probe', 0, 0, 0)\n"
+        "    time.sleep(60)\n"
+    )
+    future = asyncio.run_coroutine_threadsafe(
+        sandbox.sb.run(Job(op="probe", payload={"source": source})), sandbox.runner.loop
+    )
     deadline = time.monotonic() + 60
     while not _named("ia-cancel-probe") and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -264,7 +309,9 @@ def test_a_running_job_can_serve_on_a_unix_socket(sandbox):
         messages.append(message)
 
     future = asyncio.run_coroutine_threadsafe(
-        sandbox.sb.run(Job(op="probe", payload={"source": source}, timeout_s=60), progress), sandbox.runner.loop)
+        sandbox.sb.run(Job(op="probe", payload={"source": source}, timeout_s=60), progress),
+        sandbox.runner.loop,
+    )
     deadline = time.monotonic() + 60
     while not messages and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -282,7 +329,9 @@ def test_a_running_job_can_serve_on_a_unix_socket(sandbox):
 
 def test_survives_a_change_of_event_loop(tmp_path):
     """One Sandbox, used from two event loops in turn (a test runner's, a restarted server's)."""
-    sb = Sandbox(make_workspace(tmp_path), tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS)
+    sb = Sandbox(
+        make_workspace(tmp_path), tmp_path / "state", allow_unsandboxed=True, limits=TEST_LIMITS
+    )
     try:
         for i in range(2):
             res = asyncio.run(sb.run(Job(op="noop", payload={"echo": i})))

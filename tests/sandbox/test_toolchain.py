@@ -37,7 +37,8 @@ def test_compilers_run_inside(sandbox):
     assert res.ok, (res.error, res.stderr_tail)
     out = res.result["value"]
     assert {k: out[k] for k in ("nvcc", "gcc", "ptxas", "cuobjdump", "nvdisasm")} == dict.fromkeys(
-        ("nvcc", "gcc", "ptxas", "cuobjdump", "nvdisasm"), 0), out
+        ("nvcc", "gcc", "ptxas", "cuobjdump", "nvdisasm"), 0
+    ), out
     assert out["nvcc_cubin"][0] == 0, out["nvcc_cubin"]
     assert (res.out_dir / "k.cubin").stat().st_size > 0
 
@@ -81,21 +82,28 @@ def test_triton_interpreter_and_per_job_cache(sandbox):
     out = res.result["value"]
     assert out["ptx"] and out["cache"].endswith("/cache/triton") and out["cache_files"] > 0
     host_cache = res.out_dir.parent / "cache" / "triton"
-    assert any(host_cache.rglob("*.ptx"))  # the compile wrote into this job's folder, nowhere shared
+    assert any(
+        host_cache.rglob("*.ptx")
+    )  # the compile wrote into this job's folder, nowhere shared
     again = sandbox.probe(TRITON, "look", timeout_s=60)
-    assert again.ok and again.result["value"]["cache_files"] == 0  # the next job starts with an empty cache
+    assert (
+        again.ok and again.result["value"]["cache_files"] == 0
+    )  # the next job starts with an empty cache
 
 
 @pytest.mark.gpu
 def test_gpu_visible_inside(sandbox):
     if not Path("/dev/nvidia0").exists():
         pytest.skip("no NVIDIA GPU on this host (/dev/nvidia0 missing)")
-    res = sandbox.probe("""
+    res = sandbox.probe(
+        """
         import torch
         def main():
             x = torch.ones(1024, device="cuda")
             return {"available": torch.cuda.is_available(), "count": torch.cuda.device_count(),
                     "sum": float(x.sum()), "name": torch.cuda.get_device_name(0)}
-        """, timeout_s=120)
+        """,
+        timeout_s=120,
+    )
     assert res.ok, (res.error, res.stderr_tail)
     assert res.result["value"]["available"] and res.result["value"]["sum"] == 1024.0

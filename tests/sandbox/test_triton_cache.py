@@ -17,7 +17,12 @@ def _entry(cache: Path, name: str, files: dict[str, bytes]) -> Path:
 
 
 def test_a_jobs_new_kernels_seed_the_next_job_of_its_group_only(tmp_path):
-    root, first, second, other = tmp_path / "groups", tmp_path / "j1", tmp_path / "j2", tmp_path / "j3"
+    root, first, second, other = (
+        tmp_path / "groups",
+        tmp_path / "j1",
+        tmp_path / "j2",
+        tmp_path / "j3",
+    )
     root.mkdir()
     assert seed(root, "e1:candidate", first) == set()
     _entry(first, "HASHA", {"k.cubin": b"\x7fELF", "k.json": b"{}"})
@@ -43,7 +48,9 @@ def test_links_and_oversized_entries_are_not_kept(tmp_path, monkeypatch):
     _entry(job, "HUGE", {"k.cubin": b"x" * 11})
     _entry(job, "GOOD", {"k.cubin": b"ok"})
     assert keep(root, "g", job, set()) == 5  # all five were compiled (counted) ...
-    assert sorted(p.name for p in group_dir(root, "g").iterdir()) == ["GOOD"]  # ... one is plain enough to keep
+    assert sorted(p.name for p in group_dir(root, "g").iterdir()) == [
+        "GOOD"
+    ]  # ... one is plain enough to keep
 
 
 def test_pruning_keeps_the_newest_groups_and_always_the_trusted_one(tmp_path):
@@ -54,7 +61,9 @@ def test_pruning_keeps_the_newest_groups_and_always_the_trusted_one(tmp_path):
     os.utime(group_dir(root, TRUSTED_ZOO), (0, 0))  # the oldest of all
     os.utime(group_dir(root, "a"), (1, 1))
     prune(root, keep_groups=2)
-    assert {p.name for p in root.iterdir()} == {group_dir(root, n).name for n in (TRUSTED_ZOO, "b", "c")}
+    assert {p.name for p in root.iterdir()} == {
+        group_dir(root, n).name for n in (TRUSTED_ZOO, "b", "c")
+    }
 
 
 # A job that "compiles" one kernel into Triton's cache and says what it found there first.
@@ -71,8 +80,14 @@ def main(name):
 
 def test_jobs_of_one_group_share_what_they_compiled(sandbox):  # noqa: F811
     def run(name: str, group: str | None):
-        res = sandbox.run(Job(op="probe", payload={"source": COMPILE, "entry": "main", "args": [name]},
-                              timeout_s=30, triton_cache=group))
+        res = sandbox.run(
+            Job(
+                op="probe",
+                payload={"source": COMPILE, "entry": "main", "args": [name]},
+                timeout_s=30,
+                triton_cache=group,
+            )
+        )
         assert res.ok, res.error
         return res.result["value"], res.num_compiles
 

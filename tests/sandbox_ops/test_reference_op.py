@@ -15,7 +15,9 @@ def job_ctx(tmp_path):
     dirs = {n: tmp_path / n for n in ("job", "in", "out")}
     for d in dirs.values():
         d.mkdir(parents=True)
-    return JobContext(job_dir=dirs["job"], in_dir=dirs["in"], out_dir=dirs["out"], workspace=None, device="cpu")
+    return JobContext(
+        job_dir=dirs["job"], in_dir=dirs["in"], out_dir=dirs["out"], workspace=None, device="cpu"
+    )
 
 
 def rmsnorm_payload(**item):
@@ -23,7 +25,9 @@ def rmsnorm_payload(**item):
     return {
         "reference": {"entry": "rmsnorm", "path": str(kernel.source_of(kernel.spec.reference))},
         "args": [dataclasses.asdict(a) for a in kernel.spec.args],
-        "items": [{"key": "c0t0", "shape": {"M": 3, "N": 8}, "dtype": "float16", "seed": 7, **item}],
+        "items": [
+            {"key": "c0t0", "shape": {"M": 3, "N": 8}, "dtype": "float16", "seed": 7, **item}
+        ],
     }
 
 
@@ -46,6 +50,9 @@ def test_inputs_in_case_dtype_reference_in_float64(tmp_path):
 
 def test_a_reference_that_raises_names_itself(tmp_path):
     payload = rmsnorm_payload()
-    payload["reference"] = {"entry": "bad", "source": "def bad(x, w):\n    raise ValueError('nope')\n"}
+    payload["reference"] = {
+        "entry": "bad",
+        "source": "def bad(x, w):\n    raise ValueError('nope')\n",
+    }
     with pytest.raises(RuntimeError, match="reference bad raised.*ValueError: nope"):
         reference.run(payload, job_ctx(tmp_path))

@@ -22,9 +22,13 @@ def invoke(*args: str):
 
 
 def test_parse_arguments_json_and_key_value():
-    assert parse_arguments(['{"kernel": "rmsnorm", "limit": 3}']) == {"kernel": "rmsnorm", "limit": 3}
-    assert parse_arguments(["kernel=rmsnorm", "limit=3", "include_source=false", 'shape={"M": 4}']) == {
-        "kernel": "rmsnorm", "limit": 3, "include_source": False, "shape": {"M": 4}}
+    assert parse_arguments(['{"kernel": "rmsnorm", "limit": 3}']) == {
+        "kernel": "rmsnorm",
+        "limit": 3,
+    }
+    assert parse_arguments(
+        ["kernel=rmsnorm", "limit=3", "include_source=false", 'shape={"M": 4}']
+    ) == {"kernel": "rmsnorm", "limit": 3, "include_source": False, "shape": {"M": 4}}
     with pytest.raises(ValueError, match="key=value"):
         parse_arguments(["rmsnorm"])
     with pytest.raises(ValueError, match="not valid JSON"):
@@ -32,9 +36,15 @@ def test_parse_arguments_json_and_key_value():
 
 
 def test_call_prints_a_table_or_json_and_records_the_experiment(workspace):
-    human = invoke("call", "describe_kernel", "kernel=rmsnorm", "include_source=false", "-w", str(workspace))
+    human = invoke(
+        "call", "describe_kernel", "kernel=rmsnorm", "include_source=false", "-w", str(workspace)
+    )
     assert human.exit_code == 0, human.output
-    assert "describe_kernel" in human.stdout and "tolerances" in human.stdout and "fp32" in human.stdout
+    assert (
+        "describe_kernel" in human.stdout
+        and "tolerances" in human.stdout
+        and "fp32" in human.stdout
+    )
 
     as_json = invoke("call", "list_kernels", "--json", "-w", str(workspace))
     assert as_json.exit_code == 0
@@ -46,7 +56,11 @@ def test_call_prints_a_table_or_json_and_records_the_experiment(workspace):
     assert [r["tool"] for r in rows] == ["list_kernels", "describe_kernel"]
     assert rows[0]["id"] == data["experiment_id"]
     table = invoke("experiments", "--tool", "describe_kernel", "-w", str(workspace))
-    assert table.exit_code == 0 and "describe_kernel" in table.stdout and "list_kernels" not in table.stdout
+    assert (
+        table.exit_code == 0
+        and "describe_kernel" in table.stdout
+        and "list_kernels" not in table.stdout
+    )
 
 
 def test_bad_input_exits_non_zero_with_a_clear_message(workspace, tmp_path):
@@ -62,7 +76,13 @@ def test_bad_input_exits_non_zero_with_a_clear_message(workspace, tmp_path):
     assert no_tool.exit_code == 2 and "no_such_tool" in no_tool.stderr
 
     missing = tmp_path / "does-not-exist"
-    for command in (["tools"], ["call", "list_kernels"], ["serve"], ["experiments"], ["config", "--client", "cursor"]):
+    for command in (
+        ["tools"],
+        ["call", "list_kernels"],
+        ["serve"],
+        ["experiments"],
+        ["config", "--client", "cursor"],
+    ):
         result = invoke(*command, "-w", str(missing))
         assert result.exit_code == 2, command
         assert "does not exist" in result.stderr and result.stdout == ""
@@ -74,7 +94,9 @@ def test_exit_codes_say_whether_the_answer_holds(workspace):
     supported = invoke("call", "list_kernels", "expect=len(kernels) >= 1", "-w", str(workspace))
     assert supported.exit_code == 0, supported.output
     assert "supported" in supported.stdout
-    contradicted = invoke("call", "list_kernels", "expect=len(kernels) > 1000", "--json", "-w", str(workspace))
+    contradicted = invoke(
+        "call", "list_kernels", "expect=len(kernels) > 1000", "--json", "-w", str(workspace)
+    )
     assert contradicted.exit_code == 1
     assert json.loads(contradicted.stdout)["hypothesis_answer"]["answer"] == "contradicted"
     bad_expect = invoke("call", "list_kernels", "expect=len(kernel) > 1", "-w", str(workspace))
@@ -87,8 +109,17 @@ def test_exit_codes_say_whether_the_answer_holds(workspace):
 def test_a_failing_verdict_exits_1_and_dtypes_takes_one_value(workspace):
     """check_numerics of a wrong kernel, dtypes=float32 typed as one word: verdict fail, exit 1."""
     wrong = "def add(x, y):\n    return x - y\n"
-    result = invoke("call", "check_numerics", "kernel=vector_add", f"source={json.dumps(wrong)}", "entry=add",
-                    "dtypes=float32", "--json", "-w", str(workspace))
+    result = invoke(
+        "call",
+        "check_numerics",
+        "kernel=vector_add",
+        f"source={json.dumps(wrong)}",
+        "entry=add",
+        "dtypes=float32",
+        "--json",
+        "-w",
+        str(workspace),
+    )
     assert result.exit_code == 1, result.output
     data = json.loads(result.stdout)
     assert data["verdict"] == "fail" and {c["dtype"] for c in data["cases"]} == {"float32"}
@@ -99,21 +130,38 @@ def test_errors_speak_the_terminal_not_mcp(workspace):
     assert "tools/list" not in extra.stderr and "infra-agent tools describe_kernel" in extra.stderr
     assert "Error executing tool" not in extra.stderr
     unknown = invoke("call", "describe_kernel", "kernel=nope", "-w", str(workspace))
-    assert "infra-agent call list_kernels" in unknown.stderr and "Call list_kernels" not in unknown.stderr
+    assert (
+        "infra-agent call list_kernels" in unknown.stderr
+        and "Call list_kernels" not in unknown.stderr
+    )
     no_tool = invoke("call", "no_such_tool", "-w", str(workspace))
     assert "infra-agent tools" in no_tool.stderr and "microbench" in no_tool.stderr
     arguments = invoke("tools", "microbench", "-w", str(workspace))
     assert arguments.exit_code == 0
-    for name in ("kernel", "baseline", "shapes", "budget_ms", "median_ms"):  # its arguments and expect fields
+    for name in (
+        "kernel",
+        "baseline",
+        "shapes",
+        "budget_ms",
+        "median_ms",
+    ):  # its arguments and expect fields
         assert name in arguments.stdout
 
 
 def test_tools_lists_one_line_each(workspace):
-    result = CliRunner(env={"COLUMNS": "80"}).invoke(app, ["tools", "-w", str(workspace)], catch_exceptions=False)
+    result = CliRunner(env={"COLUMNS": "80"}).invoke(
+        app, ["tools", "-w", str(workspace)], catch_exceptions=False
+    )
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
     names = [line.split()[0] for line in lines]
-    for name in ("list_kernels", "describe_kernel", "device_info", "list_experiments", "compare_experiments"):
+    for name in (
+        "list_kernels",
+        "describe_kernel",
+        "device_info",
+        "list_experiments",
+        "compare_experiments",
+    ):
         assert name in names
     assert len(names) == len(set(names)) == len(lines)  # one line per tool, none wrapped
     assert all(len(line) <= 80 for line in lines), max(lines, key=len)
@@ -126,12 +174,20 @@ def test_export_tools_openai_validates(workspace):
     names = {d["function"]["name"] for d in defs}
     assert {"list_kernels", "describe_kernel", "device_info"} <= names
     for d in defs:
-        assert d["type"] == "function" and set(d["function"]) == {"name", "description", "parameters"}
+        assert d["type"] == "function" and set(d["function"]) == {
+            "name",
+            "description",
+            "parameters",
+        }
         params = d["function"]["parameters"]
         assert params["type"] == "object" and isinstance(params["properties"], dict)
-        assert "$ref" not in json.dumps(params)  # references inlined for servers that do not resolve them
+        assert "$ref" not in json.dumps(
+            params
+        )  # references inlined for servers that do not resolve them
         jsonschema.Draft202012Validator.check_schema(params)
-    describe = next(d for d in defs if d["function"]["name"] == "describe_kernel")["function"]["parameters"]
+    describe = next(d for d in defs if d["function"]["name"] == "describe_kernel")["function"][
+        "parameters"
+    ]
     validator = jsonschema.Draft202012Validator(describe)
     assert validator.is_valid({"kernel": "rmsnorm"})
     assert not validator.is_valid({})  # kernel is required
@@ -142,7 +198,7 @@ def test_export_tools_openai_validates(workspace):
 def test_config_snippets_use_this_install(client, workspace):
     result = invoke("config", "--client", client, "-w", str(workspace))
     assert result.exit_code == 0
-    body = result.stdout[result.stdout.index("{"):]
+    body = result.stdout[result.stdout.index("{") :]
     config = json.loads(body)
     servers = config["servers"] if client == "vscode" else config["mcpServers"]
     entry = servers["infra-agent"]
@@ -152,10 +208,15 @@ def test_config_snippets_use_this_install(client, workspace):
 
 
 def test_config_http_with_token():
-    result = invoke("config", "--client", "vscode", "--url", "http://127.0.0.1:8765/mcp", "--token", "s3cret")
-    config = json.loads(result.stdout[result.stdout.index("{"):])
+    result = invoke(
+        "config", "--client", "vscode", "--url", "http://127.0.0.1:8765/mcp", "--token", "s3cret"
+    )
+    config = json.loads(result.stdout[result.stdout.index("{") :])
     assert config["servers"]["infra-agent"] == {
-        "type": "http", "url": "http://127.0.0.1:8765/mcp", "headers": {"Authorization": "Bearer s3cret"}}
+        "type": "http",
+        "url": "http://127.0.0.1:8765/mcp",
+        "headers": {"Authorization": "Bearer s3cret"},
+    }
 
 
 def test_lock_pins_a_kernel_and_rejects_an_unknown_one(workspace):
@@ -183,8 +244,12 @@ def test_inline_refs_keeps_the_meaning_of_nested_schemas():
     original = Args.model_json_schema()
     inlined = inline_refs(original)
     assert "$defs" in original and "$ref" not in json.dumps(inlined)
-    for instance, ok in (({"shapes": [{"M": 1, "N": 2}]}, True), ({"shapes": [{"M": "x"}]}, False),
-                         ({"shapes": [], "first": {"M": 1, "N": 1}}, True), ({"shapes": [], "first": {}}, False)):
+    for instance, ok in (
+        ({"shapes": [{"M": 1, "N": 2}]}, True),
+        ({"shapes": [{"M": "x"}]}, False),
+        ({"shapes": [], "first": {"M": 1, "N": 1}}, True),
+        ({"shapes": [], "first": {}}, False),
+    ):
         assert jsonschema.Draft202012Validator(original).is_valid(instance) is ok
         assert jsonschema.Draft202012Validator(inlined).is_valid(instance) is ok
 
@@ -204,6 +269,11 @@ def test_serve_http_on_a_busy_port_is_a_clear_error(workspace):
 def test_the_top_level_help_names_both_loops_and_the_ledger():
     """The description says what the server does now, not only the first kernel tools."""
     text = " ".join(invoke("--help").stdout.split())
-    for part in ("Kernel loop", "microbenchmark", "Serving loop", "launch, load-test and profile serving engines",
-                 "ledger"):
+    for part in (
+        "Kernel loop",
+        "microbenchmark",
+        "Serving loop",
+        "launch, load-test and profile serving engines",
+        "ledger",
+    ):
         assert part in text, part

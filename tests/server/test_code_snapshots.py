@@ -43,7 +43,10 @@ def test_blobs_are_shared_and_gc_deletes_only_what_no_row_references(workspace: 
     assert _cli("call", "describe_kernel", "kernel=rmsnorm", "-w", str(workspace)).exit_code == 0
     assert sorted(store.shas()) == kept_files  # a second experiment of the same code adds nothing
 
-    orphan, fresh_orphan = store.put(b"def gone(): pass\n"), store.put(b"def just_written(): pass\n")
+    orphan, fresh_orphan = (
+        store.put(b"def gone(): pass\n"),
+        store.put(b"def just_written(): pass\n"),
+    )
     for sha in [*kept_files, orphan]:
         _age(store, sha, 3600)  # old enough for gc; fresh_orphan is inside the grace period
     (workspace / ".infra-agent" / "snapshots" / "e00009-abcd").mkdir(parents=True)

@@ -19,7 +19,9 @@ async def test_device_info_from_the_sandboxed_worker(client, server):
         assert out["sandbox_available"] is False and "isolation" in out["sandbox_error"]
         return
     assert out["sandbox_available"] is True and out["sandbox_error"] is None, out["sandbox_error"]
-    assert out["isolation_level"] == isolation.level and out["isolation"]["layers"] == isolation.layers
+    assert (
+        out["isolation_level"] == isolation.level and out["isolation"]["layers"] == isolation.layers
+    )
     assert out["versions"]["python"] == platform.python_version()
     assert out["versions"]["torch"] == out["server_view"]["packages"]["torch"]
     assert out["worker_facts"]["cuda_available"] == bool(out["devices"])
@@ -36,7 +38,10 @@ async def test_device_info_says_plainly_when_the_sandbox_is_unavailable(client, 
     out = await call(client, "device_info")
     assert out["sandbox_available"] is False and out["isolation_level"] == "unavailable"
     assert "not available in this install" in out["sandbox_error"]
-    assert out["summary"].startswith("sandbox unavailable") and "agent code cannot run" in out["summary"]
+    assert (
+        out["summary"].startswith("sandbox unavailable")
+        and "agent code cannot run" in out["summary"]
+    )
     assert out["versions"]["python"] == platform.python_version() and out["server_view"]["num_cpus"]
 
 
@@ -49,21 +54,42 @@ def test_device_probe_op_reports_cuda_devices(tmp_path, monkeypatch):
     from infra_agent.sandbox.worker.context import JobContext
     from infra_agent.sandbox.worker.ops import device_probe
 
-    props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=85 * 2**30,
-                            multi_processor_count=132)
+    props = SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        total_memory=85 * 2**30,
+        multi_processor_count=132,
+    )
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: props)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91000)
-    ctx = JobContext(job_dir=tmp_path, in_dir=tmp_path, out_dir=tmp_path, workspace=None, device="cuda")
+    ctx = JobContext(
+        job_dir=tmp_path, in_dir=tmp_path, out_dir=tmp_path, workspace=None, device="cuda"
+    )
     facts = device_probe.run({}, ctx)
-    assert facts["cuda_available"] is True and facts["job_device"] == "cuda" and facts["cudnn"] == 91000
+    assert (
+        facts["cuda_available"] is True
+        and facts["job_device"] == "cuda"
+        and facts["cudnn"] == 91000
+    )
     assert facts["devices"] == [
-        {"index": i, "name": props.name, "capability": "9.0", "total_memory_bytes": 85 * 2**30,
-         "multi_processor_count": 132} for i in range(2)]
+        {
+            "index": i,
+            "name": props.name,
+            "capability": "9.0",
+            "total_memory_bytes": 85 * 2**30,
+            "multi_processor_count": 132,
+        }
+        for i in range(2)
+    ]
     assert facts["torch"] == torch.__version__ and facts["num_cpus_usable"] >= 1
-    assert facts["peaks_fingerprint"]["name"] == props.name and facts["peaks_fingerprint"]["device"] == "cuda"
+    assert (
+        facts["peaks_fingerprint"]["name"] == props.name
+        and facts["peaks_fingerprint"]["device"] == "cuda"
+    )
 
 
 async def test_device_info_reports_ceilings_only_once_measured(client, server):

@@ -44,15 +44,38 @@ from infra_agent.server.limits import MAX_ERROR_CHARS
 EXAMPLES_PER_TOOL = 12
 BROKEN_PER_TOOL = 6
 CALL_LIMIT_S = 120  # a call without an answer by then counts as unanswered
-PINNED = {"device_info": {"measure_peaks": False},
-          "launch_serve": {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
-          "serve_benchmark": {"handle": "serve-fuzz", "engine": None},
-          "profile": {"handle": "serve-fuzz"}}
-ODD_EXPECT = ["-" * 30 + "1 > 0", "-" * 400 + "1 > 0", "not " * 30 + "true",
-              "1e308*10 - 1e308*10 == 0", "1e308*10 > 0", "1/0 > 1", "((((((((((1))))))))) > 0",
-              "x ==", "__import__('os')", "a.b.c > 1"]
-ODD_PATHS = ["/proc/1/root/etc/passwd", "../../../../etc/passwd", ".infra-agent/seed-secret", "/",
-             ".", "a\x00b", "x/" * 600, "/proc/1/root/etc/passwd:f"]
+PINNED = {
+    "device_info": {"measure_peaks": False},
+    "launch_serve": {
+        "engine": "command",
+        "args": {"command": ["/bin/false"]},
+        "ready_timeout_s": 5,
+    },
+    "serve_benchmark": {"handle": "serve-fuzz", "engine": None},
+    "profile": {"handle": "serve-fuzz"},
+}
+ODD_EXPECT = [
+    "-" * 30 + "1 > 0",
+    "-" * 400 + "1 > 0",
+    "not " * 30 + "true",
+    "1e308*10 - 1e308*10 == 0",
+    "1e308*10 > 0",
+    "1/0 > 1",
+    "((((((((((1))))))))) > 0",
+    "x ==",
+    "__import__('os')",
+    "a.b.c > 1",
+]
+ODD_PATHS = [
+    "/proc/1/root/etc/passwd",
+    "../../../../etc/passwd",
+    ".infra-agent/seed-secret",
+    "/",
+    ".",
+    "a\x00b",
+    "x/" * 600,
+    "/proc/1/root/etc/passwd:f",
+]
 PATH_FIELDS = {"path", "reference", "baseline", "sharegpt_path", "model"}
 # Arguments under which a tool answers (so the odd expect strings reach the judge of a real answer)
 SUCCEEDS_WITH = {"describe_kernel": {"kernel": "rmsnorm"}, "list_experiments": {"limit": 5}}
@@ -61,12 +84,19 @@ SUCCEEDS_WITH = {"describe_kernel": {"kernel": "rmsnorm"}, "list_experiments": {
 def _broken(schema: dict) -> st.SearchStrategy[dict]:
     """Arguments that break the schema: a field given a value of another kind, or too big."""
     names = sorted(schema["properties"]) or ["hypothesis"]
-    bad_value = st.one_of(st.text(min_size=3000, max_size=3000), st.integers(min_value=10**20),
-                          st.floats(allow_nan=False, allow_infinity=False, min_value=1e16),
-                          st.lists(st.integers(), min_size=65, max_size=70), st.dictionaries(st.text(), st.none()),
-                          st.booleans(), st.none())
-    return st.one_of(st.fixed_dictionaries({}, optional={n: bad_value for n in names}),
-                     st.fixed_dictionaries({"no_such_argument": st.integers()}))
+    bad_value = st.one_of(
+        st.text(min_size=3000, max_size=3000),
+        st.integers(min_value=10**20),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=1e16),
+        st.lists(st.integers(), min_size=65, max_size=70),
+        st.dictionaries(st.text(), st.none()),
+        st.booleans(),
+        st.none(),
+    )
+    return st.one_of(
+        st.fixed_dictionaries({}, optional={n: bad_value for n in names}),
+        st.fixed_dictionaries({"no_such_argument": st.integers()}),
+    )
 
 
 def _outcome(tool, result) -> str:
@@ -110,12 +140,22 @@ async def _call(client, name: str, arguments: dict):
 def _fuzz(portal, client, tool, strategy, count: int, tally: Counter, bad: list) -> None:
     pinned = PINNED.get(tool.name, {})
 
-    @settings(max_examples=count, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=count,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     @given(strategy)
     def one_call(arguments: dict) -> None:
-        _record(tool, {**arguments, **pinned}, portal.call(_call, client, tool.name, {**arguments, **pinned}),
-                tally, bad)
+        _record(
+            tool,
+            {**arguments, **pinned},
+            portal.call(_call, client, tool.name, {**arguments, **pinned}),
+            tally,
+            bad,
+        )
 
     one_call()
 
@@ -136,20 +176,44 @@ def _edges(tool) -> list[dict]:
     cases = [{**SUCCEEDS_WITH.get(tool.name, {}), "expect": [e]} for e in ODD_EXPECT]
     for name in props:
         if name in PATH_FIELDS or name.endswith("_path"):
-            cases += [{name: p, **({"kernel": "vector_add"} if "kernel" in props else {})} for p in ODD_PATHS]
+            cases += [
+                {name: p, **({"kernel": "vector_add"} if "kernel" in props else {})}
+                for p in ODD_PATHS
+            ]
     if "args" in props and "engine" in props:  # the model folder, nested in args
-        cases += [{"args": {"model": p, "command": ["/bin/false"]}, "engine": "command"} for p in ODD_PATHS]
+        cases += [
+            {"args": {"model": p, "command": ["/bin/false"]}, "engine": "command"}
+            for p in ODD_PATHS
+        ]
     if "workload" in props:
-        cases += [{"workload": w} for w in ({"seed": 2**31}, {"num_request": 4}, {"num_requests": 5001},
-                                            {"max_concurrency": 5000}, {"sharegpt_path": ODD_PATHS[0]})]
+        cases += [
+            {"workload": w}
+            for w in (
+                {"seed": 2**31},
+                {"num_request": 4},
+                {"num_requests": 5001},
+                {"max_concurrency": 5000},
+                {"sharegpt_path": ODD_PATHS[0]},
+            )
+        ]
     return cases
 
 
 def _report(tally: Counter, tools) -> str:
-    columns = ["calls", "clean_error", "success", "internal_error", "unanswered", "schema_breaking", "long_error"]
+    columns = [
+        "calls",
+        "clean_error",
+        "success",
+        "internal_error",
+        "unanswered",
+        "schema_breaking",
+        "long_error",
+    ]
     lines = ["tool".ljust(20) + "".join(c.rjust(16) for c in columns)]
     for tool in tools:
-        lines.append(tool.name.ljust(20) + "".join(str(tally[(tool.name, c)]).rjust(16) for c in columns))
+        lines.append(
+            tool.name.ljust(20) + "".join(str(tally[(tool.name, c)]).rjust(16) for c in columns)
+        )
     return "\n".join(lines)
 
 
@@ -163,11 +227,25 @@ def test_every_tool_answers_fuzzed_arguments_cleanly(workspace):
             tools = sorted(portal.call(client.list_tools).tools, key=lambda t: t.name)
             assert len(tools) >= 13
             for tool in tools:
-                _fuzz(portal, client, tool, from_schema(tool.input_schema), EXAMPLES_PER_TOOL, tally, bad)
+                _fuzz(
+                    portal,
+                    client,
+                    tool,
+                    from_schema(tool.input_schema),
+                    EXAMPLES_PER_TOOL,
+                    tally,
+                    bad,
+                )
                 _fuzz(portal, client, tool, _broken(tool.input_schema), BROKEN_PER_TOOL, tally, bad)
                 for arguments in _edges(tool):
                     arguments = {**PINNED.get(tool.name, {}), **arguments}  # the edge wins
-                    _record(tool, arguments, portal.call(_call, client, tool.name, arguments), tally, bad)
+                    _record(
+                        tool,
+                        arguments,
+                        portal.call(_call, client, tool.name, arguments),
+                        tally,
+                        bad,
+                    )
             again = portal.call(client.call_tool, "list_kernels", {})
             assert not again.is_error and again.structured_content["kernels"]
         portal.call(server.aclose)

@@ -57,32 +57,60 @@ async def test_no_path_of_any_tool_names_the_state_folder(client, server, worksp
     seeds.trial_seed(state, "e0", 0, 0)  # the per-workspace secret exists
     await call(client, "list_kernels")  # and so does the ledger
     secret = (state / seeds.SECRET_NAME).read_bytes()
-    (workspace / "kernels_link").symlink_to(state)  # a symlink in the workspace into the state folder
-    names = [".infra-agent/seed-secret", ".infra-agent/ledger.sqlite", "kernels/../.infra-agent/seed-secret",
-             str(state / "seed-secret"), "kernels_link/seed-secret", ".infra-agent", "./.infra-agent/ledger.sqlite"]
+    (workspace / "kernels_link").symlink_to(
+        state
+    )  # a symlink in the workspace into the state folder
+    names = [
+        ".infra-agent/seed-secret",
+        ".infra-agent/ledger.sqlite",
+        "kernels/../.infra-agent/seed-secret",
+        str(state / "seed-secret"),
+        "kernels_link/seed-secret",
+        ".infra-agent",
+        "./.infra-agent/ledger.sqlite",
+    ]
     tools = {t.name: t for t in (await client.list_tools()).tools}
     fields = {(name, f) for name, t in tools.items() for f in _path_fields(t.input_schema)}
-    assert {("compile_kernel", "path"), ("check_numerics", "path"), ("microbench", "path"),
-            ("microbench", "baseline_path")} <= fields
+    assert {
+        ("compile_kernel", "path"),
+        ("check_numerics", "path"),
+        ("microbench", "path"),
+        ("microbench", "baseline_path"),
+    } <= fields
     for tool, field in sorted(fields):
         for name in names:
             text = await _error(client, tool, **_args_for(tools[tool].input_schema, field, name))
             assert "state folder" in text, (tool, field, name, text)
-            assert "decode" not in text and "byte 0x" not in text and secret.hex()[:8] not in text, text
+            assert (
+                "decode" not in text and "byte 0x" not in text and secret.hex()[:8] not in text
+            ), text
     # a reference named by file:function goes through the same check
-    text = await _error(client, "check_numerics", source="def f(x):\n    return x\n", entry="f",
-                        reference=".infra-agent/seed-secret:f", shapes=[{"N": 8}],
-                        args=[{"name": "x", "shape": ["N"]}])
+    text = await _error(
+        client,
+        "check_numerics",
+        source="def f(x):\n    return x\n",
+        entry="f",
+        reference=".infra-agent/seed-secret:f",
+        shapes=[{"N": 8}],
+        args=[{"name": "x", "shape": ["N"]}],
+    )
     assert "state folder" in text
     await _still_serving(client)
 
 
 async def test_bad_file_names_are_clean_errors(client):
-    for path, why in [("a" * 256 + ".py", "longer than 255 bytes"), ("a\x00b.py", "NUL byte"),
-                      ("/proc/1/root/etc/passwd", "outside the workspace|cannot open"),
-                      ("x/" * 600, "longer than 1024|at most 1024"), ("/etc/passwd", "outside the workspace")]:
-        for tool, extra in [("compile_kernel", {}), ("microbench", {"kernel": "vector_add", "entry": "f"}),
-                            ("check_numerics", {"kernel": "vector_add", "entry": "f"})]:
+    for path, why in [
+        ("a" * 256 + ".py", "longer than 255 bytes"),
+        ("a\x00b.py", "NUL byte"),
+        ("/proc/1/root/etc/passwd", "outside the workspace|cannot open"),
+        ("x/" * 600, "longer than 1024|at most 1024"),
+        ("/etc/passwd", "outside the workspace"),
+    ]:
+        for tool, extra in [
+            ("compile_kernel", {}),
+            ("microbench", {"kernel": "vector_add", "entry": "f"}),
+            ("check_numerics", {"kernel": "vector_add", "entry": "f"}),
+        ]:
             text = await _error(client, tool, path=path, **extra)
             assert len(text) < SHORT_ERROR and re.search(why, text), (tool, path, text)
     await _still_serving(client)
@@ -113,16 +141,18 @@ async def test_non_finite_and_huge_numbers_are_refused(client, server):
     # JSON's Infinity/NaN cannot cross the in-memory client (it sends them as null), so
     # the models are checked directly; stdio's raw-bytes test sends the literals.
     tools = server.tools
-    for tool, args in [("microbench", {"kernel": "vector_add", "budget_ms": float("inf")}),
-                       ("microbench", {"kernel": "vector_add", "flops_per_call": float("nan")}),
-                       ("check_numerics", {"kernel": "rmsnorm", "tolerance": float("inf")}),
-                       ("check_numerics", {"kernel": "rmsnorm", "shapes": [{"M": 4, "N": float("inf")}]}),
-                       ("compile_kernel", {"kernel": "vector_add", "constexprs": {"BLOCK": float("nan")}})]:
+    for tool, args in [
+        ("microbench", {"kernel": "vector_add", "budget_ms": float("inf")}),
+        ("microbench", {"kernel": "vector_add", "flops_per_call": float("nan")}),
+        ("check_numerics", {"kernel": "rmsnorm", "tolerance": float("inf")}),
+        ("check_numerics", {"kernel": "rmsnorm", "shapes": [{"M": 4, "N": float("inf")}]}),
+        ("compile_kernel", {"kernel": "vector_add", "constexprs": {"BLOCK": float("nan")}}),
+    ]:
         with pytest.raises(ValueError, match="finite|valid"):
             tools[tool].input_model.model_validate(args)
     text = await _error(client, "microbench", kernel="vector_add", budget_ms=1e308)
     assert "less than or equal" in text and len(text) < SHORT_ERROR
-    text = await _error(client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 10 ** 30, "N": 64}])
+    text = await _error(client, "check_numerics", kernel="rmsnorm", shapes=[{"M": 10**30, "N": 64}])
     assert len(text) < SHORT_ERROR
     await _still_serving(client)
 
@@ -139,11 +169,20 @@ async def test_deep_nesting_is_refused(client):
 async def test_a_long_reply_is_cut_and_the_whole_is_an_artifact(client, server):
     ledger = server.state.ledger
     for i in range(150):  # rows with the longest hypothesis a call may carry: 150 x 2 KB > the cap
-        eid = ledger.open(tool="describe_kernel", arguments={"kernel": "rmsnorm"}, kernel="rmsnorm",
-                          hypothesis=f"{i:03d} " + "h" * (MAX_TEXT_CHARS - 4), git_commit=None,
-                          git_diff_sha256=None, device=None, device_fingerprint=None)
+        eid = ledger.open(
+            tool="describe_kernel",
+            arguments={"kernel": "rmsnorm"},
+            kernel="rmsnorm",
+            hypothesis=f"{i:03d} " + "h" * (MAX_TEXT_CHARS - 4),
+            git_commit=None,
+            git_diff_sha256=None,
+            device=None,
+            device_fingerprint=None,
+        )
         ledger.close_ok(eid, {"summary": "s" * 1000}, [])
-    out = await call(client, "list_experiments", limit=500)  # the client checks it against the output schema
+    out = await call(
+        client, "list_experiments", limit=500
+    )  # the client checks it against the output schema
     assert len(json.dumps(out, ensure_ascii=False)) <= MAX_REPLY_CHARS
     assert "reply cut" in out["summary"] and "artifact://" in out["summary"]
     uri = next(a for a in out["artifacts"] if a.endswith("/reply.json"))
@@ -168,13 +207,18 @@ def test_worker_frames_are_shown_only_when_the_fault_is_ours(tmp_path):
     err = harness.describe_exception(_raise_from(agent, "ValueError('bad shape')"), [str(tmp_path)])
     assert "candidate.py" in err["traceback"] and str(harness_root) not in err["traceback"]
     # the harness refused the agent's job (bad entry, bad payload): the message alone
-    err = harness.describe_exception(_raise_from(str(harness_root / "loader.py"), "ValueError('no entry f')"),
-                                     [str(tmp_path)])
+    err = harness.describe_exception(
+        _raise_from(str(harness_root / "loader.py"), "ValueError('no entry f')"), [str(tmp_path)]
+    )
     assert err["traceback"] == "" and err["message"] == "no entry f"
     # a bug of ours (a KeyError in the harness, no agent frame): our frames, and it says so
-    err = harness.describe_exception(_raise_from(str(harness_root / "loader.py"), "KeyError('payload')"),
-                                     [str(tmp_path)])
-    assert str(harness_root / "loader.py") in err["traceback"] and "a bug in the server" in err["message"]
+    err = harness.describe_exception(
+        _raise_from(str(harness_root / "loader.py"), "KeyError('payload')"), [str(tmp_path)]
+    )
+    assert (
+        str(harness_root / "loader.py") in err["traceback"]
+        and "a bug in the server" in err["message"]
+    )
     # the real harness frames of a real call (this test's own frames are not the agent's)
     try:
         harness._write_json(tmp_path / "nope" / "x.json", {})
@@ -192,18 +236,30 @@ async def test_deep_or_overflowing_expect_is_a_clean_answer_for_every_tool(clien
     for tool in tools:
         for deep in ["-" * 30 + "1 > 0", "not " * 30 + "true", "-" * 400 + "1 > 0"]:
             text = await _error(client, tool.name, expect=[deep])
-            assert "nests" in text and "limit is 20" in text and len(text) < SHORT_ERROR, (tool.name, text)
-    cheap = {"list_kernels": {}, "list_serves": {}, "list_experiments": {}, "describe_kernel": {"kernel": "rmsnorm"},
-             "device_info": {"measure_peaks": False}}
+            assert "nests" in text and "limit is 20" in text and len(text) < SHORT_ERROR, (
+                tool.name,
+                text,
+            )
+    cheap = {
+        "list_kernels": {},
+        "list_serves": {},
+        "list_experiments": {},
+        "describe_kernel": {"kernel": "rmsnorm"},
+        "device_info": {"measure_peaks": False},
+    }
     schemas = {t.name: t.output_schema for t in tools}
     for name, args in cheap.items():
-        result = await client.call_tool(name, {**args, "expect": ["1e308*10 - 1e308*10 == 0", "1e308*10 > 0"]})
+        result = await client.call_tool(
+            name, {**args, "expect": ["1e308*10 - 1e308*10 == 0", "1e308*10 > 0"]}
+        )
         assert not result.is_error, (name, result.content)
         out = result.structured_content
         jsonschema.validate(out, schemas[name])
         answer = out["hypothesis_answer"]
         assert answer["answer"] == "inconclusive", (name, answer)
-        assert all("not a finite number" in c["comparisons"][0]["reason"] for c in answer["conditions"]), answer
+        assert all(
+            "not a finite number" in c["comparisons"][0]["reason"] for c in answer["conditions"]
+        ), answer
     # a condition that fails whatever the result holds is refused before the call runs anything
     text = await _error(client, "launch_serve", engine="builtin", expect=["1/0 > 1"])
     assert "divides by zero" in text
@@ -219,16 +275,35 @@ async def test_a_path_outside_the_workspace_is_refused_by_its_text(client):
     the server looks at it on the host: /proc/1/root/... is refused by the rule, never opened
     (opening it fails with EACCES even for root, which used to surface as an internal error)."""
     host = "/proc/1/root/etc/passwd"
-    calls = [("check_numerics", {"kernel": "vector_add", "reference": host + ":f"}),
-             ("check_numerics", {"source": "def f(x):\n    return x\n", "entry": "f", "reference": host + ":f",
-                                 "shapes": [{"N": 8}], "args": [{"name": "x", "shape": ["N"]}]}),
-             ("check_numerics", {"kernel": "vector_add", "path": host, "entry": "f"}),
-             ("microbench", {"kernel": "vector_add", "path": host, "entry": "f"}),
-             ("microbench", {"kernel": "vector_add", "baseline_path": host, "baseline_entry": "f"}),
-             ("compile_kernel", {"path": host}),
-             ("launch_serve", {"engine": "command", "args": {"model": "/proc/1/root", "command": ["x"]}}),
-             ("serve_benchmark", {"engine": "command", "args": {"model": "/proc/1/root/etc", "command": ["x"]}}),
-             ("serve_benchmark", {"engine": "builtin", "workload": {"dataset": "sharegpt", "sharegpt_path": host}})]
+    calls = [
+        ("check_numerics", {"kernel": "vector_add", "reference": host + ":f"}),
+        (
+            "check_numerics",
+            {
+                "source": "def f(x):\n    return x\n",
+                "entry": "f",
+                "reference": host + ":f",
+                "shapes": [{"N": 8}],
+                "args": [{"name": "x", "shape": ["N"]}],
+            },
+        ),
+        ("check_numerics", {"kernel": "vector_add", "path": host, "entry": "f"}),
+        ("microbench", {"kernel": "vector_add", "path": host, "entry": "f"}),
+        ("microbench", {"kernel": "vector_add", "baseline_path": host, "baseline_entry": "f"}),
+        ("compile_kernel", {"path": host}),
+        (
+            "launch_serve",
+            {"engine": "command", "args": {"model": "/proc/1/root", "command": ["x"]}},
+        ),
+        (
+            "serve_benchmark",
+            {"engine": "command", "args": {"model": "/proc/1/root/etc", "command": ["x"]}},
+        ),
+        (
+            "serve_benchmark",
+            {"engine": "builtin", "workload": {"dataset": "sharegpt", "sharegpt_path": host}},
+        ),
+    ]
     for tool, args in calls:
         text = await _error(client, tool, **args)
         assert "outside the workspace" in text and "Permission denied" not in text, (tool, text)
@@ -269,6 +344,11 @@ async def test_tool_errors_show_paths_as_the_sandbox_sees_them(client, workspace
     assert re.search(r'File "/jobs/[^"]+", line 3, in step', text), text
     text += await _error(client, "compile_kernel", path=str(workspace.parent / "elsewhere.py"))
     assert "outside the workspace /workspace" in text
-    hosts = {str(workspace), str(workspace.resolve()), sys.prefix, sys.base_prefix,
-             str(Path(tools.__file__).resolve().parent.parent)}
+    hosts = {
+        str(workspace),
+        str(workspace.resolve()),
+        sys.prefix,
+        sys.base_prefix,
+        str(Path(tools.__file__).resolve().parent.parent),
+    }
     assert not [h for h in hosts if h in text], (hosts, text)

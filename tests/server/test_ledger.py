@@ -19,8 +19,16 @@ from infra_agent.server.ledger import Ledger
 
 
 def _open(ledger: Ledger, tool: str = "t") -> str:
-    return ledger.open(tool=tool, arguments={"x": 1}, kernel="k", hypothesis=None, git_commit=None,
-                       git_diff_sha256=None, device={"cpu": "x"}, device_fingerprint="f")
+    return ledger.open(
+        tool=tool,
+        arguments={"x": 1},
+        kernel="k",
+        hypothesis=None,
+        git_commit=None,
+        git_diff_sha256=None,
+        device={"cpu": "x"},
+        device_fingerprint="f",
+    )
 
 
 def test_ids_are_short_sortable_and_rows_round_trip(tmp_path):
@@ -30,7 +38,11 @@ def test_ids_are_short_sortable_and_rows_round_trip(tmp_path):
     ledger.close_ok(ids[0], {"speedup": 1.5}, ["artifact://x/y"])
     ledger.close_error(ids[1], "bad source", [])
     row = ledger.get(ids[0])
-    assert row["status"] == "ok" and row["result"] == {"speedup": 1.5} and row["artifacts"] == ["artifact://x/y"]
+    assert (
+        row["status"] == "ok"
+        and row["result"] == {"speedup": 1.5}
+        and row["artifacts"] == ["artifact://x/y"]
+    )
     assert ledger.get(ids[1])["error"] == "bad source"
     assert [r["id"] for r in ledger.query(limit=2)] == [ids[2], ids[1]]
     assert ledger.get("e99999-ffff") is None
@@ -49,7 +61,9 @@ def test_concurrent_writers_threads_and_connections(tmp_path):
         except BaseException as exc:  # surfaced below
             errors.append(exc)
 
-    threads = [threading.Thread(target=writer, args=(shared if i % 2 else other, 40)) for i in range(6)]
+    threads = [
+        threading.Thread(target=writer, args=(shared if i % 2 else other, 40)) for i in range(6)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -66,8 +80,15 @@ async def test_concurrent_tool_calls_each_get_one_row(client, server):
     results = []
 
     async def one(i: int) -> None:
-        results.append(await call(client, "describe_kernel", kernel="rmsnorm", include_source=False,
-                                  hypothesis=f"call {i}"))
+        results.append(
+            await call(
+                client,
+                "describe_kernel",
+                kernel="rmsnorm",
+                include_source=False,
+                hypothesis=f"call {i}",
+            )
+        )
 
     async with anyio.create_task_group() as tg:
         for i in range(12):
@@ -92,11 +113,15 @@ WRITER = textwrap.dedent("""
 
 def test_sigkilled_writer_leaves_a_consistent_ledger(tmp_path):
     path = tmp_path / "ledger.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # let it write a few hundred rows, then kill it mid-stream
+        while (
+            time.monotonic() < deadline
+        ):  # let it write a few hundred rows, then kill it mid-stream
             with sqlite3.connect(path, timeout=10) as probe:
                 if probe.execute("SELECT count(*) FROM experiments").fetchone()[0] >= 200:
                     break
@@ -120,12 +145,16 @@ def test_rows_left_running_by_a_dead_process_become_interrupted(tmp_path):
     path = tmp_path / "ledger.sqlite"
     ledger = Ledger(path)
     mine, orphan = _open(ledger), _open(ledger)
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
     with sqlite3.connect(path) as db:
         db.execute("UPDATE experiments SET pid=? WHERE id=?", (int(dead.stdout), orphan))
     reopened = Ledger(path)
     assert reopened.get(orphan)["status"] == "interrupted"
-    assert reopened.get(mine)["status"] == "running"  # this process is alive: its call may still finish
+    assert (
+        reopened.get(mine)["status"] == "running"
+    )  # this process is alive: its call may still finish
 
 
 SERVER_MID_CALL = textwrap.dedent("""
@@ -155,7 +184,9 @@ SERVER_MID_CALL = textwrap.dedent("""
 
 
 def test_server_killed_mid_call_leaves_the_call_interrupted(workspace):
-    proc = subprocess.Popen([sys.executable, "-c", SERVER_MID_CALL, str(workspace)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SERVER_MID_CALL, str(workspace)], stdout=subprocess.PIPE, text=True
+    )
     try:
         finished = proc.stdout.readline().split()
         running = proc.stdout.readline().split()
@@ -168,5 +199,7 @@ def test_server_killed_mid_call_leaves_the_call_interrupted(workspace):
     assert ledger.integrity_ok()
     assert ledger.get(finished[1])["status"] == "ok"
     killed = ledger.get(running[1])
-    assert killed["status"] == "interrupted" and killed["hypothesis"] == "the ledger survives a kill"
+    assert (
+        killed["status"] == "interrupted" and killed["hypothesis"] == "the ledger survives a kill"
+    )
     assert "stopped before this call finished" in killed["error"]

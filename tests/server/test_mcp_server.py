@@ -19,7 +19,13 @@ from infra_agent.tools.base import AgentError, Tool, ToolInput, ToolOutput
 
 pytestmark = pytest.mark.anyio
 
-OWN_TOOLS = {"list_kernels", "describe_kernel", "device_info", "list_experiments", "compare_experiments"}
+OWN_TOOLS = {
+    "list_kernels",
+    "describe_kernel",
+    "device_info",
+    "list_experiments",
+    "compare_experiments",
+}
 
 
 async def test_tools_have_schemas_titles_and_annotations(client):
@@ -35,17 +41,30 @@ async def test_tools_have_schemas_titles_and_annotations(client):
     describe = tools["describe_kernel"]
     assert describe.input_schema["required"] == ["kernel"]
     assert describe.input_schema["additionalProperties"] is False
-    assert describe.annotations.read_only_hint is True and describe.annotations.idempotent_hint is True
-    assert describe.annotations.open_world_hint is False and describe.annotations.destructive_hint is False
+    assert (
+        describe.annotations.read_only_hint is True and describe.annotations.idempotent_hint is True
+    )
+    assert (
+        describe.annotations.open_world_hint is False
+        and describe.annotations.destructive_hint is False
+    )
 
 
 # (read-only, idempotent) per tool as listed over MCP; open-world and destructive are False for
 # all. Written out so that a change of Tool's defaults cannot move an annotation unnoticed.
 ANNOTATIONS = {
-    "check_numerics": (True, False), "compare_experiments": (True, True), "compile_kernel": (True, True),
-    "describe_kernel": (True, True), "device_info": (True, True), "launch_serve": (False, False),
-    "list_experiments": (True, False), "list_kernels": (True, True), "list_serves": (True, True),
-    "microbench": (True, False), "profile": (True, False), "serve_benchmark": (False, False),
+    "check_numerics": (True, False),
+    "compare_experiments": (True, True),
+    "compile_kernel": (True, True),
+    "describe_kernel": (True, True),
+    "device_info": (True, True),
+    "launch_serve": (False, False),
+    "list_experiments": (True, False),
+    "list_kernels": (True, True),
+    "list_serves": (True, True),
+    "microbench": (True, False),
+    "profile": (True, False),
+    "serve_benchmark": (False, False),
     "stop_serve": (False, False),
 }
 
@@ -61,7 +80,9 @@ async def test_every_tools_annotations_are_pinned(client):
 async def test_list_kernels_structured(client, workspace):
     out = await call(client, "list_kernels")
     names = [k["name"] for k in out["kernels"]]
-    assert names == sorted(load_workspace(workspace).kernels) and {"rmsnorm", "vector_add"} <= set(names)
+    assert names == sorted(load_workspace(workspace).kernels) and {"rmsnorm", "vector_add"} <= set(
+        names
+    )
     rms = out["kernels"][names.index("rmsnorm")]
     assert rms["impls"] == ["triton"] and rms["has_partition"]
     assert rms["shape_sets"]["cpu"][0] == {"M": 4, "N": 64} and len(rms["shape_sets"]["gpu"]) == 3
@@ -82,11 +103,15 @@ async def test_describe_rmsnorm_cost_model_and_sources(client):
     assert all(t["why"] for t in out["tolerances"])
     assert out["partition"] == {"args": {"x": 0}, "num_parts": 2, "combine": "concat", "out_dim": 0}
     assert "aten::rsqrt" in out["forbidden_ops"]
-    assert "def rmsnorm" in out["sources"]["reference"] and "@triton.jit" in out["sources"]["triton"]
+    assert (
+        "def rmsnorm" in out["sources"]["reference"] and "@triton.jit" in out["sources"]["triton"]
+    )
 
 
 async def test_ledger_records_every_call_and_list_filters(client, server):
-    a = await call(client, "describe_kernel", kernel="rmsnorm", hypothesis="rmsnorm is memory-bound")
+    a = await call(
+        client, "describe_kernel", kernel="rmsnorm", hypothesis="rmsnorm is memory-bound"
+    )
     b = await call(client, "describe_kernel", kernel="vector_add", include_source=False)
     with pytest.raises(ToolCallError):
         await call(client, "describe_kernel", kernel="nope")
@@ -94,7 +119,9 @@ async def test_ledger_records_every_call_and_list_filters(client, server):
     assert row["tool"] == "describe_kernel" and row["kernel"] == "rmsnorm" and row["status"] == "ok"
     assert row["hypothesis"] == "rmsnorm is memory-bound"
     assert row["arguments"] == {"kernel": "rmsnorm", "hypothesis": "rmsnorm is memory-bound"}
-    assert row["result"]["name"] == "rmsnorm" and row["device_fingerprint"] and row["duration_s"] >= 0
+    assert (
+        row["result"]["name"] == "rmsnorm" and row["device_fingerprint"] and row["duration_s"] >= 0
+    )
     assert row["git_commit"] is None  # the tmp workspace is not a git repository
 
     listed = await call(client, "list_experiments", tool="describe_kernel")
@@ -116,12 +143,22 @@ async def test_compare_experiments_reports_inputs_and_result_moves(client):
     a = await call(client, "describe_kernel", kernel="rmsnorm", include_source=False)
     b = await call(client, "describe_kernel", kernel="vector_add", include_source=False)
     cmp = await call(client, "compare_experiments", a=a["experiment_id"], b=b["experiment_id"])
-    assert {"field": "kernel", "before": "rmsnorm", "after": "vector_add", "delta": None, "ratio": None} \
-        in cmp["input_changes"]
+    assert {
+        "field": "kernel",
+        "before": "rmsnorm",
+        "after": "vector_add",
+        "delta": None,
+        "ratio": None,
+    } in cmp["input_changes"]
     # each ran its own kernel folder (spec.py, reference, impls): the snapshots differ
     assert cmp["device"]["same_device"] is True and cmp["code"]["same_code"] is False
-    assert {"field": "name", "before": "rmsnorm", "after": "vector_add", "delta": None, "ratio": None} \
-        in cmp["changed_strings"]
+    assert {
+        "field": "name",
+        "before": "rmsnorm",
+        "after": "vector_add",
+        "delta": None,
+        "ratio": None,
+    } in cmp["changed_strings"]
     # rmsnorm cpu shape 0 is 4x64 (1028 FLOPs), vector_add's is N=1000 (1000 FLOPs)
     flops = next(c for c in cmp["numeric_changes"] if c["field"] == "shapes.0.flops")
     assert flops["before"] == 1028 and flops["after"] == 1000 and flops["delta"] == -28
@@ -132,7 +169,9 @@ async def test_compare_experiments_reports_inputs_and_result_moves(client):
 
 
 async def test_bad_input_is_a_clear_tool_error_and_server_keeps_serving(client, server):
-    with pytest.raises(ToolCallError, match="unknown kernel 'nope'; this workspace has: .*rmsnorm.*vector_add"):
+    with pytest.raises(
+        ToolCallError, match="unknown kernel 'nope'; this workspace has: .*rmsnorm.*vector_add"
+    ):
         await call(client, "describe_kernel", kernel="nope")
     with pytest.raises(ToolCallError, match="unknown argument 'kernal'"):
         await call(client, "describe_kernel", kernal="rmsnorm")
@@ -152,9 +191,15 @@ async def test_resources_experiments_and_artifacts(client, server):
     eid = out["experiment_id"]
     listed = (await client.list_resources()).resources
     assert f"experiment://{eid}" in [str(r.uri) for r in listed]
-    templates = {t.uri_template for t in (await client.list_resource_templates()).resource_templates}
-    assert templates == {"experiment://{experiment_id}", "artifact://{experiment_id}/{name}",
-                         "code://{experiment_id}/{sha256}", "expect://{tool}"}
+    templates = {
+        t.uri_template for t in (await client.list_resource_templates()).resource_templates
+    }
+    assert templates == {
+        "experiment://{experiment_id}",
+        "artifact://{experiment_id}/{name}",
+        "code://{experiment_id}/{sha256}",
+        "expect://{tool}",
+    }
 
     read = await client.read_resource(f"experiment://{eid}")
     row = json.loads(read.contents[0].text)
@@ -177,7 +222,9 @@ async def test_resources_experiments_and_artifacts(client, server):
 
 
 async def test_a_late_artifact_is_listed_at_once_and_waited_for(client, server):
-    eid = (await call(client, "describe_kernel", kernel="rmsnorm", include_source=False))["experiment_id"]
+    eid = (await call(client, "describe_kernel", kernel="rmsnorm", include_source=False))[
+        "experiment_id"
+    ]
     from infra_agent.server.context import CallContext
 
     ctx = CallContext(server.state, eid)
@@ -193,7 +240,9 @@ async def test_a_late_artifact_is_listed_at_once_and_waited_for(client, server):
     assert not (folder / "late.png").exists()  # not drawn yet: the call did not wait for it
     threading.Timer(0.2, drawing.set).start()
     blob = (await client.read_resource(uri)).contents[0]  # waits for the drawing
-    assert base64.b64decode(blob.blob).endswith(b" late") and sorted(p.name for p in folder.iterdir()) == ["late.png"]
+    assert base64.b64decode(blob.blob).endswith(b" late") and sorted(
+        p.name for p in folder.iterdir()
+    ) == ["late.png"]
 
     drawing.clear()
     ctx.artifact_later("next.png", slow_plot)
@@ -215,19 +264,26 @@ async def test_prompts_teach_the_loop(client):
     got = await client.get_prompt("optimize_kernel", {"kernel": "rmsnorm"})
     text = got.messages[0].content.text
     assert "rmsnorm" in text and "hypothesis" in text.lower()
-    assert "`expect`" in text and "hypothesis_answer" in text  # the one way a hypothesis is answered
-    ladder = [text.index(f"{i}. {tool}") for i, tool in enumerate(
-        ["compile_kernel", "check_numerics", "microbench"], start=1)]
+    assert (
+        "`expect`" in text and "hypothesis_answer" in text
+    )  # the one way a hypothesis is answered
+    ladder = [
+        text.index(f"{i}. {tool}")
+        for i, tool in enumerate(["compile_kernel", "check_numerics", "microbench"], start=1)
+    ]
     assert ladder == sorted(ladder)
     # only tools this server has are offered: naming a missing one sends the agent into errors
     offered = set(re.findall(r"^\d\. (\w+)", text, flags=re.M))
     tools = {t.name for t in (await client.list_tools()).tools}
     assert offered and offered <= tools
-    hunt = await client.get_prompt("hunt_regression", {"good_experiment": "e1", "bad_experiment": "e2"})
+    hunt = await client.get_prompt(
+        "hunt_regression", {"good_experiment": "e1", "bad_experiment": "e2"}
+    )
     assert 'compare_experiments(a="e1", b="e2")' in hunt.messages[0].content.text
 
 
 # --- the adapter itself, with tools made up for the test ---------------------------------
+
 
 class EchoInput(ToolInput):
     n: int = Field(description="How many progress steps.")
@@ -249,8 +305,14 @@ async def _echo(inp: EchoInput, ctx) -> EchoOutput:
     return EchoOutput(n=inp.n, summary="echoed")
 
 
-ECHO = Tool(name="echo", title="Echo", description="Test tool.", input_model=EchoInput,
-            output_model=EchoOutput, run=_echo)
+ECHO = Tool(
+    name="echo",
+    title="Echo",
+    description="Test tool.",
+    input_model=EchoInput,
+    output_model=EchoOutput,
+    run=_echo,
+)
 
 
 @pytest.fixture
@@ -280,7 +342,11 @@ async def test_progress_artifacts_and_error_mapping(echo_client):
     agent = await client.call_tool("echo", {"n": 0, "fail": "agent"})
     assert agent.is_error and "n is too large; pass a smaller n" in agent.content[0].text
     crash = await client.call_tool("echo", {"n": 0, "fail": "crash"})
-    assert crash.is_error and "internal error in echo" in crash.content[0].text and "KeyError" in crash.content[0].text
+    assert (
+        crash.is_error
+        and "internal error in echo" in crash.content[0].text
+        and "KeyError" in crash.content[0].text
+    )
     statuses = [r["status"] for r in srv.state.ledger.query(tool="echo")]
     assert statuses == ["error", "error", "ok"]
     assert (await client.call_tool("echo", {"n": 1})).structured_content["n"] == 1

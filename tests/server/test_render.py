@@ -23,6 +23,8 @@ def test_wide_rows_become_one_field_table_per_row_with_dotted_keys():
 
 
 def test_narrow_rows_stay_one_table():
-    text = _render({"summary": "done", "shapes": [{"N": 1, "ms": 2.0}, {"N": 2, "ms": 3.0}]}, width=80)
+    text = _render(
+        {"summary": "done", "shapes": [{"N": 1, "ms": 2.0}, {"N": 2, "ms": 3.0}]}, width=80
+    )
     assert "shapes[0]" not in text and "shapes" in text
     assert text.count("┃ N") == 1  # one header row for both

@@ -33,7 +33,9 @@ class Probe(MCPServer):
     async def list_tools(self) -> list[MCPTool]:
         return [MCPTool(name="probe", description="d", input_schema=SCHEMA, output_schema=OUTPUT)]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], context: Context | None = None
+    ) -> Any:
         self.seen.append((name, arguments, context))
         if arguments.get("fail") == "tool":
             raise ToolError("Error executing tool probe: what to fix")
@@ -41,8 +43,10 @@ class Probe(MCPServer):
             raise UnexpectedToolError("Error executing tool probe") from RuntimeError("secret")
         await context.report_progress(1, 2, "half")
         meta = context.request_context.meta or {}
-        return CallToolResult(content=[TextContent(type="text", text="t")],
-                              structured_content={"n": arguments.get("n"), "run": meta.get("run")})
+        return CallToolResult(
+            content=[TextContent(type="text", text="t")],
+            structured_content={"n": arguments.get("n"), "run": meta.get("run")},
+        )
 
 
 @pytest.fixture
@@ -70,7 +74,7 @@ async def test_tools_call_reaches_call_tool_with_raw_arguments_context_and_meta(
     result = await client.call_tool("probe", raw, progress_callback=on_progress, meta={"run": "r1"})
     assert not result.is_error and result.structured_content == {"n": "not a number", "run": "r1"}
     assert result.content[0].text == "t"
-    (name, arguments, context), = server.seen
+    ((name, arguments, context),) = server.seen
     assert name == "probe" and arguments == raw and isinstance(context, Context)
     assert progress == ["half"]
 

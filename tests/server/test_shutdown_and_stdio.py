@@ -22,8 +22,13 @@ import pytest
 
 from infra_agent.sandbox.cgroups import _PREFIX, CgroupManager
 
-RUNAWAY = {"kernel": "vector_add", "shapes": [{"N": 1024}], "budget_ms": 100,
-           "source": "def f(x, y):\n    while True:\n        pass\n", "entry": "f"}
+RUNAWAY = {
+    "kernel": "vector_add",
+    "shapes": [{"N": 1024}],
+    "budget_ms": 100,
+    "source": "def f(x, y):\n    while True:\n        pass\n",
+    "entry": "f",
+}
 DEEP = "[" * 200 + "]" * 200
 HUGE_INT = "9" * 5000
 
@@ -34,7 +39,10 @@ class StdioServer:
     def __init__(self, workspace: Path, *extra: str):
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "infra_agent.server", "--workspace", str(workspace), *extra],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.lines: queue.Queue = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
 
@@ -43,7 +51,11 @@ class StdioServer:
             self.lines.put(json.loads(line))
 
     def send(self, raw: bytes | str | dict) -> None:
-        data = raw if isinstance(raw, bytes) else (raw if isinstance(raw, str) else json.dumps(raw)).encode()
+        data = (
+            raw
+            if isinstance(raw, bytes)
+            else (raw if isinstance(raw, str) else json.dumps(raw)).encode()
+        )
         self.proc.stdin.write(data + b"\n")
         self.proc.stdin.flush()
 
@@ -60,18 +72,37 @@ class StdioServer:
         raise AssertionError(f"no reply with id {rid!r} in {timeout_s} s")
 
     def initialize(self) -> None:
-        self.send({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": 0,
+                "method": "initialize",
+                "params": {
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "raw", "version": "0"},
+                },
+            }
+        )
         assert "result" in self.reply(0)
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def call(self, rid: int, tool: str, args: dict) -> None:
-        self.send({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": {"name": tool, "arguments": args}})
+        self.send(
+            {
+                "jsonrpc": "2.0",
+                "id": rid,
+                "method": "tools/call",
+                "params": {"name": tool, "arguments": args},
+            }
+        )
 
 
 def _call_line(rid: int, arguments_json: str, tool: str = "list_kernels") -> bytes:
-    return (f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call",'
-            f'"params":{{"name":"{tool}","arguments":{arguments_json}}}}}').encode()
+    return (
+        f'{{"jsonrpc":"2.0","id":{rid},"method":"tools/call",'
+        f'"params":{{"name":"{tool}","arguments":{arguments_json}}}}}'
+    ).encode()
 
 
 def test_stdio_answers_rejected_lines_and_sigterm_interrupts_the_running_call(workspace):
@@ -80,10 +111,14 @@ def test_stdio_answers_rejected_lines_and_sigterm_interrupts_the_running_call(wo
     server = StdioServer(workspace, "--shutdown-grace", "1")
     try:
         server.initialize()
-        assert not any(p.exists() for p in stale), "a dead server's cgroup folders survived the start-up"
-        for rid, line in [(11, _call_line(11, '{"hypothesis":"\\ud800"}')),  # a lone surrogate, escaped
-                          (12, _call_line(12, '{"hypothesis":' + DEEP + "}")),
-                          (13, _call_line(13, '{"limit":' + HUGE_INT + "}", "list_experiments"))]:
+        assert not any(p.exists() for p in stale), (
+            "a dead server's cgroup folders survived the start-up"
+        )
+        for rid, line in [
+            (11, _call_line(11, '{"hypothesis":"\\ud800"}')),  # a lone surrogate, escaped
+            (12, _call_line(12, '{"hypothesis":' + DEEP + "}")),
+            (13, _call_line(13, '{"limit":' + HUGE_INT + "}", "list_experiments")),
+        ]:
             server.send(line)
             answer = server.reply(rid)
             assert answer["error"]["code"] == -32700 and answer["error"]["data"], answer
@@ -121,7 +156,9 @@ def _wait_running(workspace: Path, tool: str, timeout_s: float = 120) -> None:
         jobs = workspace / ".infra-agent" / "jobs"
         if _state_ledger(workspace).exists() and jobs.is_dir() and any(jobs.iterdir()):
             with sqlite3.connect(_state_ledger(workspace)) as db:
-                if db.execute("SELECT 1 FROM experiments WHERE tool=? AND status='running'", (tool,)).fetchall():
+                if db.execute(
+                    "SELECT 1 FROM experiments WHERE tool=? AND status='running'", (tool,)
+                ).fetchall():
                     return
         time.sleep(0.2)
     raise AssertionError(f"no running {tool} call with a job in {timeout_s} s")
@@ -134,8 +171,9 @@ def _statuses(workspace: Path, tool: str) -> list[tuple[str, str]]:
 
 def _cgroup_folders_of(pid: int) -> list[Path]:
     bases = CgroupManager().bases.values()  # this process's cgroups; the server's sit beside them
-    return [p for b in bases for p in b.parent.glob(f"{_PREFIX}{pid}-*")] + \
-           [p for b in bases for p in b.parent.glob(f"{_PREFIX}server-{pid}")]
+    return [p for b in bases for p in b.parent.glob(f"{_PREFIX}{pid}-*")] + [
+        p for b in bases for p in b.parent.glob(f"{_PREFIX}server-{pid}")
+    ]
 
 
 def _plant_stale_cgroup_folders() -> list[Path]:
@@ -174,9 +212,23 @@ async def test_http_sigterm_interrupts_the_running_call_and_cleans_up(workspace)
 
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
-    proc = subprocess.Popen([sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port),
-                             "--workspace", str(workspace), "--shutdown-grace", "1"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "infra_agent.server",
+            "--http",
+            "--port",
+            str(port),
+            "--workspace",
+            str(workspace),
+            "--shutdown-grace",
+            "1",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     url = f"http://127.0.0.1:{port}/mcp"
     try:
         await anyio.to_thread.run_sync(_wait_up, proc, url)

@@ -27,14 +27,22 @@ INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector-cli" / "build" /
 TOKEN = "test-token-0123456789"
 
 # The scenarios that apply to a server with our feature set (see README, "Conformance").
-SCENARIOS = ["server-initialize", "ping", "tools-list", "resources-list", "prompts-list",
-             "dns-rebinding-protection"]
+SCENARIOS = [
+    "server-initialize",
+    "ping",
+    "tools-list",
+    "resources-list",
+    "prompts-list",
+    "dns-rebinding-protection",
+]
 
 
 def _node_reason() -> str | None:
     if not NODE.is_file():
         return f"Node 22 not installed at {NODE} (run `make node`)"
-    version = subprocess.run([str(NODE), "--version"], capture_output=True, text=True).stdout.strip()
+    version = subprocess.run(
+        [str(NODE), "--version"], capture_output=True, text=True
+    ).stdout.strip()
     if not version.startswith("v") or int(version[1:].split(".")[0]) < 22:
         return f"{NODE} is {version}; the conformance suite needs Node >= 22"
     return None
@@ -49,8 +57,20 @@ def _start_http(workspace: Path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port), "--workspace", str(workspace)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        [
+            sys.executable,
+            "-m",
+            "infra_agent.server",
+            "--http",
+            "--port",
+            str(port),
+            "--workspace",
+            str(workspace),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
     return proc, f"http://127.0.0.1:{port}/mcp"
 
 
@@ -94,8 +114,10 @@ async def test_stdio_client_lists_and_calls_tools(module_workspace):
     from mcp import Client, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=sys.executable,
-                                   args=["-m", "infra_agent.server", "--workspace", str(module_workspace)])
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "infra_agent.server", "--workspace", str(module_workspace)],
+    )
     # errlog explicitly: the SDK's default is whatever sys.stderr was when mcp.client.stdio
     # was first imported, which may have been a CliRunner's stand-in without a fileno.
     async with Client(stdio_client(params, errlog=sys.stderr), read_timeout_seconds=120) as client:
@@ -148,17 +170,28 @@ def test_conformance_scenario(http_url, scenario):
     if reason := _node_reason():
         pytest.skip(reason)
     if not CONFORMANCE.is_file():
-        pytest.skip(f"@modelcontextprotocol/conformance not installed at {CONFORMANCE} (run `make node`)")
-    run = subprocess.run([str(NODE), str(CONFORMANCE), "server", "--url", http_url, "--scenario", scenario],
-                         capture_output=True, text=True, timeout=120)
+        pytest.skip(
+            f"@modelcontextprotocol/conformance not installed at {CONFORMANCE} (run `make node`)"
+        )
+    run = subprocess.run(
+        [str(NODE), str(CONFORMANCE), "server", "--url", http_url, "--scenario", scenario],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-2000:]
     assert "0 failed" in run.stdout
 
 
 def _inspector(url: str, *args: str) -> dict:
     # The inspector finds its own package.json relative to the working directory.
-    run = subprocess.run([str(NODE), str(INSPECTOR), url, "--transport", "http", *args],
-                         capture_output=True, text=True, timeout=120, cwd=INSPECTOR.parent)
+    run = subprocess.run(
+        [str(NODE), str(INSPECTOR), url, "--transport", "http", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=INSPECTOR.parent,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     return json.loads(run.stdout)
 
@@ -167,13 +200,30 @@ def test_inspector_cli_lists_and_calls_tools(http_url):
     if reason := _node_reason():
         pytest.skip(reason)
     if not INSPECTOR.is_file():
-        pytest.skip(f"@modelcontextprotocol/inspector-cli not installed at {INSPECTOR} (run `make node`)")
+        pytest.skip(
+            f"@modelcontextprotocol/inspector-cli not installed at {INSPECTOR} (run `make node`)"
+        )
     listed = _inspector(http_url, "--method", "tools/list")
     names = {t["name"] for t in listed["tools"]}
     assert {"list_kernels", "describe_kernel", "device_info"} <= names
     assert all("outputSchema" in t and "annotations" in t for t in listed["tools"])
-    called = _inspector(http_url, "--method", "tools/call", "--tool-name", "describe_kernel",
-                        "--tool-arg", "kernel=rmsnorm")
+    called = _inspector(
+        http_url,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "describe_kernel",
+        "--tool-arg",
+        "kernel=rmsnorm",
+    )
     assert called["structuredContent"]["name"] == "rmsnorm" and not called.get("isError")
-    bad = _inspector(http_url, "--method", "tools/call", "--tool-name", "describe_kernel", "--tool-arg", "kernel=nope")
+    bad = _inspector(
+        http_url,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        "describe_kernel",
+        "--tool-arg",
+        "kernel=nope",
+    )
     assert bad["isError"] is True and "unknown kernel" in bad["content"][0]["text"]

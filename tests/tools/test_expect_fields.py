@@ -83,11 +83,27 @@ async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, jud
     first = await call(zoo_client, "compile_kernel", kernel="rmsnorm", target="sm_90a")
     calls = [
         # the baseline's kernel is compile_kernel's evidence; profile's, the judged events
-        ("compile_kernel", {"kernel": "rmsnorm", "target": "sm_90a", "num_warps": 4,
-                            "baseline": first["experiment_id"]}),
+        (
+            "compile_kernel",
+            {
+                "kernel": "rmsnorm",
+                "target": "sm_90a",
+                "num_warps": 4,
+                "baseline": first["experiment_id"],
+            },
+        ),
         ("check_numerics", {"kernel": "vector_add", "trials": 1}),
-        ("microbench", {"kernel": "vector_add", "source": TORCH_ADD, "entry": "add",
-                        "baseline": "reference", "shapes": [{"N": 65536}], "budget_ms": 400}),
+        (
+            "microbench",
+            {
+                "kernel": "vector_add",
+                "source": TORCH_ADD,
+                "entry": "add",
+                "baseline": "reference",
+                "shapes": [{"N": 65536}],
+                "budget_ms": 400,
+            },
+        ),
         ("profile", {"kernel": "vector_add", "sample_threads": False}),
         ("describe_kernel", {"kernel": "rmsnorm", "include_source": False}),
         ("list_kernels", {}),
@@ -101,7 +117,7 @@ async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, jud
         judged.clear()
         out = await call(zoo_client, name, **args, expect=["1 == 1"])
         assert out["hypothesis_answer"]["answer"] == "supported", name
-        (facts, catalogue), = judged
+        ((facts, catalogue),) = judged
         assert catalogue is tools[name].catalogue, name
         _assert_covers(facts, catalogue, name)
         if name == "compile_kernel":  # baseline.<field>: the baseline kernel's fields
@@ -122,12 +138,20 @@ async def test_serving_facts_cover_every_catalogued_field_on_a_real_call(workspa
     server = build_server(workspace)
     tools = discover_tools()
     async with Client(server) as c:
-        launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"},
-                              expect=["1 == 1"])
+        launched = await call(
+            c, "launch_serve", engine="builtin", args={"model": "tiny"}, expect=["1 == 1"]
+        )
         handle = launched["handle"]
-        await call(c, "serve_benchmark", handle=handle, baseline_handle=handle, repeats=1,
-                   workload={"num_requests": 4, "input_len": 16, "output_len": 4, "seed": 3},
-                   criteria=["1 == 1"], expect=["1 == 1"])
+        await call(
+            c,
+            "serve_benchmark",
+            handle=handle,
+            baseline_handle=handle,
+            repeats=1,
+            workload={"num_requests": 4, "input_len": 16, "output_len": 4, "seed": 3},
+            criteria=["1 == 1"],
+            expect=["1 == 1"],
+        )
         await call(c, "stop_serve", handle=handle, expect=["1 == 1"])
     await server.aclose()
     names = [catalogue for _, catalogue in judged]

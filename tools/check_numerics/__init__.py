@@ -37,8 +37,13 @@ if TYPE_CHECKING:
 async def run(inp: Input, ctx: ToolContext) -> Output:
     sandbox = ctx.sandbox
     device = sandbox.device
-    plan = make_plan(inp, ctx.workspace, sandbox, device,
-                     lambda c, t: trial_seed(ctx.workspace.state_dir, ctx.experiment_id, c, t))
+    plan = make_plan(
+        inp,
+        ctx.workspace,
+        sandbox,
+        device,
+        lambda c, t: trial_seed(ctx.workspace.state_dir, ctx.experiment_id, c, t),
+    )
     enabled = set(inp.checks if inp.checks is not None else CHECKS)
     total = len(plan.cases) + 1
     await ctx.progress(0, total, "reference")
@@ -46,8 +51,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     findings = lock_findings(plan.notes)
     reports, series, partition_rows = [], {}, {}
     with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
-        ref_dir = jobs.keep_reference_files(ref.out_dir, plan, Path(keep))  # job folders are pruned as jobs start
-        judged, compiles = await _run_cases(ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total)
+        ref_dir = jobs.keep_reference_files(
+            ref.out_dir, plan, Path(keep)
+        )  # job folders are pruned as jobs start
+        judged, compiles = await _run_cases(
+            ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total
+        )
     for case, judgement in zip(plan.cases, judged, strict=True):
         findings += judgement.findings
         reports.append(judgement.report)
@@ -56,19 +65,39 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             series[case.label] = judgement.errors
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
-    if series:  # drawn off the reply's path: matplotlib costs more than the rest of a one-case check
+    if (
+        series
+    ):  # drawn off the reply's path: matplotlib costs more than the rest of a one-case check
         artifacts.append(ctx.artifact_later("error_histogram.png", partial(_histogram_png, series)))
     await ctx.progress(total, total, f"verdict {verdict}")
-    lock = None if plan.lock is None else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at,
-                                                     problems=plan.notes)
-    return Output(verdict=verdict, candidate=plan.candidate_name, device=device, cases=reports, findings=findings,
-                  lock=lock, checks=sorted(enabled), artifacts=artifacts, triton_compiles=ref.compiles + compiles,
-                  summary=summary(plan.what_ran, verdict, reports, findings))
+    lock = (
+        None
+        if plan.lock is None
+        else LockReport(locked=plan.lock.locked, locked_at=plan.lock.locked_at, problems=plan.notes)
+    )
+    return Output(
+        verdict=verdict,
+        candidate=plan.candidate_name,
+        device=device,
+        cases=reports,
+        findings=findings,
+        lock=lock,
+        checks=sorted(enabled),
+        artifacts=artifacts,
+        triton_compiles=ref.compiles + compiles,
+        summary=summary(plan.what_ran, verdict, reports, findings),
+    )
 
 
-async def _run_cases(ctx: ToolContext, plan: Plan, ref_dir: Path, ref_facts: dict[str, RefFacts],
-                     enabled: set[str], timeout_s: float,
-                     total: int) -> tuple[list[CaseJudgement], int]:
+async def _run_cases(
+    ctx: ToolContext,
+    plan: Plan,
+    ref_dir: Path,
+    ref_facts: dict[str, RefFacts],
+    enabled: set[str],
+    timeout_s: float,
+    total: int,
+) -> tuple[list[CaseJudgement], int]:
     """Every case's job at once (the sandbox's slots decide how many run together), each judged as
     it finishes; results in plan order. As if run in order: a failing case stops the cases after
     it, the ones before it finish, and the earliest failure is the error."""
@@ -81,14 +110,17 @@ async def _run_cases(ctx: ToolContext, plan: Plan, ref_dir: Path, ref_facts: dic
     async def run_and_judge(i: int, case) -> None:
         with scopes[i]:
             try:
-                run = await jobs.run_case(plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group)
+                run = await jobs.run_case(
+                    plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group
+                )
                 compiles[i] = run.compiles
                 # torch work on possibly large tensors: off the event loop, so the server keeps serving
-                judged[i] = await anyio.to_thread.run_sync(_judge_case, plan, case, run, ref_dir,
-                                                           ref_facts, enabled, ctx.sandbox.device)
+                judged[i] = await anyio.to_thread.run_sync(
+                    _judge_case, plan, case, run, ref_dir, ref_facts, enabled, ctx.sandbox.device
+                )
             except Exception as exc:  # noqa: BLE001 - re-raised below, unwrapped, the earliest first
                 failures[i] = exc
-                for later in scopes[i + 1:]:
+                for later in scopes[i + 1 :]:
                     later.cancel()
 
     async with anyio.create_task_group() as tasks:
@@ -109,13 +141,17 @@ def cache_group(ctx: ToolContext, plan: Plan) -> str:
 
 
 def _judge_case(*args) -> CaseJudgement:
-    from . import judge  # torch-heavy: imported in the judge thread, never on the server's import path
+    from . import (
+        judge,
+    )  # torch-heavy: imported in the judge thread, never on the server's import path
 
     return judge.judge_case(*args)
 
 
 def _histogram_png(series: dict[str, np.ndarray]) -> bytes:
-    from ..common.plots import histogram_png  # matplotlib: imported in the plot thread, not on the server's path
+    from ..common.plots import (
+        histogram_png,
+    )  # matplotlib: imported in the plot thread, not on the server's path
 
     return histogram_png(series)
 

@@ -29,7 +29,18 @@ from ..common.tolerance import ResolvedTolerance
 from .answers import Call, CandidateRun, RefFacts
 
 # The dtypes a reference's traced output may name (anything else falls back to the case's).
-OUTPUT_DTYPES = ("float64", "float32", "float16", "bfloat16", "int64", "int32", "int16", "int8", "uint8", "bool")
+OUTPUT_DTYPES = (
+    "float64",
+    "float32",
+    "float16",
+    "bfloat16",
+    "int64",
+    "int32",
+    "int16",
+    "int8",
+    "uint8",
+    "bool",
+)
 
 
 @dataclass
@@ -69,8 +80,11 @@ class CaseEvidence:
 
 
 def passes(err: dict, tol: ResolvedTolerance) -> bool:
-    return (err["nonfinite_mismatches"] == 0 and err["rel_l2_error"] <= tol.rel_l2
-            and (tol.max_abs is None or err["max_abs_error"] <= tol.max_abs))
+    return (
+        err["nonfinite_mismatches"] == 0
+        and err["rel_l2_error"] <= tol.rel_l2
+        and (tol.max_abs is None or err["max_abs_error"] <= tol.max_abs)
+    )
 
 
 def load_evidence(ev: CaseEvidence, ref_dir: Path, run: CandidateRun) -> CaseEvidence:
@@ -91,7 +105,9 @@ def load_evidence(ev: CaseEvidence, ref_dir: Path, run: CandidateRun) -> CaseEvi
         saved = _load_optional(cand_dir / output_file(key, kind)) or []
         ev.outputs[(key, kind)] = saved
         if kind in COMPARED_CALLS:
-            ev.errors[(key, kind)] = [compare_output(ev, key, saved, j) for j in range(len(ev.refs[key]))]
+            ev.errors[(key, kind)] = [
+                compare_output(ev, key, saved, j) for j in range(len(ev.refs[key]))
+            ]
     return ev
 
 
@@ -111,7 +127,11 @@ def case_errors(ev: CaseEvidence) -> tuple[dict | None, list[float | None], bool
         errs = ev.errors.get((key, CALL_FIRST), [None])
         ok = ok and ev.call_passes(key, CALL_FIRST)
         usable = [e for e in errs if e is not None]
-        per_trial.append(max((e["rel_l2_error"] for e in usable), default=None) if len(usable) == len(errs) else None)
+        per_trial.append(
+            max((e["rel_l2_error"] for e in usable), default=None)
+            if len(usable) == len(errs)
+            else None
+        )
         for j, e in enumerate(errs):
             if e is not None and (worst is None or _badness(e) > _badness(worst)):
                 worst = {**e, "trial": t, "output_index": j}
@@ -147,26 +167,36 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                     order = partition.get("sum_order") or list(range(len(shards)))
                     combined = shards[order[0]].clone()
                     for r in order[1:]:
-                        combined = combined + shards[r]  # an all-reduce in the given order, in the output dtype
+                        combined = (
+                            combined + shards[r]
+                        )  # an all-reduce in the given order, in the output dtype
                 else:
                     combined = torch.cat(shards, dim=partition["out_dim"])
             except IndexError:  # torch.cat's "dimension out of range": the agent's out_dim
-                raise AgentError(f"partition out_dim={partition['out_dim']} does not exist in output {j}, which has "
-                                 f"{shards[0].dim()} dimensions; give out_dim in [-{shards[0].dim()}, "
-                                 f"{shards[0].dim() - 1}]") from None
+                raise AgentError(
+                    f"partition out_dim={partition['out_dim']} does not exist in output {j}, which has "
+                    f"{shards[0].dim()} dimensions; give out_dim in [-{shards[0].dim()}, "
+                    f"{shards[0].dim() - 1}]"
+                ) from None
             except RuntimeError:
                 continue  # shard shapes that cannot combine; reported as shapes below
-            if tuple(combined.shape) != tuple(ref.shape) or tuple(first[j].shape) != tuple(ref.shape):
+            if tuple(combined.shape) != tuple(ref.shape) or tuple(first[j].shape) != tuple(
+                ref.shape
+            ):
                 continue
             dtype = ev.output_dtype(key, j, ref)
             vs_ref = compare(combined, ref, dtype, ev.tol.rel_l2)
             vs_unpart = compare(combined, first[j], dtype, ev.tol.rel_l2)
-            first_errors = ev.errors.get((key, CALL_FIRST)) or []  # load_evidence compared it already
+            first_errors = (
+                ev.errors.get((key, CALL_FIRST)) or []
+            )  # load_evidence compared it already
             unpartitioned = (first_errors[j] if j < len(first_errors) else None) or compare(
-                first[j], ref, dtype, ev.tol.rel_l2)
+                first[j], ref, dtype, ev.tol.rel_l2
+            )
             unpartitioned_passes = passes(unpartitioned, ev.tol)
             row = {
-                "trial": t, "output_index": j,
+                "trial": t,
+                "output_index": j,
                 "partitioned_vs_reference_rel_l2": vs_ref["rel_l2_error"],
                 "unpartitioned_vs_reference_rel_l2": rel_l2(first[j], ref),
                 "partitioned_vs_unpartitioned_rel_l2": vs_unpart["rel_l2_error"],
@@ -178,7 +208,8 @@ def partition_result(ev: CaseEvidence, partition: dict) -> dict | None:
                 "is_within_tolerance": passes(vs_ref, ev.tol) and passes(vs_unpart, ev.tol),
                 # the partition's own fault: the two runs differ beyond the tolerance, or only the
                 # partitioned one misses the reference; a miss both share is the case's verdict
-                "diverges": not passes(vs_unpart, ev.tol) or (unpartitioned_passes and not passes(vs_ref, ev.tol)),
+                "diverges": not passes(vs_unpart, ev.tol)
+                or (unpartitioned_passes and not passes(vs_ref, ev.tol)),
             }
             if worst is None or _worse_partition(row, worst):
                 worst = row
@@ -190,8 +221,12 @@ def _worse_partition(a: dict, b: dict) -> bool:
 
 
 def _partition_badness(r: dict) -> tuple:
-    return (r["diverges"], not r["is_within_tolerance"], r["partitioned_vs_unpartitioned_rel_l2"],
-            r["partitioned_vs_reference_rel_l2"])
+    return (
+        r["diverges"],
+        not r["is_within_tolerance"],
+        r["partitioned_vs_unpartitioned_rel_l2"],
+        r["partitioned_vs_reference_rel_l2"],
+    )
 
 
 def _badness(e: dict) -> tuple:

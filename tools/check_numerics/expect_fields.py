@@ -11,10 +11,24 @@ from __future__ import annotations
 from ..common.expect import Catalogue, ExpectFields, Facts
 from .schema import CaseReport, ErrorStats, Input, Output, PartitionReport
 
-ERROR_FIELDS = ("rel_l2_error", "max_abs_error", "max_rel_error", "ulp_p50", "ulp_p99", "ulp_max",
-                "num_mismatches", "nonfinite_mismatches", "candidate_nan_count", "candidate_inf_count")
-PARTITION_FIELDS = ("partitioned_vs_reference_rel_l2", "unpartitioned_vs_reference_rel_l2",
-                    "partitioned_vs_unpartitioned_rel_l2", "partitioned_vs_unpartitioned_max_abs")
+ERROR_FIELDS = (
+    "rel_l2_error",
+    "max_abs_error",
+    "max_rel_error",
+    "ulp_p50",
+    "ulp_p99",
+    "ulp_max",
+    "num_mismatches",
+    "nonfinite_mismatches",
+    "candidate_nan_count",
+    "candidate_inf_count",
+)
+PARTITION_FIELDS = (
+    "partitioned_vs_reference_rel_l2",
+    "unpartitioned_vs_reference_rel_l2",
+    "partitioned_vs_unpartitioned_rel_l2",
+    "partitioned_vs_unpartitioned_max_abs",
+)
 
 CATALOGUE = Catalogue(
     fields={
@@ -24,7 +38,7 @@ CATALOGUE = Catalogue(
         "num_cases": "Cases run.",
         "num_failed_cases": "Cases whose verdict is not 'pass'.",
         "num_raised_cases": "Cases whose candidate raised on its first call (their `error` names the kernel's "
-                            "file:line:col).",
+        "file:line:col).",
         "is_locked": "True when a person locked this kernel's reference and tolerances.",
         "device": Output.model_fields["device"].description,
         "triton_compiles": Output.model_fields["triton_compiles"].description,
@@ -33,9 +47,14 @@ CATALOGUE = Catalogue(
         "case_verdict": CaseReport.model_fields["verdict"].description,
         "tolerance_rel_l2": CaseReport.model_fields["tolerance_rel_l2"].description,
         "error_to_tolerance": "rel_l2_error / tolerance_rel_l2 (1 = at the tolerance), unitless.",
-        **{name: ErrorStats.model_fields[name].description + " (worst trial)" for name in ERROR_FIELDS},
-        **{name: PartitionReport.model_fields[name].description + " (null when no partition ran)"
-           for name in PARTITION_FIELDS},
+        **{
+            name: ErrorStats.model_fields[name].description + " (worst trial)"
+            for name in ERROR_FIELDS
+        },
+        **{
+            name: PartitionReport.model_fields[name].description + " (null when no partition ran)"
+            for name in PARTITION_FIELDS
+        },
         "triton_launches": CaseReport.model_fields["triton_launches"].description,
     },
     scope_kind="case",

@@ -33,11 +33,16 @@ class ReferenceRun:
 
 async def run_reference(sandbox: Sandbox, plan: Plan, timeout_s: float) -> ReferenceRun:
     """Seeded inputs and float64 reference outputs for every trial of every case."""
-    ref = await sandbox.run(Job(op=OP_REFERENCE, payload=_reference_payload(plan), timeout_s=timeout_s))
+    ref = await sandbox.run(
+        Job(op=OP_REFERENCE, payload=_reference_payload(plan), timeout_s=timeout_s)
+    )
     if not ref.ok:
-        raise AgentError(f"the reference could not run ({ref.status}): {ref.error}. Fix the reference or the shapes.")
-    return ReferenceRun(facts=reference_facts(ref.result), out_dir=ref.out_dir,
-                        compiles=ref.num_compiles)
+        raise AgentError(
+            f"the reference could not run ({ref.status}): {ref.error}. Fix the reference or the shapes."
+        )
+    return ReferenceRun(
+        facts=reference_facts(ref.result), out_dir=ref.out_dir, compiles=ref.num_compiles
+    )
 
 
 def keep_reference_files(out_dir: Path | None, plan: Plan, keep: Path) -> Path:
@@ -46,29 +51,67 @@ def keep_reference_files(out_dir: Path | None, plan: Plan, keep: Path) -> Path:
             for name in (inputs_file(key), reference_file(key)):
                 src = Path(out_dir or "/nonexistent") / name
                 if not src.is_file() or src.is_symlink():
-                    raise AgentError(f"the reference job wrote no {name}; the reference must return tensors")
+                    raise AgentError(
+                        f"the reference job wrote no {name}; the reference must return tensors"
+                    )
                 shutil.copyfile(src, keep / name)
     return keep
 
 
 def _reference_payload(plan: Plan) -> ReferencePayload:
-    items = [{"key": key, "shape": c.shape, "dtype": c.storage_dtype, "seed": seed, "distribution": plan.distribution}
-             for c in plan.cases for key, seed in zip(c.keys, c.seeds)]
-    return {"reference": plan.reference, "args": plan.args, "make_inputs": plan.make_inputs, "items": items,
-            "float64": True}
+    items = [
+        {
+            "key": key,
+            "shape": c.shape,
+            "dtype": c.storage_dtype,
+            "seed": seed,
+            "distribution": plan.distribution,
+        }
+        for c in plan.cases
+        for key, seed in zip(c.keys, c.seeds)
+    ]
+    return {
+        "reference": plan.reference,
+        "args": plan.args,
+        "make_inputs": plan.make_inputs,
+        "items": items,
+        "float64": True,
+    }
 
 
-async def run_case(plan: Plan, case: Case, sandbox: Sandbox, ref_dir: Path, enabled: set[str],
-                   timeout_s: float, cache_group: str) -> CandidateRun:
+async def run_case(
+    plan: Plan,
+    case: Case,
+    sandbox: Sandbox,
+    ref_dir: Path,
+    enabled: set[str],
+    timeout_s: float,
+    cache_group: str,
+) -> CandidateRun:
     """The candidate on one case's inputs (every trial), in one fresh worker."""
-    payload: NumericsRunPayload = {"candidate": plan.candidate, "keys": case.keys, "repeat": "determinism" in enabled,
-               "partition": plan.partition}
+    payload: NumericsRunPayload = {
+        "candidate": plan.candidate,
+        "keys": case.keys,
+        "repeat": "determinism" in enabled,
+        "partition": plan.partition,
+    }
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}
-    res = await sandbox.run(Job(op=OP_NUMERICS_RUN, payload=payload, timeout_s=timeout_s, inputs=inputs,
-                                triton_cache=cache_group))
+    res = await sandbox.run(
+        Job(
+            op=OP_NUMERICS_RUN,
+            payload=payload,
+            timeout_s=timeout_s,
+            inputs=inputs,
+            triton_cache=cache_group,
+        )
+    )
     if res.status == "timeout":
-        raise AgentError(f"the candidate timed out after {timeout_s:g} s on case {case.label}; use smaller shapes, "
-                         "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)")
+        raise AgentError(
+            f"the candidate timed out after {timeout_s:g} s on case {case.label}; use smaller shapes, "
+            "fewer trials, or raise timeout_s (the Triton interpreter is slow on CPU)"
+        )
     if not res.ok:
-        raise AgentError(f"the candidate could not run on case {case.label} ({res.status}): {res.error}")
+        raise AgentError(
+            f"the candidate could not run on case {case.label} ({res.status}): {res.error}"
+        )
     return candidate_run(res.result, res.out_dir, res.num_compiles)

@@ -29,19 +29,35 @@ class CaseJudgement(NamedTuple):
     errors: np.ndarray | None  # relative errors of the worst output's elements: the histogram
 
 
-def judge_case(plan: Plan, case: Case, run: CandidateRun, ref_dir: Path,
-               ref_facts: dict[str, RefFacts], enabled: set[str], device: str) -> CaseJudgement:
+def judge_case(
+    plan: Plan,
+    case: Case,
+    run: CandidateRun,
+    ref_dir: Path,
+    ref_facts: dict[str, RefFacts],
+    enabled: set[str],
+    device: str,
+) -> CaseJudgement:
     """Judge one case from its candidate's run and the files both jobs wrote."""
-    ev = CaseEvidence(label=case.label, dtype=case.dtype, out_dtype=case.storage_dtype, tol=case.tol,
-                      arg_names=[a["name"] for a in plan.args], keys=case.keys, seeds=case.seeds, device=device,
-                      ref_facts={k: ref_facts.get(k, RefFacts()) for k in case.keys},
-                      declared_triton=plan.triton_by_name)
+    ev = CaseEvidence(
+        label=case.label,
+        dtype=case.dtype,
+        out_dtype=case.storage_dtype,
+        tol=case.tol,
+        arg_names=[a["name"] for a in plan.args],
+        keys=case.keys,
+        seeds=case.seeds,
+        device=device,
+        ref_facts={k: ref_facts.get(k, RefFacts()) for k in case.keys},
+        declared_triton=plan.triton_by_name,
+    )
     load_evidence(ev, ref_dir, run)
     first = next((c for c in ev.calls if c.kind == CALL_FIRST), None)
     if first is None or first.error is not None:
         report = _raised_report(case, first)
-        raised = Finding(code="candidate_raised", severity="error", case=case.label,
-                         message=report.error)
+        raised = Finding(
+            code="candidate_raised", severity="error", case=case.label, message=report.error
+        )
         return CaseJudgement(report, None, [raised], None)
     found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
     report, row = _case_report(plan, case, ev, found)
@@ -64,12 +80,24 @@ def _raised_report(case: Case, first: Call | None) -> CaseReport:
     exc = (first.error if first is not None else None) or "no call was recorded"
     diag = first.diagnostic if first is not None else None
     head, _, excerpt = diag.partition("\n") if diag else (exc, "", "")
-    error = (f"{head}\nraised by the candidate on case {case.label}, trial 0 (seed {case.seeds[0]}): {exc}\n"
-             f"{excerpt or (first.traceback if first is not None else '')}")
-    return CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict="fail",
-                      tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
-                      tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
-                      trial_rel_l2=[None] * len(case.keys), errors=None, error=error.strip()[:6000])
+    error = (
+        f"{head}\nraised by the candidate on case {case.label}, trial 0 (seed {case.seeds[0]}): {exc}\n"
+        f"{excerpt or (first.traceback if first is not None else '')}"
+    )
+    return CaseReport(
+        case=case.label,
+        shape=case.shape,
+        dtype=case.dtype,
+        verdict="fail",
+        tolerance_rel_l2=case.tol.rel_l2,
+        tolerance_max_abs=case.tol.max_abs,
+        tolerance_source=case.tol.source,
+        tolerance_why=case.tol.why,
+        seeds=case.seeds,
+        trial_rel_l2=[None] * len(case.keys),
+        errors=None,
+        error=error.strip()[:6000],
+    )
 
 
 def _interpreter_suspect(ev: CaseEvidence) -> list[Finding]:
@@ -78,44 +106,90 @@ def _interpreter_suspect(ev: CaseEvidence) -> list[Finding]:
     ops = sum(c.interpreter_bf16_ops for c in ev.calls if c.kind == CALL_FIRST)
     if not ops:
         return []
-    return [Finding(code="interpreter_bf16_suspect", severity="warning", case=ev.label, message=(
-        f"the kernel ran {ops} bfloat16 arithmetic operations in the Triton interpreter (CPU), which computes "
-        "bfloat16 arithmetic wrongly (it multiplies and adds the raw bit patterns): the interpreter, not the "
-        "kernel, may be at fault. Confirm: upcast to float32 in the kernel (x.to(tl.float32) after each load, "
-        ".to(out_ptr.dtype.element_ty) at the store) and check again, or run on a GPU"))]
+    return [
+        Finding(
+            code="interpreter_bf16_suspect",
+            severity="warning",
+            case=ev.label,
+            message=(
+                f"the kernel ran {ops} bfloat16 arithmetic operations in the Triton interpreter (CPU), which computes "
+                "bfloat16 arithmetic wrongly (it multiplies and adds the raw bit patterns): the interpreter, not the "
+                "kernel, may be at fault. Confirm: upcast to float32 in the kernel (x.to(tl.float32) after each load, "
+                ".to(out_ptr.dtype.element_ty) at the store) and check again, or run on a GPU"
+            ),
+        )
+    ]
 
 
-def _case_report(plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]) -> tuple[CaseReport, dict | None]:
+def _case_report(
+    plan: Plan, case: Case, ev: CaseEvidence, found: list[Finding]
+) -> tuple[CaseReport, dict | None]:
     worst, per_trial, ok = case_errors(ev)
     ops, launches = op_totals(ev)
     worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
     row = partition_result(ev, plan.partition) if plan.partition else None
     if plan.partition:
-        meta = {"args": plan.partition["names"], "num_parts": plan.partition["num_parts"],
-                "combine": plan.partition["combine"], "sum_order": plan.partition["sum_order"]}
+        meta = {
+            "args": plan.partition["names"],
+            "num_parts": plan.partition["num_parts"],
+            "combine": plan.partition["combine"],
+            "sum_order": plan.partition["sum_order"],
+        }
         if row is None:
-            found.append(Finding(code="partition_mismatch", severity="error", case=case.label,
-                                 message="the ranks' outputs could not be combined into the full output's shape"))
-            part = PartitionReport(**meta, partitioned_vs_reference_rel_l2=None, unpartitioned_vs_reference_rel_l2=None,
-                                   partitioned_vs_unpartitioned_rel_l2=None, partitioned_vs_unpartitioned_max_abs=None,
-                                   is_within_tolerance=False)
+            found.append(
+                Finding(
+                    code="partition_mismatch",
+                    severity="error",
+                    case=case.label,
+                    message="the ranks' outputs could not be combined into the full output's shape",
+                )
+            )
+            part = PartitionReport(
+                **meta,
+                partitioned_vs_reference_rel_l2=None,
+                unpartitioned_vs_reference_rel_l2=None,
+                partitioned_vs_unpartitioned_rel_l2=None,
+                partitioned_vs_unpartitioned_max_abs=None,
+                is_within_tolerance=False,
+            )
         else:
             numbers = {k: json_safe(v) for k, v in row.items() if k in PartitionReport.model_fields}
             part = PartitionReport(**meta, **numbers)
             if row["diverges"]:
-                found.append(Finding(code="partition_mismatch", severity="error", case=case.label, message=(
-                    f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): partitioned vs unpartitioned "
-                    f"rel L2 {row['partitioned_vs_unpartitioned_rel_l2']:.3g}, partitioned vs reference "
-                    f"{row['partitioned_vs_reference_rel_l2']:.3g}, unpartitioned vs reference "
-                    f"{row['unpartitioned_vs_reference_rel_l2']:.3g} (tolerance {case.tol.rel_l2:.3g}); most divergent "
-                    f"element {row['most_divergent_index']} of trial {row['trial']}")))
+                found.append(
+                    Finding(
+                        code="partition_mismatch",
+                        severity="error",
+                        case=case.label,
+                        message=(
+                            f"{meta['num_parts']} ranks split {meta['args']} ({meta['combine']}): "
+                            "partitioned vs unpartitioned "
+                            f"rel L2 {row['partitioned_vs_unpartitioned_rel_l2']:.3g}, partitioned vs reference "
+                            f"{row['partitioned_vs_reference_rel_l2']:.3g}, unpartitioned vs reference "
+                            f"{row['unpartitioned_vs_reference_rel_l2']:.3g} (tolerance {case.tol.rel_l2:.3g}); "
+                            "most divergent "
+                            f"element {row['most_divergent_index']} of trial {row['trial']}"
+                        ),
+                    )
+                )
     verdict = case_verdict(ok, {f.code for f in found if f.severity == "error"})
-    report = CaseReport(case=case.label, shape=case.shape, dtype=case.dtype, verdict=verdict,
-                        tolerance_rel_l2=case.tol.rel_l2, tolerance_max_abs=case.tol.max_abs,
-                        tolerance_source=case.tol.source, tolerance_why=case.tol.why, seeds=case.seeds,
-                        trial_rel_l2=per_trial, errors=ErrorStats(**worst) if worst else None, partition=part,
-                        aten_ops=ops, triton_launches=launches)
+    report = CaseReport(
+        case=case.label,
+        shape=case.shape,
+        dtype=case.dtype,
+        verdict=verdict,
+        tolerance_rel_l2=case.tol.rel_l2,
+        tolerance_max_abs=case.tol.max_abs,
+        tolerance_source=case.tol.source,
+        tolerance_why=case.tol.why,
+        seeds=case.seeds,
+        trial_rel_l2=per_trial,
+        errors=ErrorStats(**worst) if worst else None,
+        partition=part,
+        aten_ops=ops,
+        triton_launches=launches,
+    )
     return report, row
 
 

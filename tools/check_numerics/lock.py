@@ -43,8 +43,12 @@ def kernel_record(workspace, kernel_name: str) -> dict:
         "reference": spec.reference,
         "reference_sha256": _sha256(kernel.source_of(spec.reference)),
         "spec_sha256": _sha256(kernel.folder / "spec.py"),
-        "tolerances": {dtype: dataclasses.asdict(tol) for dtype, tol in sorted(spec.tolerances.items())},
-        "shapes": {device: [dict(s) for s in shapes] for device, shapes in sorted(spec.shapes.items())},
+        "tolerances": {
+            dtype: dataclasses.asdict(tol) for dtype, tol in sorted(spec.tolerances.items())
+        },
+        "shapes": {
+            device: [dict(s) for s in shapes] for device, shapes in sorted(spec.shapes.items())
+        },
         "dtypes": list(spec.dtypes),
         "forbidden_ops": list(spec.forbidden_ops),
     }
@@ -52,8 +56,10 @@ def kernel_record(workspace, kernel_name: str) -> dict:
 
 def lock_kernel(workspace, kernel_name: str) -> dict:
     """Record the kernel's current acceptance criteria; returns the entry written."""
-    entry = {**kernel_record(workspace, kernel_name),
-             "locked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    entry = {
+        **kernel_record(workspace, kernel_name),
+        "locked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     path = lock_path(workspace)
     data = _read(path)
     data.setdefault("kernels", {})[kernel_name] = entry
@@ -77,8 +83,11 @@ def check_lock(workspace, kernel_name: str) -> LockStatus:
         "dtypes": "the dtypes",
         "forbidden_ops": "the forbidden ops",
     }
-    changes = [f"{label} changed since the lock of {entry.get('locked_at', '?')}"
-               for key, label in labels.items() if entry.get(key) != now[key]]
+    changes = [
+        f"{label} changed since the lock of {entry.get('locked_at', '?')}"
+        for key, label in labels.items()
+        if entry.get(key) != now[key]
+    ]
     return LockStatus(locked=True, changes=changes, locked_at=entry.get("locked_at"), record=entry)
 
 
@@ -89,7 +98,9 @@ def _read(path: Path) -> dict:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         # A corrupt lock must not read as "unlocked": that would silently drop the pin.
-        raise ValueError(f"{path} is not valid JSON ({exc}); restore it or re-run `infra-agent lock`") from exc
+        raise ValueError(
+            f"{path} is not valid JSON ({exc}); restore it or re-run `infra-agent lock`"
+        ) from exc
     return data if isinstance(data, dict) else {}
 
 

@@ -10,7 +10,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from ...kernels.coderef import REFERENCE, CodeRefError, impl_code, ref_or_source, resolve_code, spec_code, split_ref
+from ...kernels.coderef import (
+    REFERENCE,
+    CodeRefError,
+    impl_code,
+    ref_or_source,
+    resolve_code,
+    spec_code,
+    split_ref,
+)
 from ...kernels.workspace import WorkspaceError
 from ..base import AgentError, as_agent_error
 from ..common.cases import MAX_NUMERICS_CASES, check_case_count, distinct
@@ -18,7 +26,9 @@ from ..common.tolerance import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tole
 from .lock import LockStatus, check_lock
 
 MAX_ELEMENTS_PER_ARG = 1 << 26  # 64 Mi elements: a check, not a benchmark
-MAX_ELEMENTS_PER_CASE = 1 << 27  # all arguments x trials: bounds the judge's memory (~10 copies of this)
+MAX_ELEMENTS_PER_CASE = (
+    1 << 27
+)  # all arguments x trials: bounds the judge's memory (~10 copies of this)
 DEFAULT_GPU_ELEMENTS_PER_ARG = 1 << 24  # default CUDA shapes up to 16 Mi elements per argument
 SUMMARY_SHAPES = 6  # shapes the summary line names; the cases list has them all
 STORAGE_DTYPE = {"tf32": "float32"}  # case dtypes that are a math mode, not a storage type
@@ -47,7 +57,9 @@ class Plan:
     args: list[dict]
     make_inputs: dict | None
     cases: list[Case]
-    partition: dict | None  # {"args": {index: dim}, "num_parts", "combine", "out_dim", "names": {name: dim}}
+    partition: (
+        dict | None
+    )  # {"args": {index: dim}, "num_parts", "combine", "out_dim", "names": {name: dim}}
     forbidden_ops: tuple[str, ...]
     lock: LockStatus | None
     kernel: str | None
@@ -60,7 +72,9 @@ class Plan:
     @property
     def what_ran(self) -> str:
         """The candidate, its shapes and dtypes, for summary lines."""
-        shapes = list(dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases))
+        shapes = list(
+            dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases)
+        )
         more = f"; +{len(shapes) - SUMMARY_SHAPES} more" if len(shapes) > SUMMARY_SHAPES else ""
         dtypes = ", ".join(dict.fromkeys(c.dtype for c in self.cases))
         return f"{self.candidate_name} on shapes [{'; '.join(shapes[:SUMMARY_SHAPES])}{more}] x dtypes [{dtypes}]"
@@ -71,40 +85,76 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
     kernel = workspace.kernel(inp.kernel) if inp.kernel else None
     spec = kernel.spec if kernel else None
     if spec is None and not (inp.args and inp.reference and inp.shapes):
-        raise AgentError("without kernel= give args=, reference= and shapes= (or name a kernel from list_kernels)")
+        raise AgentError(
+            "without kernel= give args=, reference= and shapes= (or name a kernel from list_kernels)"
+        )
     candidate, name, triton_by_name = _candidate(inp, kernel, workspace, sandbox)
     reference = _reference(inp, kernel, workspace, sandbox)
-    args = [dataclasses.asdict(a) for a in spec.args] if spec and not inp.args else [a.model_dump() for a in inp.args]
-    shapes = distinct([dict(s) for s in inp.shapes]) if inp.shapes else _default_shapes(spec, device)
+    args = (
+        [dataclasses.asdict(a) for a in spec.args]
+        if spec and not inp.args
+        else [a.model_dump() for a in inp.args]
+    )
+    shapes = (
+        distinct([dict(s) for s in inp.shapes]) if inp.shapes else _default_shapes(spec, device)
+    )
     if not shapes:
         raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
     dtypes = distinct(inp.dtypes or (list(spec.dtypes) if spec else ["float32"]))
     check_case_count(len(shapes) * len(dtypes), MAX_NUMERICS_CASES, "cases (shapes x dtypes)")
     for shape in shapes:
         _check_shape(shape, args)
-        total = sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args) * inp.trials
+        total = (
+            sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args)
+            * inp.trials
+        )
         if total > MAX_ELEMENTS_PER_CASE:
-            raise AgentError(f"shape {shape} x {inp.trials} trials is {total} input elements, more than "
-                             f"{MAX_ELEMENTS_PER_CASE} (the judge holds every trial's tensors): use fewer trials or "
-                             "smaller shapes")
+            raise AgentError(
+                f"shape {shape} x {inp.trials} trials is {total} input elements, more than "
+                f"{MAX_ELEMENTS_PER_CASE} (the judge holds every trial's tensors): use fewer trials or "
+                "smaller shapes"
+            )
     cases = []
     for dtype in dtypes:
         if dtype not in DTYPE_TOLERANCES:
-            raise AgentError(f"dtype {dtype!r} is not checkable; use one of {', '.join(DTYPE_TOLERANCES)}")
+            raise AgentError(
+                f"dtype {dtype!r} is not checkable; use one of {', '.join(DTYPE_TOLERANCES)}"
+            )
         tol = resolve_tolerance(dtype, spec.tolerances if spec else None, inp.tolerance)
         for shape in shapes:
             i = len(cases)
             seeds = [seed_of(i, t) for t in range(inp.trials)]
-            cases.append(Case(i, shape, dtype, STORAGE_DTYPE.get(dtype, dtype), tol, seeds,
-                              [f"c{i}t{t}" for t in range(inp.trials)]))
+            cases.append(
+                Case(
+                    i,
+                    shape,
+                    dtype,
+                    STORAGE_DTYPE.get(dtype, dtype),
+                    tol,
+                    seeds,
+                    [f"c{i}t{t}" for t in range(inp.trials)],
+                )
+            )
     lock = check_lock(workspace, spec.name) if spec else None
     notes = _lock_notes(inp, lock)
     make_inputs = None
     if spec and spec.make_inputs and not inp.args:
         make_inputs = spec_code(kernel, spec.make_inputs).payload(sandbox.workspace_path)
-    return Plan(candidate, name, reference, args, make_inputs, cases, _partition(inp, spec, args),
-                tuple(spec.forbidden_ops) if spec else (), lock, spec.name if spec else None,
-                inp.distribution, notes, triton_by_name)
+    return Plan(
+        candidate,
+        name,
+        reference,
+        args,
+        make_inputs,
+        cases,
+        _partition(inp, spec, args),
+        tuple(spec.forbidden_ops) if spec else (),
+        lock,
+        spec.name if spec else None,
+        inp.distribution,
+        notes,
+        triton_by_name,
+    )
 
 
 def _default_shapes(spec, device: str) -> list[dict]:
@@ -129,8 +179,15 @@ def _numel(dims) -> int:
 def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str, str]:
     """(payload, display name, why its name declares Triton or "")."""
     with as_agent_error(WorkspaceError):
-        code = resolve_code(workspace, kernel=kernel, impl=inp.impl, source=inp.source, path=inp.path,
-                            entry=inp.entry, what="candidate")
+        code = resolve_code(
+            workspace,
+            kernel=kernel,
+            impl=inp.impl,
+            source=inp.source,
+            path=inp.path,
+            entry=inp.entry,
+            what="candidate",
+        )
     payload = code.payload(sandbox.workspace_path)
     if code.kernel is not None:
         name = f"{code.kernel}/{code.impl}"
@@ -152,13 +209,19 @@ def _candidate(inp, kernel, workspace, sandbox) -> tuple[dict, str, str]:
 def _reference(inp, kernel, workspace, sandbox) -> dict:
     with as_agent_error(WorkspaceError):
         if inp.reference is None:
-            return impl_code(kernel, REFERENCE, allow_reference=True).payload(sandbox.workspace_path)
+            return impl_code(kernel, REFERENCE, allow_reference=True).payload(
+                sandbox.workspace_path
+            )
         default_entry = split_ref(kernel.spec.reference)[1] if kernel else inp.entry
         try:
-            code = ref_or_source(workspace, inp.reference, kernel, inp.reference_entry or default_entry)
+            code = ref_or_source(
+                workspace, inp.reference, kernel, inp.reference_entry or default_entry
+            )
         except CodeRefError as exc:
-            raise AgentError(f"reference=: {exc}; give 'file.py:function', or Python source with "
-                             "reference_entry= (the function to call)") from None
+            raise AgentError(
+                f"reference=: {exc}; give 'file.py:function', or Python source with "
+                "reference_entry= (the function to call)"
+            ) from None
     return code.payload(sandbox.workspace_path)
 
 
@@ -166,21 +229,28 @@ def _check_shape(shape: dict, args: list[dict]) -> None:
     needed = {d for a in args for d in a["shape"] if isinstance(d, str)}
     missing, unknown = sorted(needed - set(shape)), sorted(set(shape) - needed)
     if missing or unknown:
-        raise AgentError(f"shape {shape} does not match the arguments "
-                         f"{[(a['name'], list(a['shape'])) for a in args]}: "
-                         + (f"missing {missing}" if missing else "") + (f" unknown {unknown}" if unknown else ""))
+        raise AgentError(
+            f"shape {shape} does not match the arguments "
+            f"{[(a['name'], list(a['shape'])) for a in args]}: "
+            + (f"missing {missing}" if missing else "")
+            + (f" unknown {unknown}" if unknown else "")
+        )
     for a in args:
         dims = [d if isinstance(d, int) else shape[d] for d in a["shape"]]
         numel = 1
         for d in dims:
             if not isinstance(d, int) or d <= 0:
-                raise AgentError(f"shape {shape}: argument {a['name']} gets size {dims}; sizes must be positive "
-                                 f"integers")
+                raise AgentError(
+                    f"shape {shape}: argument {a['name']} gets size {dims}; sizes must be positive "
+                    f"integers"
+                )
             numel *= d
         if numel > MAX_ELEMENTS_PER_ARG:
-            raise AgentError(f"shape {shape}: argument {a['name']} has {numel} elements, more than "
-                             f"{MAX_ELEMENTS_PER_ARG}; "
-                             "numerics need coverage, not size: use smaller shapes")
+            raise AgentError(
+                f"shape {shape}: argument {a['name']} has {numel} elements, more than "
+                f"{MAX_ELEMENTS_PER_ARG}; "
+                "numerics need coverage, not size: use smaller shapes"
+            )
 
 
 def _partition(inp, spec, args: list[dict]) -> dict | None:
@@ -190,8 +260,10 @@ def _partition(inp, spec, args: list[dict]) -> dict | None:
         return None
     if p is None or p is True:
         if spec is None or spec.partition is None:
-            raise AgentError("partition=true but the kernel spec declares no partition; pass "
-                             "partition={args: {name: dim}, num_parts, combine, out_dim}")
+            raise AgentError(
+                "partition=true but the kernel spec declares no partition; pass "
+                "partition={args: {name: dim}, num_parts, combine, out_dim}"
+            )
         sp = spec.partition
         split, parts, combine, out_dim = dict(sp.args), sp.num_parts, sp.combine, sp.out_dim
         order = list(range(parts))
@@ -206,9 +278,17 @@ def _partition(inp, spec, args: list[dict]) -> dict | None:
     for name, dim in split.items():
         ndim = len(args[names.index(name)]["shape"])
         if not -ndim <= dim < ndim:
-            raise AgentError(f"partition splits {name!r} along dim {dim}, but it has {ndim} dimensions")
-    return {"args": {str(names.index(n)): d for n, d in split.items()}, "num_parts": parts,
-            "combine": combine, "out_dim": out_dim, "names": split, "sum_order": order}
+            raise AgentError(
+                f"partition splits {name!r} along dim {dim}, but it has {ndim} dimensions"
+            )
+    return {
+        "args": {str(names.index(n)): d for n, d in split.items()},
+        "num_parts": parts,
+        "combine": combine,
+        "out_dim": out_dim,
+        "names": split,
+        "sum_order": order,
+    }
 
 
 def _lock_notes(inp, lock: LockStatus | None) -> list[str]:
@@ -221,5 +301,7 @@ def _lock_notes(inp, lock: LockStatus | None) -> list[str]:
     if inp.tolerance is not None:
         looser = [d for d, t in locked_tols.items() if inp.tolerance > t.get("rel_l2", 0)]
         if looser or not locked_tols:
-            notes.append(f"tolerance={inp.tolerance} is looser than the locked tolerance for {looser or 'all dtypes'}")
+            notes.append(
+                f"tolerance={inp.tolerance} is looser than the locked tolerance for {looser or 'all dtypes'}"
+            )
     return notes

@@ -13,21 +13,27 @@ def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
     parts = [f"{verdict.upper()}: {what_ran}: {len(cases)} case(s), {len(failed)} failed"]
     raised = [c for c in cases if c.error]
     if raised:
-        parts.append(f"{len(raised)} case(s) raised ({', '.join(c.case for c in raised)}): "
-                     f"{raised[0].error.splitlines()[0][:300]}")
+        parts.append(
+            f"{len(raised)} case(s) raised ({', '.join(c.case for c in raised)}): "
+            f"{raised[0].error.splitlines()[0][:300]}"
+        )
     if worst is not None:
         e = worst.errors
         rel = "undefined" if e.rel_l2_error is None else f"{e.rel_l2_error:.3g}"
         nonfinite = ""
         if e.nonfinite_mismatches:
             nonfinite = f"{e.nonfinite_mismatches} NaN/Inf where the reference is finite, "
-        parts.append(f"worst case {worst.case}: {nonfinite}rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
-                     f"({worst.tolerance_source}), worst element {e.worst_index}")
+        parts.append(
+            f"worst case {worst.case}: {nonfinite}rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
+            f"({worst.tolerance_source}), worst element {e.worst_index}"
+        )
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
     if any(f.code == "interpreter_bf16_suspect" for f in findings):
-        parts.append("suspect: the Triton interpreter computes bfloat16 arithmetic wrongly on CPU; upcast to "
-                     "float32 in the kernel or run on a GPU to confirm (finding interpreter_bf16_suspect)")
+        parts.append(
+            "suspect: the Triton interpreter computes bfloat16 arithmetic wrongly on CPU; upcast to "
+            "float32 in the kernel or run on a GPU to confirm (finding interpreter_bf16_suspect)"
+        )
     return "; ".join(parts)
 
 
@@ -37,13 +43,17 @@ def _badness(case) -> tuple:
     return (case.verdict == "fail", e.nonfinite_mismatches > 0, ratio)
 
 
-
 def worst_json(cases: list, partition_rows: dict) -> str:
-    data = [{
-        "case": c.case, "verdict": c.verdict, "seeds": c.seeds,
-        "worst": c.errors.model_dump() if c.errors else None,
-        "partition": json_safe(partition_rows.get(c.case) or {}) or None,
-    } for c in cases]
+    data = [
+        {
+            "case": c.case,
+            "verdict": c.verdict,
+            "seeds": c.seeds,
+            "worst": c.errors.model_dump() if c.errors else None,
+            "partition": json_safe(partition_rows.get(c.case) or {}) or None,
+        }
+        for c in cases
+    ]
     return json.dumps(data, indent=2)
 
 

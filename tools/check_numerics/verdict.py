@@ -27,9 +27,18 @@ def overall(reports: list[CaseReport], findings: list[Finding]) -> str:
 
 
 def lock_findings(notes: list[str]) -> list[Finding]:
-    return [Finding(code=_lock_code(n), severity="error", message=f"LOCKED ACCEPTANCE VIOLATED: {n}; a locked "
-                    "kernel's verdict cannot pass until a person re-locks it") for n in notes]
+    return [
+        Finding(
+            code=_lock_code(n),
+            severity="error",
+            message=f"LOCKED ACCEPTANCE VIOLATED: {n}; a locked "
+            "kernel's verdict cannot pass until a person re-locks it",
+        )
+        for n in notes
+    ]
 
 
 def _lock_code(note: str) -> str:
-    return "reference_modified_since_lock" if "reference" in note else "acceptance_modified_since_lock"
+    return (
+        "reference_modified_since_lock" if "reference" in note else "acceptance_modified_since_lock"
+    )

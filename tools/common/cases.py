@@ -26,5 +26,7 @@ def distinct(items: list[Any]) -> list[Any]:
 
 def check_case_count(num_cases: int, limit: int, what: str) -> None:
     if num_cases > limit:
-        raise AgentError(f"{num_cases} distinct {what} in one call; the cap is {limit} per call: split them "
-                         "over several calls (each is its own experiment, compare them with compare_experiments)")
+        raise AgentError(
+            f"{num_cases} distinct {what} in one call; the cap is {limit} per call: split them "
+            "over several calls (each is its own experiment, compare them with compare_experiments)"
+        )

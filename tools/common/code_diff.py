@@ -18,13 +18,16 @@ class FileChange(BaseModel):
     path: str = Field(description="Workspace-relative path, or 'source= (inline)' for inline code.")
     change: Literal["modified", "added", "removed"] = Field(
         description="'added': only b ran it; 'removed': only a ran it; 'modified': both, "
-        "different bytes.")
+        "different bytes."
+    )
     sha256_a: str | None = Field(description="sha256 of the file a ran; null if a did not have it.")
     sha256_b: str | None = Field(description="sha256 of the file b ran; null if b did not have it.")
     lines_added: int = Field(description="Lines only in b's version, count.")
     lines_removed: int = Field(description="Lines only in a's version, count.")
-    diff: str = Field(description=f"Unified diff a -> b (cut at {MAX_DIFF_CHARS} chars); the "
-                      "whole files are code://{experiment_id}/{sha256}.")
+    diff: str = Field(
+        description=f"Unified diff a -> b (cut at {MAX_DIFF_CHARS} chars); the "
+        "whole files are code://{experiment_id}/{sha256}."
+    )
 
 
 def code_changes(store: BlobStore, a: Manifest, b: Manifest) -> list[FileChange]:
@@ -39,8 +42,9 @@ def code_changes(store: BlobStore, a: Manifest, b: Manifest) -> list[FileChange]
     return changes
 
 
-def _file_change(store: BlobStore, path: str, fa: FileEntry | None,
-                 fb: FileEntry | None) -> FileChange:
+def _file_change(
+    store: BlobStore, path: str, fa: FileEntry | None, fb: FileEntry | None
+) -> FileChange:
     text_a, text_b = _lines(store, fa), _lines(store, fb)
     diff = list(difflib.unified_diff(text_a or [], text_b or [], f"a/{path}", f"b/{path}"))
     body = "".join(diff)
@@ -53,9 +57,15 @@ def _file_change(store: BlobStore, path: str, fa: FileEntry | None,
     change = "added" if fa is None else "removed" if fb is None else "modified"
     added = sum(1 for d in diff if d.startswith("+") and not d.startswith("+++"))
     removed = sum(1 for d in diff if d.startswith("-") and not d.startswith("---"))
-    return FileChange(path=path, change=change, sha256_a=fa and fa.sha256,
-                      sha256_b=fb and fb.sha256, lines_added=added, lines_removed=removed,
-                      diff=body)
+    return FileChange(
+        path=path,
+        change=change,
+        sha256_a=fa and fa.sha256,
+        sha256_b=fb and fb.sha256,
+        lines_added=added,
+        lines_removed=removed,
+        diff=body,
+    )
 
 
 def _lines(store: BlobStore, entry: FileEntry | None) -> list[str] | None:

@@ -15,14 +15,24 @@ from pydantic import BaseModel, Field
 
 
 class Change(BaseModel):
-    field: str = Field(description="Dotted path of what moved, e.g. 'shapes.0.median_ms', 'registers_per_thread', "
-                       "'instruction_mix.tensor_core_mma'.")
-    before: Any = Field(description="Value in the baseline (the earlier one), in the field's own unit; null: absent.")
+    field: str = Field(
+        description="Dotted path of what moved, e.g. 'shapes.0.median_ms', 'registers_per_thread', "
+        "'instruction_mix.tensor_core_mma'."
+    )
+    before: Any = Field(
+        description="Value in the baseline (the earlier one), in the field's own unit; null: absent."
+    )
     after: Any = Field(description="Value in the later one, in the field's own unit; null: absent.")
-    delta: float | None = Field(default=None, description="after - before, in the field's unit, when both are "
-                                "numbers; null for text, flags or a missing side.")
-    ratio: float | None = Field(default=None, description="after / before when both are numbers and before is not 0, "
-                                "unitless; for times, < 1 means faster.")
+    delta: float | None = Field(
+        default=None,
+        description="after - before, in the field's unit, when both are "
+        "numbers; null for text, flags or a missing side.",
+    )
+    ratio: float | None = Field(
+        default=None,
+        description="after / before when both are numbers and before is not 0, "
+        "unitless; for times, < 1 means faster.",
+    )
 
 
 def is_number(v: Any) -> bool:
@@ -36,7 +46,9 @@ def change(field: str, before: Any, after: Any) -> Change:
     return Change(field=field, before=before, after=after, delta=_tidy(after - before), ratio=ratio)
 
 
-def flatten(value: Any, prefix: str = "", *, skip: tuple[str, ...] = (), keep_empty: bool = True) -> dict[str, Any]:
+def flatten(
+    value: Any, prefix: str = "", *, skip: tuple[str, ...] = (), keep_empty: bool = True
+) -> dict[str, Any]:
     """{'a': {'b': [1, 2]}} -> {'a.b.0': 1, 'a.b.1': 2}. Paths in `skip` (and below them) are
     left out; `keep_empty` keeps empty containers visible as leaves."""
     if prefix and _skipped(prefix, skip):
@@ -50,14 +62,24 @@ def flatten(value: Any, prefix: str = "", *, skip: tuple[str, ...] = (), keep_em
         return {prefix: value}
     flat: dict[str, Any] = {}
     for key, item in items:
-        flat.update(flatten(item, f"{prefix}.{key}" if prefix else str(key), skip=skip, keep_empty=keep_empty))
+        flat.update(
+            flatten(
+                item, f"{prefix}.{key}" if prefix else str(key), skip=skip, keep_empty=keep_empty
+            )
+        )
     if not value and prefix and keep_empty:  # an empty container is a value too
         flat[prefix] = value
     return flat
 
 
-def diff(before: dict, after: dict, *, skip: tuple[str, ...] = (), absent_as_zero: tuple[str, ...] = (),
-         keep_empty: bool = True) -> list[Change]:
+def diff(
+    before: dict,
+    after: dict,
+    *,
+    skip: tuple[str, ...] = (),
+    absent_as_zero: tuple[str, ...] = (),
+    keep_empty: bool = True,
+) -> list[Change]:
     """Every leaf that differs, in the order `after` lists its fields (then fields only
     `before` has). Under a prefix in `absent_as_zero` (counts), a missing leaf counts as 0."""
     fb = flatten(before or {}, skip=skip, keep_empty=keep_empty)

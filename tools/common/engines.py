@@ -25,7 +25,9 @@ async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: f
         _require_module(adapter.name)
     await ctx.progress(0, None, f"starting the {engine} engine")
     try:
-        return await ctx.engines.launch(adapter, args, ready_timeout_s=ready_timeout_s, progress=ctx.progress)
+        return await ctx.engines.launch(
+            adapter, args, ready_timeout_s=ready_timeout_s, progress=ctx.progress
+        )
     except EngineError as exc:
         raise AgentError(str(exc)) from None
 
@@ -34,9 +36,11 @@ def _require_module(name: str) -> None:
     import importlib.util
 
     if importlib.util.find_spec(name) is None:
-        raise AgentError(f"the {name} engine is not installed in this server's Python (it is a GPU build: "
-                         f"pip install {name} on a GPU host); the builtin, transformers and command engines run "
-                         "here")
+        raise AgentError(
+            f"the {name} engine is not installed in this server's Python (it is a GPU build: "
+            f"pip install {name} on a GPU host); the builtin, transformers and command engines run "
+            "here"
+        )
 
 
 def get_engine(ctx, handle: str) -> Engine:
@@ -50,8 +54,10 @@ def live_engine(ctx, handle: str) -> Engine:
     """A running engine; a dead one is an error that says why it died (stop_serve clears it)."""
     eng = get_engine(ctx, handle)
     if not eng.alive:
-        raise AgentError(f"the {eng.adapter.name} engine {handle} is no longer running ({eng.death_cause()}); "
-                         f"stop_serve it and launch_serve a new one. Its log ends:\n{eng.log_tail(1500)}")
+        raise AgentError(
+            f"the {eng.adapter.name} engine {handle} is no longer running ({eng.death_cause()}); "
+            f"stop_serve it and launch_serve a new one. Its log ends:\n{eng.log_tail(1500)}"
+        )
     return eng
 
 

@@ -10,8 +10,13 @@ import numpy as np
 import torch
 
 # (mantissa bits, smallest normal exponent) for ULP sizes in the output dtype.
-_FORMATS = {"float64": (52, -1022), "float32": (23, -126), "tf32": (10, -126),
-            "float16": (10, -14), "bfloat16": (7, -126)}
+_FORMATS = {
+    "float64": (52, -1022),
+    "float32": (23, -126),
+    "tf32": (10, -126),
+    "float16": (10, -14),
+    "bfloat16": (7, -126),
+}
 NUM_FIRST_MISMATCHES = 5
 
 
@@ -101,7 +106,9 @@ def ulp_size(magnitude, dtype: str):
     """Spacing of representable numbers of `dtype` at each |value| (float64 tensor)."""
     mant, emin = _FORMATS.get(dtype, _FORMATS["float64"])
     _, exp = torch.frexp(magnitude)  # |v| = m * 2^exp, m in [0.5, 1); frexp(0) gives exp 0
-    floor_log2 = torch.where(magnitude > 0, exp.to(torch.float64) - 1, torch.full_like(magnitude, emin))
+    floor_log2 = torch.where(
+        magnitude > 0, exp.to(torch.float64) - 1, torch.full_like(magnitude, emin)
+    )
     return torch.pow(2.0, floor_log2.clamp_min(emin) - mant)  # below 2^emin: the subnormal step
 
 
@@ -134,7 +141,9 @@ def unravel(flat: int, shape) -> list[int]:
 
 
 def _same_nonfinite(c, r):
-    return (torch.isnan(c) & torch.isnan(r)) | (torch.isinf(c) & torch.isinf(r) & (c.sign() == r.sign()))
+    return (torch.isnan(c) & torch.isnan(r)) | (
+        torch.isinf(c) & torch.isinf(r) & (c.sign() == r.sign())
+    )
 
 
 def _quantiles(x, qs: tuple[float, ...]) -> list[float]:

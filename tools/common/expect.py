@@ -33,50 +33,102 @@ from typing import Any, Callable, Generic, Literal, NamedTuple, TypeVar
 from pydantic import BaseModel, Field
 
 from ...kernels.workspace import excerpt
-from .expect_eval import BUILTIN_FUNCTIONS, GRAMMAR, Evaluator, ExpectError, Measured, Missing, names_in, parse, plain
+from .expect_eval import (
+    BUILTIN_FUNCTIONS,
+    GRAMMAR,
+    Evaluator,
+    ExpectError,
+    Measured,
+    Missing,
+    names_in,
+    parse,
+    plain,
+)
 
-__all__ = ["Catalogue", "Facts", "ExpectFields", "WithEvidence", "HypothesisAnswer", "ConditionResult",
-           "ComparisonResult", "ExpectError", "Measured", "LANGUAGE", "check", "judge", "answer", "parse",
-           "plain_fields", "summary_line"]
+__all__ = [
+    "Catalogue",
+    "Facts",
+    "ExpectFields",
+    "WithEvidence",
+    "HypothesisAnswer",
+    "ConditionResult",
+    "ComparisonResult",
+    "ExpectError",
+    "Measured",
+    "LANGUAGE",
+    "check",
+    "judge",
+    "answer",
+    "parse",
+    "plain_fields",
+    "summary_line",
+]
 
 Answer = Literal["supported", "contradicted", "inconclusive"]
 
-LANGUAGE = ("Conditions over this tool's own output fields that the hypothesis predicts, all of which must hold, "
-            "e.g. ['median_ms <= 0.95 * baseline.median_ms'], ['spill_stores_bytes == 0', "
-            "'registers_per_thread <= 128'], ['\"partition_mismatch\" in finding_codes']. The language has "
-            + GRAMMAR + ". baseline.<field> is the same field of the baseline's result. A condition on a "
-            "per-shape or per-case field must hold for every one. The answer (hypothesis_answer) is supported, "
-            "contradicted, or inconclusive when an uncertainty interval straddles the threshold or a field has "
-            "no value; the tool's description lists the fields it offers.")
+LANGUAGE = (
+    "Conditions over this tool's own output fields that the hypothesis predicts, all of which must hold, "
+    "e.g. ['median_ms <= 0.95 * baseline.median_ms'], ['spill_stores_bytes == 0', "
+    "'registers_per_thread <= 128'], ['\"partition_mismatch\" in finding_codes']. The language has "
+    + GRAMMAR
+    + ". baseline.<field> is the same field of the baseline's result. A condition on a "
+    "per-shape or per-case field must hold for every one. The answer (hypothesis_answer) is supported, "
+    "contradicted, or inconclusive when an uncertainty interval straddles the threshold or a field has "
+    "no value; the tool's description lists the fields it offers."
+)
 
 
 class ComparisonResult(BaseModel):
-    comparison: str = Field(description="The comparison as judged, e.g. 'median_ms <= 0.95 * baseline.median_ms'.")
-    scope: str = Field(description="Which shape or case this is about; empty for a whole-call field.")
-    left: float | str | bool | list | None = Field(description="Left side's value (a number in the field's "
-                                                   "own unit; null when the field has no value).")
+    comparison: str = Field(
+        description="The comparison as judged, e.g. 'median_ms <= 0.95 * baseline.median_ms'."
+    )
+    scope: str = Field(
+        description="Which shape or case this is about; empty for a whole-call field."
+    )
+    left: float | str | bool | list | None = Field(
+        description="Left side's value (a number in the field's "
+        "own unit; null when the field has no value)."
+    )
     right: float | str | bool | list | None = Field(description="Right side's value.")
-    left_interval: list[float] | None = Field(default=None, description="[low, high] of the left side when it "
-                                              "carries uncertainty (e.g. from a 95% CI); null when exact.")
-    right_interval: list[float] | None = Field(default=None, description="[low, high] of the right side, or null.")
-    answer: Answer = Field(description="Whether this comparison holds (supported), fails (contradicted), or "
-                           "cannot be decided from the evidence (inconclusive).")
-    reason: str = Field(default="", description="Why it is inconclusive (e.g. the interval straddles the "
-                        "threshold); empty when decided.")
+    left_interval: list[float] | None = Field(
+        default=None,
+        description="[low, high] of the left side when it "
+        "carries uncertainty (e.g. from a 95% CI); null when exact.",
+    )
+    right_interval: list[float] | None = Field(
+        default=None, description="[low, high] of the right side, or null."
+    )
+    answer: Answer = Field(
+        description="Whether this comparison holds (supported), fails (contradicted), or "
+        "cannot be decided from the evidence (inconclusive)."
+    )
+    reason: str = Field(
+        default="",
+        description="Why it is inconclusive (e.g. the interval straddles the "
+        "threshold); empty when decided.",
+    )
 
 
 class ConditionResult(BaseModel):
     condition: str = Field(description="The condition as given in expect.")
-    answer: Answer = Field(description="supported when it holds everywhere, contradicted when it fails "
-                           "anywhere, else inconclusive.")
-    comparisons: list[ComparisonResult] = Field(description="Every comparison made, per scope, with its numbers.")
+    answer: Answer = Field(
+        description="supported when it holds everywhere, contradicted when it fails "
+        "anywhere, else inconclusive."
+    )
+    comparisons: list[ComparisonResult] = Field(
+        description="Every comparison made, per scope, with its numbers."
+    )
 
 
 class HypothesisAnswer(BaseModel):
     answer: Literal["supported", "contradicted", "inconclusive", "not_judged"] = Field(
-        default="not_judged", description="Over all expect conditions: contradicted if any is, else "
-        "inconclusive if any is, else supported; not_judged when the call gave no expect.")
-    conditions: list[ConditionResult] = Field(default_factory=list, description="One per expect condition.")
+        default="not_judged",
+        description="Over all expect conditions: contradicted if any is, else "
+        "inconclusive if any is, else supported; not_judged when the call gave no expect.",
+    )
+    conditions: list[ConditionResult] = Field(
+        default_factory=list, description="One per expect condition."
+    )
 
 
 @dataclass(frozen=True)
@@ -84,7 +136,9 @@ class Catalogue:
     """What a tool's conditions may name, with descriptions (they go into error messages)."""
 
     fields: dict[str, str]  # whole-call field -> description with unit
-    scoped: dict[str, str] = field(default_factory=dict)  # field with one value per scope -> description
+    scoped: dict[str, str] = field(
+        default_factory=dict
+    )  # field with one value per scope -> description
     scope_kind: str = "case"  # what a scope is, for messages: "shape", "case"
     functions: dict[str, str] = field(default_factory=dict)  # 'name(args)' -> description
 
@@ -95,8 +149,11 @@ class Catalogue:
     def names(self, max_chars: int | None = None) -> str:
         """The names alone, grouped (whole call; per scope; functions), for a tool's description and
         errors. With max_chars, whole names up to that length and how many more: never a cut name."""
-        groups = [("", list(self.fields)), (f"per {self.scope_kind}: ", list(self.scoped)),
-                  ("functions: ", list(self.functions))]
+        groups = [
+            ("", list(self.fields)),
+            (f"per {self.scope_kind}: ", list(self.scoped)),
+            ("functions: ", list(self.functions)),
+        ]
         text = "; ".join(head + ", ".join(names) for head, names in groups if names)
         if max_chars is None or len(text) <= max_chars:
             return text
@@ -117,12 +174,17 @@ class Catalogue:
     def described(self) -> str:
         """Every name with its meaning and unit, one per line, grouped: the text of the resource
         expect://{tool} and of `infra-agent tools TOOL`."""
-        groups = [("whole call", self.fields), (f"per {self.scope_kind} (must hold in every one)", self.scoped),
-                  ("functions", self.functions)]
+        groups = [
+            ("whole call", self.fields),
+            (f"per {self.scope_kind} (must hold in every one)", self.scoped),
+            ("functions", self.functions),
+        ]
         lines = []
         for title, entries in groups:
             if entries:
-                lines += [f"{title}:"] + [f"  {name}: {meaning}" for name, meaning in entries.items()]
+                lines += [f"{title}:"] + [
+                    f"  {name}: {meaning}" for name, meaning in entries.items()
+                ]
         return "\n".join(lines)
 
     def listing(self) -> str:
@@ -179,9 +241,13 @@ NOT_EVIDENCE = ("experiment_id", "summary", "artifacts", "hypothesis_answer")
 def plain_fields(output_model: type[BaseModel]) -> ExpectFields[None]:
     """The expect of a tool without an expect_fields.py: its output's top-level fields that are
     numbers, strings, true/false or lists, with their descriptions, read straight off the output."""
-    catalogue = Catalogue(fields={name: (info.description or "")
-                                  for name, info in output_model.model_fields.items()
-                                  if name not in NOT_EVIDENCE and _is_plain(info.annotation)})
+    catalogue = Catalogue(
+        fields={
+            name: (info.description or "")
+            for name, info in output_model.model_fields.items()
+            if name not in NOT_EVIDENCE and _is_plain(info.annotation)
+        }
+    )
 
     def facts(inp: Any, out: BaseModel, evidence: None) -> Facts:
         return Facts(fields=out.model_dump(mode="json", include=set(catalogue.fields)))
@@ -203,8 +269,13 @@ def _is_plain(annotation: Any) -> bool:
 MAX_LISTED_NAMES_CHARS = 2_500  # of an error naming what a tool offers (errors are cut at 4,000)
 
 
-def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: bool,
-          described_at: str = "the tool's description") -> None:
+def check(
+    conditions: list[str] | None,
+    catalogue: Catalogue,
+    *,
+    has_baseline: bool,
+    described_at: str = "the tool's description",
+) -> None:
     """Raise ExpectError for a malformed condition or a name the tool does not offer (before any work).
     `described_at` says where every name's meaning and unit can be read (e.g. a resource)."""
     known = set(catalogue.fields) | set(catalogue.scoped)
@@ -213,16 +284,22 @@ def check(conditions: list[str] | None, catalogue: Catalogue, *, has_baseline: b
         unknown = sorted((fields | baseline_fields) - known)
         if unknown:
             hint = "".join(catalogue.suggestion(n) for n in unknown[:1])
-            raise ExpectError(f"condition {excerpt(condition)} names {', '.join(unknown)}, which this tool does "
-                              f"not report{hint}; it offers {catalogue.names(MAX_LISTED_NAMES_CHARS)} (each "
-                              f"with its meaning and unit: {described_at})")
+            raise ExpectError(
+                f"condition {excerpt(condition)} names {', '.join(unknown)}, which this tool does "
+                f"not report{hint}; it offers {catalogue.names(MAX_LISTED_NAMES_CHARS)} (each "
+                f"with its meaning and unit: {described_at})"
+            )
         unknown_calls = sorted(functions - catalogue.function_names)
         if unknown_calls:
-            raise ExpectError(f"condition {excerpt(condition)} calls {', '.join(unknown_calls)}, which this tool "
-                              f"does not have; it has: {', '.join(sorted(catalogue.function_names))}")
+            raise ExpectError(
+                f"condition {excerpt(condition)} calls {', '.join(unknown_calls)}, which this tool "
+                f"does not have; it has: {', '.join(sorted(catalogue.function_names))}"
+            )
         if baseline_fields and not has_baseline:
-            raise ExpectError(f"condition {excerpt(condition)} names baseline.{sorted(baseline_fields)[0]} but "
-                              "this call has no baseline; pass baseline= or drop the baseline. part")
+            raise ExpectError(
+                f"condition {excerpt(condition)} names baseline.{sorted(baseline_fields)[0]} but "
+                "this call has no baseline; pass baseline= or drop the baseline. part"
+            )
         _dry_run(parse(condition), catalogue)
 
 
@@ -230,8 +307,12 @@ def _dry_run(tree, catalogue: Catalogue) -> None:
     """Evaluate a condition with every field unknown: what fails whatever the result holds (a
     division by zero between numbers, a number used as a test) fails now, before the call runs
     anything (an engine it starts, a benchmark of minutes)."""
-    functions = {name: (lambda *_: None) for name in catalogue.function_names - set(BUILTIN_FUNCTIONS)}
-    Evaluator(lambda name: Missing(name), lambda name: Missing("baseline." + name), functions).truth(tree)
+    functions = {
+        name: (lambda *_: None) for name in catalogue.function_names - set(BUILTIN_FUNCTIONS)
+    }
+    Evaluator(
+        lambda name: Missing(name), lambda name: Missing("baseline." + name), functions
+    ).truth(tree)
 
 
 def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> HypothesisAnswer:
@@ -243,8 +324,9 @@ def judge(conditions: list[str] | None, facts: Facts, catalogue: Catalogue) -> H
     return HypothesisAnswer(answer=_conjunction([r.answer for r in results]), conditions=results)
 
 
-def answer(conditions: list[str] | None, fields: ExpectFields, inp: Any, out: Any,
-           evidence: Any = None) -> HypothesisAnswer:
+def answer(
+    conditions: list[str] | None, fields: ExpectFields, inp: Any, out: Any, evidence: Any = None
+) -> HypothesisAnswer:
     """One call's conditions judged over the facts its tool reads off the output and evidence."""
     if not conditions:
         return HypothesisAnswer()
@@ -257,14 +339,16 @@ def summary_line(answer: HypothesisAnswer) -> str:
     if answer.answer == "supported":
         return f"Expect: supported ({total} of {total} conditions hold)."
     deciding = next(c for c in answer.conditions if c.answer == answer.answer)
-    cmp = next((c for c in deciding.comparisons if c.answer == answer.answer),
-               deciding.comparisons[0])
+    cmp = next(
+        (c for c in deciding.comparisons if c.answer == answer.answer), deciding.comparisons[0]
+    )
     where = f" at {cmp.scope}" if cmp.scope else ""
     numbers = f"{_shown(cmp.left)} vs {_shown(cmp.right)}{where}"
     if answer.answer == "contradicted":
         return f"Expect: contradicted, {deciding.condition!r} fails ({numbers})."
-    return (f"Expect: inconclusive, {deciding.condition!r} cannot be decided "
-            f"({numbers}: {cmp.reason}).")
+    return (
+        f"Expect: inconclusive, {deciding.condition!r} cannot be decided ({numbers}: {cmp.reason})."
+    )
 
 
 def _shown(value: Any) -> str:
@@ -279,16 +363,32 @@ def _judge_condition(condition: str, facts: Facts, catalogue: Catalogue) -> Cond
     elif facts.scopes:
         scopes = facts.scopes
     else:  # nothing ran that the condition could be about
-        return ConditionResult(condition=condition, answer="inconclusive", comparisons=[ComparisonResult(
-            comparison=condition, scope="", left=None, right=None, answer="inconclusive",
-            reason=f"no {catalogue.scope_kind} produced a result")])
+        return ConditionResult(
+            condition=condition,
+            answer="inconclusive",
+            comparisons=[
+                ComparisonResult(
+                    comparison=condition,
+                    scope="",
+                    left=None,
+                    right=None,
+                    answer="inconclusive",
+                    reason=f"no {catalogue.scope_kind} produced a result",
+                )
+            ],
+        )
     comparisons, answers = [], []
     for label in scopes:
-        evaluator = Evaluator(_lookup(facts, label, ""),
-                              _lookup(facts.baseline or Facts(), label, "baseline."), facts.functions)
+        evaluator = Evaluator(
+            _lookup(facts, label, ""),
+            _lookup(facts.baseline or Facts(), label, "baseline."),
+            facts.functions,
+        )
         answers.append(_answer(evaluator.truth(tree)))
         comparisons += [_comparison_result(c, label) for c in evaluator.comparisons]
-    return ConditionResult(condition=condition, answer=_conjunction(answers), comparisons=comparisons)
+    return ConditionResult(
+        condition=condition, answer=_conjunction(answers), comparisons=comparisons
+    )
 
 
 def _lookup(facts: Facts, label: str, prefix: str) -> Callable[[str], Any]:
@@ -307,9 +407,16 @@ def _lookup(facts: Facts, label: str, prefix: str) -> Callable[[str], Any]:
 
 
 def _comparison_result(c, scope: str) -> ComparisonResult:
-    return ComparisonResult(comparison=c.text, scope=scope, left=plain(c.left), right=plain(c.right),
-                            left_interval=_interval(c.left), right_interval=_interval(c.right),
-                            answer=_answer(c.truth), reason=c.reason)
+    return ComparisonResult(
+        comparison=c.text,
+        scope=scope,
+        left=plain(c.left),
+        right=plain(c.right),
+        left_interval=_interval(c.left),
+        right_interval=_interval(c.right),
+        answer=_answer(c.truth),
+        reason=c.reason,
+    )
 
 
 def _interval(value: Any) -> list[float] | None:
@@ -328,4 +435,3 @@ def _conjunction(answers: list[Answer]) -> Answer:
     if "contradicted" in answers:
         return "contradicted"
     return "inconclusive" if "inconclusive" in answers else "supported"
-

@@ -28,11 +28,29 @@ BUILTIN_FUNCTIONS = ("abs", "min", "max", "len")
 
 _COMPARATORS = (ast.Eq, ast.NotEq, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.In, ast.NotIn)
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.And, ast.Or, ast.Not, ast.USub, ast.UAdd)
-_ALLOWED = (ast.Expression, ast.Compare, ast.BoolOp, ast.UnaryOp, ast.BinOp, ast.Constant, ast.Name,
-            ast.Load, ast.Attribute, ast.Call, ast.List, ast.Tuple) + _COMPARATORS + _OPERATORS
-GRAMMAR = ("comparisons (== != < <= > >=, chained as in 0.9 <= x <= 1.1), + - * / and parentheses, numbers, "
-           "quoted strings, true/false, field names, baseline.<field>, lists with in / not in, and / or / not, "
-           "and calls of abs, min, max, len or the tool's own functions")
+_ALLOWED = (
+    (
+        ast.Expression,
+        ast.Compare,
+        ast.BoolOp,
+        ast.UnaryOp,
+        ast.BinOp,
+        ast.Constant,
+        ast.Name,
+        ast.Load,
+        ast.Attribute,
+        ast.Call,
+        ast.List,
+        ast.Tuple,
+    )
+    + _COMPARATORS
+    + _OPERATORS
+)
+GRAMMAR = (
+    "comparisons (== != < <= > >=, chained as in 0.9 <= x <= 1.1), + - * / and parentheses, numbers, "
+    "quoted strings, true/false, field names, baseline.<field>, lists with in / not in, and / or / not, "
+    "and calls of abs, min, max, len or the tool's own functions"
+)
 
 
 class ExpectError(AgentError, ValueError):
@@ -71,21 +89,27 @@ class Missing:
 def parse(condition: str) -> ast.Expression:
     """The condition's syntax tree, or an ExpectError naming what is not allowed."""
     if len(condition) > MAX_CONDITION_CHARS:
-        raise ExpectError(f"condition {condition[:40]!r}... is {len(condition)} characters; keep each under "
-                          f"{MAX_CONDITION_CHARS} and pass several conditions instead")
+        raise ExpectError(
+            f"condition {condition[:40]!r}... is {len(condition)} characters; keep each under "
+            f"{MAX_CONDITION_CHARS} and pass several conditions instead"
+        )
     try:
         tree = ast.parse(condition.strip(), mode="eval")
     except SyntaxError as e:
         where = f" at column {e.offset}" if e.offset else ""
         if re.search(r"(?<![=!<>])=(?!=)", condition):
             where += ", '=' assigns; compare with '=='"
-        raise ExpectError(f"condition {condition!r} is malformed{where} ({e.msg}); write e.g. "
-                          "'median_ms <= 0.95 * baseline.median_ms' using " + GRAMMAR) from None
+        raise ExpectError(
+            f"condition {condition!r} is malformed{where} ({e.msg}); write e.g. "
+            "'median_ms <= 0.95 * baseline.median_ms' using " + GRAMMAR
+        ) from None
     depth = _depth(tree)
     if depth > MAX_CONDITION_DEPTH:
-        raise ExpectError(f"condition {condition[:40]!r} nests {depth} levels deep (operators inside operators); "
-                          f"the limit is {MAX_CONDITION_DEPTH}: write it flatter, or split it into several "
-                          "conditions")
+        raise ExpectError(
+            f"condition {condition[:40]!r} nests {depth} levels deep (operators inside operators); "
+            f"the limit is {MAX_CONDITION_DEPTH}: write it flatter, or split it into several "
+            "conditions"
+        )
     for node in ast.walk(tree):
         _check_node(condition, node)
     return tree
@@ -107,14 +131,21 @@ def _check_node(condition: str, node: ast.AST) -> None:
         bad = f"{type(node).__name__} ({ast.unparse(node) if isinstance(node, ast.expr) else ''})"
     elif isinstance(node, ast.Constant) and not isinstance(node.value, (int, float, str)):
         bad = f"the constant {node.value!r}"
-    elif isinstance(node, ast.Attribute) and not (isinstance(node.value, ast.Name) and node.value.id == "baseline"):
+    elif isinstance(node, ast.Attribute) and not (
+        isinstance(node.value, ast.Name) and node.value.id == "baseline"
+    ):
         bad = f"the attribute {ast.unparse(node)} (only baseline.<field> names another result)"
-    elif isinstance(node, ast.Call) and (node.keywords or not isinstance(node.func, ast.Name)
-                                         or any(isinstance(a, ast.Starred) for a in node.args)):
+    elif isinstance(node, ast.Call) and (
+        node.keywords
+        or not isinstance(node.func, ast.Name)
+        or any(isinstance(a, ast.Starred) for a in node.args)
+    ):
         bad = f"the call {ast.unparse(node)} (call a function by name with positional arguments)"
     if bad:
-        raise ExpectError(f"condition {condition!r} uses {bad}, which the expect language does not have; it has "
-                          + GRAMMAR)
+        raise ExpectError(
+            f"condition {condition!r} uses {bad}, which the expect language does not have; it has "
+            + GRAMMAR
+        )
 
 
 def names_in(tree: ast.Expression) -> tuple[set[str], set[str], set[str]]:
@@ -128,7 +159,11 @@ def names_in(tree: ast.Expression) -> tuple[set[str], set[str], set[str]]:
     called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
     owners = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and id(node) not in called | owners and node.id not in CONSTANT_NAMES:
+        if (
+            isinstance(node, ast.Name)
+            and id(node) not in called | owners
+            and node.id not in CONSTANT_NAMES
+        ):
             fields.add(node.id)
     return fields, baseline, functions
 
@@ -147,8 +182,12 @@ class Comparison:
 class Evaluator:
     """Evaluates one parsed condition in one scope; records every comparison it makes."""
 
-    def __init__(self, lookup: Callable[[str], Any], baseline_lookup: Callable[[str], Any],
-                 functions: dict[str, Callable[..., Any]]):
+    def __init__(
+        self,
+        lookup: Callable[[str], Any],
+        baseline_lookup: Callable[[str], Any],
+        functions: dict[str, Callable[..., Any]],
+    ):
         self.lookup, self.baseline_lookup, self.functions = lookup, baseline_lookup, functions
         self.comparisons: list[Comparison] = []
 
@@ -157,7 +196,9 @@ class Evaluator:
         if isinstance(node, ast.Expression):
             return self.truth(node.body)
         if isinstance(node, ast.BoolOp):
-            parts = [self.truth(v) for v in node.values]  # no short cut: every comparison is reported
+            parts = [
+                self.truth(v) for v in node.values
+            ]  # no short cut: every comparison is reported
             decisive = isinstance(node.op, ast.Or)
             return decisive if decisive in parts else (None if None in parts else not decisive)
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
@@ -167,11 +208,15 @@ class Evaluator:
             return self._compare_chain(node)
         value = self.value(node)
         if isinstance(value, Missing):
-            self.comparisons.append(Comparison(ast.unparse(node), None, None, None, f"{value.what} has no value"))
+            self.comparisons.append(
+                Comparison(ast.unparse(node), None, None, None, f"{value.what} has no value")
+            )
             return None
         if not isinstance(value, bool):
-            raise ExpectError(f"{ast.unparse(node)!r} is {_show(value)}, not a yes/no test; compare it, e.g. "
-                              f"'{ast.unparse(node)} <= 1'")
+            raise ExpectError(
+                f"{ast.unparse(node)!r} is {_show(value)}, not a yes/no test; compare it, e.g. "
+                f"'{ast.unparse(node)} <= 1'"
+            )
         return value
 
     def _compare_chain(self, node: ast.Compare) -> bool | None:
@@ -187,9 +232,15 @@ class Evaluator:
 
     def value(self, node: ast.AST) -> Any:
         if isinstance(node, ast.Constant):
-            return Measured.exact(node.value) if isinstance(node.value, (int, float)) else node.value
+            return (
+                Measured.exact(node.value) if isinstance(node.value, (int, float)) else node.value
+            )
         if isinstance(node, ast.Name):
-            return CONSTANT_NAMES[node.id] if node.id in CONSTANT_NAMES else _number(self.lookup(node.id))
+            return (
+                CONSTANT_NAMES[node.id]
+                if node.id in CONSTANT_NAMES
+                else _number(self.lookup(node.id))
+            )
         if isinstance(node, ast.Attribute):
             return _number(self.baseline_lookup(node.attr))
         if isinstance(node, (ast.List, ast.Tuple)):
@@ -198,12 +249,20 @@ class Evaluator:
             if isinstance(node.op, ast.Not):
                 raise ExpectError(f"'not' applies to tests, not to {ast.unparse(node.operand)!r}")
             inner = self.value(node.operand)
-            return inner if isinstance(node.op, ast.UAdd) else arithmetic(ast.Mult(), Measured.exact(-1), inner)
+            return (
+                inner
+                if isinstance(node.op, ast.UAdd)
+                else arithmetic(ast.Mult(), Measured.exact(-1), inner)
+            )
         if isinstance(node, ast.BinOp):
-            return arithmetic(node.op, self.value(node.left), self.value(node.right), ast.unparse(node))
+            return arithmetic(
+                node.op, self.value(node.left), self.value(node.right), ast.unparse(node)
+            )
         if isinstance(node, ast.Call):
             return self._call(node)
-        raise ExpectError(f"{ast.unparse(node)!r} is a test where a value is needed")  # e.g. (a < b) + 1
+        raise ExpectError(
+            f"{ast.unparse(node)!r} is a test where a value is needed"
+        )  # e.g. (a < b) + 1
 
     def _call(self, node: ast.Call) -> Any:
         name, args = node.func.id, [self.value(a) for a in node.args]
@@ -213,14 +272,24 @@ class Evaluator:
         if name in BUILTIN_FUNCTIONS:
             return _builtin(name, args, ast.unparse(node))
         if name not in self.functions:
-            raise ExpectError(f"unknown function {name!r}; this tool has: "
-                              + ", ".join([*BUILTIN_FUNCTIONS, *self.functions]))
+            raise ExpectError(
+                f"unknown function {name!r}; this tool has: "
+                + ", ".join([*BUILTIN_FUNCTIONS, *self.functions])
+            )
         result = self.functions[name](*[a.value if isinstance(a, Measured) else a for a in args])
         return Missing(ast.unparse(node)) if result is None else _number(result)
 
 
-_OP_TEXT = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=",
-            ast.In: "in", ast.NotIn: "not in"}
+_OP_TEXT = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+    ast.NotIn: "not in",
+}
 
 
 def compare(op: ast.cmpop, a: Any, b: Any, text: str) -> tuple[bool | None, str]:
@@ -230,19 +299,27 @@ def compare(op: ast.cmpop, a: Any, b: Any, text: str) -> tuple[bool | None, str]
         return None, f"{missing.what} has no value (null) in this result"
     if isinstance(op, (ast.In, ast.NotIn)):
         if not isinstance(b, (list, tuple, str)):
-            raise ExpectError(f"in {text!r} the right side is {_show(b)}; 'in' needs a list or a string")
+            raise ExpectError(
+                f"in {text!r} the right side is {_show(b)}; 'in' needs a list or a string"
+            )
         found = plain(a) in b
         return (found if isinstance(op, ast.In) else not found), ""
     if isinstance(a, Measured) and isinstance(b, Measured):
         overflowed = [side for side, v in (("left", a), ("right", b)) if not v.is_finite]
         if overflowed:  # inf - inf is NaN, and no answer holds over an infinite interval
-            return None, (f"the {' and '.join(overflowed)} side is not a finite number (it overflowed to "
-                          "infinity or NaN, or divides by an interval that holds 0); compare numbers within "
-                          "about 1e308")
+            return None, (
+                f"the {' and '.join(overflowed)} side is not a finite number (it overflowed to "
+                "infinity or NaN, or divides by an interval that holds 0); compare numbers within "
+                "about 1e308"
+            )
         return _compare_intervals(op, a, b)
-    if type(a) is not type(b) or (isinstance(a, (str, bool, list)) and not isinstance(op, (ast.Eq, ast.NotEq))):
-        raise ExpectError(f"{text!r} compares {_show(a)} with {_show(b)}; compare numbers with numbers, "
-                          "strings and true/false only with == or !=")
+    if type(a) is not type(b) or (
+        isinstance(a, (str, bool, list)) and not isinstance(op, (ast.Eq, ast.NotEq))
+    ):
+        raise ExpectError(
+            f"{text!r} compares {_show(a)} with {_show(b)}; compare numbers with numbers, "
+            "strings and true/false only with == or !="
+        )
     return (a == b) == isinstance(op, ast.Eq), ""
 
 
@@ -262,19 +339,25 @@ def _compare_intervals(op: ast.cmpop, a: Measured, b: Measured) -> tuple[bool | 
     fails = a.low >= b.high if strict else a.low > b.high
     if holds or fails:
         return holds, ""
-    return None, (f"[{a.low:.6g}, {a.high:.6g}] and [{b.low:.6g}, {b.high:.6g}] overlap: the uncertainty "
-                  "interval straddles the threshold")
+    return None, (
+        f"[{a.low:.6g}, {a.high:.6g}] and [{b.low:.6g}, {b.high:.6g}] overlap: the uncertainty "
+        "interval straddles the threshold"
+    )
 
 
 def arithmetic(op: ast.operator, a: Any, b: Any, text: str = "") -> Any:
     """Interval arithmetic (worst case over both intervals); Missing propagates."""
     if isinstance(op, ast.Div) and isinstance(b, Measured) and b.is_exact and b.value == 0:
-        raise ExpectError(f"{text!r} divides by zero")  # whatever the left side holds: said before a run
+        raise ExpectError(
+            f"{text!r} divides by zero"
+        )  # whatever the left side holds: said before a run
     for v in (a, b):
         if isinstance(v, Missing):
             return v
     if not (isinstance(a, Measured) and isinstance(b, Measured)):
-        raise ExpectError(f"{text!r} does arithmetic on {_show(a)} and {_show(b)}; only numbers add and multiply")
+        raise ExpectError(
+            f"{text!r} does arithmetic on {_show(a)} and {_show(b)}; only numbers add and multiply"
+        )
     if isinstance(op, ast.Add):
         return Measured(a.value + b.value, a.low + b.low, a.high + b.high)
     if isinstance(op, ast.Sub):
@@ -302,7 +385,9 @@ def _builtin(name: str, args: list[Any], text: str) -> Any:
             return Measured(-a.value, -a.high, -a.low)
         return Measured(abs(a.value), 0.0, max(-a.low, a.high))
     pick = min if name == "min" else max
-    return Measured(pick(a.value for a in args), pick(a.low for a in args), pick(a.high for a in args))
+    return Measured(
+        pick(a.value for a in args), pick(a.low for a in args), pick(a.high for a in args)
+    )
 
 
 def _number(value: Any) -> Any:
@@ -327,4 +412,13 @@ def _show(value: Any) -> str:
     return f"the {type(value).__name__} {value!r}"
 
 
-__all__ = ["ExpectError", "Measured", "Missing", "Evaluator", "parse", "names_in", "compare", "arithmetic"]
+__all__ = [
+    "ExpectError",
+    "Measured",
+    "Missing",
+    "Evaluator",
+    "parse",
+    "names_in",
+    "compare",
+    "arithmetic",
+]

@@ -22,7 +22,16 @@ from ...sandbox.worker.protocol import OP_PEAKS
 from ..base import ToolContext
 
 PEAKS_FILE = "peaks.json"
-FINGERPRINT_FIELDS = ("device", "name", "capability", "memory_bytes", "cpu", "cpu_cores", "torch", "cuda")
+FINGERPRINT_FIELDS = (
+    "device",
+    "name",
+    "capability",
+    "memory_bytes",
+    "cpu",
+    "cpu_cores",
+    "torch",
+    "cuda",
+)
 PEAKS_TIMEOUT_S = 300.0
 
 # Dense (no sparsity) vendor numbers: HBM GB/s, TFLOP/s per dtype. Most specific first.
@@ -64,13 +73,18 @@ def datasheet(fingerprint: dict) -> dict | None:
     name = str(fingerprint.get("name", "")).lower()
     for key, bandwidth, rates in DATASHEET:
         if key in name:
-            return {"device": fingerprint, "copy_gbps": bandwidth, "matmul_tflops": dict(rates),
-                    "source": f"datasheet ({key}; not measured on this machine)"}
+            return {
+                "device": fingerprint,
+                "copy_gbps": bandwidth,
+                "matmul_tflops": dict(rates),
+                "source": f"datasheet ({key}; not measured on this machine)",
+            }
     return None
 
 
-async def device_peaks(ctx: ToolContext, fingerprint: dict | None = None, *,
-                       refresh: bool = False) -> tuple[dict | None, str]:
+async def device_peaks(
+    ctx: ToolContext, fingerprint: dict | None = None, *, refresh: bool = False
+) -> tuple[dict | None, str]:
     """The ceilings for the device jobs run on, and a note on where they came from.
 
     With a `fingerprint` (from a job that already ran) the cache answers without a
@@ -80,9 +94,14 @@ async def device_peaks(ctx: ToolContext, fingerprint: dict | None = None, *,
     if fingerprint is not None and not refresh:
         cached = load_cached(state_dir, fingerprint)
         if cached is not None:
-            return cached, f"measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(cached['measured_at']))}, cached"
+            return (
+                cached,
+                f"measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(cached['measured_at']))}, cached",
+            )
     await ctx.progress(0, 1, "measuring this device's ceilings once (copy bandwidth, matmul rate)")
-    res = await ctx.sandbox.run(Job(op=OP_PEAKS, kind="timing", timeout_s=PEAKS_TIMEOUT_S), progress=ctx.progress)
+    res = await ctx.sandbox.run(
+        Job(op=OP_PEAKS, kind="timing", timeout_s=PEAKS_TIMEOUT_S), progress=ctx.progress
+    )
     record = _validated(res.result) if res.ok else None
     if record is None:
         why = f"the peaks job {res.status}: {res.error or 'malformed result'}"

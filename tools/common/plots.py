@@ -20,7 +20,9 @@ def histogram_png(series: dict[str, np.ndarray] | dict[str, list[float]]) -> byt
     plotted = 0
     for label, values in series.items():
         v = np.asarray(values, dtype=np.float64)
-        v = np.clip(np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1)  # >= 10x off piles up at 1
+        v = np.clip(
+            np.log10(np.clip(v[np.isfinite(v)], 1e-20, None)), -20, 1
+        )  # >= 10x off piles up at 1
         if v.size:
             label_n = f"{label} ({np.sum(~np.isfinite(values))} NaN/Inf)"
             ax.hist(v, bins=60, range=(-20, 1), histtype="step", label=label_n)
@@ -32,8 +34,12 @@ def histogram_png(series: dict[str, np.ndarray] | dict[str, list[float]]) -> byt
     if plotted:
         ax.legend(fontsize=7, loc="upper left")
     else:
-        ax.text(0.5, 0.5, "no finite errors to plot (all NaN/Inf)", ha="center", transform=ax.transAxes)
-    fig.subplots_adjust(left=0.08, right=0.98, top=0.93, bottom=0.11)  # fixed margins: tight_layout costs ~0.3 s
+        ax.text(
+            0.5, 0.5, "no finite errors to plot (all NaN/Inf)", ha="center", transform=ax.transAxes
+        )
+    fig.subplots_adjust(
+        left=0.08, right=0.98, top=0.93, bottom=0.11
+    )  # fixed margins: tight_layout costs ~0.3 s
     return _png(fig)
 
 
@@ -47,15 +53,26 @@ def sweep_png(rows: list[dict]) -> bytes:
         pts = sorted((r for r in rows if r["arm"] == arm), key=lambda r: r["bytes"])
         x = [p["bytes"] for p in pts]
         med = [p["median_ms"] for p in pts]
-        err = [[m - p["p10_ms"] for m, p in zip(med, pts, strict=True)],
-               [p["p90_ms"] - m for m, p in zip(med, pts, strict=True)]]
+        err = [
+            [m - p["p10_ms"] for m, p in zip(med, pts, strict=True)],
+            [p["p90_ms"] - m for m, p in zip(med, pts, strict=True)],
+        ]
         ax_t.errorbar(x, med, yerr=err, marker="o", capsize=3, label=arm)
         if all(p["pct_roofline"] is not None for p in pts):
             ax_r.plot(x, [p["pct_roofline"] for p in pts], marker="o", label=arm)
-    ax_t.set(xscale="log", yscale="log", xlabel="bytes moved per call", ylabel="median time (ms), p10-p90",
-             title="time vs size")
-    ax_r.set(xscale="log", xlabel="bytes moved per call", ylabel="% of roofline (best possible time / time)",
-             title="% of roofline vs size")
+    ax_t.set(
+        xscale="log",
+        yscale="log",
+        xlabel="bytes moved per call",
+        ylabel="median time (ms), p10-p90",
+        title="time vs size",
+    )
+    ax_r.set(
+        xscale="log",
+        xlabel="bytes moved per call",
+        ylabel="% of roofline (best possible time / time)",
+        title="% of roofline vs size",
+    )
     for ax in (ax_t, ax_r):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
@@ -70,7 +87,12 @@ def latency_ecdf_png(series: dict[str, tuple[list[float], list[float]]]) -> byte
         for label, values in series.items():
             v = np.sort(np.asarray(values[idx], dtype=np.float64))
             if v.size:
-                ax.step(v, np.arange(1, v.size + 1) / v.size, where="post", label=f"{label} (n={v.size})")
+                ax.step(
+                    v,
+                    np.arange(1, v.size + 1) / v.size,
+                    where="post",
+                    label=f"{label} (n={v.size})",
+                )
         ax.set_title(title)
         ax.set_ylabel("fraction of samples")
         ax.grid(alpha=0.3)

@@ -24,8 +24,12 @@ def in_git_repo(root: Path) -> bool:
     """Asked once per workspace: a folder rarely becomes a repository while served, and
     asking git on every call costs a process spawn."""
     try:
-        probe = subprocess.run(["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
-                               capture_output=True, text=True, timeout=10)
+        probe = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--is-inside-work-tree"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return probe.returncode == 0 and probe.stdout.strip() == "true"
@@ -37,12 +41,17 @@ def git_state(root: Path) -> tuple[str | None, str | None]:
     if not in_git_repo(root):
         return None, None
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=10)
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         if commit.returncode != 0:
             return None, None
-        diff = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary"], capture_output=True,
-                              timeout=30)
+        diff = subprocess.run(
+            ["git", "-C", str(root), "diff", "HEAD", "--binary"], capture_output=True, timeout=30
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None, None
     diff_hash = hashlib.sha256(diff.stdout).hexdigest() if diff.returncode == 0 else None

@@ -48,7 +48,8 @@ def recorded_code(ctx: ToolContext, record: dict, kernel: Kernel, tool_call: str
             f"experiment {eid} was recorded before experiments kept the code they ran (its ledger "
             "row has no code snapshot), so it cannot be rerun as it ran: today's files may differ "
             f"from what it timed. Rerun that code now ({tool_call}) and name the new experiment as "
-            "the baseline, or name an impl (baseline=<impl>) to use today's file knowingly")
+            "the baseline, or name an impl (baseline=<impl>) to use today's file knowingly"
+        )
     store = BlobStore(ctx.workspace.state_dir)
     args = record.get("arguments") or {}
     with as_agent_error(SnapshotError):
@@ -72,16 +73,18 @@ def recorded_code(ctx: ToolContext, record: dict, kernel: Kernel, tool_call: str
     return RecordedCode(code, folder, f"in/{JOB_INPUT_NAME}/{rel}", label)
 
 
-def _recorded_impl(eid: str, manifest: Manifest, folder: Path, kernel: Kernel,
-                   impl: str | None) -> CodeRef:
+def _recorded_impl(
+    eid: str, manifest: Manifest, folder: Path, kernel: Kernel, impl: str | None
+) -> CodeRef:
     """The impl as the experiment's own spec.py named it (the spec may have changed since)."""
     kernel_folder = manifest.kernels.get(kernel.spec.name)
     spec_rel = None
     if kernel_folder is not None:
         spec_rel = (PurePosixPath(kernel_folder) / "spec.py").as_posix()
     if spec_rel not in manifest.files:
-        raise AgentError(f"experiment {eid}'s snapshot does not hold {kernel.spec.name}'s spec.py; "
-                         f"{RERUN}")
+        raise AgentError(
+            f"experiment {eid}'s snapshot does not hold {kernel.spec.name}'s spec.py; {RERUN}"
+        )
     spec_file = folder / spec_rel
     with as_agent_error(WorkspaceError):
         try:
@@ -89,8 +92,10 @@ def _recorded_impl(eid: str, manifest: Manifest, folder: Path, kernel: Kernel,
         except WorkspaceError:
             raise
         except Exception as exc:  # the recorded spec no longer loads with today's schema
-            raise WorkspaceError(f"experiment {eid}'s recorded spec.py does not load today "
-                                 f"({type(exc).__name__}: {exc}); {RERUN}") from None
+            raise WorkspaceError(
+                f"experiment {eid}'s recorded spec.py does not load today "
+                f"({type(exc).__name__}: {exc}); {RERUN}"
+            ) from None
         return impl_code(Kernel(spec=spec, folder=spec_file.parent), impl, allow_reference=True)
 
 

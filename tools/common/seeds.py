@@ -49,5 +49,7 @@ def _secret(state_dir: Path) -> bytes:
         tmp.unlink()
     data = path.read_bytes()
     if len(data) != SECRET_BYTES:
-        raise RuntimeError(f"{path} is corrupt ({len(data)} bytes); delete it to make a new seed secret")
+        raise RuntimeError(
+            f"{path} is corrupt ({len(data)} bytes); delete it to make a new seed secret"
+        )
     return data

@@ -45,8 +45,14 @@ def summarize(samples_ns: Sequence[float]) -> Summary:
     mean = float(x.mean())
     cv = float(x.std(ddof=1) / mean) if x.size > 1 and mean > 0 else 0.0
     return Summary(
-        n=int(x.size), median_ns=float(median), mean_ns=mean, p10_ns=float(p10), p90_ns=float(p90),
-        iqr_ns=float(q3 - q1), cv=cv, median_rel_se=median_rel_se(x),
+        n=int(x.size),
+        median_ns=float(median),
+        mean_ns=mean,
+        p10_ns=float(p10),
+        p90_ns=float(p90),
+        iqr_ns=float(q3 - q1),
+        cv=cv,
+        median_rel_se=median_rel_se(x),
     )
 
 
@@ -61,8 +67,14 @@ class Comparison:
     method: str
 
 
-def compare(baseline_ns: Sequence[float], candidate_ns: Sequence[float], *,
-            seed: int = 0, n_resamples: int = 2000, block_len: int | None = None) -> Comparison:
+def compare(
+    baseline_ns: Sequence[float],
+    candidate_ns: Sequence[float],
+    *,
+    seed: int = 0,
+    n_resamples: int = 2000,
+    block_len: int | None = None,
+) -> Comparison:
     """Ratio of medians with a paired bootstrap CI over interleaved samples.
 
     Sample i of each arm was taken back to back (ABAB...), so drift and bursts of
@@ -95,11 +107,19 @@ def compare(baseline_ns: Sequence[float], candidate_ns: Sequence[float], *,
 
     # Resampling block indices keeps each pair, and each block of pairs, together.
     res = stats.bootstrap(
-        (np.arange(num_blocks),), log_ratio, vectorized=True,
-        n_resamples=n_resamples, batch=max(1, 2_000_000 // n), method="percentile",
-        confidence_level=CONFIDENCE, rng=np.random.default_rng(seed),
+        (np.arange(num_blocks),),
+        log_ratio,
+        vectorized=True,
+        n_resamples=n_resamples,
+        batch=max(1, 2_000_000 // n),
+        method="percentile",
+        confidence_level=CONFIDENCE,
+        rng=np.random.default_rng(seed),
     )
-    low, high = float(np.exp(res.confidence_interval.low)), float(np.exp(res.confidence_interval.high))
+    low, high = (
+        float(np.exp(res.confidence_interval.low)),
+        float(np.exp(res.confidence_interval.high)),
+    )
     if high < 1.0:
         verdict: Verdict = "faster"
     elif low > 1.0:
@@ -109,6 +129,11 @@ def compare(baseline_ns: Sequence[float], candidate_ns: Sequence[float], *,
     z = stats.norm.ppf(0.5 + CONFIDENCE / 2) + stats.norm.ppf(POWER)
     mde = float(np.expm1(z * res.standard_error) * 100)
     return Comparison(
-        ratio=ratio, ci_low=low, ci_high=high, verdict=verdict, min_detectable_effect_pct=mde,
-        num_pairs=n, method=f"paired block bootstrap (block={block} pairs, {n_resamples} resamples, percentile)",
+        ratio=ratio,
+        ci_low=low,
+        ci_high=high,
+        verdict=verdict,
+        min_detectable_effect_pct=mde,
+        num_pairs=n,
+        method=f"paired block bootstrap (block={block} pairs, {n_resamples} resamples, percentile)",
     )

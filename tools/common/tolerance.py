@@ -35,7 +35,11 @@ DTYPE_TOLERANCES: dict[str, tuple[float, str]] = {
 }
 
 # Formats with fewer mantissa bits than a declared dtype: what "lower precision" means.
-LOWER_PRECISION = {"float64": ("float32",), "float32": ("tf32", "bfloat16", "float16"), "tf32": ("bfloat16",)}
+LOWER_PRECISION = {
+    "float64": ("float32",),
+    "float32": ("tf32", "bfloat16", "float16"),
+    "tf32": ("bfloat16",),
+}
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,9 @@ class ResolvedTolerance:
     max_abs: float | None = None
 
 
-def resolve_tolerance(dtype: str, spec_tolerances: dict | None, argument: float | None) -> ResolvedTolerance:
+def resolve_tolerance(
+    dtype: str, spec_tolerances: dict | None, argument: float | None
+) -> ResolvedTolerance:
     if argument is not None:
         return ResolvedTolerance(argument, "argument", "given by the caller")
     tol = (spec_tolerances or {}).get(dtype)

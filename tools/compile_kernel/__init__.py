@@ -27,8 +27,15 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     for name in raw.get("files", []):
         ctx.artifact(name, out_dir / name)
     arch = emitted_arch(raw, target.name)
-    out = Output(target=target.name, arch=arch, backend=target.backend, language=request["language"],
-                 kernels=kernels, cached=cached, compile_s=round(raw.get("compile_s", 0.0), 3))
+    out = Output(
+        target=target.name,
+        arch=arch,
+        backend=target.backend,
+        language=request["language"],
+        kernels=kernels,
+        cached=cached,
+        compile_s=round(raw.get("compile_s", 0.0), 3),
+    )
     out.notes = notes(raw, out_dir, kernels)
     summary = describe(arch, kernels[0], request["what"])
     base: KernelResources | None = None  # what expect's baseline.<field> reads
@@ -43,17 +50,25 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     return WithEvidence(out, base)
 
 
-async def _baseline(inp: Input, ctx: ToolContext, target: Target) -> tuple[list[KernelResources], str]:
+async def _baseline(
+    inp: Input, ctx: ToolContext, target: Target
+) -> tuple[list[KernelResources], str]:
     assert inp.baseline is not None  # run() asks for a baseline only when one is named
     row = ctx.experiment(inp.baseline)
     if row is not None:
         if row.get("tool") != "compile_kernel" or not (row.get("result") or {}).get("kernels"):
-            raise AgentError(f"experiment {inp.baseline} is not a successful compile_kernel call; give the id "
-                             "of one, or baseline source code")
+            raise AgentError(
+                f"experiment {inp.baseline} is not a successful compile_kernel call; give the id "
+                "of one, or baseline source code"
+            )
         result = row["result"]
-        return [KernelResources(**k) for k in result["kernels"]], f"{inp.baseline} ({result.get('target')})"
+        return [
+            KernelResources(**k) for k in result["kernels"]
+        ], f"{inp.baseline} ({result.get('target')})"
     if "\n" not in inp.baseline and "def " not in inp.baseline and "__global__" not in inp.baseline:
-        raise AgentError(f"baseline {inp.baseline!r} is neither an experiment id in the ledger nor source code")
+        raise AgentError(
+            f"baseline {inp.baseline!r} is neither an experiment id in the ledger nor source code"
+        )
     base_inp = inp.model_copy(update={"source": inp.baseline, "path": None, "baseline": None})
     try:
         request = plan.plan_job(base_inp, ctx, target)

@@ -26,10 +26,16 @@ def cache_key(kind: str, code: str, payload: dict, target: str, entry: str | Non
         triton_version = metadata.version("triton")
     except metadata.PackageNotFoundError:
         triton_version = "none"
-    parts = {"format": FORMAT_VERSION, "kind": kind, "triton": triton_version, "target": target,
-             "entry": entry, "code": hashlib.sha256(code.encode()).hexdigest(),
-             # the payload minus the inline source (hashed above) and host-specific paths
-             "payload": {k: v for k, v in payload.items() if k not in ("source", "path")}}
+    parts = {
+        "format": FORMAT_VERSION,
+        "kind": kind,
+        "triton": triton_version,
+        "target": target,
+        "entry": entry,
+        "code": hashlib.sha256(code.encode()).hexdigest(),
+        # the payload minus the inline source (hashed above) and host-specific paths
+        "payload": {k: v for k, v in payload.items() if k not in ("source", "path")},
+    }
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 

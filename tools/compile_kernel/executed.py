@@ -20,13 +20,20 @@ from .loops import SassLoop
 from .schema import ExecutedEstimate, InstructionMix, KernelResources, LaunchShape, LoopReport
 from .trips import TritonLoop
 
-ASSUMES = ("every thread issues every instruction of the code it passes (predicated-off lanes and "
-           "divergent branches count in full), each loop runs its trip count for every program, and a "
-           "pipelined loop's peeled prologue/epilogue counts on top of the trips")
+ASSUMES = (
+    "every thread issues every instruction of the code it passes (predicated-off lanes and "
+    "divergent branches count in full), each loop runs its trip count for every program, and a "
+    "pipelined loop's peeled prologue/epilogue counts on top of the trips"
+)
 
 
-def attach(kernel: KernelResources, sass_loops: list[SassLoop], triton: list[TritonLoop], launch: dict | None,
-           given: dict[str, int] | None) -> KernelResources:
+def attach(
+    kernel: KernelResources,
+    sass_loops: list[SassLoop],
+    triton: list[TritonLoop],
+    launch: dict | None,
+    given: dict[str, int] | None,
+) -> KernelResources:
     """The kernel with its loops, launch and executed estimate filled in."""
     kernel.loops = [_report(n, loop, sass_loops, triton) for n, loop in enumerate(sass_loops)]
     _apply_given(kernel.loops, given or {})
@@ -36,25 +43,47 @@ def attach(kernel: KernelResources, sass_loops: list[SassLoop], triton: list[Tri
     return kernel
 
 
-def _report(n: int, loop: SassLoop, sass_loops: list[SassLoop], triton: list[TritonLoop]) -> LoopReport:
-    base = dict(index=n, source=loop.source, header_address=f"0x{loop.header_address:04x}",
-                end_address=f"0x{loop.end_address:04x}", depth=loop.depth, parent=loop.parent,
-                body=InstructionMix(**loop.mix))
+def _report(
+    n: int, loop: SassLoop, sass_loops: list[SassLoop], triton: list[TritonLoop]
+) -> LoopReport:
+    base = dict(
+        index=n,
+        source=loop.source,
+        header_address=f"0x{loop.header_address:04x}",
+        end_address=f"0x{loop.end_address:04x}",
+        depth=loop.depth,
+        parent=loop.parent,
+        body=InstructionMix(**loop.mix),
+    )
     if loop.source is None:
-        return LoopReport(**base, trip_count_from="unknown", trip_count_how="unknown: the SASS has no line "
-                          "info to tie this loop to a `for` statement; give loop_trip_counts=")
+        return LoopReport(
+            **base,
+            trip_count_from="unknown",
+            trip_count_how="unknown: the SASS has no line "
+            "info to tie this loop to a `for` statement; give loop_trip_counts=",
+        )
     same_line = [t for t in triton if t.source == loop.source]
     twins = sum(1 for other in sass_loops if other.source == loop.source)
     if not same_line:
-        return LoopReport(**base, trip_count_from="unknown", trip_count_how="unknown: no Triton `for` on "
-                          f"{loop.source} (CUDA C++, or a loop the compiler made); give loop_trip_counts=")
+        return LoopReport(
+            **base,
+            trip_count_from="unknown",
+            trip_count_how="unknown: no Triton `for` on "
+            f"{loop.source} (CUDA C++, or a loop the compiler made); give loop_trip_counts=",
+        )
     if len(same_line) != 1 or twins != 1:
-        why = (f"unknown: {len(same_line)} Triton loops and {twins} SASS loops sit on {loop.source} (the "
-               "compiler versioned, peeled or merged them); give loop_trip_counts=")
+        why = (
+            f"unknown: {len(same_line)} Triton loops and {twins} SASS loops sit on {loop.source} (the "
+            "compiler versioned, peeled or merged them); give loop_trip_counts="
+        )
         return LoopReport(**base, trip_count_from="unknown", trip_count_how=why)
     (t,) = same_line
-    return LoopReport(**base, trip_count=t.trip_count, trip_count_from="ttir" if t.trip_count is not None
-                      else "unknown", trip_count_how=t.how)
+    return LoopReport(
+        **base,
+        trip_count=t.trip_count,
+        trip_count_from="ttir" if t.trip_count is not None else "unknown",
+        trip_count_how=t.how,
+    )
 
 
 def _apply_given(loops: list[LoopReport], given: dict[str, int]) -> None:
@@ -62,12 +91,18 @@ def _apply_given(loops: list[LoopReport], given: dict[str, int]) -> None:
         chosen = [loop for loop in loops if key in (str(loop.index), loop.source)]
         if not chosen:
             listed = ", ".join(f"{loop.index} ({loop.source})" for loop in loops) or "none"
-            raise AgentError(f"loop_trip_counts names loop {key!r}, which this kernel's SASS does not have; "
-                             f"its loops (index (source line)): {listed}")
+            raise AgentError(
+                f"loop_trip_counts names loop {key!r}, which this kernel's SASS does not have; "
+                f"its loops (index (source line)): {listed}"
+            )
         if trips < 0:
             raise AgentError(f"loop_trip_counts[{key!r}] = {trips}: a trip count is 0 or more")
         for loop in chosen:
-            loop.trip_count, loop.trip_count_from, loop.trip_count_how = trips, "given", "loop_trip_counts="
+            loop.trip_count, loop.trip_count_from, loop.trip_count_how = (
+                trips,
+                "given",
+                "loop_trip_counts=",
+            )
 
 
 def _launch(raw: dict | None) -> LaunchShape | None:
@@ -78,8 +113,14 @@ def _launch(raw: dict | None) -> LaunchShape | None:
         programs *= g
     output, elements = next(iter((raw.get("outputs") or {}).items()), (None, None))
     per_program = elements / programs if elements and programs else None
-    return LaunchShape(grid=raw["grid"], programs=programs, output=output, output_elements=elements,
-                       outputs_per_program=per_program, scalar_args=raw.get("scalar_args") or {})
+    return LaunchShape(
+        grid=raw["grid"],
+        programs=programs,
+        output=output,
+        output_elements=elements,
+        outputs_per_program=per_program,
+        scalar_args=raw.get("scalar_args") or {},
+    )
 
 
 def _estimate(kernel: KernelResources) -> ExecutedEstimate:
@@ -96,13 +137,18 @@ def _estimate(kernel: KernelResources) -> ExecutedEstimate:
     launch = kernel.launch
     if launch is not None and launch.outputs_per_program:
         scale = kernel.threads_per_block / launch.outputs_per_program
-        per_output = {name: round(value * scale, 3) for name, value in total.items() if isinstance(value, int)}
+        per_output = {
+            name: round(value * scale, 3) for name, value in total.items() if isinstance(value, int)
+        }
     return ExecutedEstimate(per_thread=per_thread, per_output=per_output, assumes=ASSUMES)
 
 
 def _as_counts(mix: InstructionMix) -> dict:
-    return {name: Counter(value) if isinstance(value, dict) else value
-            for name, value in mix.model_dump().items() if name != "counts"}
+    return {
+        name: Counter(value) if isinstance(value, dict) else value
+        for name, value in mix.model_dump().items()
+        if name != "counts"
+    }
 
 
 def _add(acc: dict, counts: dict, weight: int) -> None:

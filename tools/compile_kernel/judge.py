@@ -13,7 +13,13 @@ from ..base import AgentError
 from .executed import attach
 from .loops import find_loops
 from .occupancy import Target, occupancy
-from .sass import classify_amdgcn, classify_sass, parse_amdgcn_metadata, parse_ptxas_log, parse_resource_usage
+from .sass import (
+    classify_amdgcn,
+    classify_sass,
+    parse_amdgcn_metadata,
+    parse_ptxas_log,
+    parse_resource_usage,
+)
 from .schema import DEFAULT_CUDA_THREADS, Input, InstructionMix, KernelResources, Occupancy
 from .trips import triton_loops
 
@@ -26,14 +32,18 @@ def judge(raw: dict, out_dir: Path, target: Target, inp: Input) -> list[KernelRe
     if inp.entry and raw.get("demangled") is not None:  # CUDA C++: only the named __global__
         chosen = [k for k in kernels if k.name == inp.entry or k.name.startswith(inp.entry + "(")]
         if not chosen:
-            raise AgentError(f"no __global__ function {inp.entry!r}; compiled: {', '.join(k.name for k in kernels)}")
+            raise AgentError(
+                f"no __global__ function {inp.entry!r}; compiled: {', '.join(k.name for k in kernels)}"
+            )
         kernels = chosen
     if not kernels:
         raise AgentError("the compiler produced no kernel function (no __global__ in the source?)")
     return kernels
 
 
-def nvidia_kernels(raw: dict, out_dir: Path, target: Target, default_threads: int) -> list[KernelResources]:
+def nvidia_kernels(
+    raw: dict, out_dir: Path, target: Target, default_threads: int
+) -> list[KernelResources]:
     """One report per function in the cubin (Triton: one; CUDA C++: each __global__)."""
     usage = parse_resource_usage(raw.get("resource_usage", ""))
     ptxas = parse_ptxas_log(raw.get("ptxas_log", ""))
@@ -47,18 +57,35 @@ def nvidia_kernels(raw: dict, out_dir: Path, target: Target, default_threads: in
         dynamic = int(meta.get("shared_dynamic_bytes") or 0)
         regs = fields["REG"]
         smem = fields.get("SHARED", 0) + dynamic
-        reports.append(KernelResources(
-            name=raw.get("demangled", {}).get(name, name),
-            registers_per_thread=regs, shared_memory_bytes=smem,
-            static_shared_memory_bytes=fields.get("SHARED", 0), dynamic_shared_memory_bytes=dynamic,
-            local_memory_bytes=fields.get("LOCAL", 0), stack_frame_bytes=fields.get("STACK"),
-            spill_stores_bytes=log.get("spill_stores_bytes"), spill_loads_bytes=log.get("spill_loads_bytes"),
-            barriers=log.get("barriers"), num_warps=num_warps, threads_per_block=num_warps * target.warp_size,
-            num_stages=meta.get("num_stages"),
-            occupancy=Occupancy(**occupancy(target.family, registers_per_thread=regs, shared_bytes_per_block=smem,
-                                            warps_per_block=num_warps, warp_size=target.warp_size)),
-            instruction_mix=InstructionMix(**mixes.get(name, {})),
-            signature=meta.get("signature") or {}, constexprs=meta.get("constexprs") or {}))
+        reports.append(
+            KernelResources(
+                name=raw.get("demangled", {}).get(name, name),
+                registers_per_thread=regs,
+                shared_memory_bytes=smem,
+                static_shared_memory_bytes=fields.get("SHARED", 0),
+                dynamic_shared_memory_bytes=dynamic,
+                local_memory_bytes=fields.get("LOCAL", 0),
+                stack_frame_bytes=fields.get("STACK"),
+                spill_stores_bytes=log.get("spill_stores_bytes"),
+                spill_loads_bytes=log.get("spill_loads_bytes"),
+                barriers=log.get("barriers"),
+                num_warps=num_warps,
+                threads_per_block=num_warps * target.warp_size,
+                num_stages=meta.get("num_stages"),
+                occupancy=Occupancy(
+                    **occupancy(
+                        target.family,
+                        registers_per_thread=regs,
+                        shared_bytes_per_block=smem,
+                        warps_per_block=num_warps,
+                        warp_size=target.warp_size,
+                    )
+                ),
+                instruction_mix=InstructionMix(**mixes.get(name, {})),
+                signature=meta.get("signature") or {},
+                constexprs=meta.get("constexprs") or {},
+            )
+        )
     return reports
 
 
@@ -69,8 +96,11 @@ def _attach_loops(kernels: list[KernelResources], raw: dict, out_dir: Path, inp:
         return
     loops = find_loops(sass_file.read_text(errors="replace"))
     launch = raw.get("launch")
-    triton = triton_loops(ttir_file.read_text(errors="replace"), (launch or {}).get("scalar_args") or {}) \
-        if ttir_file.is_file() else []
+    triton = (
+        triton_loops(ttir_file.read_text(errors="replace"), (launch or {}).get("scalar_args") or {})
+        if ttir_file.is_file()
+        else []
+    )
     by_name = {raw.get("demangled", {}).get(name, name): found for name, found in loops.items()}
     for k in kernels:
         attach(k, by_name.get(k.name, []), triton, launch, inp.loop_trip_counts)
@@ -84,14 +114,30 @@ def amd_kernels(raw: dict, out_dir: Path, target: Target) -> list[KernelResource
     dynamic = int(meta.get("shared_dynamic_bytes") or 0)
     smem = md.get("lds_static_bytes", 0) + dynamic
     num_warps = meta["num_warps"]
-    return [KernelResources(
-        name=meta["name"], registers_per_thread=vgprs, shared_memory_bytes=smem,
-        static_shared_memory_bytes=md.get("lds_static_bytes", 0), dynamic_shared_memory_bytes=dynamic,
-        local_memory_bytes=md.get("scratch_bytes_per_lane", 0),
-        spilled_registers=md.get("vgpr_spill_count", 0) + md.get("sgpr_spill_count", 0),
-        sgprs=md.get("sgpr_count"), num_warps=num_warps, threads_per_block=num_warps * target.warp_size,
-        num_stages=meta.get("num_stages"),
-        occupancy=Occupancy(**occupancy(target.family, registers_per_thread=vgprs, shared_bytes_per_block=smem,
-                                        warps_per_block=num_warps, warp_size=target.warp_size)),
-        instruction_mix=InstructionMix(**classify_amdgcn(text)),
-        signature=meta.get("signature") or {}, constexprs=meta.get("constexprs") or {})]
+    return [
+        KernelResources(
+            name=meta["name"],
+            registers_per_thread=vgprs,
+            shared_memory_bytes=smem,
+            static_shared_memory_bytes=md.get("lds_static_bytes", 0),
+            dynamic_shared_memory_bytes=dynamic,
+            local_memory_bytes=md.get("scratch_bytes_per_lane", 0),
+            spilled_registers=md.get("vgpr_spill_count", 0) + md.get("sgpr_spill_count", 0),
+            sgprs=md.get("sgpr_count"),
+            num_warps=num_warps,
+            threads_per_block=num_warps * target.warp_size,
+            num_stages=meta.get("num_stages"),
+            occupancy=Occupancy(
+                **occupancy(
+                    target.family,
+                    registers_per_thread=vgprs,
+                    shared_bytes_per_block=smem,
+                    warps_per_block=num_warps,
+                    warp_size=target.warp_size,
+                )
+            ),
+            instruction_mix=InstructionMix(**classify_amdgcn(text)),
+            signature=meta.get("signature") or {},
+            constexprs=meta.get("constexprs") or {},
+        )
+    ]

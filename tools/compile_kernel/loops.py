@@ -72,7 +72,9 @@ def _functions(text: str) -> dict[str, list[Instruction]]:
                 labels[label] = address
             pending.clear()
             if not m.group(3).startswith("NOP"):
-                current.append(Instruction(address, m.group(3), m.group(4), bool(m.group(2)), source))
+                current.append(
+                    Instruction(address, m.group(3), m.group(4), bool(m.group(2)), source)
+                )
     for insns in out.values():
         for insn in insns:
             if _is_branch(insn):
@@ -162,12 +164,21 @@ def _natural_loops(insns: list[Instruction]) -> list[SassLoop]:
     for head in headers:
         body = [i for b in sorted(bodies[head]) for i in blocks[b]]
         back_edge = blocks[latch[head]][-1]
-        loops.append(SassLoop(header_address=blocks[head][0].address, end_address=max(i.address for i in body),
-                              source=back_edge.source, body=body,
-                              mix=sass_mix((i.opcode, i.operands) for i in body)))
-    for n, head in enumerate(headers):  # the innermost enclosing loop is the smallest body that holds this one
-        enclosing = [m for m, other in enumerate(headers)
-                     if m != n and bodies[head] < bodies[other]]
+        loops.append(
+            SassLoop(
+                header_address=blocks[head][0].address,
+                end_address=max(i.address for i in body),
+                source=back_edge.source,
+                body=body,
+                mix=sass_mix((i.opcode, i.operands) for i in body),
+            )
+        )
+    for n, head in enumerate(
+        headers
+    ):  # the innermost enclosing loop is the smallest body that holds this one
+        enclosing = [
+            m for m, other in enumerate(headers) if m != n and bodies[head] < bodies[other]
+        ]
         if enclosing:
             loops[n].parent = min(enclosing, key=lambda m: len(bodies[headers[m]]))
     for loop in loops:

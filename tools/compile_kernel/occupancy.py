@@ -36,18 +36,21 @@ class Target:
 
 # Triton compiles sm_90 and sm_100 to their "a" (architecture-specific) variants itself;
 # the plain names are accepted for nvcc, where the suffix matters (wgmma, tcgen05).
-TARGETS = {t.name: t for t in [
-    Target("sm_80", "cuda", 80, 32, "sm_80"),
-    Target("sm_86", "cuda", 86, 32, "sm_86"),
-    Target("sm_89", "cuda", 89, 32, "sm_89"),
-    Target("sm_90", "cuda", 90, 32, "sm_90"),
-    Target("sm_90a", "cuda", 90, 32, "sm_90"),
-    Target("sm_100", "cuda", 100, 32, "sm_100"),
-    Target("sm_100a", "cuda", 100, 32, "sm_100"),
-    Target("sm_120", "cuda", 120, 32, "sm_120"),
-    Target("gfx942", "hip", "gfx942", 64, "gfx942"),
-    Target("gfx950", "hip", "gfx950", 64, "gfx950"),
-]}
+TARGETS = {
+    t.name: t
+    for t in [
+        Target("sm_80", "cuda", 80, 32, "sm_80"),
+        Target("sm_86", "cuda", 86, 32, "sm_86"),
+        Target("sm_89", "cuda", 89, 32, "sm_89"),
+        Target("sm_90", "cuda", 90, 32, "sm_90"),
+        Target("sm_90a", "cuda", 90, 32, "sm_90"),
+        Target("sm_100", "cuda", 100, 32, "sm_100"),
+        Target("sm_100a", "cuda", 100, 32, "sm_100"),
+        Target("sm_120", "cuda", 120, 32, "sm_120"),
+        Target("gfx942", "hip", "gfx942", 64, "gfx942"),
+        Target("gfx950", "hip", "gfx950", 64, "gfx950"),
+    ]
+}
 DEFAULT_TARGET = "sm_90a"  # when no GPU is present: the most common datacenter target
 
 
@@ -66,20 +69,26 @@ class Limits:
 
 KB = 1024
 LIMITS = {
-    "sm_80": Limits(64, 32, 4, 16 * KB, 256, 164 * KB, 163 * KB, 1 * KB),   # A100
-    "sm_86": Limits(48, 16, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),    # RTX 30xx, A10/A40
-    "sm_89": Limits(48, 24, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),    # L4, L40S, RTX 40xx
-    "sm_90": Limits(64, 32, 4, 16 * KB, 256, 228 * KB, 227 * KB, 1 * KB),   # H100, H200
+    "sm_80": Limits(64, 32, 4, 16 * KB, 256, 164 * KB, 163 * KB, 1 * KB),  # A100
+    "sm_86": Limits(48, 16, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),  # RTX 30xx, A10/A40
+    "sm_89": Limits(48, 24, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),  # L4, L40S, RTX 40xx
+    "sm_90": Limits(64, 32, 4, 16 * KB, 256, 228 * KB, 227 * KB, 1 * KB),  # H100, H200
     "sm_100": Limits(64, 32, 4, 16 * KB, 256, 228 * KB, 227 * KB, 1 * KB),  # B200
-    "sm_120": Limits(48, 32, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),   # RTX 50xx
+    "sm_120": Limits(48, 32, 4, 16 * KB, 256, 100 * KB, 99 * KB, 1 * KB),  # RTX 50xx
     # 512 VGPRs x 64 lanes per SIMD; granularity 8 VGPRs x 64 lanes
-    "gfx942": Limits(32, 32, 4, 512 * 64, 8 * 64, 64 * KB, 64 * KB, 0),     # MI300X/MI325X
-    "gfx950": Limits(32, 32, 4, 512 * 64, 8 * 64, 160 * KB, 160 * KB, 0),   # MI350X/MI355X
+    "gfx942": Limits(32, 32, 4, 512 * 64, 8 * 64, 64 * KB, 64 * KB, 0),  # MI300X/MI325X
+    "gfx950": Limits(32, 32, 4, 512 * 64, 8 * 64, 160 * KB, 160 * KB, 0),  # MI350X/MI355X
 }
 
 
-def occupancy(family: str, *, registers_per_thread: int, shared_bytes_per_block: int,
-              warps_per_block: int, warp_size: int) -> dict:
+def occupancy(
+    family: str,
+    *,
+    registers_per_thread: int,
+    shared_bytes_per_block: int,
+    warps_per_block: int,
+    warp_size: int,
+) -> dict:
     """Theoretical resident warps per SM and what limits them.
 
     Returns {"warps_per_sm", "max_warps_per_sm", "blocks_per_sm", "occupancy_pct",
@@ -92,7 +101,9 @@ def occupancy(family: str, *, registers_per_thread: int, shared_bytes_per_block:
         "blocks": lim.max_blocks_per_sm,
     }
     if registers_per_thread > 0:
-        per_warp = math.ceil(registers_per_thread * warp_size / lim.register_unit) * lim.register_unit
+        per_warp = (
+            math.ceil(registers_per_thread * warp_size / lim.register_unit) * lim.register_unit
+        )
         warps_by_regs = lim.register_files * (lim.registers_per_file // per_warp)
         blocks_by["registers"] = warps_by_regs // warps_per_block
     smem = shared_bytes_per_block + lim.shared_reserved_per_block_bytes
@@ -122,14 +133,20 @@ def local_target() -> str | None:
     (no torch import, no CUDA context); None when there is none."""
     try:
         if shutil.which("nvidia-smi"):
-            out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout.split()
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout.split()
             if out:
                 major, minor = out[0].split(".")
                 name = f"sm_{major}{minor}"
                 return _known_target(name)
         if shutil.which("rocm_agent_enumerator"):
-            out = subprocess.run(["rocm_agent_enumerator"], capture_output=True, text=True, timeout=10).stdout
+            out = subprocess.run(
+                ["rocm_agent_enumerator"], capture_output=True, text=True, timeout=10
+            ).stdout
             return next((g for g in out.split() if g in TARGETS), None)
     except (OSError, ValueError, subprocess.SubprocessError):
         return None

@@ -33,33 +33,58 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
     ws = ctx.workspace
     spec_kernel = ws.kernel(inp.kernel) if inp.kernel else None
     with as_agent_error(WorkspaceError):
-        code = resolve_code(ws, kernel=spec_kernel, impl=inp.impl, source=inp.source, path=inp.path,
-                            entry=inp.entry, what="code (Triton or CUDA C++)", require_entry=False)
+        code = resolve_code(
+            ws,
+            kernel=spec_kernel,
+            impl=inp.impl,
+            source=inp.source,
+            path=inp.path,
+            entry=inp.entry,
+            what="code (Triton or CUDA C++)",
+            require_entry=False,
+        )
         # with source=/path= and kernel=, the variant is launched like the spec's impl
         spec_impl = impl_code(spec_kernel, inp.impl) if spec_kernel is not None else None
     text = code.text()
     file_name = _file_name(code, text, inp, Path(ws.root).resolve())
     where = {k: v for k, v in code.payload(ctx.sandbox.workspace_path).items() if k != "entry"}
-    language = inp.language or ("cuda" if _looks_cuda(inp, text) or file_name.endswith((".cu", ".cuh")) else "triton")
+    language = inp.language or (
+        "cuda" if _looks_cuda(inp, text) or file_name.endswith((".cu", ".cuh")) else "triton"
+    )
     if language == "cuda":
         return _cuda_job(inp, target, text, where, file_name)
 
-    payload = {**where, "file_name": file_name, "entry": inp.entry,
-               "target": plan_target_payload(target),
-               "options": {"num_warps": inp.num_warps, "num_stages": inp.num_stages}}
+    payload = {
+        **where,
+        "file_name": file_name,
+        "entry": inp.entry,
+        "target": plan_target_payload(target),
+        "options": {"num_warps": inp.num_warps, "num_stages": inp.num_stages},
+    }
     if inp.constexprs is not None:
         payload["constexprs"] = inp.constexprs
     if inp.signature is not None:
         payload["signature"] = inp.signature
     elif spec_impl is not None:
         spec = spec_kernel.spec
-        payload["launch"] = {"launcher": inp.launcher or spec_impl.entry, "args": [asdict(a) for a in spec.args],
-                             "shape": _example_shape(spec, inp.shape), "dtype": inp.dtype or spec.dtypes[0]}
+        payload["launch"] = {
+            "launcher": inp.launcher or spec_impl.entry,
+            "args": [asdict(a) for a in spec.args],
+            "shape": _example_shape(spec, inp.shape),
+            "dtype": inp.dtype or spec.dtypes[0],
+        }
     else:
-        raise AgentError("give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
-                         "spec, so the launcher can run on its example shapes and infer them")
-    return {"op": OP_COMPILE, "language": language, "payload": payload, "what": _what(code, inp, payload),
-            "key": cache_key("triton", text, payload, target.name, inp.entry)}
+        raise AgentError(
+            "give signature= (e.g. {'x_ptr': '*fp32', 'N': 'i32'}) and constexprs=, or kernel= a "
+            "spec, so the launcher can run on its example shapes and infer them"
+        )
+    return {
+        "op": OP_COMPILE,
+        "language": language,
+        "payload": payload,
+        "what": _what(code, inp, payload),
+        "key": cache_key("triton", text, payload, target.name, inp.entry),
+    }
 
 
 def _what(code: CodeRef, inp: Input, payload: dict) -> str:
@@ -79,11 +104,18 @@ def _what(code: CodeRef, inp: Input, payload: dict) -> str:
 
 def _cuda_job(inp: Input, target: Target, text: str, where: dict, file_name: str) -> dict:
     if target.backend != "cuda":
-        raise AgentError(f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
-                         "kernel for AMD targets, or target= an sm_* architecture")
+        raise AgentError(
+            f"CUDA C++ compiles for NVIDIA targets only; {target.name} is AMD: use a Triton "
+            "kernel for AMD targets, or target= an sm_* architecture"
+        )
     payload = {**where, "file_name": file_name, "arch": target.name, "flags": inp.nvcc_flags}
-    return {"op": OP_COMPILE_CUDA, "language": "cuda", "payload": payload, "what": file_name,
-            "key": cache_key("cuda", text, payload, target.name, inp.entry)}
+    return {
+        "op": OP_COMPILE_CUDA,
+        "language": "cuda",
+        "payload": payload,
+        "what": file_name,
+        "key": cache_key("cuda", text, payload, target.name, inp.entry),
+    }
 
 
 def _file_name(code: CodeRef, text: str, inp: Input, root: Path) -> str:
@@ -100,14 +132,21 @@ def _example_shape(spec, given: dict[str, int] | None) -> dict[str, int]:
     default = dict(spec.shapes.get("gpu", spec.shapes.get("cpu"))[0])
     unknown = sorted(set(given or {}) - set(default))
     if unknown:
-        raise AgentError(f"shape names {unknown} are not dimensions of {spec.name}; its dimensions: "
-                         f"{', '.join(default)}")
+        raise AgentError(
+            f"shape names {unknown} are not dimensions of {spec.name}; its dimensions: "
+            f"{', '.join(default)}"
+        )
     return {**default, **(given or {})}
 
 
 def plan_target_payload(target: Target) -> dict:
     """The target as the compile op takes it (Triton's GPUTarget fields plus the name)."""
-    return {"name": target.name, "backend": target.backend, "arch": target.arch, "warp_size": target.warp_size}
+    return {
+        "name": target.name,
+        "backend": target.backend,
+        "arch": target.arch,
+        "warp_size": target.warp_size,
+    }
 
 
 def _looks_cuda(inp: Input, code: str) -> bool:

@@ -11,48 +11,82 @@ from ..common.diff import Change
 from ..common.diff import diff as diff_fields
 from .schema import KernelResources, LoopReport
 
-_NOT_DIFFED = ("name", "signature", "occupancy.blocks_by", "loops", "executed_estimate.per_thread",
-               "executed_estimate.assumes")
+_NOT_DIFFED = (
+    "name",
+    "signature",
+    "occupancy.blocks_by",
+    "loops",
+    "executed_estimate.per_thread",
+    "executed_estimate.assumes",
+)
 _COUNTS = ("instruction_mix.", "constexprs.")  # absent on one side: 0 of them
 
 
 def diff(baseline: KernelResources, candidate: KernelResources) -> list[Change]:
     """Every field that differs (before: the baseline, after: this compile)."""
-    return diff_fields(baseline.model_dump(), candidate.model_dump(), skip=_NOT_DIFFED, absent_as_zero=_COUNTS,
-                       keep_empty=False)
+    return diff_fields(
+        baseline.model_dump(),
+        candidate.model_dump(),
+        skip=_NOT_DIFFED,
+        absent_as_zero=_COUNTS,
+        keep_empty=False,
+    )
 
 
 def describe(target: str, k: KernelResources, what: str) -> str:
     """'sm_90a: kernel (what was compiled) regs, spills, ...; loops; executed per output'."""
-    spills = (f"{k.spill_stores_bytes} B spill stores" if k.spill_stores_bytes is not None
-              else f"{k.spilled_registers or 0} spilled regs")
-    text = (f"{target}: {k.name} ({what}) {k.registers_per_thread} regs, {spills}, smem "
-            f"{k.shared_memory_bytes} B, occupancy {k.occupancy.occupancy_pct:g}% (limit: "
-            f"{k.occupancy.limiting_factor})")
+    spills = (
+        f"{k.spill_stores_bytes} B spill stores"
+        if k.spill_stores_bytes is not None
+        else f"{k.spilled_registers or 0} spilled regs"
+    )
+    text = (
+        f"{target}: {k.name} ({what}) {k.registers_per_thread} regs, {spills}, smem "
+        f"{k.shared_memory_bytes} B, occupancy {k.occupancy.occupancy_pct:g}% (limit: "
+        f"{k.occupancy.limiting_factor})"
+    )
     if k.instruction_mix.tensor_core_mma:
         text += f", {k.instruction_mix.tensor_core_mma} tensor-core MMA"
     if k.loops:
-        text += "; static counts: a loop body counts once; " + "; ".join(_describe_loop(loop) for loop in k.loops)
+        text += "; static counts: a loop body counts once; " + "; ".join(
+            _describe_loop(loop) for loop in k.loops
+        )
     estimate = k.executed_estimate
     if estimate is not None and estimate.per_output is not None:
-        counts = ", ".join(f"{label} {estimate.per_output[name]:g}" for name, label in _PER_OUTPUT.items()
-                           if name != "tensor_core_mma" or estimate.per_output[name])
+        counts = ", ".join(
+            f"{label} {estimate.per_output[name]:g}"
+            for name, label in _PER_OUTPUT.items()
+            if name != "tensor_core_mma" or estimate.per_output[name]
+        )
         text += f"; executed per output element of {k.launch.output}: {counts}"
     elif k.loops and estimate is None:
         text += "; executed counts unknown until every loop's trip count is (loop_trip_counts=)"
     return text
 
 
-_PER_OUTPUT = {"ffma": "FFMA", "fmul": "FMUL", "fadd": "FADD", "mufu": "MUFU", "tensor_core_mma": "MMA",
-               "global_load": "LDG", "total": "instructions"}  # the classes summaries name
+_PER_OUTPUT = {
+    "ffma": "FFMA",
+    "fmul": "FMUL",
+    "fadd": "FADD",
+    "mufu": "MUFU",
+    "tensor_core_mma": "MMA",
+    "global_load": "LDG",
+    "total": "instructions",
+}  # the classes summaries name
 
 
 def _describe_loop(loop: LoopReport) -> str:
     body = loop.body
     where = loop.source or loop.header_address
-    trips = f"{loop.trip_count} trips ({loop.trip_count_how})" if loop.trip_count is not None else "trips unknown"
-    return (f"loop {loop.index} at {where}, {trips}: body FFMA {body.ffma}, FMUL {body.fmul}, FADD {body.fadd}, "
-            f"MUFU {body.mufu}, {body.total} instructions")
+    trips = (
+        f"{loop.trip_count} trips ({loop.trip_count_how})"
+        if loop.trip_count is not None
+        else "trips unknown"
+    )
+    return (
+        f"loop {loop.index} at {where}, {trips}: body FFMA {body.ffma}, FMUL {body.fmul}, FADD {body.fadd}, "
+        f"MUFU {body.mufu}, {body.total} instructions"
+    )
 
 
 def _executed_in(k: KernelResources, loop: LoopReport, field: str) -> int:
@@ -62,10 +96,18 @@ def _executed_in(k: KernelResources, loop: LoopReport, field: str) -> int:
     return loop.trip_count * (own + sum(_executed_in(k, c, field) for c in inner))
 
 
-_HEADLINE = {"registers_per_thread": "regs", "spill_stores_bytes": "B spill stores", "spilled_registers":
-             "spilled regs", "shared_memory_bytes": "B smem", "occupancy.occupancy_pct": "% occupancy",
-             "stack_frame_bytes": "B stack", "instruction_mix.local_load": "LDL", "instruction_mix.local_store": "STL",
-             "instruction_mix.tensor_core_mma": "tensor-core MMA", "instruction_mix.total": "instructions"}
+_HEADLINE = {
+    "registers_per_thread": "regs",
+    "spill_stores_bytes": "B spill stores",
+    "spilled_registers": "spilled regs",
+    "shared_memory_bytes": "B smem",
+    "occupancy.occupancy_pct": "% occupancy",
+    "stack_frame_bytes": "B stack",
+    "instruction_mix.local_load": "LDL",
+    "instruction_mix.local_store": "STL",
+    "instruction_mix.tensor_core_mma": "tensor-core MMA",
+    "instruction_mix.total": "instructions",
+}
 
 
 def describe_changes(changes: list[Change], candidate: KernelResources | None = None) -> str:
@@ -79,7 +121,9 @@ def describe_changes(changes: list[Change], candidate: KernelResources | None = 
             name = ch.field.rsplit(".", 1)[1]
             if name in _PER_OUTPUT and ch.delta:
                 ratio = f" ({ch.ratio:.3g}x)" if ch.ratio is not None else ""
-                parts.append(f"executed {_PER_OUTPUT[name]} per output {ch.before:g}→{ch.after:g}{ratio}")
+                parts.append(
+                    f"executed {_PER_OUTPUT[name]} per output {ch.before:g}→{ch.after:g}{ratio}"
+                )
                 if ch.delta > 0:
                     grew.append(name)
             continue
@@ -103,8 +147,10 @@ def _where_it_grew(k: KernelResources, grew: list[str]) -> list[str]:
         if loop.parent is not None or loop.trip_count is None:
             continue
         shares = [f"{_share(k, loop, name):.0%} of {_PER_OUTPUT[name]}" for name in grew]
-        found.append(f"of the executed counts, loop {loop.index} at {loop.source or loop.header_address} "
-                     f"({loop.trip_count} trips, {loop.trip_count_how}) runs " + ", ".join(shares))
+        found.append(
+            f"of the executed counts, loop {loop.index} at {loop.source or loop.header_address} "
+            f"({loop.trip_count} trips, {loop.trip_count_how}) runs " + ", ".join(shares)
+        )
     return found
 
 
@@ -115,16 +161,22 @@ def _share(k: KernelResources, loop: LoopReport, field: str) -> float:
 
 # ---- errors and notes ------------------------------------------------------------------
 
+
 def format_diagnostic(status: str, diag: dict) -> str:
     """'file:line:col: error: message' plus the source excerpt, like a compiler prints it."""
-    what = {"source_error": "the source failed to load", "compile_error": "compile error",
-            "setup_error": "cannot compile as asked"}.get(status, status)
+    what = {
+        "source_error": "the source failed to load",
+        "compile_error": "compile error",
+        "setup_error": "cannot compile as asked",
+    }.get(status, status)
     where = diag.get("file") or "source"
     if diag.get("line"):
         where += f":{diag['line']}" + (f":{diag['column']}" if diag.get("column") else "")
     text = f"{where}: {what}: {diag.get('message', '')}"
     if status == "source_error" and "Permission denied" in text:
-        text += " (the sandbox denied it: compile jobs have no network and see the workspace read-only)"
+        text += (
+            " (the sandbox denied it: compile jobs have no network and see the workspace read-only)"
+        )
     if diag.get("excerpt"):
         text += "\n" + diag["excerpt"]
     return text
@@ -138,20 +190,33 @@ def notes(raw: dict, out_dir: Path, kernels: list[KernelResources]) -> list[str]
         found.append("no instruction mix: " + sass.read_text(errors="replace")[:300])
     for k in kernels:
         if k.occupancy.blocks_per_sm == 0:
-            found.append(f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
-                         f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
-                         f"{k.threads_per_block} threads); a launch would fail with OutOfResources")
+            found.append(
+                f"{k.name} cannot launch on this target: its {k.occupancy.limiting_factor} per block "
+                f"exceeds what one SM/CU offers (shared memory {k.shared_memory_bytes} B, "
+                f"{k.threads_per_block} threads); a launch would fail with OutOfResources"
+            )
     if (out_dir / "kernel.amdgcn").is_file():
-        found.append("AMDGCN loops are not analysed: the instruction counts are static (a loop body counts "
-                     "once) and executed_estimate is null")
+        found.append(
+            "AMDGCN loops are not analysed: the instruction counts are static (a loop body counts "
+            "once) and executed_estimate is null"
+        )
     unknown = [loop for k in kernels for loop in k.loops if loop.trip_count is None]
     if unknown:
-        found.append("executed_estimate is null: " + "; ".join(
-            f"loop {loop.index} ({loop.source or loop.header_address}): {loop.trip_count_how}" for loop in unknown))
-    if any(k.executed_estimate is not None and k.executed_estimate.per_output is None for k in kernels):
-        found.append("executed_estimate.per_output is null: no launch was seen (signature= given, or the grid "
-                     "could not be read), so programs and outputs per program are unknown; compile with "
-                     "kernel= so the spec's launcher runs on its example shape")
+        found.append(
+            "executed_estimate is null: "
+            + "; ".join(
+                f"loop {loop.index} ({loop.source or loop.header_address}): {loop.trip_count_how}"
+                for loop in unknown
+            )
+        )
+    if any(
+        k.executed_estimate is not None and k.executed_estimate.per_output is None for k in kernels
+    ):
+        found.append(
+            "executed_estimate.per_output is null: no launch was seen (signature= given, or the grid "
+            "could not be read), so programs and outputs per program are unknown; compile with "
+            "kernel= so the spec's launcher runs on its example shape"
+        )
     if any(k.spill_stores_bytes is None and k.spilled_registers is None for k in kernels):
         found.append("no spill numbers: ptxas -v printed no report for this kernel")
     return found

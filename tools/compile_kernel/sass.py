@@ -14,7 +14,9 @@ from collections import Counter
 # ---- NVIDIA: ptxas -v and cuobjdump --dump-resource-usage --------------------------
 
 _PTXAS_FN = re.compile(r"(?:Compiling entry function|Function properties for) '?([\w$.]+)'?")
-_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_FRAME = re.compile(
+    r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+)
 _PTXAS_USED = re.compile(r"Used (\d+) registers(?:, used (\d+) barriers)?")
 
 
@@ -27,8 +29,11 @@ def parse_ptxas_log(text: str) -> dict[str, dict[str, int]]:
             current = m.group(1)
             out.setdefault(current, {})
         elif current and (m := _PTXAS_FRAME.search(line)):
-            out[current].update(stack_frame_bytes=int(m[1]), spill_stores_bytes=int(m[2]),
-                                spill_loads_bytes=int(m[3]))
+            out[current].update(
+                stack_frame_bytes=int(m[1]),
+                spill_stores_bytes=int(m[2]),
+                spill_loads_bytes=int(m[3]),
+            )
         elif current and (m := _PTXAS_USED.search(line)):
             out[current].update(registers=int(m[1]), barriers=int(m[2] or 0))
     return out
@@ -63,17 +68,50 @@ _SASS_INSN = re.compile(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Za-z
 _HFMA2_CONSTANT = re.compile(r"^\s*R\w+,\s*-RZ,\s*RZ,")
 
 MIX_CLASSES = (
-    "tensor_core_mma", "ffma", "fmul", "fadd", "half_fma", "move", "mufu", "global_load", "global_store",
-    "async_copy", "bulk_copy", "shared_load", "shared_store", "local_load", "local_store", "barrier",
+    "tensor_core_mma",
+    "ffma",
+    "fmul",
+    "fadd",
+    "half_fma",
+    "move",
+    "mufu",
+    "global_load",
+    "global_store",
+    "async_copy",
+    "bulk_copy",
+    "shared_load",
+    "shared_store",
+    "local_load",
+    "local_store",
+    "barrier",
 )
 _SASS_CLASS = {
-    "FFMA": "ffma", "FFMA2": "ffma", "FMUL": "fmul", "FMUL2": "fmul", "FADD": "fadd", "FADD2": "fadd",
-    "HFMA2": "half_fma", "MOV": "move", "UMOV": "move", "MUFU": "mufu", "LDG": "global_load", "STG": "global_store",
+    "FFMA": "ffma",
+    "FFMA2": "ffma",
+    "FMUL": "fmul",
+    "FMUL2": "fmul",
+    "FADD": "fadd",
+    "FADD2": "fadd",
+    "HFMA2": "half_fma",
+    "MOV": "move",
+    "UMOV": "move",
+    "MUFU": "mufu",
+    "LDG": "global_load",
+    "STG": "global_store",
     "LDGSTS": "async_copy",  # cp.async: global -> shared without registers (sm_80+)
-    "UBLKCP": "bulk_copy", "UTMALDG": "bulk_copy", "UTMASTG": "bulk_copy", "UTMAPF": "bulk_copy",
-    "UBLKRED": "bulk_copy", "UTMAREDG": "bulk_copy",  # TMA / bulk copies (sm_90+)
-    "LDS": "shared_load", "LDSM": "shared_load", "STS": "shared_store", "STSM": "shared_store",
-    "LDL": "local_load", "STL": "local_store", "BAR": "barrier",
+    "UBLKCP": "bulk_copy",
+    "UTMALDG": "bulk_copy",
+    "UTMASTG": "bulk_copy",
+    "UTMAPF": "bulk_copy",
+    "UBLKRED": "bulk_copy",
+    "UTMAREDG": "bulk_copy",  # TMA / bulk copies (sm_90+)
+    "LDS": "shared_load",
+    "LDSM": "shared_load",
+    "STS": "shared_store",
+    "STSM": "shared_store",
+    "LDL": "local_load",
+    "STL": "local_store",
+    "BAR": "barrier",
 }
 _WIDTH_BITS = {"U8": 8, "S8": 8, "U16": 16, "S16": 16, "64": 64, "128": 128, "256": 256}
 
@@ -143,9 +181,24 @@ def parse_amdgcn_metadata(text: str) -> dict[str, int]:
 
 
 _AMD_INSN = re.compile(r"^\s+([a-z][a-z0-9_]+)(?:\s|$)")
-_AMD_WIDTH = {"ubyte": 8, "sbyte": 8, "byte": 8, "ushort": 16, "sshort": 16, "short": 16, "dword": 32,
-              "dwordx2": 64, "dwordx3": 96, "dwordx4": 128, "b8": 8, "b16": 16, "b32": 32, "b64": 64,
-              "b96": 96, "b128": 128}
+_AMD_WIDTH = {
+    "ubyte": 8,
+    "sbyte": 8,
+    "byte": 8,
+    "ushort": 16,
+    "sshort": 16,
+    "short": 16,
+    "dword": 32,
+    "dwordx2": 64,
+    "dwordx3": 96,
+    "dwordx4": 128,
+    "b8": 8,
+    "b16": 16,
+    "b32": 32,
+    "b64": 64,
+    "b96": 96,
+    "b128": 128,
+}
 
 
 # (opcode prefixes, class), first match wins; direct-to-LDS loads before plain loads.
@@ -156,7 +209,10 @@ _AMD_CLASSES = (
     (("v_add_f32", "v_sub_f32", "v_pk_add_f32"), "fadd"),
     (("v_pk_fma_f16", "v_fma_f16", "v_pk_fma_bf16"), "half_fma"),
     (("v_mov_", "s_mov_"), "move"),
-    (("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_"), "mufu"),  # the MUFU counterpart
+    (
+        ("v_exp_", "v_log_", "v_rcp_", "v_rsq_", "v_sqrt_", "v_sin_", "v_cos_"),
+        "mufu",
+    ),  # the MUFU counterpart
     (("global_load_lds", "buffer_load_lds"), "async_copy"),
     (("global_load", "buffer_load"), "global_load"),
     (("global_store", "buffer_store"), "global_store"),
@@ -198,9 +254,15 @@ def classify_amdgcn(text: str) -> dict:
 
 # ---- shared ---------------------------------------------------------------------------
 
+
 def _empty_mix() -> dict:
-    return {**{c: 0 for c in MIX_CLASSES}, "total": 0, "global_load_bits": Counter(),
-            "global_store_bits": Counter(), "tensor_core_ops": Counter()}
+    return {
+        **{c: 0 for c in MIX_CLASSES},
+        "total": 0,
+        "global_load_bits": Counter(),
+        "global_store_bits": Counter(),
+        "tensor_core_ops": Counter(),
+    }
 
 
 def _count(mix: dict, cls: str | None, opcode: str, width: int | None = None) -> None:

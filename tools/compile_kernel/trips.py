@@ -24,9 +24,18 @@ _FUNC_ARG = re.compile(r"[(,]\s*%([\w.$-]+): ")
 _NAMED = re.compile(r'^"[^"]*"\((#loc\d*)\)$')
 _CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
 
-_OPS = {"addi": lambda a, b: a + b, "subi": lambda a, b: a - b, "muli": lambda a, b: a * b,
-        "divsi": lambda a, b: int(a / b), "divui": lambda a, b: a // b, "ceildivsi": lambda a, b: -(-a // b),
-        "floordivsi": lambda a, b: a // b, "remsi": lambda a, b: a % b, "maxsi": max, "minsi": min}
+_OPS = {
+    "addi": lambda a, b: a + b,
+    "subi": lambda a, b: a - b,
+    "muli": lambda a, b: a * b,
+    "divsi": lambda a, b: int(a / b),
+    "divui": lambda a, b: a // b,
+    "ceildivsi": lambda a, b: -(-a // b),
+    "floordivsi": lambda a, b: a // b,
+    "remsi": lambda a, b: a % b,
+    "maxsi": max,
+    "minsi": min,
+}
 
 
 @dataclass
@@ -66,7 +75,9 @@ def triton_loops(ttir: str, scalar_args: dict[str, int]) -> list[TritonLoop]:
         stripped = line.strip()
         if stripped.startswith("}"):
             depth -= 1
-            if open_fors and open_fors[-1][0] == depth:  # this brace closes a for: its loc is the for's
+            if (
+                open_fors and open_fors[-1][0] == depth
+            ):  # this brace closes a for: its loc is the for's
                 _, loop = open_fors.pop()
                 if ref := _LOC_REF.search(stripped):
                     loop.source = _file_line(ref.group(1), locs)
@@ -75,17 +86,29 @@ def triton_loops(ttir: str, scalar_args: dict[str, int]) -> list[TritonLoop]:
     return loops
 
 
-def _loop(bounds: tuple[str, str, str], values: dict[str, int], names: dict[str, str],
-          unset_args: dict[str, str]) -> TritonLoop:
+def _loop(
+    bounds: tuple[str, str, str],
+    values: dict[str, int],
+    names: dict[str, str],
+    unset_args: dict[str, str],
+) -> TritonLoop:
     unknown = [b for b in bounds if b not in values]
     if unknown and unknown[0] in unset_args:
-        return TritonLoop(None, None, f"unknown: the bound depends on {unset_args[unknown[0]]}, a kernel "
-                          "argument whose value "
-                          "this compile did not see (compile with kernel= so the spec's launcher runs on its "
-                          "example shape, or give loop_trip_counts=)")
+        return TritonLoop(
+            None,
+            None,
+            f"unknown: the bound depends on {unset_args[unknown[0]]}, a kernel "
+            "argument whose value "
+            "this compile did not see (compile with kernel= so the spec's launcher runs on its "
+            "example shape, or give loop_trip_counts=)",
+        )
     if unknown:
-        return TritonLoop(None, None, f"unknown: the bound {unknown[0]} is computed in the kernel (loaded, or "
-                          "from program_id), not a constant or scalar argument of the launch")
+        return TritonLoop(
+            None,
+            None,
+            f"unknown: the bound {unknown[0]} is computed in the kernel (loaded, or "
+            "from program_id), not a constant or scalar argument of the launch",
+        )
     lb, ub, step = (values[b] for b in bounds)
     if step <= 0:
         return TritonLoop(None, None, f"unknown: step {step} is not positive")
@@ -101,6 +124,8 @@ def _file_line(ref: str, locs: dict[str, str], hops: int = 0) -> str | None:
         return f"{PurePosixPath(m.group(1)).name}:{m.group(2)}"
     if m := _NAMED.match(text):
         return _file_line(m.group(1), locs, hops + 1)
-    if m := _CALLSITE.match(text):  # a loop in an inlined helper: the helper's own line, as SASS line info has it
+    if m := _CALLSITE.match(
+        text
+    ):  # a loop in an inlined helper: the helper's own line, as SASS line info has it
         return _file_line(m.group(1), locs, hops + 1)
     return None

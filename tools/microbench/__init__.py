@@ -52,7 +52,9 @@ def _checked(shape_run: ShapeRun) -> str:
 
 
 def _sweep_png(rows: list[dict]) -> bytes:
-    from ..common.plots import sweep_png  # matplotlib: imported in the report thread, not on the server's path
+    from ..common.plots import (
+        sweep_png,
+    )  # matplotlib: imported in the report thread, not on the server's path
 
     return sweep_png(rows)
 

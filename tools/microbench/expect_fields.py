@@ -13,14 +13,41 @@ from .schema import ArmResult, Input, Output, ShapeResult
 
 Z_95 = 1.96
 # Arm fields a condition may name (also as baseline.<field>), straight from ArmResult.
-ARM_FIELDS = ("n", "median_ms", "mean_ms", "p10_ms", "p90_ms", "iqr_ms", "cv", "median_rel_se_pct",
-              "achieved_gflops", "achieved_gbps", "pct_of_peak_flops", "pct_of_peak_bandwidth", "pct_of_roofline",
-              "bound", "is_impossible", "spot_check")
-TIME_FIELDS = ("median_ms", "mean_ms", "p10_ms", "p90_ms", "iqr_ms", "achieved_gflops", "achieved_gbps",
-               "pct_of_peak_flops", "pct_of_peak_bandwidth", "pct_of_roofline")
+ARM_FIELDS = (
+    "n",
+    "median_ms",
+    "mean_ms",
+    "p10_ms",
+    "p90_ms",
+    "iqr_ms",
+    "cv",
+    "median_rel_se_pct",
+    "achieved_gflops",
+    "achieved_gbps",
+    "pct_of_peak_flops",
+    "pct_of_peak_bandwidth",
+    "pct_of_roofline",
+    "bound",
+    "is_impossible",
+    "spot_check",
+)
+TIME_FIELDS = (
+    "median_ms",
+    "mean_ms",
+    "p10_ms",
+    "p90_ms",
+    "iqr_ms",
+    "achieved_gflops",
+    "achieved_gbps",
+    "pct_of_peak_flops",
+    "pct_of_peak_bandwidth",
+    "pct_of_roofline",
+)
 
-_MEDIAN_NOTE = (" Carries an interval: in an A/B run the ratio's 95% CI times the baseline's median, else "
-                "median +- 1.96 standard errors; a threshold inside it is inconclusive.")
+_MEDIAN_NOTE = (
+    " Carries an interval: in an A/B run the ratio's 95% CI times the baseline's median, else "
+    "median +- 1.96 standard errors; a threshold inside it is inconclusive."
+)
 CATALOGUE = Catalogue(
     fields={
         "verdict": Output.model_fields["verdict"].description,
@@ -29,10 +56,15 @@ CATALOGUE = Catalogue(
         "triton_compiles": Output.model_fields["triton_compiles"].description,
     },
     scoped={
-        **{name: ArmResult.model_fields[name].description + (_MEDIAN_NOTE if name == "median_ms" else "")
-           for name in ARM_FIELDS},
+        **{
+            name: ArmResult.model_fields[name].description
+            + (_MEDIAN_NOTE if name == "median_ms" else "")
+            for name in ARM_FIELDS
+        },
         "ratio": "median(candidate) / median(baseline), < 1 faster; carries its paired 95% bootstrap CI.",
-        "min_detectable_effect_pct": ShapeResult.model_fields["min_detectable_effect_pct"].description,
+        "min_detectable_effect_pct": ShapeResult.model_fields[
+            "min_detectable_effect_pct"
+        ].description,
         "shape_verdict": ShapeResult.model_fields["verdict"].description,
         "stop_reason": ShapeResult.model_fields["stop_reason"].description,
         "warmup_stable": ShapeResult.model_fields["warmup_stable"].description,
@@ -42,8 +74,12 @@ CATALOGUE = Catalogue(
 
 
 def facts(inp: Input, out: Output, evidence: None) -> Facts:
-    fields = {"verdict": out.verdict, "num_shapes": len(out.shapes), "disturbances": out.disturbances,
-              "triton_compiles": out.triton_compiles}
+    fields = {
+        "verdict": out.verdict,
+        "num_shapes": len(out.shapes),
+        "disturbances": out.disturbances,
+        "triton_compiles": out.triton_compiles,
+    }
     scopes, baseline_scopes = {}, {}
     for r in out.shapes:
         label = " ".join(f"{k}={v}" for k, v in r.shape.items()) + f" {r.dtype}"
@@ -55,12 +91,24 @@ def facts(inp: Input, out: Output, evidence: None) -> Facts:
 
 
 def _shape_fields(r: ShapeResult) -> dict:
-    valid = r.verdict != "invalid"  # a failed spot-check or an impossible time: its numbers decide nothing
+    valid = (
+        r.verdict != "invalid"
+    )  # a failed spot-check or an impossible time: its numbers decide nothing
     arm = _arm_fields(r.candidate, valid)
     arm["median_ms"] = _median(r) if valid else None
-    ratio = Measured(r.ratio, r.ci_low, r.ci_high) if valid and None not in (r.ratio, r.ci_low, r.ci_high) else None
-    return {**arm, "ratio": ratio, "min_detectable_effect_pct": r.min_detectable_effect_pct,
-            "shape_verdict": r.verdict, "stop_reason": r.stop_reason, "warmup_stable": r.warmup_stable}
+    ratio = (
+        Measured(r.ratio, r.ci_low, r.ci_high)
+        if valid and None not in (r.ratio, r.ci_low, r.ci_high)
+        else None
+    )
+    return {
+        **arm,
+        "ratio": ratio,
+        "min_detectable_effect_pct": r.min_detectable_effect_pct,
+        "shape_verdict": r.verdict,
+        "stop_reason": r.stop_reason,
+        "warmup_stable": r.warmup_stable,
+    }
 
 
 def _arm_fields(arm: ArmResult, valid: bool) -> dict:

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ...sandbox.job import Job, JobResult
-from ...sandbox.worker.protocol import OP_MICROBENCH, OP_REFERENCE, MicrobenchPayload, ReferencePayload
+from ...sandbox.worker.protocol import (
+    OP_MICROBENCH,
+    OP_REFERENCE,
+    MicrobenchPayload,
+    ReferencePayload,
+)
 from ..base import AgentError, ToolContext
 from ..common.recorded_code import JOB_INPUT_NAME
 from .plan import Code
@@ -51,8 +56,15 @@ class TimingRun:
     out_dir: Path | None  # the saved outputs of the spot-checked calls
 
 
-async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayload, shape: dict,
-                     index: int, count: int, inp) -> TimingRun:
+async def time_shape(
+    ctx: ToolContext,
+    arms: list[Code],
+    payload: MicrobenchPayload,
+    shape: dict,
+    index: int,
+    count: int,
+    inp,
+) -> TimingRun:
     """Run the timing job for one shape; its answer, parsed."""
     timeout_s = timing_timeout_s(inp)
     label = ",".join(f"{k}={v}" for k, v in shape.items())
@@ -61,11 +73,21 @@ async def time_shape(ctx: ToolContext, arms: list[Code], payload: MicrobenchPayl
         await ctx.progress(index + 0.5, count, f"shape {index + 1}/{count} ({label}): {message}")
 
     await ctx.progress(index, count, f"shape {index + 1}/{count} ({label}): timing")
-    recorded = [a.snapshot for a in arms if a.snapshot is not None]  # only the baseline may be a recorded one
+    recorded = [
+        a.snapshot for a in arms if a.snapshot is not None
+    ]  # only the baseline may be a recorded one
     snapshots = {JOB_INPUT_NAME: recorded[0]} if recorded else {}
-    res: JobResult = await ctx.sandbox.run(Job(op=OP_MICROBENCH, payload=payload, kind="timing", inputs=snapshots,
-                                               timeout_s=timeout_s, triton_cache=f"{ctx.experiment_id}:timing"),
-                                   progress=progress)  # one cache for this call's code under test, shapes share it
+    res: JobResult = await ctx.sandbox.run(
+        Job(
+            op=OP_MICROBENCH,
+            payload=payload,
+            kind="timing",
+            inputs=snapshots,
+            timeout_s=timeout_s,
+            triton_cache=f"{ctx.experiment_id}:timing",
+        ),
+        progress=progress,
+    )  # one cache for this call's code under test, shapes share it
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
     run = _parsed(dict(res.result), arms, res.num_compiles, res.out_dir)
@@ -87,17 +109,24 @@ def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) ->
             arms={a.name: _arm_times(raw["arms"][a.name]) for a in arms},
             warmup_calls=int(raw["warmup"]["calls_per_arm"]),
             warmup_stable=bool(raw["warmup"]["stable"]),
-            stop_reason=str(raw["stop_reason"]), num_input_sets=int(raw["num_input_sets"]),
+            stop_reason=str(raw["stop_reason"]),
+            num_input_sets=int(raw["num_input_sets"]),
             elapsed_ms=float(raw["elapsed_ms"]) if raw.get("elapsed_ms") else None,
-            spot_calls=tuple(_spot_call(c) for c in raw.get("spot_checks") or []
-                             if isinstance(c, dict)),
-            device=dict(raw["device"]), clocks=dict(raw.get("clocks") or {}),
+            spot_calls=tuple(
+                _spot_call(c) for c in raw.get("spot_checks") or [] if isinstance(c, dict)
+            ),
+            device=dict(raw["device"]),
+            clocks=dict(raw.get("clocks") or {}),
             timer=str(raw.get("timer", "")),
             threads=raw["threads"] if isinstance(raw.get("threads"), int) else None,
-            compiles=compiles, out_dir=out_dir)
+            compiles=compiles,
+            out_dir=out_dir,
+        )
     except (KeyError, TypeError, ValueError) as exc:
-        raise AgentError(f"the timing job returned malformed data ({type(exc).__name__}: {exc}); "
-                         "did the code print to or tamper with the harness? Rerun; report if it persists") from None
+        raise AgentError(
+            f"the timing job returned malformed data ({type(exc).__name__}: {exc}); "
+            "did the code print to or tamper with the harness? Rerun; report if it persists"
+        ) from None
 
 
 def _arm_times(arm: dict) -> ArmTimes:
@@ -113,8 +142,12 @@ def _spot_call(call: dict) -> SpotCall:
         input_set = int(call.get("input_set"))
     except (TypeError, ValueError):
         input_set = -1
-    return SpotCall(arm=call.get("arm"), input_set=input_set, iteration=call.get("iteration"),
-                    file=str(call.get("file", "")))
+    return SpotCall(
+        arm=call.get("arm"),
+        input_set=input_set,
+        iteration=call.get("iteration"),
+        file=str(call.get("file", "")),
+    )
 
 
 def _check_enough_calls(run: TimingRun, arms: list[Code], shape: dict, budget_ms: float) -> None:
@@ -125,24 +158,30 @@ def _check_enough_calls(run: TimingRun, arms: list[Code], shape: dict, budget_ms
     per_call = (run.elapsed_ms or budget_ms) / max(calls, 1)
     # room for a warm-up of 2 windows and 4x the minimum timed calls, per arm
     suggest = per_call * len(arms) * (10 + 4 * MIN_TIMED_CALLS) / 0.75
-    raise AgentError(f"only {fewest} timed calls fit in budget_ms={budget_ms:g} at {shape} (about "
-                     f"{per_call:.0f} ms per call); raise budget_ms to about {suggest:.0f} "
-                     "or use a smaller shape")
+    raise AgentError(
+        f"only {fewest} timed calls fit in budget_ms={budget_ms:g} at {shape} (about "
+        f"{per_call:.0f} ms per call); raise budget_ms to about {suggest:.0f} "
+        "or use a smaller shape"
+    )
 
 
 def _job_failure(res: JobResult, shape: dict, timeout_s: float, budget_ms: float) -> str:
     error = (res.error or res.stderr_tail[-800:] or "no message").strip()
     if res.status == "timeout":
-        return (f"the timing job at {shape} was killed at its {timeout_s:g} s limit (timeout_s; budget_ms="
-                f"{budget_ms:g}): a call did not return in time, so nothing was timed (an endless loop, or one "
-                "call far too slow at this size: the Triton interpreter on CPU is ~1000x slower than a GPU). "
-                "Check the code with check_numerics, use smaller shapes, or raise timeout_s")
+        return (
+            f"the timing job at {shape} was killed at its {timeout_s:g} s limit (timeout_s; budget_ms="
+            f"{budget_ms:g}): a call did not return in time, so nothing was timed (an endless loop, or one "
+            "call far too slow at this size: the Triton interpreter on CPU is ~1000x slower than a GPU). "
+            "Check the code with check_numerics, use smaller shapes, or raise timeout_s"
+        )
     if "MemoryError" in error or "out of memory" in error.lower():
         return f"out of memory at {shape}: {error}. Use smaller shapes"
     if "raised on call" in error:
         return f"the code raised during timing at {shape}, so there is no timing: {error}"
     if res.status == "error":
-        return f"the timing job failed at {shape}: {error}. Check the code with check_numerics first"
+        return (
+            f"the timing job failed at {shape}: {error}. Check the code with check_numerics first"
+        )
     return f"the timing job at {shape} ended '{res.status}': {error}"
 
 
@@ -150,6 +189,8 @@ async def run_spot_reference(ctx: ToolContext, payload: ReferencePayload, kernel
     """The reference's outputs for the spot-checked input sets; the folder holding them."""
     res = await ctx.sandbox.run(Job(op=OP_REFERENCE, kind="run", timeout_s=300.0, payload=payload))
     if not res.ok or res.out_dir is None:
-        raise AgentError(f"the reference job for the spot-check failed ({res.status}: {res.error}); the spec's "
-                         f"reference for {kernel_name} needs fixing before anything can be timed against it")
+        raise AgentError(
+            f"the reference job for the spot-check failed ({res.status}: {res.error}); the spec's "
+            f"reference for {kernel_name} needs fixing before anything can be timed against it"
+        )
     return res.out_dir

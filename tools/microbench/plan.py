@@ -36,7 +36,9 @@ class Code:
     source: str | None = None
     path: str | None = None  # as the sandbox sees it
     is_reference: bool = False  # the spec's reference: nothing to spot-check
-    snapshot: Path | None = None  # a recorded experiment's code, copied into the job (path is relative to it)
+    snapshot: Path | None = (
+        None  # a recorded experiment's code, copied into the job (path is relative to it)
+    )
 
     def payload(self) -> dict:
         return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
@@ -62,7 +64,9 @@ def make_bench(ctx: ToolContext, inp: Input) -> Bench:
     kernel = kernel_of(ctx, inp.kernel)
     device = ctx.sandbox.device
     if inp.cuda_graph and device != "cuda":
-        raise AgentError("cuda_graph=true needs a CUDA device; jobs here run on the CPU. Drop cuda_graph")
+        raise AgentError(
+            "cuda_graph=true needs a CUDA device; jobs here run on the CPU. Drop cuda_graph"
+        )
     dtype = dtype_of(kernel.spec, inp.dtype)
     shapes = shapes_of(kernel.spec, inp.shapes, device)
     for shape in shapes:
@@ -84,7 +88,9 @@ def dtype_of(spec: KernelSpec, dtype: str | None) -> str:
     if dtype is None:
         return spec.dtypes[0]
     if dtype not in spec.dtypes:
-        raise AgentError(f"dtype {dtype!r} is not one of {spec.name}'s dtypes {list(spec.dtypes)}; pick one of those")
+        raise AgentError(
+            f"dtype {dtype!r} is not one of {spec.name}'s dtypes {list(spec.dtypes)}; pick one of those"
+        )
     return dtype
 
 
@@ -96,8 +102,10 @@ def shapes_of(spec: KernelSpec, shapes: list[dict] | None, device: str) -> list[
         missing = [n for n in names if n not in shape]
         bad = {k: v for k, v in shape.items() if not isinstance(v, int) or v <= 0}
         if missing or bad:
-            raise AgentError(f"shape {shape} must give positive integer sizes for {names} "
-                             f"(missing {missing}, not positive {bad}); e.g. {dict(spec.shapes['cpu'][0])}")
+            raise AgentError(
+                f"shape {shape} must give positive integer sizes for {names} "
+                f"(missing {missing}, not positive {bad}); e.g. {dict(spec.shapes['cpu'][0])}"
+            )
     unique = distinct([dict(s) for s in shapes])
     check_case_count(len(unique), MAX_MICROBENCH_SHAPES, "shapes")
     return unique
@@ -121,44 +129,87 @@ def check_memory(spec: KernelSpec, shape: dict, dtype: str, job_memory_bytes: in
             f"shape {shape} ({dtype}) needs about {need / 2**30:.2f} GiB of host memory (one input set is "
             f"{set_bytes / 2**30:.2f} GiB; sets are rotated and drawn in float64), but only "
             f"{available / 2**30:.2f} GiB is available to a job (host free memory, sandbox limit): "
-            "use smaller shapes")
+            "use smaller shapes"
+        )
 
 
 def candidate_code(ctx: ToolContext, kernel: Kernel, inp) -> Code:
-    return _arm(ctx, "candidate", _resolve(ctx, kernel, inp.impl, inp.source, inp.path, inp.entry, "entry"))
+    return _arm(
+        ctx, "candidate", _resolve(ctx, kernel, inp.impl, inp.source, inp.path, inp.entry, "entry")
+    )
 
 
 def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
     if inp.baseline_source is not None or inp.baseline_path is not None:
         if inp.baseline is not None:
-            raise AgentError("give baseline (an impl or experiment id) or baseline_source/baseline_path, not both")
-        return _arm(ctx, "baseline", _resolve(ctx, kernel, None, inp.baseline_source, inp.baseline_path,
-                                              inp.baseline_entry or inp.entry, "baseline_entry"))
+            raise AgentError(
+                "give baseline (an impl or experiment id) or baseline_source/baseline_path, not both"
+            )
+        return _arm(
+            ctx,
+            "baseline",
+            _resolve(
+                ctx,
+                kernel,
+                None,
+                inp.baseline_source,
+                inp.baseline_path,
+                inp.baseline_entry or inp.entry,
+                "baseline_entry",
+            ),
+        )
     if inp.baseline is None:
         return None
     if inp.baseline == REFERENCE or inp.baseline in kernel.spec.impls:
         return _arm(ctx, "baseline", _resolve(ctx, kernel, inp.baseline, None, None, None, "entry"))
     record = ctx.experiment(inp.baseline)
     if record is None:
-        raise AgentError(f"baseline {inp.baseline!r} is neither an implementation of {kernel.spec.name} "
-                         f"({', '.join([REFERENCE, *kernel.spec.impls])}) nor an experiment id "
-                         "(list_experiments shows them)")
+        raise AgentError(
+            f"baseline {inp.baseline!r} is neither an implementation of {kernel.spec.name} "
+            f"({', '.join([REFERENCE, *kernel.spec.impls])}) nor an experiment id "
+            "(list_experiments shows them)"
+        )
     args = record.get("arguments") or {}
     if (args.get("kernel") or record.get("kernel")) != kernel.spec.name:
-        raise AgentError(f"experiment {inp.baseline} timed kernel {args.get('kernel')!r}, not "
-                         f"{kernel.spec.name!r}: a baseline must compute the same function")
+        raise AgentError(
+            f"experiment {inp.baseline} timed kernel {args.get('kernel')!r}, not "
+            f"{kernel.spec.name!r}: a baseline must compute the same function"
+        )
     # the code that experiment ran, from its snapshot: never today's (possibly edited) file
-    ran = recorded_code(ctx, record, kernel, f"microbench kernel={kernel.spec.name} with its impl=/path=/source=")
-    return Code(name="baseline", label=f"experiment {inp.baseline} ({ran.label}, its recorded code)",
-                entry=ran.code.entry, source=ran.code.source, path=ran.job_path,
-                is_reference=ran.code.is_reference, snapshot=ran.folder)
+    ran = recorded_code(
+        ctx, record, kernel, f"microbench kernel={kernel.spec.name} with its impl=/path=/source="
+    )
+    return Code(
+        name="baseline",
+        label=f"experiment {inp.baseline} ({ran.label}, its recorded code)",
+        entry=ran.code.entry,
+        source=ran.code.source,
+        path=ran.job_path,
+        is_reference=ran.code.is_reference,
+        snapshot=ran.folder,
+    )
 
 
-def _resolve(ctx: ToolContext, kernel: Kernel, impl: str | None, source: str | None, path: str | None,
-             entry: str | None, entry_field: str) -> CodeRef:
+def _resolve(
+    ctx: ToolContext,
+    kernel: Kernel,
+    impl: str | None,
+    source: str | None,
+    path: str | None,
+    entry: str | None,
+    entry_field: str,
+) -> CodeRef:
     with as_agent_error(WorkspaceError):
-        return resolve_code(ctx.workspace, kernel=kernel, impl=impl, source=source, path=path, entry=entry,
-                            entry_field=entry_field, allow_reference=True)
+        return resolve_code(
+            ctx.workspace,
+            kernel=kernel,
+            impl=impl,
+            source=source,
+            path=path,
+            entry=entry,
+            entry_field=entry_field,
+            allow_reference=True,
+        )
 
 
 def _arm(ctx: ToolContext, name: str, code: CodeRef) -> Code:
@@ -170,8 +221,14 @@ def _arm(ctx: ToolContext, name: str, code: CodeRef) -> Code:
     else:
         label = str(code.path.relative_to(ctx.workspace.root.resolve()))
     where = code.payload(ctx.sandbox.workspace_path)
-    return Code(name=name, label=label, entry=code.entry, source=where.get("source"), path=where.get("path"),
-                is_reference=code.is_reference)
+    return Code(
+        name=name,
+        label=label,
+        entry=code.entry,
+        source=where.get("source"),
+        path=where.get("path"),
+        is_reference=code.is_reference,
+    )
 
 
 def _args_payload(spec: KernelSpec) -> list[dict]:
@@ -184,35 +241,57 @@ def _make_inputs_payload(ctx: ToolContext, kernel: Kernel) -> dict | None:
     return spec_code(kernel, kernel.spec.make_inputs).payload(ctx.sandbox.workspace_path)
 
 
-def timing_payload(ctx: ToolContext, kernel: Kernel, arms: Sequence[Code], shape: dict, dtype: str,
-                   index: int, inp) -> MicrobenchPayload:
+def timing_payload(
+    ctx: ToolContext, kernel: Kernel, arms: Sequence[Code], shape: dict, dtype: str, index: int, inp
+) -> MicrobenchPayload:
     """The `microbench` op's payload for one shape; `input_seeds` also seed the spot-check's reference."""
     state = ctx.workspace.state_dir
     return {
-        "arms": [a.payload() for a in arms], "args": _args_payload(kernel.spec), "shape": shape, "dtype": dtype,
+        "arms": [a.payload() for a in arms],
+        "args": _args_payload(kernel.spec),
+        "shape": shape,
+        "dtype": dtype,
         "make_inputs": _make_inputs_payload(ctx, kernel),
-        "input_seeds": [trial_seed(state, ctx.experiment_id, index, t) for t in range(NUM_INPUT_SETS)],
-        "budget_ms": inp.budget_ms, "target_rel_se": inp.target_rel_se_pct / 100,
-        "min_timed_calls": MIN_TIMED_CALLS, "max_budget_ms": inp.max_budget_ms(),
-        "num_spot_checks": NUM_SPOT_CHECKS, "order_seed": trial_seed(state, ctx.experiment_id, index, NUM_INPUT_SETS),
+        "input_seeds": [
+            trial_seed(state, ctx.experiment_id, index, t) for t in range(NUM_INPUT_SETS)
+        ],
+        "budget_ms": inp.budget_ms,
+        "target_rel_se": inp.target_rel_se_pct / 100,
+        "min_timed_calls": MIN_TIMED_CALLS,
+        "max_budget_ms": inp.max_budget_ms(),
+        "num_spot_checks": NUM_SPOT_CHECKS,
+        "order_seed": trial_seed(state, ctx.experiment_id, index, NUM_INPUT_SETS),
         "cuda_graph": inp.cuda_graph,
     }
 
 
-def spot_check_calls(calls: Sequence[SpotCall],
-                     arms: Sequence[Code]) -> tuple[list[SpotCall], list[int]]:
+def spot_check_calls(
+    calls: Sequence[SpotCall], arms: Sequence[Code]
+) -> tuple[list[SpotCall], list[int]]:
     """The timed calls whose saved outputs are checked (arms that are not the reference),
     and the input sets they used."""
-    wanted = [c for c in calls if any(c.arm == a.name and not a.is_reference for a in arms)
-              and 0 <= c.input_set < NUM_INPUT_SETS]
+    wanted = [
+        c
+        for c in calls
+        if any(c.arm == a.name and not a.is_reference for a in arms)
+        and 0 <= c.input_set < NUM_INPUT_SETS
+    ]
     return wanted, sorted({c.input_set for c in wanted})
 
 
-def spot_reference_payload(ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int],
-                           seeds: Sequence[int]) -> ReferencePayload:
+def spot_reference_payload(
+    ctx: ToolContext, kernel: Kernel, shape: dict, dtype: str, sets: list[int], seeds: Sequence[int]
+) -> ReferencePayload:
     """The `reference` op's payload: the spec's reference on the input sets the checked calls used."""
     spec = kernel.spec
     reference = impl_code(kernel, REFERENCE, allow_reference=True)
-    return {"reference": reference.payload(ctx.sandbox.workspace_path), "args": _args_payload(spec),
-            "make_inputs": _make_inputs_payload(ctx, kernel), "float64": True,
-            "items": [{"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]} for s in sets]}
+    return {
+        "reference": reference.payload(ctx.sandbox.workspace_path),
+        "args": _args_payload(spec),
+        "make_inputs": _make_inputs_payload(ctx, kernel),
+        "float64": True,
+        "items": [
+            {"key": input_set_key(s), "shape": shape, "dtype": dtype, "seed": seeds[s]}
+            for s in sets
+        ],
+    }

@@ -21,10 +21,14 @@ def cpu_counters() -> dict | None:
         return None
     values = [int(v) for v in fields]
     names = ["user", "nice", "system", "idle", "iowait", "irq", "softirq", "steal"]
-    return dict(zip(names, values + [0] * (len(names) - len(values)), strict=False))  # newer kernels add fields
+    return dict(
+        zip(names, values + [0] * (len(names) - len(values)), strict=False)
+    )  # newer kernels add fields
 
 
-def disturbances(device: str, before: dict | None, after: dict | None, threads: int | None) -> list[str]:
+def disturbances(
+    device: str, before: dict | None, after: dict | None, threads: int | None
+) -> list[str]:
     """What besides the kernel could have moved the numbers, in words."""
     notes = []
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
@@ -39,18 +43,26 @@ def disturbances(device: str, before: dict | None, after: dict | None, threads: 
         if total > 0:
             # The timing job keeps about one core busy; the rest is someone else.
             others = max(0.0, busy / total * (cores or 1) - 1.0)
-            notes.append(f"{device.upper() if device == 'cpu' else 'host CPU'}: {cores} cores, "
-                         f"{busy / total:.0%} busy while timing (~{others:.1f} cores used by other processes), "
-                         f"{steal / total:.1%} steal (hypervisor)")
+            notes.append(
+                f"{device.upper() if device == 'cpu' else 'host CPU'}: {cores} cores, "
+                f"{busy / total:.0%} busy while timing (~{others:.1f} cores used by other processes), "
+                f"{steal / total:.1%} steal (hypervisor)"
+            )
             if steal / total > 0.02:
-                notes.append("steal above 2%: the virtual machine shares its physical cores; "
-                             "expect wider intervals")
+                notes.append(
+                    "steal above 2%: the virtual machine shares its physical cores; "
+                    "expect wider intervals"
+                )
     if load1 is not None:
-        notes.append(f"load average (1 min) {load1:.2f} on {cores} cores"
-                     + (": other load present" if cores and load1 > 1.0 + 0.25 * cores else ""))
+        notes.append(
+            f"load average (1 min) {load1:.2f} on {cores} cores"
+            + (": other load present" if cores and load1 > 1.0 + 0.25 * cores else "")
+        )
     if device == "cpu":
-        notes.append(f"CPU timing with {threads or '?'} torch thread(s); Triton kernels run in the "
-                     "interpreter, so times measure Python and numpy, not GPU hardware")
+        notes.append(
+            f"CPU timing with {threads or '?'} torch thread(s); Triton kernels run in the "
+            "interpreter, so times measure Python and numpy, not GPU hardware"
+        )
     return notes
 
 
@@ -75,12 +87,13 @@ def page_fault_notes(shape: dict, arms: Sequence[Code], times: dict[str, ArmTime
         return []
     note = f"minor page faults per timed call at {label}: {', '.join(parts)}"
     if fresh:
-        note += ("; calls touch fresh pages, so times include page-fault work (the cold-allocation regime, "
-                 "several times slower than a warm loop for large outputs)")
+        note += (
+            "; calls touch fresh pages, so times include page-fault work (the cold-allocation regime, "
+            "several times slower than a warm loop for large outputs)"
+        )
     else:
         note += " (warm-loop regime: the allocator recycles memory between calls)"
     return [note]
-
 
 
 def plot_rows(results: list[ShapeResult]) -> list[dict]:
@@ -88,9 +101,16 @@ def plot_rows(results: list[ShapeResult]) -> list[dict]:
     for r in results:
         for arm, res in (("candidate", r.candidate), ("baseline", r.baseline)):
             if res is not None:
-                rows.append({"arm": f"{arm} ({res.code})", "bytes": max(r.bytes_per_call, 1.0),
-                             "median_ms": res.median_ms, "p10_ms": res.p10_ms, "p90_ms": res.p90_ms,
-                             "pct_roofline": res.pct_of_roofline})
+                rows.append(
+                    {
+                        "arm": f"{arm} ({res.code})",
+                        "bytes": max(r.bytes_per_call, 1.0),
+                        "median_ms": res.median_ms,
+                        "p10_ms": res.p10_ms,
+                        "p90_ms": res.p90_ms,
+                        "pct_roofline": res.pct_of_roofline,
+                    }
+                )
     return rows
 
 
@@ -105,8 +125,9 @@ def what_ran(name: str, arms: Sequence[Code], results: list[ShapeResult]) -> str
     """'kernel/candidate vs baseline, dtype, shapes [...]': what every summary line starts with."""
     vs = f" vs {arms[1].label}" if len(arms) > 1 else ""
     shapes = [_shape_text(r.shape) for r in results]
-    named = "; ".join(shapes[:MAX_SHAPES_NAMED]) + (f"; {len(shapes) - MAX_SHAPES_NAMED} more"
-                                                    if len(shapes) > MAX_SHAPES_NAMED else "")
+    named = "; ".join(shapes[:MAX_SHAPES_NAMED]) + (
+        f"; {len(shapes) - MAX_SHAPES_NAMED} more" if len(shapes) > MAX_SHAPES_NAMED else ""
+    )
     return f"{name}/{arms[0].label}{vs}, {results[-1].dtype}, {len(shapes)} shape(s) [{named}]"
 
 
@@ -124,15 +145,19 @@ def summary(name: str, arms: Sequence[Code], results: list[ShapeResult], verdict
     if len(arms) > 1:
         faster = sum(r.verdict == "faster" for r in results)
         slower = sum(r.verdict == "slower" for r in results)
-        text += (f" {arms[0].label} vs {arms[1].label}: {verdict} (faster on {faster}, slower on {slower} of "
-                 f"{len(results)}); at {shape} ratio {last.ratio:.3f} [95% CI {last.ci_low:.3f}, "
-                 f"{last.ci_high:.3f}], minimal detectable effect {last.min_detectable_effect_pct:.1f}%.")
+        text += (
+            f" {arms[0].label} vs {arms[1].label}: {verdict} (faster on {faster}, slower on {slower} of "
+            f"{len(results)}); at {shape} ratio {last.ratio:.3f} [95% CI {last.ci_low:.3f}, "
+            f"{last.ci_high:.3f}], minimal detectable effect {last.min_detectable_effect_pct:.1f}%."
+        )
     if not math.isfinite(cand.median_ms):
         text += " (no finite median)"
     extended = [_shape_text(r.shape) for r in results if r.stop_reason == "min_calls"]
     if extended:
-        text += (f" Calls too slow for the default budget at {'; '.join(extended)}: timed past it until every "
-                 f"arm had {MIN_TIMED_CALLS} timed calls (stop_reason 'min_calls'), so intervals are wide.")
+        text += (
+            f" Calls too slow for the default budget at {'; '.join(extended)}: timed past it until every "
+            f"arm had {MIN_TIMED_CALLS} timed calls (stop_reason 'min_calls'), so intervals are wide."
+        )
     return text
 
 

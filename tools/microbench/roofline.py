@@ -43,8 +43,13 @@ def ceilings_for(peaks: dict, dtype: str) -> Ceilings:
     bandwidth = float(peaks["copy_gbps"])
     # On a CPU, data that stays in cache moves at cache speed: that, not DRAM, is the floor.
     best_bw = max(bandwidth, float(peaks.get("cache_copy_gbps") or 0.0))
-    return Ceilings(bandwidth_gbps=bandwidth, flops_tflops=float(flops), best_bandwidth_gbps=best_bw,
-                    best_flops_tflops=float(max(rates.values())), source=str(peaks.get("source", "measured")))
+    return Ceilings(
+        bandwidth_gbps=bandwidth,
+        flops_tflops=float(flops),
+        best_bandwidth_gbps=best_bw,
+        best_flops_tflops=float(max(rates.values())),
+        source=str(peaks.get("source", "measured")),
+    )
 
 
 @dataclass(frozen=True)
@@ -68,12 +73,17 @@ def analyse(time_ms: float, flops: float, bytes_moved: float, ceilings: Ceilings
     memory_s = bytes_moved / (ceilings.bandwidth_gbps * 1e9)
     compute_s = flops / (ceilings.flops_tflops * 1e12)
     roof_s = max(memory_s, compute_s)
-    floor_s = max(bytes_moved / (ceilings.best_bandwidth_gbps * 1e9), flops / (ceilings.best_flops_tflops * 1e12))
+    floor_s = max(
+        bytes_moved / (ceilings.best_bandwidth_gbps * 1e9),
+        flops / (ceilings.best_flops_tflops * 1e12),
+    )
     utilisation = roof_s / seconds
     if utilisation < LATENCY_UTILISATION:
         bound: Bound = "latency"
-        why = (f"at {utilisation:.1%} of the roofline neither memory nor compute is the limit: "
-               "per-call overhead (launch, interpreter, synchronisation) dominates")
+        why = (
+            f"at {utilisation:.1%} of the roofline neither memory nor compute is the limit: "
+            "per-call overhead (launch, interpreter, synchronisation) dominates"
+        )
     elif memory_s >= compute_s:
         bound = "memory"
         why = f"memory-bound: {bytes_moved / seconds / 1e9:.1f} GB/s of {ceilings.bandwidth_gbps:.0f} GB/s"
@@ -82,16 +92,21 @@ def analyse(time_ms: float, flops: float, bytes_moved: float, ceilings: Ceilings
         why = f"compute-bound: {flops / seconds / 1e12:.3g} TFLOP/s of {ceilings.flops_tflops:.3g} TFLOP/s"
     impossible = seconds < IMPOSSIBLE_FRACTION * floor_s
     if impossible:
-        why = (f"IMPOSSIBLE: {time_ms:.4g} ms is under the physical floor {floor_s * 1e3:.4g} ms "
-               f"({bytes_moved:.3g} B at {ceilings.best_bandwidth_gbps:.0f} GB/s, {flops:.3g} FLOP at "
-               f"{ceilings.best_flops_tflops:.3g} TFLOP/s): the call is not doing the declared work, "
-               "or the timing is fooled")
+        why = (
+            f"IMPOSSIBLE: {time_ms:.4g} ms is under the physical floor {floor_s * 1e3:.4g} ms "
+            f"({bytes_moved:.3g} B at {ceilings.best_bandwidth_gbps:.0f} GB/s, {flops:.3g} FLOP at "
+            f"{ceilings.best_flops_tflops:.3g} TFLOP/s): the call is not doing the declared work, "
+            "or the timing is fooled"
+        )
     return Roofline(
         achieved_gflops=flops / seconds / 1e9,
         achieved_gbps=bytes_moved / seconds / 1e9,
         pct_of_peak_flops=100 * flops / seconds / (ceilings.flops_tflops * 1e12),
         pct_of_peak_bandwidth=100 * bytes_moved / seconds / (ceilings.bandwidth_gbps * 1e9),
         arithmetic_intensity=flops / bytes_moved if bytes_moved > 0 else float("inf"),
-        bound=bound, roofline_ms=roof_s * 1e3, floor_ms=floor_s * 1e3, is_impossible=impossible,
+        bound=bound,
+        roofline_ms=roof_s * 1e3,
+        floor_ms=floor_s * 1e3,
+        is_impossible=impossible,
         explanation=why + f" (ceilings: {ceilings.source})",
     )

@@ -19,9 +19,14 @@ from .measure import SpotCheck
 from .plan import Code
 
 
-def judge_spot_checks(arms: Sequence[Code], wanted: list[SpotCall], sets: list[int],
-                      out_dir: Path | None, ref_dir: Path | None,
-                      tol: ResolvedTolerance) -> dict[str, SpotCheck]:
+def judge_spot_checks(
+    arms: Sequence[Code],
+    wanted: list[SpotCall],
+    sets: list[int],
+    out_dir: Path | None,
+    ref_dir: Path | None,
+    tol: ResolvedTolerance,
+) -> dict[str, SpotCheck]:
     """The spot-check of every arm, by arm name."""
     checks = {a.name: SpotCheck("skipped", "the reference itself") for a in arms}
     for a in arms:
@@ -35,8 +40,14 @@ def judge_spot_checks(arms: Sequence[Code], wanted: list[SpotCall], sets: list[i
     return checks
 
 
-def _check_arm(arm: Code, calls: list[SpotCall], sets: list[int], out_dir: Path, ref_dir: Path,
-               tol: ResolvedTolerance) -> SpotCheck:
+def _check_arm(
+    arm: Code,
+    calls: list[SpotCall],
+    sets: list[int],
+    out_dir: Path,
+    ref_dir: Path,
+    tol: ResolvedTolerance,
+) -> SpotCheck:
     worst, failures, checked = None, [], []
     for c in calls:
         checked.append(str(c.iteration))
@@ -46,8 +57,10 @@ def _check_arm(arm: Code, calls: list[SpotCall], sets: list[int], out_dir: Path,
             failures.append(f"call {c.iteration}: outputs unreadable ({exc})")
             continue
         if len(outs) != len(refs) or any(o.shape != r.shape for o, r in zip(outs, refs)):
-            failures.append(f"call {c.iteration}: output shapes {[list(o.shape) for o in outs]} "
-                            f"!= reference {[list(r.shape) for r in refs]}")
+            failures.append(
+                f"call {c.iteration}: output shapes {[list(o.shape) for o in outs]} "
+                f"!= reference {[list(r.shape) for r in refs]}"
+            )
             continue
         for j, (o, r) in enumerate(zip(outs, refs)):
             # rel L2 (inf on NaN/Inf where the reference is finite): the full error
@@ -55,8 +68,10 @@ def _check_arm(arm: Code, calls: list[SpotCall], sets: list[int], out_dir: Path,
             err = rel_l2(o, r)
             worst = max(worst or 0.0, err)
             if not _within(o, r, err, tol):
-                failures.append(f"call {c.iteration} output {j}: rel L2 {err:.3g} "
-                                f"(tolerance {tol.rel_l2:g}, {tol.source})")
+                failures.append(
+                    f"call {c.iteration} output {j}: rel L2 {err:.3g} "
+                    f"(tolerance {tol.rel_l2:g}, {tol.source})"
+                )
     detail = f"timed calls {', '.join(checked)} checked; worst rel L2 {worst if worst is not None else 'n/a'}"
     if failures or not checked:
         return SpotCheck("failed", "; ".join(failures[:3]) + f" ({detail})")
@@ -67,7 +82,9 @@ def _load_pair(call: SpotCall, sets: list[int], out_dir: Path, ref_dir: Path) ->
     name, s = call.file, call.input_set
     if "/" in name or ".." in name or s not in sets:
         raise ValueError(f"bad file name {name!r}")
-    return _ordered(load_tensors(out_dir / name)), _ordered(load_tensors(ref_dir / reference_file(input_set_key(s))))
+    return _ordered(load_tensors(out_dir / name)), _ordered(
+        load_tensors(ref_dir / reference_file(input_set_key(s)))
+    )
 
 
 def _within(out: torch.Tensor, ref: torch.Tensor, err: float, tol: ResolvedTolerance) -> bool:

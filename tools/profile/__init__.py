@@ -23,8 +23,10 @@ from .jobs import check_result, run_profile_job, run_serve_window
 from .plan import make_plan
 from .schema import Input, Output
 
-GPU_NOTE = ("kernel times from CUPTI; Nsight Compute speed-of-light and memory metrics are not collected by this "
-            "tool yet (scripts/gpu_profile_check.py says whether this host lets ncu read the counters)")
+GPU_NOTE = (
+    "kernel times from CUPTI; Nsight Compute speed-of-light and memory metrics are not collected by this "
+    "tool yet (scripts/gpu_profile_check.py says whether this host lets ncu read the counters)"
+)
 
 
 async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
@@ -32,11 +34,21 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     trace = None
     with tempfile.TemporaryDirectory(prefix="infra-agent-profile-") as scratch:
         if plan.payload["target"] == "serve":
-            raw, watch, trace = await run_serve_window(ctx, plan, sample=inp.sample_threads,
-                                                       gil_hz=inp.gil_sample_hz, scratch=Path(scratch))
+            raw, watch, trace = await run_serve_window(
+                ctx,
+                plan,
+                sample=inp.sample_threads,
+                gil_hz=inp.gil_sample_hz,
+                scratch=Path(scratch),
+            )
         else:
-            result, watch = await run_profile_job(ctx, plan, sample=inp.sample_threads, gil_hz=inp.gil_sample_hz,
-                                                  scratch=Path(scratch))
+            result, watch = await run_profile_job(
+                ctx,
+                plan,
+                sample=inp.sample_threads,
+                gil_hz=inp.gil_sample_hz,
+                scratch=Path(scratch),
+            )
             raw = check_result(result, plan)
         # judging is CPU work over tens of thousands of events: off the event loop, so others get answers
         started = time.monotonic()
@@ -50,30 +62,53 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev
 
 
-def _judged(inp: Input, plan, raw: dict,
-            watch) -> tuple[Output, judge.Evidence, list[tuple[str, bytes | str]]]:
+def _judged(
+    inp: Input, plan, raw: dict, watch
+) -> tuple[Output, judge.Evidence, list[tuple[str, bytes | str]]]:
     ev = judge.evidence(raw, watch)
     judge.check_names(ev, plan.range_filters, "ranges")
     judge.check_names(ev, [p for pair in plan.overlap for p in pair], "overlap")
     by_self, by_total = judge.top_ops(raw.get("ops"), ev.window_ns, inp.top_k)
     overlaps = [judge.overlap(ev, a, b) for a, b in plan.overlap]
-    contention = find.contention(ev, watch, plan.overlap, inp.gil_sample_hz) if inp.sample_threads else None
+    contention = (
+        find.contention(ev, watch, plan.overlap, inp.gil_sample_hz) if inp.sample_threads else None
+    )
     stacks = judge.python_stacks(ev, watch.stacks)
     found = find.findings(ev, overlaps, contention, watch, raw, inp.sample_threads)
     found += find.interpreted_triton(ev, plan, by_self, stacks, watch)
-    ops_threads = sorted({e.get("tid") for e in raw.get("op_events") or [] if isinstance(e, dict)
-                          and isinstance(e.get("tid"), int)})
+    ops_threads = sorted(
+        {
+            e.get("tid")
+            for e in raw.get("op_events") or []
+            if isinstance(e, dict) and isinstance(e.get("tid"), int)
+        }
+    )
     out = Output(
-        target=plan.target, window_ms=ev.window_ns / 1e6, top_ops_by_self=by_self, top_ops_by_total=by_total,
+        target=plan.target,
+        window_ms=ev.window_ns / 1e6,
+        top_ops_by_self=by_self,
+        top_ops_by_total=by_total,
         gpu_kernels=[k for k in raw.get("gpu_kernels") or [] if isinstance(k, dict)][: inp.top_k],
-        gpu_note=GPU_NOTE if raw.get("cuda_activities") else "no GPU in this sandbox: CPU ops only (no CUPTI kernels)",
-        ops_threads=ops_threads, ranges=judge.range_stats(ev, plan.range_filters), threads=judge.thread_stats(ev),
-        overlaps=overlaps, contention=contention, findings=found, finding_codes=[f.code for f in found],
-        python_stacks=stacks, load=plan.load, notes=list(inp._notes))
+        gpu_note=GPU_NOTE
+        if raw.get("cuda_activities")
+        else "no GPU in this sandbox: CPU ops only (no CUPTI kernels)",
+        ops_threads=ops_threads,
+        ranges=judge.range_stats(ev, plan.range_filters),
+        threads=judge.thread_stats(ev),
+        overlaps=overlaps,
+        contention=contention,
+        findings=found,
+        finding_codes=[f.code for f in found],
+        python_stacks=stacks,
+        load=plan.load,
+        notes=list(inp._notes),
+    )
     out.num_threads = len(out.threads)
     pid = int(raw.get("pid") or 0) if isinstance(raw.get("pid"), int) else 0
-    files = [("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
-             ("timeline.png", report.timeline_png(ev))]
+    files = [
+        ("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
+        ("timeline.png", report.timeline_png(ev)),
+    ]
     return out, ev, files
 
 
@@ -93,7 +128,8 @@ TOOL = Tool(
         "each range's thread made progress, i.e. was not blocked on a futex (the GIL, a lock) nor queued for a "
         "CPU), who held the GIL while whom waited (sampled from outside "
         "the job with py-spy and /proc), findings with the layer and the next cheapest experiment, and a Perfetto "
-        "trace and a timeline PNG as artifacts."),
+        "trace and a timeline PNG as artifacts."
+    ),
     input_model=Input,
     output_model=Output,
     run=run,

@@ -70,8 +70,12 @@ class Sweep:
 
 def sweep(a: list[Interval], b: list[Interval]) -> Sweep:
     """Overlap of two interval sets (each merged first)."""
-    events = sorted([(s, 1) for s, _ in merge(a)] + [(e, -1) for _, e in merge(a)]
-                    + [(s, 2) for s, _ in merge(b)] + [(e, -2) for _, e in merge(b)])
+    events = sorted(
+        [(s, 1) for s, _ in merge(a)]
+        + [(e, -1) for _, e in merge(a)]
+        + [(s, 2) for s, _ in merge(b)]
+        + [(e, -2) for _, e in merge(b)]
+    )
     level, last = 0, None
     spent = {1: 0, 2: 0, 3: 0}
     run = {1: 0, 2: 0}  # length of the current A-only (1) / B-only (2) stretch
@@ -86,5 +90,10 @@ def sweep(a: list[Interval], b: list[Interval]) -> Sweep:
             run = {1: 0, 2: 0}
         level += delta
         last = t
-    return Sweep(a_ns=spent[1] + spent[3], b_ns=spent[2] + spent[3], both_ns=spent[3],
-                 longest_a_only_ns=longest[1], longest_b_only_ns=longest[2])
+    return Sweep(
+        a_ns=spent[1] + spent[3],
+        b_ns=spent[2] + spent[3],
+        both_ns=spent[3],
+        longest_a_only_ns=longest[1],
+        longest_b_only_ns=longest[2],
+    )

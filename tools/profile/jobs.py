@@ -29,18 +29,25 @@ class Watch:
 
     proc: ProcSampler | None = None
     spy: PySpy | None = None
-    gil_holders: dict[int, dict] = field(default_factory=dict)  # tid -> {"samples", "site"} from py-spy
-    stacks: list[tuple[int, str, int]] = field(default_factory=list)  # (tid, Python stack, GIL samples)
+    gil_holders: dict[int, dict] = field(
+        default_factory=dict
+    )  # tid -> {"samples", "site"} from py-spy
+    stacks: list[tuple[int, str, int]] = field(
+        default_factory=list
+    )  # (tid, Python stack, GIL samples)
     problem: str = ""  # why there are no samples, when there are none
     phases_ms: dict[str, float] = field(default_factory=dict)  # where the call's time went, ms
 
 
-async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int,
-                          scratch: Path) -> tuple[JobResult, Watch]:
+async def run_profile_job(
+    ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int, scratch: Path
+) -> tuple[JobResult, Watch]:
     watch = Watch()
 
     async def progress(done: float, total: float | None = None, message: str = "") -> None:
-        if message == "profile:window-end":  # py-spy has no times: stop it before the export holds the GIL
+        if (
+            message == "profile:window-end"
+        ):  # py-spy has no times: stop it before the export holds the GIL
             if watch.spy is not None:
                 await asyncio.to_thread(watch.spy.stop)
             return
@@ -52,7 +59,9 @@ async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz:
         if sample and watch.proc is None:
             _attach(ctx, watch, int(match.group(1)), gil_hz, plan.timeout_s, scratch)
 
-    job = Job(op="profile", payload=plan.payload, kind="run", timeout_s=plan.timeout_s, env=plan.env)
+    job = Job(
+        op="profile", payload=plan.payload, kind="run", timeout_s=plan.timeout_s, env=plan.env
+    )
     started = time.monotonic()
     try:
         result = await ctx.sandbox.run(job, progress)
@@ -64,13 +73,17 @@ async def run_profile_job(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz:
     return result, watch
 
 
-def _attach(ctx: ToolContext, watch: Watch, job_pid: int, gil_hz: int, timeout_s: float, scratch: Path) -> None:
+def _attach(
+    ctx: ToolContext, watch: Watch, job_pid: int, gil_hz: int, timeout_s: float, scratch: Path
+) -> None:
     zygote_pids = getattr(ctx.sandbox, "zygote_pids", None)
     candidates = zygote_pids() if zygote_pids is not None else []
     host_pid = host_pid_of(job_pid, candidates)
     if host_pid is None:
-        watch.problem = (f"the job's pid {job_pid} is not in the sandbox's process tree as seen from the host "
-                         "(no PID namespace, or the job lied); threads were not sampled from outside")
+        watch.problem = (
+            f"the job's pid {job_pid} is not in the sandbox's process tree as seen from the host "
+            "(no PID namespace, or the job lied); threads were not sampled from outside"
+        )
         return
     watch.proc = ProcSampler(host_pid)
     watch.proc.start()
@@ -88,21 +101,29 @@ def _stop(watch: Watch) -> None:
 def check_result(result: JobResult, plan: Plan) -> dict:
     """The job's raw result, or an AgentError that says what happened and what to do."""
     if result.status == "timeout":
-        raise AgentError(f"{plan.target} did not return within timeout_s={plan.timeout_s:g} s; it and every "
-                         "thread and process it started were killed. Make the entry run one bounded step "
-                         "(join the threads it starts), or raise timeout_s")
+        raise AgentError(
+            f"{plan.target} did not return within timeout_s={plan.timeout_s:g} s; it and every "
+            "thread and process it started were killed. Make the entry run one bounded step "
+            "(join the threads it starts), or raise timeout_s"
+        )
     if result.status != "ok":
         text = result.error or result.status
         if "LoadError" in text or "has no function" in text:
             raise AgentError(f"could not load {plan.target}: {text}")
-        raise AgentError(f"{plan.target} failed ({result.status}): {text}\n{result.stderr_tail[-1500:]}".rstrip())
+        raise AgentError(
+            f"{plan.target} failed ({result.status}): {text}\n{result.stderr_tail[-1500:]}".rstrip()
+        )
     raw = result.result
     if not isinstance(raw.get("window"), dict) or not isinstance(raw.get("ranges"), dict):
-        raise AgentError("the profile job returned a malformed result (did the code replace the worker's output?)")
+        raise AgentError(
+            "the profile job returned a malformed result (did the code replace the worker's output?)"
+        )
     if raw.get("children"):
-        raise AgentError(f"{plan.target} started child processes (pids {raw['children'][:5]} inside the sandbox) "
-                         "that were still there when it returned: profile measures one process. Use threads, or "
-                         "wait for the children inside the entry; they have been killed")
+        raise AgentError(
+            f"{plan.target} started child processes (pids {raw['children'][:5]} inside the sandbox) "
+            "that were still there when it returned: profile measures one process. Use threads, or "
+            "wait for the children inside the entry; they have been killed"
+        )
     return raw
 
 
@@ -111,8 +132,9 @@ def check_result(result: JobResult, plan: Plan) -> dict:
 MAX_PROFILE_BYTES = 64 << 20  # the engine's raw window (untrusted): a larger file is refused
 
 
-async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int,
-                           scratch: Path) -> tuple[dict, Watch, Path | None]:
+async def run_serve_window(
+    ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int, scratch: Path
+) -> tuple[dict, Watch, Path | None]:
     """Open the engine's profiling window, keep `load_concurrency` requests in flight for
     duration_s, close it; the raw window (the same format as the profile op's) comes back from
     a file in the engine's own folder. Returns (raw, what the host saw, the engine's torch trace)."""
@@ -120,25 +142,35 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
 
     engine = get_engine(ctx, plan.payload["handle"])
     if engine.adapter.name != "builtin":
-        raise AgentError(f"profile(handle=) reads the built-in engine's profiling window; the {engine.adapter.name} "
-                         "engine's /start_profile writes only its own torch trace. Profile a workload that runs one "
-                         "step of that stack instead, or launch_serve the builtin engine")
+        raise AgentError(
+            f"profile(handle=) reads the built-in engine's profiling window; the {engine.adapter.name} "
+            "engine's /start_profile writes only its own torch trace. Profile a workload that runs one "
+            "step of that stack instead, or launch_serve the builtin engine"
+        )
     watch = Watch()
     deadline = time.monotonic() + plan.timeout_s
     with _phase(watch, "attach"):
-        await asyncio.to_thread(_watch_engine, watch, engine, sample, gil_hz, plan.timeout_s, scratch)
+        await asyncio.to_thread(
+            _watch_engine, watch, engine, sample, gil_hz, plan.timeout_s, scratch
+        )
     failed, paths, opened = None, {}, False
     try:
         async with engine.client(timeout_s=max(1.0, deadline - time.monotonic())) as client:
-            if watch.proc is not None:  # py-spy keeps no times: its samples count from when it says it
+            if (
+                watch.proc is not None
+            ):  # py-spy keeps no times: its samples count from when it says it
                 # attached (the engine warmed torch.profiler at launch, so opening holds the GIL for ms);
                 # started before the window, as attaching once the load runs measured overlap 8-12%
                 # against 4-5% in the case study (replay 2): the window's first part is then sampled
-                watch.spy = PySpy(watch.proc.host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s)
+                watch.spy = PySpy(
+                    watch.proc.host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s
+                )
             with _phase(watch, "start_profile"):
                 opened = True  # from the request on: a cancel may land after the engine opened it
                 await _open_window(client, engine, deadline)
-            await ctx.progress(0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s")
+            await ctx.progress(
+                0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s"
+            )
             with _phase(watch, "load"):
                 failed = await _load(engine, plan.payload)
     finally:  # closed however the window ends (a failed load, the client's cancel): never left on.
@@ -157,8 +189,9 @@ async def run_serve_window(ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz
                         try:
                             # unwinding, the engine closes the window on the request alone; no need
                             # to wait out its export
-                            paths = await _close_window(engine, deadline, watch,
-                                                        wait_s=UNWIND_WAIT_S if unwinding else None)
+                            paths = await _close_window(
+                                engine, deadline, watch, wait_s=UNWIND_WAIT_S if unwinding else None
+                            )
                         except AgentError:
                             if not unwinding:
                                 raise
@@ -203,7 +236,9 @@ class _phase:
         self.watch.phases_ms[self.name] = 1e3 * (time.monotonic() - self.started)
 
 
-def _watch_engine(watch: Watch, engine, sample: bool, gil_hz: int, max_s: float, scratch: Path) -> None:
+def _watch_engine(
+    watch: Watch, engine, sample: bool, gil_hz: int, max_s: float, scratch: Path
+) -> None:
     if not sample:
         return
     host_pid = _engine_pid(engine)
@@ -215,7 +250,9 @@ def _watch_engine(watch: Watch, engine, sample: bool, gil_hz: int, max_s: float,
 
 
 UNWIND_WAIT_S = 5.0  # a cancelled or failed call: time for /stop_profile to reach the engine
-MIN_EXPORT_WAIT_S = 30.0  # /stop_profile gets at least this long, however little of timeout_s is left
+MIN_EXPORT_WAIT_S = (
+    30.0  # /stop_profile gets at least this long, however little of timeout_s is left
+)
 
 
 async def _close_window(engine, deadline: float, watch: Watch, wait_s: float | None = None) -> dict:
@@ -229,18 +266,24 @@ async def _close_window(engine, deadline: float, watch: Watch, wait_s: float | N
             resp = await client.post("/stop_profile")
     except httpx.TimeoutException:
         spent = ", ".join(f"{k} {v / 1e3:.1f} s" for k, v in watch.phases_ms.items())
-        raise AgentError(f"the engine did not finish exporting the profiling window within {wait_s:.0f} s "
-                         f"(so far: {spent}); the window is closed and the engine keeps serving while the "
-                         "export finishes on its own thread (a new profile is refused until then). Profile a "
-                         "shorter duration_s (the export grows with the ops in the window), fewer "
-                         "load_concurrency, or raise timeout_s") from None
+        raise AgentError(
+            f"the engine did not finish exporting the profiling window within {wait_s:.0f} s "
+            f"(so far: {spent}); the window is closed and the engine keeps serving while the "
+            "export finishes on its own thread (a new profile is refused until then). Profile a "
+            "shorter duration_s (the export grows with the ops in the window), fewer "
+            "load_concurrency, or raise timeout_s"
+        ) from None
     except httpx.HTTPError as exc:
-        raise AgentError(f"the engine did not answer /stop_profile ({type(exc).__name__}); its log ends:\n"
-                         f"{engine.log_tail(1500)}") from None
+        raise AgentError(
+            f"the engine did not answer /stop_profile ({type(exc).__name__}); its log ends:\n"
+            f"{engine.log_tail(1500)}"
+        ) from None
     if resp.status_code == 400 and "no profile is running" in resp.text:
         return {}  # the open failed (its error is the answer) or never reached the engine
     if resp.status_code != 200:
-        raise AgentError(f"the engine refused /stop_profile (HTTP {resp.status_code}): {resp.text[:300]}")
+        raise AgentError(
+            f"the engine refused /stop_profile (HTTP {resp.status_code}): {resp.text[:300]}"
+        )
     try:
         body = resp.json()
     except ValueError:
@@ -254,8 +297,10 @@ async def _post(client, path: str, engine) -> dict:
     try:
         resp = await client.post(path)
     except httpx.HTTPError as exc:
-        raise AgentError(f"the engine did not answer {path} ({type(exc).__name__}); its log ends:\n"
-                         f"{engine.log_tail(1500)}") from None
+        raise AgentError(
+            f"the engine did not answer {path} ({type(exc).__name__}); its log ends:\n"
+            f"{engine.log_tail(1500)}"
+        ) from None
     if resp.status_code != 200:
         raise AgentError(f"the engine refused {path} (HTTP {resp.status_code}): {resp.text[:300]}")
     try:
@@ -264,9 +309,13 @@ async def _post(client, path: str, engine) -> dict:
         return {}
 
 
-PROMPTS_PER_STREAM_S = 20  # distinct load prompts per request in flight per second of window (a request
+PROMPTS_PER_STREAM_S = (
+    20  # distinct load prompts per request in flight per second of window (a request
+)
 # shorter than 50 ms may see its prompt again)
-MAX_LOAD_PROMPT_TOKENS = 1 << 18  # ... within this many prompt tokens in all (building them takes ~1 s)
+MAX_LOAD_PROMPT_TOKENS = (
+    1 << 18
+)  # ... within this many prompt tokens in all (building them takes ~1 s)
 
 
 async def _load(engine, payload: dict) -> str | None:
@@ -281,24 +330,39 @@ async def _load(engine, payload: dict) -> str | None:
     from ..common.engines import engine_tokenizer
     from ..serve_benchmark.jobs import served_model
 
-    ep = Endpoint("http://engine", model=await served_model(engine), uds=engine.socket_path,
-                  extra_body=engine.adapter.request_extras(ignore_eos=True))
+    ep = Endpoint(
+        "http://engine",
+        model=await served_model(engine),
+        uds=engine.socket_path,
+        extra_body=engine.adapter.request_extras(ignore_eos=True),
+    )
     # Distinct prompts for the whole window where it is cheap: the loop sends them in turn, and a prompt sent
     # twice is a prefix-cache hit, a shorter prefill than the shape asked for.
     distinct = concurrency * max(4, math.ceil(duration_s * PROMPTS_PER_STREAM_S))
     distinct = min(distinct, max(concurrency, MAX_LOAD_PROMPT_TOKENS // payload["load_input_len"]))
-    requests = random_requests(distinct, input_len=payload["load_input_len"],
-                               output_len=payload["load_output_len"], seed=0, tokenizer=engine_tokenizer(engine))
-    result = await asyncio.wait_for(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency),
-                                                  send_for_s=duration_s), timeout=duration_s + 60)
+    requests = random_requests(
+        distinct,
+        input_len=payload["load_input_len"],
+        output_len=payload["load_output_len"],
+        seed=0,
+        tokenizer=engine_tokenizer(engine),
+    )
+    result = await asyncio.wait_for(
+        run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency), send_for_s=duration_s),
+        timeout=duration_s + 60,
+    )
     failed = [r.error or "no content received" for r in result.records if not r.ok]
     if not result.records:
-        return ("no load request was sent within the window; profile a longer duration_s, or drive the load "
-                "yourself with load_concurrency=0")
+        return (
+            "no load request was sent within the window; profile a longer duration_s, or drive the load "
+            "yourself with load_concurrency=0"
+        )
     if len(failed) == len(result.records):  # the window holds no work: say why instead
-        return (f"every load request failed ({failed[0][:300]}); the window has nothing to show. Fit "
-                "load_input_len + load_output_len to the engine's context, or drive the load yourself "
-                "with load_concurrency=0")
+        return (
+            f"every load request failed ({failed[0][:300]}); the window has nothing to show. Fit "
+            "load_input_len + load_output_len to the engine's context, or drive the load yourself "
+            "with load_concurrency=0"
+        )
     return None
 
 
@@ -322,8 +386,11 @@ def _inside(engine, reported: object) -> Path | None:
     rel = Path(reported)
     if rel.is_absolute():
         try:  # the path as the engine sees its folder (/jobs/<name>/...) or, unsandboxed, the host path
-            rel = rel.relative_to(engine.folder) if rel.is_relative_to(engine.folder) else \
-                rel.relative_to(Path("/jobs") / engine.folder.name)
+            rel = (
+                rel.relative_to(engine.folder)
+                if rel.is_relative_to(engine.folder)
+                else rel.relative_to(Path("/jobs") / engine.folder.name)
+            )
         except ValueError:
             return None
     host = (engine.folder / rel).resolve()
@@ -335,16 +402,23 @@ def _read_window(engine, reported: object) -> dict:
 
     path = _inside(engine, reported)
     if path is None:
-        raise AgentError("the engine's /stop_profile named no profile file in its folder (is it the built-in "
-                         "engine, started with --profile-dir?)")
+        raise AgentError(
+            "the engine's /stop_profile named no profile file in its folder (is it the built-in "
+            "engine, started with --profile-dir?)"
+        )
     if path.stat().st_size > MAX_PROFILE_BYTES:
-        raise AgentError(f"the engine's profile is {path.stat().st_size} bytes (cap {MAX_PROFILE_BYTES}): "
-                         "profile a shorter duration_s")
+        raise AgentError(
+            f"the engine's profile is {path.stat().st_size} bytes (cap {MAX_PROFILE_BYTES}): "
+            "profile a shorter duration_s"
+        )
     try:
         raw = json.loads(path.read_text())
     except ValueError:
         raise AgentError("the engine's profile file is not JSON") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("window"), dict) or not isinstance(raw.get("ranges"),
-                                                                                              dict):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("window"), dict)
+        or not isinstance(raw.get("ranges"), dict)
+    ):
         raise AgentError("the engine's profile file is malformed")
     return raw

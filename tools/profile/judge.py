@@ -35,12 +35,20 @@ class Evidence:
     window: tuple[int, int]
     ranges: list[Range]
     names: dict[int, str]  # tid -> thread name
-    futex: dict[int, list[iv.Interval]] = field(default_factory=dict)  # tid -> blocked on a futex (merged)
-    stalled: dict[int, list[iv.Interval]] = field(default_factory=dict)  # tid -> futex or waiting for a CPU
+    futex: dict[int, list[iv.Interval]] = field(
+        default_factory=dict
+    )  # tid -> blocked on a futex (merged)
+    stalled: dict[int, list[iv.Interval]] = field(
+        default_factory=dict
+    )  # tid -> futex or waiting for a CPU
     states: dict[int, dict[str, list[iv.Interval]]] = field(default_factory=dict)
-    gil: dict[int, dict] = field(default_factory=dict)  # tid -> {"samples", "site"}: py-spy's GIL-holder counts
+    gil: dict[int, dict] = field(
+        default_factory=dict
+    )  # tid -> {"samples", "site"}: py-spy's GIL-holder counts
     gil_rate_hz: int = 0
-    gil_span: tuple[int, int] | None = None  # when py-spy sampled (attached .. told to stop), monotonic ns
+    gil_span: tuple[int, int] | None = (
+        None  # when py-spy sampled (attached .. told to stop), monotonic ns
+    )
     cpu_ns: dict[int, int] = field(default_factory=dict)
     sampled: bool = False
 
@@ -83,13 +91,30 @@ class Evidence:
 def evidence(raw: dict, watch: Watch) -> Evidence:
     window = (_int(raw["window"].get("start_ns")), _int(raw["window"].get("end_ns")))
     ranges = _span_ranges(raw.get("ranges") or {}) + [
-        Range(_str(r.get("name")), _int(r.get("tid")), _int(r.get("start_ns")), _int(r.get("end_ns")), None,
-              "record_function") for r in _dicts(raw.get("torch_ranges"))]
-    names = {_int(k): _str(v.get("name")) for k, v in (raw.get("threads") or {}).items() if isinstance(v, dict)}
+        Range(
+            _str(r.get("name")),
+            _int(r.get("tid")),
+            _int(r.get("start_ns")),
+            _int(r.get("end_ns")),
+            None,
+            "record_function",
+        )
+        for r in _dicts(raw.get("torch_ranges"))
+    ]
+    names = {
+        _int(k): _str(v.get("name"))
+        for k, v in (raw.get("threads") or {}).items()
+        if isinstance(v, dict)
+    }
     names.update(_span_thread_names(raw.get("ranges") or {}))
-    cpu = {_int(k): _int(v.get("cpu_ns")) - _int(v.get("cpu_first_ns")) for k, v in (raw.get("threads") or {}).items()
-           if isinstance(v, dict) and "cpu_ns" in v}  # a thread no poll saw has a name, not a time
-    ev = Evidence(window=window, ranges=[r for r in ranges if r.end_ns >= r.start_ns], names=names, cpu_ns=cpu)
+    cpu = {
+        _int(k): _int(v.get("cpu_ns")) - _int(v.get("cpu_first_ns"))
+        for k, v in (raw.get("threads") or {}).items()
+        if isinstance(v, dict) and "cpu_ns" in v
+    }  # a thread no poll saw has a name, not a time
+    ev = Evidence(
+        window=window, ranges=[r for r in ranges if r.end_ns >= r.start_ns], names=names, cpu_ns=cpu
+    )
     if watch.proc is not None:
         ev.sampled = True
         for track in watch.proc.tracks.values():
@@ -109,14 +134,33 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
 
 def _span_ranges(cols: dict) -> list[Range]:
     names = [_str(n) for n in cols.get("names") or []]
-    rows = zip(cols.get("name") or [], cols.get("tid") or [], cols.get("thread") or [], cols.get("start_ns") or [],
-               cols.get("end_ns") or [], cols.get("cpu_ns") or [], strict=False)  # untrusted: may differ in length
-    return [Range(names[i] if isinstance(i, int) and 0 <= i < len(names) else "?", _int(tid), _int(s), _int(e),
-                  _int(c), "span") for i, tid, _, s, e, c in rows]
+    rows = zip(
+        cols.get("name") or [],
+        cols.get("tid") or [],
+        cols.get("thread") or [],
+        cols.get("start_ns") or [],
+        cols.get("end_ns") or [],
+        cols.get("cpu_ns") or [],
+        strict=False,
+    )  # untrusted: may differ in length
+    return [
+        Range(
+            names[i] if isinstance(i, int) and 0 <= i < len(names) else "?",
+            _int(tid),
+            _int(s),
+            _int(e),
+            _int(c),
+            "span",
+        )
+        for i, tid, _, s, e, c in rows
+    ]
 
 
 def _span_thread_names(cols: dict) -> dict[int, str]:
-    return {_int(t): _str(n) for t, n in zip(cols.get("tid") or [], cols.get("thread") or [], strict=False)}
+    return {
+        _int(t): _str(n)
+        for t, n in zip(cols.get("tid") or [], cols.get("thread") or [], strict=False)
+    }
 
 
 def check_names(ev: Evidence, patterns: list[str], field_name: str) -> None:
@@ -124,18 +168,31 @@ def check_names(ev: Evidence, patterns: list[str], field_name: str) -> None:
     seen = sorted({r.name for r in ev.ranges})
     for pattern in patterns:
         if not ev.matching(pattern):
-            raise AgentError(f"{field_name}: {pattern!r} matches no range that ran; ranges seen: "
-                             f"{', '.join(seen) or 'none (wrap work in ia_worker.ranges.span or record_function)'}")
+            raise AgentError(
+                f"{field_name}: {pattern!r} matches no range that ran; ranges seen: "
+                f"{', '.join(seen) or 'none (wrap work in ia_worker.ranges.span or record_function)'}"
+            )
 
 
 def top_ops(rows: list, window_ns: int, top_k: int) -> tuple[list[OpRow], list[OpRow]]:
     ops = []
     for r in _dicts(rows):
         self_ms, total_ms = _num(r.get("self_us")) / 1e3, _num(r.get("total_us")) / 1e3
-        ops.append(OpRow(name=_str(r.get("name")), input_shapes=_str(r.get("input_shapes")),
-                         count=_int(r.get("count")), self_ms=self_ms, total_ms=total_ms,
-                         self_pct=100 * self_ms * 1e6 / window_ns, total_pct=100 * total_ms * 1e6 / window_ns))
-    return (sorted(ops, key=lambda o: -o.self_ms)[:top_k], sorted(ops, key=lambda o: -o.total_ms)[:top_k])
+        ops.append(
+            OpRow(
+                name=_str(r.get("name")),
+                input_shapes=_str(r.get("input_shapes")),
+                count=_int(r.get("count")),
+                self_ms=self_ms,
+                total_ms=total_ms,
+                self_pct=100 * self_ms * 1e6 / window_ns,
+                total_pct=100 * total_ms * 1e6 / window_ns,
+            )
+        )
+    return (
+        sorted(ops, key=lambda o: -o.self_ms)[:top_k],
+        sorted(ops, key=lambda o: -o.total_ms)[:top_k],
+    )
 
 
 def range_stats(ev: Evidence, filters: list[str]) -> list[RangeStat]:
@@ -147,8 +204,17 @@ def range_stats(ev: Evidence, filters: list[str]) -> list[RangeStat]:
     for (name, source), rs in sorted(groups.items()):
         wall = sum(r.end_ns - r.start_ns for r in rs) / 1e6
         cpu = [r.cpu_ns for r in rs if r.cpu_ns is not None]
-        out.append(RangeStat(name=name, source=source, threads=sorted({ev.label(r.tid) for r in rs}), count=len(rs),
-                             total_ms=wall, mean_ms=wall / len(rs), on_cpu_ms=sum(cpu) / 1e6 if cpu else None))
+        out.append(
+            RangeStat(
+                name=name,
+                source=source,
+                threads=sorted({ev.label(r.tid) for r in rs}),
+                count=len(rs),
+                total_ms=wall,
+                mean_ms=wall / len(rs),
+                on_cpu_ms=sum(cpu) / 1e6 if cpu else None,
+            )
+        )
     return out
 
 
@@ -158,14 +224,28 @@ def thread_stats(ev: Evidence) -> list[ThreadStat]:
     out = []
     for tid in tids:
         in_ranges = iv.total(iv.merge([(r.start_ns, r.end_ns) for r in ev.ranges if r.tid == tid]))
-        states = {c: iv.total(iv.intersect(runs, window)) / ev.window_ns for c, runs in ev.states.get(tid, {}).items()}
+        states = {
+            c: iv.total(iv.intersect(runs, window)) / ev.window_ns
+            for c, runs in ev.states.get(tid, {}).items()
+        }
         cpu = ev.cpu_ns.get(tid)
-        busy = states.get("running") if ev.sampled and tid in ev.states else (cpu / ev.window_ns if cpu else None)
+        busy = (
+            states.get("running")
+            if ev.sampled and tid in ev.states
+            else (cpu / ev.window_ns if cpu else None)
+        )
         gil = ev.gil_share(tid)
-        out.append(ThreadStat(tid=tid, name=ev.names.get(tid, ""), wall_in_ranges_ms=in_ranges / 1e6,
-                              on_cpu_ms=cpu / 1e6 if cpu is not None else None,
-                              busy_fraction=min(busy, 1.0) if busy is not None else None,
-                              state_fractions={c: round(v, 4) for c, v in states.items()}, gil_held_fraction=gil))
+        out.append(
+            ThreadStat(
+                tid=tid,
+                name=ev.names.get(tid, ""),
+                wall_in_ranges_ms=in_ranges / 1e6,
+                on_cpu_ms=cpu / 1e6 if cpu is not None else None,
+                busy_fraction=min(busy, 1.0) if busy is not None else None,
+                state_fractions={c: round(v, 4) for c, v in states.items()},
+                gil_held_fraction=gil,
+            )
+        )
     return out
 
 
@@ -174,20 +254,32 @@ def overlap(ev: Evidence, a: str, b: str) -> OverlapStat:
     run = iv.sweep(ev.running(ra), ev.running(rb))
     raw = iv.sweep([(r.start_ns, r.end_ns) for r in ra], [(r.start_ns, r.end_ns) for r in rb])
     return OverlapStat(
-        a=a, b=b, a_threads=sorted({ev.label(r.tid) for r in ra}), b_threads=sorted({ev.label(r.tid) for r in rb}),
-        basis="running" if ev.sampled else "intervals", a_in_ranges_ms=raw.a_ns / 1e6, b_in_ranges_ms=raw.b_ns / 1e6,
-        a_active_ms=run.a_ns / 1e6, b_active_ms=run.b_ns / 1e6,
-        both_ms=run.both_ns / 1e6, a_overlap_fraction=_ratio(run.both_ns, run.a_ns),
-        b_overlap_fraction=_ratio(run.both_ns, run.b_ns), longest_a_without_b_ms=run.longest_a_only_ns / 1e6,
+        a=a,
+        b=b,
+        a_threads=sorted({ev.label(r.tid) for r in ra}),
+        b_threads=sorted({ev.label(r.tid) for r in rb}),
+        basis="running" if ev.sampled else "intervals",
+        a_in_ranges_ms=raw.a_ns / 1e6,
+        b_in_ranges_ms=raw.b_ns / 1e6,
+        a_active_ms=run.a_ns / 1e6,
+        b_active_ms=run.b_ns / 1e6,
+        both_ms=run.both_ns / 1e6,
+        a_overlap_fraction=_ratio(run.both_ns, run.a_ns),
+        b_overlap_fraction=_ratio(run.both_ns, run.b_ns),
+        longest_a_without_b_ms=run.longest_a_only_ns / 1e6,
         longest_b_without_a_ms=run.longest_b_only_ns / 1e6,
-        interval_a_overlap_fraction=_ratio(raw.both_ns, raw.a_ns))
+        interval_a_overlap_fraction=_ratio(raw.both_ns, raw.a_ns),
+    )
 
 
 def overlap_fraction(ev: Evidence, a: str, b: str) -> float | None:
     """For expect: overlap_fraction('kv_transfer', 'dispatch'); None (inconclusive) when A never ran."""
     try:
-        check_names(ev, [names.check(a, "overlap_fraction"), names.check(b, "overlap_fraction")],
-                    "overlap_fraction")
+        check_names(
+            ev,
+            [names.check(a, "overlap_fraction"), names.check(b, "overlap_fraction")],
+            "overlap_fraction",
+        )
     except AgentError as exc:
         raise ExpectError(str(exc)) from None
     return overlap(ev, a, b).a_overlap_fraction
@@ -201,16 +293,27 @@ def gil_waits(ev: Evidence, holder_set: str, waiter_set: str) -> list[GilWait]:
         return []
     holders, waits = ev.matching(holder_set), []
     for waiter in sorted({r.tid for r in ev.matching(waiter_set)}):
-        mine = iv.merge([(r.start_ns, r.end_ns) for r in ev.matching(waiter_set) if r.tid == waiter])
+        mine = iv.merge(
+            [(r.start_ns, r.end_ns) for r in ev.matching(waiter_set) if r.tid == waiter]
+        )
         for holder in sorted({r.tid for r in holders} - {waiter}):
             theirs = iv.merge([(r.start_ns, r.end_ns) for r in holders if r.tid == holder])
             both_open = iv.intersect(mine, theirs)
             blocked = iv.intersect(both_open, ev.futex.get(waiter, []))
-            could_run = iv.subtract(mine, ev.states.get(waiter, {}).get("cpu_wait", []))  # the OS's share is not ours
-            waits.append(GilWait(
-                holder=ev.label(holder), waiter=ev.label(waiter), waiter_ranges=waiter_set, holder_ranges=holder_set,
-                fraction=_ratio(iv.total(blocked), iv.total(could_run)) or 0.0,
-                holder_gil_share=ev.gil_share(holder) or 0.0, holder_gil_site=ev.gil.get(holder, {}).get("site", "")))
+            could_run = iv.subtract(
+                mine, ev.states.get(waiter, {}).get("cpu_wait", [])
+            )  # the OS's share is not ours
+            waits.append(
+                GilWait(
+                    holder=ev.label(holder),
+                    waiter=ev.label(waiter),
+                    waiter_ranges=waiter_set,
+                    holder_ranges=holder_set,
+                    fraction=_ratio(iv.total(blocked), iv.total(could_run)) or 0.0,
+                    holder_gil_share=ev.gil_share(holder) or 0.0,
+                    holder_gil_site=ev.gil.get(holder, {}).get("site", ""),
+                )
+            )
     return waits
 
 
@@ -258,5 +361,7 @@ def python_stacks(ev: Evidence, stacks: list[tuple[int, str, int]]) -> list[Pyth
         tail = " -> ".join(stack.split(";")[-STACK_FRAMES:]) if stack else "?"
         grouped[(tid, tail)] = grouped.get((tid, tail), 0) + count
     top = sorted(grouped.items(), key=lambda kv: -kv[1])[:STACK_ROWS]
-    return [PythonStack(thread=ev.label(tid), stack=_str(tail), share=min(1.0, n / expected))
-            for (tid, tail), n in top]
+    return [
+        PythonStack(thread=ev.label(tid), stack=_str(tail), share=min(1.0, n / expected))
+        for (tid, tail), n in top
+    ]

@@ -21,13 +21,17 @@ REGEX_ONLY = re.compile(r"[()+{}^$\\]|\.\*|\.\+")  # syntax a wildcard has no me
 def check(pattern: str, field: str) -> str:
     """The pattern, or an AgentError saying how to write it as names and wildcards."""
     if not pattern or any(not alt for alt in pattern.split("|")):
-        raise AgentError(f"{field}: {pattern!r} has an empty name; give names joined by |, e.g. "
-                         "'dispatch|combine'")
+        raise AgentError(
+            f"{field}: {pattern!r} has an empty name; give names joined by |, e.g. "
+            "'dispatch|combine'"
+        )
     if REGEX_ONLY.search(pattern):
         hint = pattern.replace(".*", "*").replace(".+", "?*")
-        raise AgentError(f"{field}: {pattern!r} uses regular-expression syntax; range sets are names joined "
-                         f"by | with shell wildcards (* any run of characters, ? one), e.g. 'dispatch|combine' "
-                         f"or {hint!r}")
+        raise AgentError(
+            f"{field}: {pattern!r} uses regular-expression syntax; range sets are names joined "
+            f"by | with shell wildcards (* any run of characters, ? one), e.g. 'dispatch|combine' "
+            f"or {hint!r}"
+        )
     return pattern
 
 

@@ -63,16 +63,24 @@ class ThreadTrack:
     host_tid: int
     tid: int  # as the job sees it (the id its ranges carry)
     name: str
-    runs: dict[str, list[tuple[int, int]]] = field(default_factory=lambda: {c: [] for c in STATE_CLASSES})
+    runs: dict[str, list[tuple[int, int]]] = field(
+        default_factory=lambda: {c: [] for c in STATE_CLASSES}
+    )
     ticks_first: int | None = None
     ticks_last: int = 0
-    ticks_seen: list[tuple[int, int]] = field(default_factory=list)  # (t, ticks) when the count changed
-    sched: tuple[int, int] | None = None  # schedstat: ns on a CPU, ns waiting in the run queue (last round)
+    ticks_seen: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (t, ticks) when the count changed
+    sched: tuple[int, int] | None = (
+        None  # schedstat: ns on a CPU, ns waiting in the run queue (last round)
+    )
     queued: list[tuple[int, int]] = field(default_factory=list)  # spans it waited in the run queue
     samples: int = 0
     _state: str | None = None
     _since: int = 0
-    _last_seen: int = 0  # time of the previous sample: a change happened between it and the next one
+    _last_seen: int = (
+        0  # time of the previous sample: a change happened between it and the next one
+    )
 
 
 class ProcSampler:
@@ -107,7 +115,9 @@ class ProcSampler:
 
     def _loop(self) -> None:
         try:  # on a loaded host a normal thread gets descheduled for ms: transitions would be seen late
-            os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))  # this thread only (Linux: tid 0)
+            os.sched_setscheduler(
+                0, os.SCHED_FIFO, os.sched_param(1)
+            )  # this thread only (Linux: tid 0)
             self.realtime = True
         except (OSError, AttributeError):
             pass
@@ -131,13 +141,18 @@ class ProcSampler:
                 continue
             base = f"/proc/{self.host_pid}/task/{host_tid}"
             try:
-                fds = tuple(os.open(f"{base}/{name}", os.O_RDONLY) for name in ("stat", "wchan", "schedstat"))
+                fds = tuple(
+                    os.open(f"{base}/{name}", os.O_RDONLY)
+                    for name in ("stat", "wchan", "schedstat")
+                )
                 name = Path(f"{base}/comm").read_text().strip()
             except OSError:
                 continue
             ns = _nspid(Path(f"{base}/status"))
             self._files[host_tid] = fds
-            self.tracks.setdefault(host_tid, ThreadTrack(host_tid, ns[-1] if ns else host_tid, name))
+            self.tracks.setdefault(
+                host_tid, ThreadTrack(host_tid, ns[-1] if ns else host_tid, name)
+            )
         return True
 
     def _sample(self) -> None:
@@ -171,7 +186,9 @@ class ProcSampler:
     @staticmethod
     def _observe(track: ThreadTrack, state: str, t: int) -> None:
         if state != track._state:
-            change = (track._last_seen + t) // 2 if track._state is not None else t  # halfway: half the error
+            change = (
+                (track._last_seen + t) // 2 if track._state is not None else t
+            )  # halfway: half the error
             ProcSampler._close_run(track, change)
             track._state, track._since = state, change
         track._last_seen = t
@@ -186,6 +203,7 @@ class ProcSampler:
 def cpu_ns_within(track: ThreadTrack, start_ns: int, end_ns: int) -> int:
     """On-CPU time of the thread between two instants, ns: its tick count as last seen at or before
     each (the samplers outlive the window: the job's export, the engine's /stop_profile run on)"""
+
     def ticks_at(t: int) -> int | None:
         seen = [ticks for when, ticks in track.ticks_seen if when <= t]
         return seen[-1] if seen else None
@@ -194,7 +212,9 @@ def cpu_ns_within(track: ThreadTrack, start_ns: int, end_ns: int) -> int:
     last = ticks_at(end_ns)
     if last is None:  # the sampler first saw the thread after the window
         return 0
-    base = first if first is not None else track.ticks_seen[0][1]  # born (or first seen) in the window
+    base = (
+        first if first is not None else track.ticks_seen[0][1]
+    )  # born (or first seen) in the window
     return (last - base) * 1_000_000_000 // CLOCK_TICKS
 
 
@@ -213,10 +233,14 @@ def _absorb_futex_wakeups(track: ThreadTrack) -> None:
     timeline = sorted((s, e, c) for c, r in runs.items() for s, e in r)
     futex_at = [i for i, (_, _, c) in enumerate(timeline) if c == "futex"]
     for i, j in zip(futex_at, futex_at[1:], strict=False):
-        between = timeline[i + 1:j]
+        between = timeline[i + 1 : j]
         on_cpu = sum(e - s for s, e, c in between if c == "running")
-        if between and on_cpu < WAKEUP_RUN_NS and all(c in ("running", "cpu_wait", "other") for _, _, c in between):
-            timeline[i + 1:j] = [(s, e, "futex") for s, e, _ in between]
+        if (
+            between
+            and on_cpu < WAKEUP_RUN_NS
+            and all(c in ("running", "cpu_wait", "other") for _, _, c in between)
+        ):
+            timeline[i + 1 : j] = [(s, e, "futex") for s, e, _ in between]
     track.runs = {c: merge([(s, e) for s, e, k in timeline if k == c]) for c in STATE_CLASSES}
 
 
@@ -244,7 +268,9 @@ class PySpy:
 
     def __init__(self, host_pid: int, out_file: Path, rate_hz: int, max_s: float):
         self.out_file, self.rate_hz, self.error = out_file, rate_hz, ""
-        self.sampling_from_ns: int | None = None  # when py-spy said it was sampling (attached), monotonic
+        self.sampling_from_ns: int | None = (
+            None  # when py-spy said it was sampling (attached), monotonic
+        )
         self.sampling_to_ns: int | None = None  # when it was told to stop
         self._err_file = out_file.with_suffix(".stderr")
         exe = py_spy_path()
@@ -254,10 +280,30 @@ class PySpy:
             return
         with self._err_file.open("wb") as err_out:  # a file, not a pipe nobody reads while it runs
             self.proc = subprocess.Popen(
-                [exe, "record", "--gil", "--threads", "--nonblocking", "-r", str(rate_hz), "-d",
-                 str(int(max_s) + 1), "-f", "raw", "-o", str(out_file), "-p", str(host_pid)],
-                stdout=subprocess.PIPE, stderr=err_out, start_new_session=True)
-        threading.Thread(target=self._read_stdout, name="profile-py-spy-stdout", daemon=True).start()
+                [
+                    exe,
+                    "record",
+                    "--gil",
+                    "--threads",
+                    "--nonblocking",
+                    "-r",
+                    str(rate_hz),
+                    "-d",
+                    str(int(max_s) + 1),
+                    "-f",
+                    "raw",
+                    "-o",
+                    str(out_file),
+                    "-p",
+                    str(host_pid),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err_out,
+                start_new_session=True,
+            )
+        threading.Thread(
+            target=self._read_stdout, name="profile-py-spy-stdout", daemon=True
+        ).start()
 
     def _read_stdout(self) -> None:
         """py-spy prints 'Sampling process ...' once it has attached: its samples cover from then."""
@@ -278,7 +324,9 @@ class PySpy:
             self.proc.wait()
         err = self._err_file.read_bytes() if self._err_file.is_file() else b""
         if not self.out_file.is_file():
-            self.error = (err or b"").decode(errors="replace").strip()[-500:] or "py-spy wrote no samples"
+            self.error = (err or b"").decode(errors="replace").strip()[
+                -500:
+            ] or "py-spy wrote no samples"
 
     def stacks(self) -> list[tuple[int, str, int]]:
         """(thread id as the job sees it, its Python stack 'outer;...;inner', samples holding the GIL)."""

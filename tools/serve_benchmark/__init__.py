@@ -25,34 +25,58 @@ from .schema import Input, Output
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
-    expect.check(inp.criteria, CATALOGUE, has_baseline=inp.baseline is not None or inp.baseline_handle is not None)
+    expect.check(
+        inp.criteria,
+        CATALOGUE,
+        has_baseline=inp.baseline is not None or inp.baseline_handle is not None,
+    )
     recorded = baseline.recorded(inp, ctx)  # checked before any engine starts
     base_engine = live_engine(ctx, inp.baseline_handle) if inp.baseline_handle else None
     work = inp.workload
-    sharegpt = ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None  # before any start
+    sharegpt = (
+        ctx.workspace.file(work.sharegpt_path) if work.sharegpt_path else None
+    )  # before any start
     engine, launched = await _engine(inp, ctx)
     try:
         # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
         same = base_engine is not None and base_engine.handle == engine.handle
-        the_plan = plan.plan(work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same))
-        estimate_s = await jobs.estimate_cost(engine, base_engine, the_plan, work,
-                                              repeats=inp.repeats, budget_s=inp.time_budget_s,
-                                              progress=ctx.progress)
+        the_plan = plan.plan(
+            work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same)
+        )
+        estimate_s = await jobs.estimate_cost(
+            engine,
+            base_engine,
+            the_plan,
+            work,
+            repeats=inp.repeats,
+            budget_s=inp.time_budget_s,
+            progress=ctx.progress,
+        )
         started = time.monotonic()
 
         async def progress(done, total, message):  # how far it is, in time too
             elapsed = time.monotonic() - started
-            await ctx.progress(done, total, f"{message}; {elapsed:.0f} s of about {estimate_s:.0f} s "
-                               "estimated")
+            await ctx.progress(
+                done, total, f"{message}; {elapsed:.0f} s of about {estimate_s:.0f} s estimated"
+            )
 
         repeats, base_repeats = await jobs.run_repeats(
-            engine, the_plan, api=work.api, ignore_eos=work.ignore_eos, warmup=work.warmup, repeats=inp.repeats,
-            timeout_s=inp.timeout_s, progress=progress, baseline=base_engine)
+            engine,
+            the_plan,
+            api=work.api,
+            ignore_eos=work.ignore_eos,
+            warmup=work.warmup,
+            repeats=inp.repeats,
+            timeout_s=inp.timeout_s,
+            progress=progress,
+            baseline=base_engine,
+        )
         elapsed_s = time.monotonic() - started
     finally:
         if launched:
-            await ctx.engines.stop(engine.handle,
-                                   how="when the serve_benchmark that started it ended")
+            await ctx.engines.stop(
+                engine.handle, how="when the serve_benchmark that started it ended"
+            )
     base = recorded
     if base_engine is not None:
         base_jsonl = report.records_jsonl([r.result.records for r in base_repeats])
@@ -61,19 +85,33 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     rows = [repeat_metrics(r) for r in repeats]
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}
-    out = Output(handle=engine.handle, engine=engine.adapter.name, metrics=metrics, spread=spread, repeats=rows,
-                 latencies=latency_table(metrics, spread),
-                 output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
-                 target=report.target(engine_label(engine.adapter.name, engine.handle, engine.args),
-                                      inp.workload, inp.repeats, launched),
-                 first_error=report.first_error([r.result.records for r in repeats]),
-                 estimated_s=round(estimate_s, 1), elapsed_s=round(elapsed_s, 1))
+    out = Output(
+        handle=engine.handle,
+        engine=engine.adapter.name,
+        metrics=metrics,
+        spread=spread,
+        repeats=rows,
+        latencies=latency_table(metrics, spread),
+        output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
+        target=report.target(
+            engine_label(engine.adapter.name, engine.handle, engine.args),
+            inp.workload,
+            inp.repeats,
+            launched,
+        ),
+        first_error=report.first_error([r.result.records for r in repeats]),
+        estimated_s=round(estimate_s, 1),
+        elapsed_s=round(elapsed_s, 1),
+    )
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base.metrics, base.spread
         out.baseline_source, out.baseline_repeats = base.source, list(base.repeats)
-        focus = " ".join(inp.criteria + (inp.expect or []))  # the metrics the caller asked about come first
-        out.phases, out.findings = attribution(metrics, base.metrics, focus=focus,
-                                               spread=spread, base_spread=base.spread)
+        focus = " ".join(
+            inp.criteria + (inp.expect or [])
+        )  # the metrics the caller asked about come first
+        out.phases, out.findings = attribution(
+            metrics, base.metrics, focus=focus, spread=spread, base_spread=base.spread
+        )
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine, and the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
@@ -94,17 +132,23 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
 
 async def _engine(inp: Input, ctx: ToolContext):
     if inp.handle and inp.engine:
-        raise AgentError("give handle= (a running engine) or engine= (start one for this benchmark), not both")
+        raise AgentError(
+            "give handle= (a running engine) or engine= (start one for this benchmark), not both"
+        )
     if inp.handle:
         if inp.args != EngineArgs():
-            raise AgentError("args= configures an engine this call starts (engine=); a running engine keeps the "
-                             "arguments it was launched with: drop args=, or launch_serve a new engine with them")
+            raise AgentError(
+                "args= configures an engine this call starts (engine=); a running engine keeps the "
+                "arguments it was launched with: drop args=, or launch_serve a new engine with them"
+            )
         return live_engine(ctx, inp.handle), False
     if inp.engine:
-        return await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s), True
-    raise AgentError("name the engine: handle= from launch_serve, or engine= with args= to start one for this call")
-
-
+        return await start_engine(
+            ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s
+        ), True
+    raise AgentError(
+        "name the engine: handle= from launch_serve, or engine= with args= to start one for this call"
+    )
 
 
 TOOL = Tool(

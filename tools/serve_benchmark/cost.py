@@ -45,14 +45,24 @@ class CostEstimate:
     def describe(self) -> str:
         alone = f"one request alone took {self.single_s:.2f} s"
         if self.lower_bound:
-            return (f"{alone}, so a repeat takes at least {self.repeat_s:.0f} s even if the engine "
-                    "batched its requests perfectly")
+            return (
+                f"{alone}, so a repeat takes at least {self.repeat_s:.0f} s even if the engine "
+                "batched its requests perfectly"
+            )
         together = f", {self.batch} sent together {self.batch_s:.2f} s" if self.batch > 1 else ""
         return f"{alone}{together}; a repeat about {self.repeat_s:.0f} s"
 
 
-async def probe(engine: Engine, ep: Endpoint, plan: Plan, work: Workload, *, repeats: int,
-                budget_s: float, progress) -> CostEstimate:
+async def probe(
+    engine: Engine,
+    ep: Endpoint,
+    plan: Plan,
+    work: Workload,
+    *,
+    repeats: int,
+    budget_s: float,
+    progress,
+) -> CostEstimate:
     """Time `engine` on the workload's shape for `repeats` runs on it; an AgentError if even the
     probe runs past the budget. When the single request already puts the floor (perfect batching)
     past the budget, the batch probe is skipped and the floor returned."""
@@ -61,22 +71,29 @@ async def probe(engine: Engine, ep: Endpoint, plan: Plan, work: Workload, *, rep
     output_len = round(statistics.median(r.max_tokens for r in plan.requests))
     concurrency = min(n, work.max_concurrency or n)
     batch = min(PROBE_BATCH, concurrency)
-    requests = random_requests(batch, input_len, output_len, seed=PROBE_SEED,
-                               tokenizer=plan.tokenizer)
+    requests = random_requests(
+        batch, input_len, output_len, seed=PROBE_SEED, tokenizer=plan.tokenizer
+    )
     deadline = time.monotonic() + budget_s
     then = f", then {batch} together" if batch > 1 else ""
-    await progress(0, None, f"estimating the cost on {engine.handle}: one request of {input_len} "
-                   f"-> {output_len} tokens{then}")
+    await progress(
+        0,
+        None,
+        f"estimating the cost on {engine.handle}: one request of {input_len} "
+        f"-> {output_len} tokens{then}",
+    )
     single, failed = await _timed(engine, ep, requests[:1], deadline, budget_s, "one request")
     paced = n / work.rate if work.rate else 0.0
     floor = max(single * math.ceil(n / concurrency), paced) + work.warmup * single
     if batch == 1 or failed or repeats * floor > budget_s:
-        return CostEstimate(single, 1, single, floor, lower_bound=batch > 1 and not failed,
-                            failed=failed)
+        return CostEstimate(
+            single, 1, single, floor, lower_bound=batch > 1 and not failed, failed=failed
+        )
     together, failed = await _timed(engine, ep, requests, deadline, budget_s, f"{batch} requests")
     steady = n * _wave_s(single, batch, together, concurrency) / concurrency
-    return CostEstimate(single, batch, together, max(steady, paced) + work.warmup * single,
-                        failed=failed)
+    return CostEstimate(
+        single, batch, together, max(steady, paced) + work.warmup * single, failed=failed
+    )
 
 
 def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
@@ -86,33 +103,40 @@ def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
     return single_s + (size - 1) * max(0.0, (batch_s - single_s) / (batch - 1))
 
 
-async def _timed(engine: Engine, ep: Endpoint, requests, deadline: float, budget_s: float,
-                 what: str) -> tuple[float, int]:
+async def _timed(
+    engine: Engine, ep: Endpoint, requests, deadline: float, budget_s: float, what: str
+) -> tuple[float, int]:
     """(wall time of `requests` sent together, s; how many failed)."""
     left = deadline - time.monotonic()
     t0 = time.perf_counter()
     try:
         result = await asyncio.wait_for(
-            run_benchmark(ep, requests, Arrivals(), timeout_s=max(left, 1.0)), max(left, 0.001))
+            run_benchmark(ep, requests, Arrivals(), timeout_s=max(left, 1.0)), max(left, 0.001)
+        )
     except asyncio.TimeoutError:
-        raise AgentError(f"the cost probe ({what} of the workload's shape on {engine.handle}) did "
-                         f"not finish within time_budget_s={budget_s:g} s, so the benchmark "
-                         "would take far longer: raise time_budget_s to run it anyway, or make the "
-                         "engine faster first (its kernels, dtype) or the workload smaller "
-                         "(input_len, output_len)") from None
+        raise AgentError(
+            f"the cost probe ({what} of the workload's shape on {engine.handle}) did "
+            f"not finish within time_budget_s={budget_s:g} s, so the benchmark "
+            "would take far longer: raise time_budget_s to run it anyway, or make the "
+            "engine faster first (its kernels, dtype) or the workload smaller "
+            "(input_len, output_len)"
+        ) from None
     return time.perf_counter() - t0, sum(not r.ok for r in result.records)
 
 
-def check(sides: list[CostEstimate], probes: dict[str, CostEstimate], repeats: int,
-          budget_s: float) -> float:
+def check(
+    sides: list[CostEstimate], probes: dict[str, CostEstimate], repeats: int, budget_s: float
+) -> float:
     """The call's estimated measurement time (`repeats` on each side), s; an AgentError past the
     budget."""
     total = repeats * sum(est.repeat_s for est in sides)
     if total > budget_s:
         per_engine = "; ".join(f"{handle}: {est.describe()}" for handle, est in probes.items())
-        raise AgentError(f"this benchmark would take about {total:.0f} s ({repeats} repeat(s) a "
-                         f"side; {per_engine}), over time_budget_s={budget_s:g} s. Raise "
-                         "time_budget_s to run it anyway, or lower num_requests, output_len or "
-                         "repeats, or make the engine faster first (a kernel interpreted on CPU, "
-                         "e.g. kernels={'paged_attention_decode': 'triton'}, is very slow)")
+        raise AgentError(
+            f"this benchmark would take about {total:.0f} s ({repeats} repeat(s) a "
+            f"side; {per_engine}), over time_budget_s={budget_s:g} s. Raise "
+            "time_budget_s to run it anyway, or lower num_requests, output_len or "
+            "repeats, or make the engine faster first (a kernel interpreted on CPU, "
+            "e.g. kernels={'paged_attention_decode': 'triton'}, is very slow)"
+        )
     return total

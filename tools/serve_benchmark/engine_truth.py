@@ -54,12 +54,17 @@ class Quantile:
 def _buckets(scrape: dict[str, float], name: str) -> list[tuple[float, float]]:
     """(upper edge s, cumulative count) of a histogram in a phases.parse() scrape, by edge."""
     prefix = f'{name}_bucket{{le="'
-    rows = [(float(key[len(prefix):-2]), value) for key, value in scrape.items() if key.startswith(prefix)]
+    rows = [
+        (float(key[len(prefix) : -2]), value)
+        for key, value in scrape.items()
+        if key.startswith(prefix)
+    ]
     return sorted(rows)
 
 
-def histogram_quantile(before: dict[str, float], after: dict[str, float], name: str,
-                       q: float) -> Quantile | None:
+def histogram_quantile(
+    before: dict[str, float], after: dict[str, float], name: str, q: float
+) -> Quantile | None:
     """The q-quantile of the observations made between two scrapes; None without any."""
     old = dict(_buckets(before, name))
     delta = [(edge, count - old.get(edge, 0.0)) for edge, count in _buckets(after, name)]
@@ -82,9 +87,12 @@ def engine_side(before: dict[str, float], after: dict[str, float]) -> dict[str, 
     ttft = histogram_quantile(before, after, TTFT_HISTOGRAM, 0.5)
     total = after.get(ITL_HISTOGRAM + "_sum", 0.0) - before.get(ITL_HISTOGRAM + "_sum", 0.0)
     count = after.get(ITL_HISTOGRAM + "_count", 0.0) - before.get(ITL_HISTOGRAM + "_count", 0.0)
-    return {"engine_ttft_p50_ms": ttft and ttft.estimate_ms, "engine_ttft_p50_low_ms": ttft and ttft.low_ms,
-            "engine_ttft_p50_high_ms": ttft and ttft.high_ms,
-            "engine_itl_mean_ms": 1e3 * total / count if count > 0 else None}
+    return {
+        "engine_ttft_p50_ms": ttft and ttft.estimate_ms,
+        "engine_ttft_p50_low_ms": ttft and ttft.low_ms,
+        "engine_ttft_p50_high_ms": ttft and ttft.high_ms,
+        "engine_itl_mean_ms": 1e3 * total / count if count > 0 else None,
+    }
 
 
 def ttft_gap_ms(client_ttft_p50_ms: float, engine: dict[str, float | None]) -> float | None:
@@ -104,16 +112,22 @@ def is_burst(client_itl_p50_ms: float, engine: dict[str, float | None]) -> bool:
     return itl is not None and itl >= MIN_ENGINE_ITL_MS and client_itl_p50_ms < BURST_RATIO * itl
 
 
-LAYERS = ("a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
-          "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
-          "the GIL or a CPU while its engine steps (a loaded host), the client (a busy process, a new "
-          "connection per request), or the sandbox bridge")
+LAYERS = (
+    "a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
+    "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
+    "the GIL or a CPU while its engine steps (a loaded host), the client (a busy process, a new "
+    "connection per request), or the sandbox bridge"
+)
 
 
 def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> list[str]:
     """client_engine_gap and cache_warm_repeats over a run's repeats (RepeatMetrics)."""
-    texts = (_ttft_gap(repeats), _burst(repeats), _cache_warm(repeats, reuse_prompts),
-             _cache_warm_from_before(repeats, reuse_prompts, dataset))
+    texts = (
+        _ttft_gap(repeats),
+        _burst(repeats),
+        _cache_warm(repeats, reuse_prompts),
+        _cache_warm_from_before(repeats, reuse_prompts, dataset),
+    )
     return [text for text in texts if text]
 
 
@@ -131,11 +145,13 @@ def _ttft_gap(repeats: list) -> str | None:
     if not rows or not _majority([ttft_gap_is_large(gap, engine) for _, gap, engine in rows]):
         return None
     client, gap, engine = sorted(rows, key=lambda row: row[1])[len(rows) // 2]
-    return (f"client_engine_gap: the client's TTFT p50 {client:.1f} ms lies {gap:.1f} ms above the engine's own "
-            f"(p50 {engine['engine_ttft_p50_ms']:.1f} ms, in its histogram bucket "
-            f"{engine['engine_ttft_p50_low_ms']:g}-{engine['engine_ttft_p50_high_ms']:g} ms; median repeat of "
-            f"{len(rows)}): the time is spent between the engine's first token and the client: {LAYERS}. "
-            "Next: compare with a client on the engine's host, or check the server's socket options")
+    return (
+        f"client_engine_gap: the client's TTFT p50 {client:.1f} ms lies {gap:.1f} ms above the engine's own "
+        f"(p50 {engine['engine_ttft_p50_ms']:.1f} ms, in its histogram bucket "
+        f"{engine['engine_ttft_p50_low_ms']:g}-{engine['engine_ttft_p50_high_ms']:g} ms; median repeat of "
+        f"{len(rows)}): the time is spent between the engine's first token and the client: {LAYERS}. "
+        "Next: compare with a client on the engine's host, or check the server's socket options"
+    )
 
 
 def _burst(repeats: list) -> str | None:
@@ -147,10 +163,12 @@ def _burst(repeats: list) -> str | None:
     if not rows or not _majority([is_burst(client, engine) for client, engine in rows]):
         return None
     client, engine = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
-    return (f"client_engine_gap: tokens reach the client in bursts: its ITL p50 is {client:.3g} ms while the "
-            f"engine made them {engine['engine_itl_mean_ms']:.3g} ms apart on average (median repeat of "
-            f"{len(rows)}), so TPOT and ITL here measure the delivery, not the decode: something holds text "
-            f"back: {LAYERS}")
+    return (
+        f"client_engine_gap: tokens reach the client in bursts: its ITL p50 is {client:.3g} ms while the "
+        f"engine made them {engine['engine_itl_mean_ms']:.3g} ms apart on average (median repeat of "
+        f"{len(rows)}), so TPOT and ITL here measure the delivery, not the decode: something holds text "
+        f"back: {LAYERS}"
+    )
 
 
 def _cache_warm(repeats: list, reuse_prompts: bool) -> str | None:
@@ -159,21 +177,33 @@ def _cache_warm(repeats: list, reuse_prompts: bool) -> str | None:
     if len(known) < 2 or max(known) - min(known) <= CACHE_SPREAD:
         return None
     listing = ", ".join("-" if x is None else f"{x:.2f}" for x in rates)
-    why = ("reuse_prompts sends the same prompts every repeat, so later repeats find them cached"
-           if reuse_prompts else "each repeat sent prompts of its own, so the cache held something else: "
-           "earlier calls' prompts, shared prefixes, or warm-up requests")
-    return (f"cache_warm_repeats: the prefix-cache hit rate differs between repeats ({listing}): {why}; the "
-            "median over repeats mixes cold and warm measurements. Compare repeats with equal hit rates, "
-            "or restart the engine (or turn prefix caching off) for cold numbers")
+    why = (
+        "reuse_prompts sends the same prompts every repeat, so later repeats find them cached"
+        if reuse_prompts
+        else "each repeat sent prompts of its own, so the cache held something else: "
+        "earlier calls' prompts, shared prefixes, or warm-up requests"
+    )
+    return (
+        f"cache_warm_repeats: the prefix-cache hit rate differs between repeats ({listing}): {why}; the "
+        "median over repeats mixes cold and warm measurements. Compare repeats with equal hit rates, "
+        "or restart the engine (or turn prefix caching off) for cold numbers"
+    )
 
 
 def _cache_warm_from_before(repeats: list, reuse_prompts: bool, dataset: str) -> str | None:
     """Random prompts share no prefix, so a hit in every repeat means the engine had seen them: an
     earlier call on this engine with the same seed sent the same (seed, repeat) prompts."""
     rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in repeats]
-    if reuse_prompts or dataset != "random" or not rates or any(x is None or x <= CACHE_SPREAD for x in rates):
+    if (
+        reuse_prompts
+        or dataset != "random"
+        or not rates
+        or any(x is None or x <= CACHE_SPREAD for x in rates)
+    ):
         return None
     listing = ", ".join(f"{x:.2f}" for x in rates)
-    return (f"cache_warm_repeats: every repeat found its random prompts in the prefix cache ({listing}): an "
-            "earlier call on this engine sent the same prompts (same seed); change workload.seed, or restart "
-            "the engine, for cold numbers")
+    return (
+        f"cache_warm_repeats: every repeat found its random prompts in the prefix cache ({listing}): an "
+        "earlier call on this engine sent the same prompts (same seed); change workload.seed, or restart "
+        "the engine, for cold numbers"
+    )

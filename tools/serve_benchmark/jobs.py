@@ -38,12 +38,24 @@ async def served_model(engine: Engine) -> str:
             data = (await client.get("/v1/models")).json()
             return data["data"][0]["id"]
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            raise AgentError(f"the {engine.adapter.name} engine did not list its model at /v1/models; pass "
-                             f"args.served_model_name. Its log ends:\n{engine.log_tail(1500)}") from None
+            raise AgentError(
+                f"the {engine.adapter.name} engine did not list its model at /v1/models; pass "
+                f"args.served_model_name. Its log ends:\n{engine.log_tail(1500)}"
+            ) from None
 
 
-async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool, warmup: int, repeats: int,
-                      timeout_s: float, progress, baseline: Engine | None = None) -> tuple[list[Repeat], list[Repeat]]:
+async def run_repeats(
+    engine: Engine,
+    plan: Plan,
+    *,
+    api: str,
+    ignore_eos: bool,
+    warmup: int,
+    repeats: int,
+    timeout_s: float,
+    progress,
+    baseline: Engine | None = None,
+) -> tuple[list[Repeat], list[Repeat]]:
     """`repeats` runs on `engine`; with a baseline engine, as many on it, alternating A B B A A B ...
     (each pair in both orders, so a steady drift of the machine lands on both sides alike)."""
     sides = [(engine, await _endpoint(engine, api, ignore_eos))]
@@ -55,18 +67,37 @@ async def run_repeats(engine: Engine, plan: Plan, *, api: str, ignore_eos: bool,
     same = baseline is not None and baseline.handle == engine.handle
     total = repeats * len(sides)
     for i in range(repeats):
-        for side in (range(len(sides)) if i % 2 == 0 else reversed(range(len(sides)))):
+        for side in range(len(sides)) if i % 2 == 0 else reversed(range(len(sides))):
             eng, ep = sides[side]
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
             requests = plan.requests_for(i + repeats * side * same)
-            runs[side].append(await _one_repeat(eng, ep, plan, requests, done=len(runs[0]) + len(runs[1]),
-                                                total=total, label=label, warmup=warmup, timeout_s=timeout_s,
-                                                progress=progress))
+            runs[side].append(
+                await _one_repeat(
+                    eng,
+                    ep,
+                    plan,
+                    requests,
+                    done=len(runs[0]) + len(runs[1]),
+                    total=total,
+                    label=label,
+                    warmup=warmup,
+                    timeout_s=timeout_s,
+                    progress=progress,
+                )
+            )
     return runs[0], runs[1]
 
 
-async def estimate_cost(engine: Engine, baseline: Engine | None, plan: Plan, work: Workload, *,
-                        repeats: int, budget_s: float, progress) -> float:
+async def estimate_cost(
+    engine: Engine,
+    baseline: Engine | None,
+    plan: Plan,
+    work: Workload,
+    *,
+    repeats: int,
+    budget_s: float,
+    progress,
+) -> float:
     """The call's measurement time (`repeats` on the engine, as many on the baseline engine),
     estimated from a short probe of each (cost.py), s; an AgentError when it passes the budget."""
     probes: dict[str, cost.CostEstimate] = {}
@@ -74,24 +105,43 @@ async def estimate_cost(engine: Engine, baseline: Engine | None, plan: Plan, wor
         if eng.handle not in probes:  # an A/A check probes its one engine once
             ep = await _endpoint(eng, work.api, work.ignore_eos)
             runs = repeats * (1 + (baseline is not None and baseline.handle == engine.handle))
-            probes[eng.handle] = await cost.probe(eng, ep, plan, work, repeats=runs,
-                                                  budget_s=budget_s, progress=progress)
+            probes[eng.handle] = await cost.probe(
+                eng, ep, plan, work, repeats=runs, budget_s=budget_s, progress=progress
+            )
             if probes[eng.handle].failed and not await eng.settled():
-                raise AgentError(f"the {eng.adapter.name} engine {eng.handle} died during the "
-                                 f"benchmark (its cost probe, before the repeats; {eng.death_cause()}); "
-                                 f"its log ends:\n{eng.log_tail(2500)}")
+                raise AgentError(
+                    f"the {eng.adapter.name} engine {eng.handle} died during the "
+                    f"benchmark (its cost probe, before the repeats; {eng.death_cause()}); "
+                    f"its log ends:\n{eng.log_tail(2500)}"
+                )
     sides = [probes[engine.handle]] + ([probes[baseline.handle]] if baseline is not None else [])
     return cost.check(sides, probes, repeats, budget_s)
 
 
 async def _endpoint(engine: Engine, api: str, ignore_eos: bool) -> Endpoint:
-    return Endpoint("http://engine", model=await served_model(engine), api=api, uds=engine.socket_path,
-                    extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
-                    continuous_usage=engine.adapter.continuous_usage)
+    return Endpoint(
+        "http://engine",
+        model=await served_model(engine),
+        api=api,
+        uds=engine.socket_path,
+        extra_body=engine.adapter.request_extras(ignore_eos=ignore_eos),
+        continuous_usage=engine.adapter.continuous_usage,
+    )
 
 
-async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, requests: list[BenchRequest], *, done: int,
-                      total: int, label: str, warmup: int, timeout_s: float, progress) -> Repeat:
+async def _one_repeat(
+    engine: Engine,
+    ep: Endpoint,
+    plan: Plan,
+    requests: list[BenchRequest],
+    *,
+    done: int,
+    total: int,
+    label: str,
+    warmup: int,
+    timeout_s: float,
+    progress,
+) -> Repeat:
     n = len(requests)
     finished = [0]  # measured requests that ended, for the time-out message
 
@@ -102,18 +152,32 @@ async def _one_repeat(engine: Engine, ep: Endpoint, plan: Plan, requests: list[B
     before = await _scrape(engine)
     try:
         with _no_gc_pauses():
-            result = await asyncio.wait_for(run_benchmark(ep, requests, plan.arrivals, warmup=warmup,
-                                                          tokenizer=plan.tokenizer, slos_ms=plan.slos_ms,
-                                                          timeout_s=timeout_s, progress=tick), timeout_s)
+            result = await asyncio.wait_for(
+                run_benchmark(
+                    ep,
+                    requests,
+                    plan.arrivals,
+                    warmup=warmup,
+                    tokenizer=plan.tokenizer,
+                    slos_ms=plan.slos_ms,
+                    timeout_s=timeout_s,
+                    progress=tick,
+                ),
+                timeout_s,
+            )
     except asyncio.TimeoutError:
         state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
-        raise AgentError(f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: "
-                         f"{finished[0]} of {n} measured requests had ended (after {warmup} warm-up); the rest "
-                         f"were abandoned and the engine is {state}. Lower num_requests, raise max_concurrency "
-                         "or rate, or raise timeout_s") from None
+        raise AgentError(
+            f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: "
+            f"{finished[0]} of {n} measured requests had ended (after {warmup} warm-up); the rest "
+            f"were abandoned and the engine is {state}. Lower num_requests, raise max_concurrency "
+            "or rate, or raise timeout_s"
+        ) from None
     if not (await engine.settled() if result.metrics.failed else engine.alive):
-        raise AgentError(f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
-                         f"{engine.death_cause()}); its log ends:\n{engine.log_tail(2500)}")
+        raise AgentError(
+            f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
+            f"{engine.death_cause()}); its log ends:\n{engine.log_tail(2500)}"
+        )
     after = await _scrape(engine)
     if before is None or after is None:
         return Repeat(result, {})

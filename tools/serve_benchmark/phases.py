@@ -21,7 +21,11 @@ PHASE_HISTOGRAMS = {
 }
 PREEMPTIONS = "vllm:num_preemptions"
 PREFIX_QUERIES, PREFIX_HITS = "vllm:prefix_cache_queries", "vllm:prefix_cache_hits"
-PHASE_METRIC = {**PHASE_HISTOGRAMS, "preemptions": PREEMPTIONS, "prefix_cache_hit_rate": PREFIX_HITS}
+PHASE_METRIC = {
+    **PHASE_HISTOGRAMS,
+    "preemptions": PREEMPTIONS,
+    "prefix_cache_hit_rate": PREFIX_HITS,
+}
 
 
 def parse(text: str) -> dict[str, float]:
@@ -31,7 +35,9 @@ def parse(text: str) -> dict[str, float]:
         for sample in family.samples:
             if sample.name.endswith("_created"):
                 continue
-            name = sample.name  # buckets keep their edge: NAME_bucket{le="0.01"} (engine_truth.py reads them)
+            name = (
+                sample.name
+            )  # buckets keep their edge: NAME_bucket{le="0.01"} (engine_truth.py reads them)
             name += f'{{le="{sample.labels["le"]}"}}' if name.endswith("_bucket") else ""
             totals[name] = totals.get(name, 0.0) + float(sample.value)
     return totals
@@ -39,6 +45,7 @@ def parse(text: str) -> dict[str, float]:
 
 def window(before: dict[str, float], after: dict[str, float]) -> dict[str, float | None]:
     """Phase means (ms per request) and counters over the window between two scrapes."""
+
     def delta(name: str) -> float | None:
         if name not in after:
             return None

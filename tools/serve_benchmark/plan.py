@@ -26,7 +26,9 @@ from .schema import Workload
 
 @dataclass(frozen=True)
 class Plan:
-    repeat_requests: list[list[BenchRequest]]  # what repeat i sends (one list for all with reuse_prompts)
+    repeat_requests: list[
+        list[BenchRequest]
+    ]  # what repeat i sends (one list for all with reuse_prompts)
     arrivals: Arrivals
     slos_ms: dict[str, float]
     tokenizer: PlainTokenizer | None
@@ -46,30 +48,62 @@ def repeat_seed(seed: int, repeat: int) -> int:
     return (seed + 1_000_003 * repeat) % (1 << 32)
 
 
-def plan(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, repeats: int = 1) -> Plan:
+def plan(
+    work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, repeats: int = 1
+) -> Plan:
     draws = 1 if work.reuse_prompts else repeats
-    lists = [_requests(work, tokenizer, sharegpt_file, repeat_seed(work.seed, i)) for i in range(draws)]
-    arrivals = Arrivals(rate=work.rate or math.inf, burstiness=work.burstiness, max_concurrency=work.max_concurrency,
-                        seed=work.seed)
-    slos = {name: v for name, v in (("ttft", work.slo_ttft_ms), ("tpot", work.slo_tpot_ms),
-                                    ("e2el", work.slo_e2el_ms)) if v is not None}
+    lists = [
+        _requests(work, tokenizer, sharegpt_file, repeat_seed(work.seed, i)) for i in range(draws)
+    ]
+    arrivals = Arrivals(
+        rate=work.rate or math.inf,
+        burstiness=work.burstiness,
+        max_concurrency=work.max_concurrency,
+        seed=work.seed,
+    )
+    slos = {
+        name: v
+        for name, v in (
+            ("ttft", work.slo_ttft_ms),
+            ("tpot", work.slo_tpot_ms),
+            ("e2el", work.slo_e2el_ms),
+        )
+        if v is not None
+    }
     return Plan(lists, arrivals, slos, tokenizer, all(r.exact for reqs in lists for r in reqs))
 
 
-def _requests(work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None,
-              seed: int) -> list[BenchRequest]:
+def _requests(
+    work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, seed: int
+) -> list[BenchRequest]:
     if work.dataset == "random":
-        return random_requests(work.num_requests, work.input_len, work.output_len, work.range_ratio,
-                               seed=seed, tokenizer=tokenizer)
+        return random_requests(
+            work.num_requests,
+            work.input_len,
+            work.output_len,
+            work.range_ratio,
+            seed=seed,
+            tokenizer=tokenizer,
+        )
     if work.dataset == "shared_prefix":
         per_prefix = max(1, math.ceil(work.num_requests / work.num_prefixes))
-        return shared_prefix_requests(work.num_prefixes, per_prefix, work.prefix_len, work.input_len,
-                                      work.output_len, seed=seed, tokenizer=tokenizer)[:work.num_requests]
+        return shared_prefix_requests(
+            work.num_prefixes,
+            per_prefix,
+            work.prefix_len,
+            work.input_len,
+            work.output_len,
+            seed=seed,
+            tokenizer=tokenizer,
+        )[: work.num_requests]
     if sharegpt_file is None:
-        raise AgentError("dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
-                         "workspace")
+        raise AgentError(
+            "dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
+            "workspace"
+        )
     try:  # each repeat a different sample of the file's conversations (the same ones if it has too few)
-        return sharegpt_requests(sharegpt_file, work.num_requests, tokenizer, seed=seed,
-                                 max_output_len=work.output_len)
+        return sharegpt_requests(
+            sharegpt_file, work.num_requests, tokenizer, seed=seed, max_output_len=work.output_len
+        )
     except ValueError as exc:
         raise AgentError(str(exc)) from None

@@ -11,8 +11,10 @@ from .schema import Output, Workload
 def target(engine_label: str, work: Workload, repeats: int, launched: bool) -> str:
     """What ran, in words: the engine with its arguments, the workload's shape, the repeats."""
     started = " (started for this call)" if launched else ""
-    return (f"{engine_label}{started}: {work.num_requests} requests x {repeats} repeat(s), "
-            f"{_shape(work)}, {_arrivals(work)}, /v1/{work.api}")
+    return (
+        f"{engine_label}{started}: {work.num_requests} requests x {repeats} repeat(s), "
+        f"{_shape(work)}, {_arrivals(work)}, /v1/{work.api}"
+    )
 
 
 def _shape(work: Workload) -> str:
@@ -20,8 +22,10 @@ def _shape(work: Workload) -> str:
     if work.dataset == "random":
         return f"random prompts of {work.input_len} -> {work.output_len} tokens{spread}"
     if work.dataset == "shared_prefix":
-        return (f"{work.num_prefixes} shared prefixes of {work.prefix_len} tokens + "
-                f"{work.input_len} -> {work.output_len} tokens{spread}")
+        return (
+            f"{work.num_prefixes} shared prefixes of {work.prefix_len} tokens + "
+            f"{work.input_len} -> {work.output_len} tokens{spread}"
+        )
     return f"ShareGPT prompts from {work.sharegpt_path}, at most {work.output_len} output tokens"
 
 
@@ -37,12 +41,18 @@ def _arrivals(work: Workload) -> str:
 
 def summary(out: Output, baseline_source: str | None) -> str:
     m = out.metrics
-    parts = [f"{out.target}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per "
-             f"run (median of {len(out.repeats)})"]
+    parts = [
+        f"{out.target}: {int(m['completed'] or 0)} ok / {int(m['failed'] or 0)} failed per "
+        f"run (median of {len(out.repeats)})"
+    ]
     if out.first_error:
         parts[0] += f" (first error: {out.first_error})"
-    for name, label in (("ttft_p50", "TTFT p50"), ("tpot_p50", "TPOT p50"), ("itl_p50", "ITL p50"),
-                        ("e2el_p50", "E2EL p50")):
+    for name, label in (
+        ("ttft_p50", "TTFT p50"),
+        ("tpot_p50", "TPOT p50"),
+        ("itl_p50", "ITL p50"),
+        ("e2el_p50", "E2EL p50"),
+    ):
         if m.get(name) is not None:
             parts.append(f"{label} {m[name]:.3g} ms")
     if m.get("output_throughput") is not None:
@@ -61,8 +71,11 @@ def summary(out: Output, baseline_source: str | None) -> str:
 
 
 def _criteria_word(answer: str) -> str:
-    return {"supported": "pass", "contradicted": "FAIL", "inconclusive": "inconclusive (the repeats straddle a "
-            "threshold)"}.get(answer, answer)
+    return {
+        "supported": "pass",
+        "contradicted": "FAIL",
+        "inconclusive": "inconclusive (the repeats straddle a threshold)",
+    }.get(answer, answer)
 
 
 def first_error(repeats_records: list[list[RequestRecord]]) -> str | None:
@@ -78,27 +91,46 @@ def records_jsonl(repeats_records: list[list[RequestRecord]]) -> str:
     lines = []
     for i, records in enumerate(repeats_records):
         for r in records:
-            row = {"repeat": i, "index": r.index, "ok": r.ok, "error": r.error, "prompt_tokens": r.prompt_tokens,
-                   "output_tokens": r.output_tokens, "output_tokens_source": r.output_tokens_source}
+            row = {
+                "repeat": i,
+                "index": r.index,
+                "ok": r.ok,
+                "error": r.error,
+                "prompt_tokens": r.prompt_tokens,
+                "output_tokens": r.output_tokens,
+                "output_tokens_source": r.output_tokens_source,
+            }
             if r.ok:
-                row.update(ttft_ms=1e3 * r.ttft_s, e2el_ms=1e3 * r.e2el_s, client_wait_ms=1e3 * r.client_wait_s,
-                           tpot_ms=None if r.tpot_s is None else 1e3 * r.tpot_s,
-                           itl_ms=[1e3 * g for g in r.itl_per_chunk_s()])
+                row.update(
+                    ttft_ms=1e3 * r.ttft_s,
+                    e2el_ms=1e3 * r.e2el_s,
+                    client_wait_ms=1e3 * r.client_wait_s,
+                    tpot_ms=None if r.tpot_s is None else 1e3 * r.tpot_s,
+                    itl_ms=[1e3 * g for g in r.itl_per_chunk_s()],
+                )
             lines.append(json.dumps(row))
     return "\n".join(lines) + "\n"
 
 
 def latency_series(candidate: list[RequestRecord], baseline: list[dict] | None) -> dict:
     """(TTFT ms, ITL ms) samples of this run's last repeat, and of the baseline's when there is one."""
-    series = {"candidate": ([1e3 * r.ttft_s for r in candidate if r.ok],
-                            [1e3 * g for r in candidate if r.ok for g in r.itl_per_chunk_s()])}
+    series = {
+        "candidate": (
+            [1e3 * r.ttft_s for r in candidate if r.ok],
+            [1e3 * g for r in candidate if r.ok for g in r.itl_per_chunk_s()],
+        )
+    }
     if baseline:
-        series["baseline"] = ([r["ttft_ms"] for r in baseline if r.get("ok")],
-                              [g for r in baseline if r.get("ok") for g in r.get("itl_ms", [])])
+        series["baseline"] = (
+            [r["ttft_ms"] for r in baseline if r.get("ok")],
+            [g for r in baseline if r.get("ok") for g in r.get("itl_ms", [])],
+        )
     return series
 
 
 def latency_png(series: dict) -> bytes:
-    from ..common.plots import latency_ecdf_png  # matplotlib: imported in the report thread, not on the server's path
+    from ..common.plots import (
+        latency_ecdf_png,
+    )  # matplotlib: imported in the report thread, not on the server's path
 
     return latency_ecdf_png(series)

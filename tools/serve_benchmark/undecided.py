@@ -36,15 +36,29 @@ def explain(criteria: HypothesisAnswer, num_requests: int) -> list[str]:
             if comp.left_interval is None and comp.right_interval is None:
                 continue
             left_text, right_text = _sides(comp.comparison)
-            note = why(left_text, comp.left, comp.left_interval, right_text, comp.right,
-                       comp.right_interval, num_requests)
+            note = why(
+                left_text,
+                comp.left,
+                comp.left_interval,
+                right_text,
+                comp.right,
+                comp.right_interval,
+                num_requests,
+            )
             comp.reason = f"{comp.reason}; {note}" if comp.reason else note
             notes.append(f"{condition.condition}: {note}")
     return notes
 
 
-def why(left_text: str, left: float, left_interval: list[float] | None, right_text: str,
-        right: float, right_interval: list[float] | None, num_requests: int) -> str:
+def why(
+    left_text: str,
+    left: float,
+    left_interval: list[float] | None,
+    right_text: str,
+    right: float,
+    right_interval: list[float] | None,
+    num_requests: int,
+) -> str:
     """Which side's spread keeps the comparison open, and the requests per repeat that would
     close it."""
     l_lo, l_hi = left_interval or (left, left)
@@ -55,21 +69,29 @@ def why(left_text: str, left: float, left_interval: list[float] | None, right_te
     else:
         left_reach, right_reach = left - l_lo, r_hi - right
     culprit = left_text if left_reach >= right_reach else right_text
-    text = (f"{left_text} spans {l_lo:.4g}-{l_hi:.4g} over its repeats, {right_text} "
-            f"{r_lo:.4g}-{r_hi:.4g}; {culprit}'s spread reaches furthest across the "
-            f"{abs(left - right):.4g} between the medians")
+    text = (
+        f"{left_text} spans {l_lo:.4g}-{l_hi:.4g} over its repeats, {right_text} "
+        f"{r_lo:.4g}-{r_hi:.4g}; {culprit}'s spread reaches furthest across the "
+        f"{abs(left - right):.4g} between the medians"
+    )
     if left == right:
-        return text + ("; the medians sit on the threshold, so no amount of data decides it: the "
-                       "change is the size of the criterion's margin")
+        return text + (
+            "; the medians sit on the threshold, so no amount of data decides it: the "
+            "change is the size of the criterion's margin"
+        )
     shrink = abs(left - right) / (left_reach + right_reach)
     factor = 1 / shrink**2
     text += ". More repeats cannot decide it (a [min, max] over repeats only widens)"
     if factor > MAX_REQUEST_FACTOR:
-        return text + (f"; it would take over {MAX_REQUEST_FACTOR}x the requests per repeat: the "
-                       "difference lies inside the noise of this host")
-    return text + (f"; about {math.ceil(num_requests * factor)} requests per repeat would (now "
-                   f"{num_requests}; the spreads shrinking as 1/sqrt(requests)), or "
-                   "baseline_handle= so that both sides share the host's drift")
+        return text + (
+            f"; it would take over {MAX_REQUEST_FACTOR}x the requests per repeat: the "
+            "difference lies inside the noise of this host"
+        )
+    return text + (
+        f"; about {math.ceil(num_requests * factor)} requests per repeat would (now "
+        f"{num_requests}; the spreads shrinking as 1/sqrt(requests)), or "
+        "baseline_handle= so that both sides share the host's drift"
+    )
 
 
 def _numbers(*values) -> bool:

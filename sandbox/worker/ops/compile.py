@@ -39,7 +39,12 @@ from pathlib import Path
 
 from ..context import JobContext
 from ..loader import ensure_triton_compiler, import_file
-from .compile_diag import captured_stderr_fd, compile_error_diagnostic, import_error_diagnostic, mlir_diagnostic
+from .compile_diag import (
+    captured_stderr_fd,
+    compile_error_diagnostic,
+    import_error_diagnostic,
+    mlir_diagnostic,
+)
 
 TOOL_TIMEOUT_S = 60
 
@@ -72,7 +77,10 @@ def _run(payload: dict, ctx: JobContext) -> dict:
     try:
         module = import_file(file, "candidate_kernel")
     except (Exception, SystemExit) as exc:  # agent code at import time: syntax error, bad import
-        return {"status": "source_error", "diagnostic": import_error_diagnostic(exc, file, file_name, text)}
+        return {
+            "status": "source_error",
+            "diagnostic": import_error_diagnostic(exc, file, file_name, text),
+        }
     try:
         fn, signature, constexprs, attrs, options, launch = _plan(module, payload)
     except SetupError as exc:
@@ -80,10 +88,14 @@ def _run(payload: dict, ctx: JobContext) -> dict:
     except Exception as exc:  # the launcher itself failed before it launched
         diag = import_error_diagnostic(exc, file, file_name, text)
         launcher = (payload.get("launch") or {}).get("launcher")
-        diag["message"] = (f"running launcher {launcher!r} on example tensors to infer the signature failed "
-                           f"(give signature= and constexprs= instead): {diag['message']}")
+        diag["message"] = (
+            f"running launcher {launcher!r} on example tensors to infer the signature failed "
+            f"(give signature= and constexprs= instead): {diag['message']}"
+        )
         return {"status": "setup_error", "diagnostic": diag}
-    result = _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text)
+    result = _compile(
+        fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text
+    )
     if launch is not None and result["status"] == "ok":
         result["launch"] = launch
     return result
@@ -121,33 +133,60 @@ def _plan(module, payload: dict):
     backend = make_backend(GPUTarget(t["backend"], t["arch"], t["warp_size"]))
     kernels = _jit_functions(module)
     if not kernels:
-        raise SetupError("the file defines no @triton.jit function; decorate the kernel with @triton.jit")
+        raise SetupError(
+            "the file defines no @triton.jit function; decorate the kernel with @triton.jit"
+        )
     names = [k.__name__ for k in kernels]
     entry = payload.get("entry")
-    if entry is not None and entry not in names and payload.get("launch") and callable(getattr(module, entry, None)):
-        payload = {**payload, "launch": {**payload["launch"], "launcher": entry}}  # a wrapper, named as entry
+    if (
+        entry is not None
+        and entry not in names
+        and payload.get("launch")
+        and callable(getattr(module, entry, None))
+    ):
+        payload = {
+            **payload,
+            "launch": {**payload["launch"], "launcher": entry},
+        }  # a wrapper, named as entry
         entry = None
     if entry is not None and entry not in names:
-        raise SetupError(f"no @triton.jit function {entry!r} in the file; it defines: {', '.join(names)}")
+        raise SetupError(
+            f"no @triton.jit function {entry!r} in the file; it defines: {', '.join(names)}"
+        )
     opts = {k: v for k, v in (payload.get("options") or {}).items() if v is not None}
 
     if payload.get("launch"):
         fn, args, kwargs, launch = _capture_launch(module, kernels, entry, payload["launch"])
-        overrides = {k: v for k, v in (payload.get("constexprs") or {}).items() if k in fn.arg_names}
+        overrides = {
+            k: v for k, v in (payload.get("constexprs") or {}).items() if k in fn.arg_names
+        }
         kwargs = {**kwargs, **overrides, **opts}
         binder = create_function_from_signature(fn.signature, fn.params, backend)
         bound, specialization, launch_opts = binder(*args, **kwargs)
-        options, signature, constexprs, attrs = fn._pack_args(backend, kwargs, bound, specialization, launch_opts)
+        options, signature, constexprs, attrs = fn._pack_args(
+            backend, kwargs, bound, specialization, launch_opts
+        )
         options = {k: v for k, v in options.__dict__.items() if k in kwargs or k in opts}
         return fn, signature, constexprs, attrs, options, launch
 
     signature = dict(payload.get("signature") or {})
     if not signature:
-        raise SetupError("give signature= (e.g. {\"x_ptr\": \"*fp32\", \"N\": \"i32\"}) or a kernel spec to infer it "
-                         "from")
-    fn = next((k for k in kernels if k.__name__ == entry), None) if entry else \
-        next((k for k in kernels if set(k.arg_names) == set(signature) | set(payload.get("constexprs") or {})),
-             kernels[0])
+        raise SetupError(
+            'give signature= (e.g. {"x_ptr": "*fp32", "N": "i32"}) or a kernel spec to infer it '
+            "from"
+        )
+    fn = (
+        next((k for k in kernels if k.__name__ == entry), None)
+        if entry
+        else next(
+            (
+                k
+                for k in kernels
+                if set(k.arg_names) == set(signature) | set(payload.get("constexprs") or {})
+            ),
+            kernels[0],
+        )
+    )
     constexprs = dict(payload.get("constexprs") or {})
     for p in fn.params:
         if p.is_constexpr:
@@ -157,14 +196,22 @@ def _plan(module, payload: dict):
     missing = [n for n in fn.arg_names if n not in signature]
     unknown = [n for n in list(signature) + list(constexprs) if n not in fn.arg_names]
     if missing or unknown:
-        raise SetupError(f"signature does not match {fn.__name__}({', '.join(fn.arg_names)}): "
-                         f"missing {missing or 'nothing'}, unknown {unknown or 'nothing'}")
+        raise SetupError(
+            f"signature does not match {fn.__name__}({', '.join(fn.arg_names)}): "
+            f"missing {missing or 'nothing'}, unknown {unknown or 'nothing'}"
+        )
     missing_ce = [n for n, ty in signature.items() if ty == "constexpr" and n not in constexprs]
     if missing_ce:
-        raise SetupError(f"constexpr parameters need values in constexprs=: {', '.join(missing_ce)}")
+        raise SetupError(
+            f"constexpr parameters need values in constexprs=: {', '.join(missing_ce)}"
+        )
     # A JIT launch with torch tensors specialises every pointer as 16-byte aligned
     # (torch allocations are); assume the same so loads vectorise as they would.
-    attrs = {(i,): backend.parse_attr("D") for i, n in enumerate(fn.arg_names) if signature[n].startswith("*")}
+    attrs = {
+        (i,): backend.parse_attr("D")
+        for i, n in enumerate(fn.arg_names)
+        if signature[n].startswith("*")
+    }
     return fn, signature, constexprs, attrs, opts, None
 
 
@@ -176,8 +223,10 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
 
     launcher = getattr(module, launch["launcher"] or "", None)
     if not callable(launcher):
-        raise SetupError(f"no launcher function {launch['launcher']!r} in the file; name the wrapper that "
-                         "launches the kernel, or give signature= and constexprs= explicitly")
+        raise SetupError(
+            f"no launcher function {launch['launcher']!r} in the file; name the wrapper that "
+            "launches the kernel, or give signature= and constexprs= explicitly"
+        )
     captured: dict = {}
 
     def interceptor(fn):
@@ -186,6 +235,7 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
                 captured.update(fn=fn, args=args, kwargs=kwargs, grid=grid)
                 raise _Captured()
             return None  # another kernel of the same launcher: not the one asked for
+
         return run
 
     def autotuned(tuner):
@@ -196,6 +246,7 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
             while not hasattr(inner, "arg_names") or hasattr(inner, "configs"):
                 inner = inner.fn
             return inner.run(*args, **{**kwargs, **tuner.configs[0].all_kwargs()})
+
         return run
 
     for fn in kernels:
@@ -203,9 +254,14 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     tuners = [v for v in vars(module).values() if hasattr(v, "configs") and hasattr(v, "fn")]
     for tuner in tuners:
         tuner.run = autotuned(tuner)
-    tensors = [torch.empty(tuple(d if isinstance(d, int) else launch["shape"][d] for d in a["shape"]),
-                           dtype=dtype_of(a.get("dtype") or launch["dtype"]), device="cpu")
-               for a in launch["args"]]
+    tensors = [
+        torch.empty(
+            tuple(d if isinstance(d, int) else launch["shape"][d] for d in a["shape"]),
+            dtype=dtype_of(a.get("dtype") or launch["dtype"]),
+            device="cpu",
+        )
+        for a in launch["args"]
+    ]
     try:
         launcher(*tensors)
     except _Captured:
@@ -214,8 +270,10 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
     finally:
         for obj in (*kernels, *tuners):
             obj.__dict__.pop("run", None)
-    raise SetupError(f"{launch['launcher']} returned without launching "
-                     f"{entry or 'any @triton.jit kernel of this file'}; give signature= explicitly")
+    raise SetupError(
+        f"{launch['launcher']} returned without launching "
+        f"{entry or 'any @triton.jit kernel of this file'}; give signature= explicitly"
+    )
 
 
 def _launch_facts(fn, args, kwargs, grid, inputs: list) -> dict:
@@ -226,21 +284,35 @@ def _launch_facts(fn, args, kwargs, grid, inputs: list) -> dict:
 
     named = {**dict(zip(fn.arg_names, args)), **kwargs}
     try:
-        if callable(grid):  # Triton calls a grid function with the bound arguments, constexprs included
+        if callable(
+            grid
+        ):  # Triton calls a grid function with the bound arguments, constexprs included
             grid = grid(named)
         grid = [int(g) for g in (tuple(grid) if isinstance(grid, (tuple, list)) else (grid,))]
     except Exception:  # noqa: BLE001 - agent code; no grid means no per-output estimate, said there
         grid = None
     input_storages = {t.untyped_storage().data_ptr() for t in inputs}
-    outputs = {name: v.numel() for name, v in named.items()
-               if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() not in input_storages}
+    outputs = {
+        name: v.numel()
+        for name, v in named.items()
+        if isinstance(v, torch.Tensor) and v.untyped_storage().data_ptr() not in input_storages
+    }
     runtime = {p.name for p in fn.params if not p.is_constexpr}  # constexprs are reported as such
-    scalars = {name: v for name, v in named.items()
-               if isinstance(v, int) and not isinstance(v, bool) and name in runtime}
-    return {"grid": None if grid is None else (grid + [1, 1, 1])[:3], "scalar_args": scalars, "outputs": outputs}
+    scalars = {
+        name: v
+        for name, v in named.items()
+        if isinstance(v, int) and not isinstance(v, bool) and name in runtime
+    }
+    return {
+        "grid": None if grid is None else (grid + [1, 1, 1])[:3],
+        "scalar_args": scalars,
+        "outputs": outputs,
+    }
 
 
-def _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text) -> dict:
+def _compile(
+    fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text
+) -> dict:
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -259,11 +331,17 @@ def _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file
         with captured_stderr_fd() as native_stderr:
             try:
                 with contextlib.redirect_stdout(log):
-                    kernel = triton.compile(ASTSource(fn, signature, constexprs, attrs), target=target,
-                                            options=options)
+                    kernel = triton.compile(
+                        ASTSource(fn, signature, constexprs, attrs), target=target, options=options
+                    )
             except CompilationError as exc:
-                return {"status": "compile_error", "diagnostic": compile_error_diagnostic(exc, file, file_name, text)}
-            except Exception as exc:  # MLIR/LLVM/ptxas failures: their words are on stderr / in the log
+                return {
+                    "status": "compile_error",
+                    "diagnostic": compile_error_diagnostic(exc, file, file_name, text),
+                }
+            except (
+                Exception
+            ) as exc:  # MLIR/LLVM/ptxas failures: their words are on stderr / in the log
                 diag = mlir_diagnostic(native_stderr(), exc, file, file_name, text)
                 diag["compiler_output"] = log.getvalue()[-4000:]
                 return {"status": "compile_error", "diagnostic": diag}
@@ -281,11 +359,19 @@ def _compile(fn, signature, constexprs, attrs, options, payload, ctx, file, file
         "status": "ok",
         "compile_s": compile_s,
         "triton_version": triton.__version__,
-        "kernel": {"name": md.name, "num_warps": md.num_warps, "num_stages": getattr(md, "num_stages", None),
-                   "warp_size": md.warp_size, "shared_dynamic_bytes": md.shared,
-                   "tmem_bytes": getattr(md, "tmem_size", 0), "signature": signature,
-                   "constexprs": {fn.arg_names[k[0]] if isinstance(k, tuple) else k: _jsonable(v)
-                                  for k, v in constexprs.items()}},
+        "kernel": {
+            "name": md.name,
+            "num_warps": md.num_warps,
+            "num_stages": getattr(md, "num_stages", None),
+            "warp_size": md.warp_size,
+            "shared_dynamic_bytes": md.shared,
+            "tmem_bytes": getattr(md, "tmem_size", 0),
+            "signature": signature,
+            "constexprs": {
+                fn.arg_names[k[0]] if isinstance(k, tuple) else k: _jsonable(v)
+                for k, v in constexprs.items()
+            },
+        },
         "ptxas_log": log.getvalue()[-20000:],
         "files": files,
     }
@@ -304,12 +390,20 @@ def nvidia_tool(name: str) -> str:
 
 def inspect_cubin(cubin: Path, sass_out: Path) -> dict:
     """cuobjdump's resource usage (text) and nvdisasm's SASS (written to sass_out)."""
-    usage = subprocess.run([nvidia_tool("cuobjdump"), "--dump-resource-usage", str(cubin)],
-                           capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    usage = subprocess.run(
+        [nvidia_tool("cuobjdump"), "--dump-resource-usage", str(cubin)],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
+    )
     # -g: each instruction's source line (Triton compiles with line info), which ties a SASS loop
     # to the `for` statement whose trip count the TTIR gives
-    sass = subprocess.run([nvidia_tool("nvdisasm"), "-c", "-g", str(cubin)],
-                          capture_output=True, text=True, timeout=TOOL_TIMEOUT_S)
+    sass = subprocess.run(
+        [nvidia_tool("nvdisasm"), "-c", "-g", str(cubin)],
+        capture_output=True,
+        text=True,
+        timeout=TOOL_TIMEOUT_S,
+    )
     sass_out.write_text(sass.stdout if sass.returncode == 0 else f"nvdisasm failed: {sass.stderr}")
     return {"resource_usage": usage.stdout + usage.stderr}
 

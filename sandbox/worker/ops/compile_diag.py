@@ -37,10 +37,18 @@ def located(file_name: str, text: str, line: int | None, column: int | None, mes
 
 def import_error_diagnostic(exc: BaseException, file: Path, file_name: str, text: str) -> dict:
     """Syntax errors carry their own position; anything else: the deepest frame in the file."""
-    if isinstance(exc, SyntaxError) and exc.filename and Path(exc.filename).resolve() == file.resolve():
+    if (
+        isinstance(exc, SyntaxError)
+        and exc.filename
+        and Path(exc.filename).resolve() == file.resolve()
+    ):
         return located(file_name, text, exc.lineno, exc.offset, f"SyntaxError: {exc.msg}")
     message = f"{type(exc).__name__}: {exc}"
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename).resolve() == file.resolve()]
+    frames = [
+        f
+        for f in traceback.extract_tb(exc.__traceback__)
+        if Path(f.filename).resolve() == file.resolve()
+    ]
     if not frames:
         return {"file": file_name, "line": None, "column": None, "message": message}
     frame = frames[-1]
@@ -70,7 +78,9 @@ def compile_error_diagnostic(exc: BaseException, file: Path, file_name: str, tex
         return {"file": file_name, "line": None, "column": None, "message": _message(exc)}
     line, column, err = places[-1]
     callers = list(dict.fromkeys(p[0] for p in places[:-1] if p[0] != line))
-    message = _message(err) + (f" (called from line {', '.join(map(str, reversed(callers)))})" if callers else "")
+    message = _message(err) + (
+        f" (called from line {', '.join(map(str, reversed(callers)))})" if callers else ""
+    )
     return located(file_name, text, line, column, message)
 
 
@@ -104,8 +114,12 @@ def mlir_diagnostic(stderr: str, exc: BaseException, file: Path, file_name: str,
     'PassManager::run failed'. Name the errors, and the agent's line when one is given."""
     errors = [m for m in map(_MLIR_ERROR.match, stderr.splitlines()) if m]
     specific = [m for m in errors if _GENERIC not in m["msg"]]
-    words = "; ".join(dict.fromkeys(
-        f"{m['msg']} (at {_short(m['path'], file, file_name)}:{m['line']})" for m in specific or errors))
+    words = "; ".join(
+        dict.fromkeys(
+            f"{m['msg']} (at {_short(m['path'], file, file_name)}:{m['line']})"
+            for m in specific or errors
+        )
+    )
     message = f"{type(exc).__name__}: {exc}" + (f": {words}" if words else "")
     mine = [m for m in errors if Path(m["path"]).name == file.name]
     if not mine:
@@ -117,7 +131,7 @@ def _short(path: str, file: Path, file_name: str) -> str:
     if Path(path).name == file.name:
         return file_name
     parts = Path(path).parts
-    return "/".join(parts[parts.index("triton"):]) if "triton" in parts else Path(path).name
+    return "/".join(parts[parts.index("triton") :]) if "triton" in parts else Path(path).name
 
 
 @contextlib.contextmanager
@@ -131,6 +145,7 @@ def captured_stderr_fd():
         def read() -> str:
             sink.seek(0)
             return sink.read()[-200_000:].decode(errors="replace")
+
         try:
             yield read
         finally:

@@ -27,7 +27,9 @@ def run(payload: dict, ctx: JobContext) -> dict:
         "machine": platform.machine(),
         "cpu_model": cpu_model(),
         "num_cpus": os.cpu_count(),
-        "num_cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "num_cpus_usable": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
         "torch_hip": getattr(torch.version, "hip", None),
@@ -42,13 +44,15 @@ def run(payload: dict, ctx: JobContext) -> dict:
     if facts["cuda_available"]:
         for index in range(torch.cuda.device_count()):
             props = torch.cuda.get_device_properties(index)
-            facts["devices"].append({
-                "index": index,
-                "name": props.name,
-                "capability": f"{props.major}.{props.minor}",
-                "total_memory_bytes": int(props.total_memory),
-                "multi_processor_count": int(props.multi_processor_count),
-            })
+            facts["devices"].append(
+                {
+                    "index": index,
+                    "name": props.name,
+                    "capability": f"{props.major}.{props.minor}",
+                    "total_memory_bytes": int(props.total_memory),
+                    "multi_processor_count": int(props.multi_processor_count),
+                }
+            )
         facts["cudnn"] = torch.backends.cudnn.version()
     # the key measured ceilings are cached under (tools/common/peaks.py), so device_info can
     # show them without measuring

@@ -61,14 +61,22 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
         # One intra-op thread: on a shared CPU a parallel region waits for its slowest
         # thread, and one descheduled thread turns a 100 us call into a 30 ms one.
         torch.set_num_threads(int(payload.get("cpu_threads", 1)))
-    info, clock = fingerprint(device), clocks(device)  # before candidate code: it cannot rewrite them
+    info, clock = (
+        fingerprint(device),
+        clocks(device),
+    )  # before candidate code: it cannot rewrite them
     timer = CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else CpuTimer()
 
     sets, set_bytes = _input_sets(payload, ctx, device, cache_bytes(device))
     arms = []
     for arm in payload["arms"]:
-        fn = load_entry(ctx, entry=arm["entry"], source=arm.get("source"), path=arm.get("path"),
-                        module_name=f"bench_{arm['name']}")
+        fn = load_entry(
+            ctx,
+            entry=arm["entry"],
+            source=arm.get("source"),
+            path=arm.get("path"),
+            module_name=f"bench_{arm['name']}",
+        )
         check_arity(fn, len(sets[0]), arm["entry"])
         arms.append(Arm(arm["name"], fn, int(payload.get("num_spot_checks", 3))))
     if payload.get("cuda_graph"):
@@ -95,8 +103,14 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
         "warmup": warmup,
         "stop_reason": stop_reason,
         "elapsed_ms": (_now_ns() - t_start) / 1e6,
-        "arms": {arm.name: {"samples_ns": arm.samples, "calls": arm.calls, "minor_faults": arm.minor_faults}
-                 for arm in arms},
+        "arms": {
+            arm.name: {
+                "samples_ns": arm.samples,
+                "calls": arm.calls,
+                "minor_faults": arm.minor_faults,
+            }
+            for arm in arms
+        },
         "spot_checks": spot_checks,
         "timer": timer.description,
         "threads": torch.get_num_threads(),
@@ -113,8 +127,17 @@ def _input_sets(payload: dict, ctx: JobContext, device: str, cache: int):
     from .reference import generate
 
     custom = payload.get("make_inputs")
-    gen_fn = load_entry(ctx, entry=custom["entry"], path=custom.get("path"), source=custom.get("source"),
-                        module_name="spec_inputs") if custom else None
+    gen_fn = (
+        load_entry(
+            ctx,
+            entry=custom["entry"],
+            path=custom.get("path"),
+            source=custom.get("source"),
+            module_name="spec_inputs",
+        )
+        if custom
+        else None
+    )
     seeds = payload["input_seeds"]
 
     def make(seed: int):
@@ -151,8 +174,10 @@ def _check_memory(device: str, need: int) -> None:
     else:
         free = meminfo_bytes("MemAvailable")
     if free is not None and need > 0.9 * free:
-        raise MemoryError(f"the input sets need {need / 2**30:.2f} GiB and the {device} has "
-                          f"{free / 2**30:.2f} GiB free: use smaller shapes")
+        raise MemoryError(
+            f"the input sets need {need / 2**30:.2f} GiB and the {device} has "
+            f"{free / 2**30:.2f} GiB free: use smaller shapes"
+        )
 
 
 def _warm_up(arms, sets, timer, deadline_ns: float) -> dict:
@@ -173,12 +198,19 @@ def _warm_up(arms, sets, timer, deadline_ns: float) -> dict:
 
 def _stable(t: list[int]) -> bool:
     last = float(np.median(t[-WARMUP_WINDOW:]))
-    prev = float(np.median(t[-2 * WARMUP_WINDOW:-WARMUP_WINDOW]))
+    prev = float(np.median(t[-2 * WARMUP_WINDOW : -WARMUP_WINDOW]))
     return prev > 0 and abs(last / prev - 1) < WARMUP_STABLE
 
 
-def _measure(arms, sets, timer, rng: random.Random, payload: dict, deadlines_ns: tuple[float, float],
-             ctx: JobContext) -> str:
+def _measure(
+    arms,
+    sets,
+    timer,
+    rng: random.Random,
+    payload: dict,
+    deadlines_ns: tuple[float, float],
+    ctx: JobContext,
+) -> str:
     """Timed calls until the medians are known, the budget ends, or max_samples. At the budget's end an
     arm with fewer than min_timed_calls calls keeps the loop going, up to the last deadline: a slow call
     (the Triton interpreter) then still gets a median, not a refusal."""

@@ -50,13 +50,30 @@ from ..protocol import (
     output_file,
 )
 from ..tensors import load_tensors, save_tensors
-from .numerics_watch import SentinelFill, call_diagnostic, diagnostic_text, imports_triton, watch_triton
+from .numerics_watch import (
+    SentinelFill,
+    call_diagnostic,
+    diagnostic_text,
+    imports_triton,
+    watch_triton,
+)
 from .reference import OpAudit
 
 # Functions a candidate might replace to fool an in-process comparison.
-WATCHED = ("torch.allclose", "torch.isclose", "torch.equal", "torch.testing.assert_close",
-           "torch.Tensor.allclose", "torch.Tensor.__eq__", "torch.Tensor.equal", "torch.save",
-           "torch.load", "numpy.allclose", "numpy.testing.assert_allclose", "numpy.array_equal")
+WATCHED = (
+    "torch.allclose",
+    "torch.isclose",
+    "torch.equal",
+    "torch.testing.assert_close",
+    "torch.Tensor.allclose",
+    "torch.Tensor.__eq__",
+    "torch.Tensor.equal",
+    "torch.save",
+    "torch.load",
+    "numpy.allclose",
+    "numpy.testing.assert_allclose",
+    "numpy.array_equal",
+)
 
 
 def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
@@ -76,9 +93,13 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     for i, (key, inputs) in enumerate(zip(keys, trials)):
         for buf, t in zip(buffers, inputs):
             buf.copy_(t)
-        calls.append(_call(fn, buffers, key, CALL_FIRST, len(calls), launches, ctx, inputs_after=True))
+        calls.append(
+            _call(fn, buffers, key, CALL_FIRST, len(calls), launches, ctx, inputs_after=True)
+        )
         if payload.get("repeat", True):
-            calls.append(_call(fn, [t.clone() for t in inputs], key, CALL_REPEAT, len(calls), launches, ctx))
+            calls.append(
+                _call(fn, [t.clone() for t in inputs], key, CALL_REPEAT, len(calls), launches, ctx)
+            )
         if partition:
             for rank, shard in enumerate(_shards(inputs, partition)):
                 calls.append(_call(fn, shard, key, call_rank(rank), len(calls), launches, ctx))
@@ -86,11 +107,19 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     if payload.get("repeat", True):
         # the first trial's inputs once more, last: a kernel right at first and wrong
         # later fails here, on inputs it already got right (an input-dependent bug cannot)
-        calls.append(_call(fn, [t.clone() for t in trials[0]], keys[0], CALL_RECHECK, len(calls), launches, ctx))
+        calls.append(
+            _call(
+                fn, [t.clone() for t in trials[0]], keys[0], CALL_RECHECK, len(calls), launches, ctx
+            )
+        )
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
-    return {"is_triton": _uses_triton(fn), "imports_triton": imports_triton(fn), "calls": calls,
-            "tampered": tampered}
+    return {
+        "is_triton": _uses_triton(fn),
+        "imports_triton": imports_triton(fn),
+        "calls": calls,
+        "tampered": tampered,
+    }
 
 
 def _prefill_with_nan() -> None:
@@ -117,35 +146,50 @@ def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> di
             torch.cuda.synchronize()
     except Exception as exc:
         fact["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
-        lines = traceback.format_exception(type(exc), exc, exc.__traceback__.tb_next)  # from the agent's frame on
+        lines = traceback.format_exception(
+            type(exc), exc, exc.__traceback__.tb_next
+        )  # from the agent's frame on
         fact["traceback"] = "".join(lines[:1] + lines[1:][-6:])
         file, file_name = launches["where"]
         diag = call_diagnostic(exc, file, file_name or (file.name if file else "?"))
         if diag is not None:
             fact["diagnostic"] = diagnostic_text(diag)
         out = None
-    fact.update(ops=audit.counts, triton_launches=launches["ok"], triton_launch_errors=launches["errors"],
-                interpreter_bf16_ops=launches["bf16_ops"])
+    fact.update(
+        ops=audit.counts,
+        triton_launches=launches["ok"],
+        triton_launch_errors=launches["errors"],
+        interpreter_bf16_ops=launches["bf16_ops"],
+    )
     if "error" not in fact:
         outs = list(out) if isinstance(out, (tuple, list)) else [out]
         fact["outputs"] = [_output_facts(o, inputs) for o in outs]
         plain = {str(j): p for j, o in enumerate(outs) if (p := _plain_view(o)) is not None}
         save_tensors(ctx.out_dir / output_file(key, kind), plain)
     if inputs_after:
-        save_tensors(ctx.out_dir / inputs_after_file(key), {str(j): t for j, t in enumerate(inputs)})
+        save_tensors(
+            ctx.out_dir / inputs_after_file(key), {str(j): t for j, t in enumerate(inputs)}
+        )
     return fact
 
 
 def _output_facts(o, inputs: list[torch.Tensor]) -> dict:
-    fact = {"type": f"{type(o).__module__}.{type(o).__qualname__}", "is_tensor": isinstance(o, torch.Tensor),
-            "is_plain": type(o) is torch.Tensor}
+    fact = {
+        "type": f"{type(o).__module__}.{type(o).__qualname__}",
+        "is_tensor": isinstance(o, torch.Tensor),
+        "is_plain": type(o) is torch.Tensor,
+    }
     if not isinstance(o, torch.Tensor):
         return fact
     with torch._C.DisableTorchFunctionSubclass():
-        fact.update(shape=list(o.shape), dtype=str(o.dtype).removeprefix("torch."), device=o.device.type)
+        fact.update(
+            shape=list(o.shape), dtype=str(o.dtype).removeprefix("torch."), device=o.device.type
+        )
         span = _byte_span(o)
         fact["has_storage"] = span is not None
-        fact["aliases_inputs"] = [j for j, t in enumerate(inputs) if span and _overlaps(span, _byte_span(t))]
+        fact["aliases_inputs"] = [
+            j for j, t in enumerate(inputs) if span and _overlaps(span, _byte_span(t))
+        ]
     return fact
 
 
@@ -187,8 +231,12 @@ def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tens
     split = {int(k): int(v) for k, v in partition["args"].items()}
     ranks = []
     for r in range(parts):
-        ranks.append([t.tensor_split(parts, dim=split[j])[r].contiguous() if j in split else t.clone()
-                      for j, t in enumerate(inputs)])
+        ranks.append(
+            [
+                t.tensor_split(parts, dim=split[j])[r].contiguous() if j in split else t.clone()
+                for j, t in enumerate(inputs)
+            ]
+        )
     return ranks
 
 

@@ -20,8 +20,16 @@ from ..protocol import UNWRITTEN_FLOAT_BITS
 from .compile_diag import compile_error_diagnostic, import_error_diagnostic
 
 # aten ops that return memory nobody wrote (torch.empty, empty_like, new_empty, ...)
-UNINITIALISED = frozenset({"aten::empty", "aten::empty_like", "aten::empty_strided", "aten::new_empty",
-                           "aten::new_empty_strided", "aten::empty_permuted"})
+UNINITIALISED = frozenset(
+    {
+        "aten::empty",
+        "aten::empty_like",
+        "aten::empty_strided",
+        "aten::new_empty",
+        "aten::new_empty_strided",
+        "aten::empty_permuted",
+    }
+)
 _BITS_VIEW = {2: torch.int16, 4: torch.int32, 8: torch.int64}
 
 
@@ -66,7 +74,9 @@ def watch_triton() -> dict:
             try:
                 result = __original(self, *args, **kwargs)
             except Exception as exc:
-                state["errors"].append(f"{getattr(self, '__name__', '?')}: {type(exc).__name__}: {exc}"[:300])
+                state["errors"].append(
+                    f"{getattr(self, '__name__', '?')}: {type(exc).__name__}: {exc}"[:300]
+                )
                 raise
             state["ok"] += 1
             return result

@@ -45,18 +45,22 @@ def fingerprint(device: str) -> dict:
         "device": device,
         "torch": torch.__version__,
         "cpu": cpu_model(),
-        "cpu_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "cpu_cores": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
         "machine": platform.machine(),
     }
     if device == "cuda":
         props = torch.cuda.get_device_properties(torch.cuda.current_device())
-        info.update({
-            "name": props.name,
-            "capability": f"{props.major}.{props.minor}",
-            "num_sms": props.multi_processor_count,
-            "memory_bytes": int(props.total_memory),
-            "cuda": torch.version.cuda,
-        })
+        info.update(
+            {
+                "name": props.name,
+                "capability": f"{props.major}.{props.minor}",
+                "num_sms": props.multi_processor_count,
+                "memory_bytes": int(props.total_memory),
+                "cuda": torch.version.cuda,
+            }
+        )
     else:
         info["name"] = info["cpu"]
         info["memory_bytes"] = meminfo_bytes("MemTotal")
@@ -93,8 +97,11 @@ def clocks(device: str) -> dict:
             pass
         return out
     try:
-        mhz = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
-               if line.startswith("cpu MHz")]
+        mhz = [
+            float(line.split(":")[1])
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("cpu MHz")
+        ]
         if mhz:
             out["cpu_mhz_min"], out["cpu_mhz_max"] = min(mhz), max(mhz)
     except OSError:
@@ -144,8 +151,8 @@ def _cpu_peaks(torch, payload: dict, ctx: JobContext) -> dict:
         "matmul_tflops": {"float32": 2 * n**3 / mm_s / 1e12},
         "threads": torch.get_num_threads(),
         "method": f"{torch.get_num_threads()} thread(s), best of {REPEATS}: torch copy of {dram_bytes >> 20} MiB (> "
-                  f"LLC {llc >> 20} MiB), "
-                  f"copy of 256 KiB x200, float32 torch.mm {n}x{n}",
+        f"LLC {llc >> 20} MiB), "
+        f"copy of 256 KiB x200, float32 torch.mm {n}x{n}",
     }
 
 
@@ -174,8 +181,13 @@ def _cuda_peaks(torch, payload: dict, ctx: JobContext) -> dict:
     torch.backends.cuda.matmul.allow_tf32 = False  # float32 means IEEE float32 here
     tflops = {}
     try:
-        for i, (name, dtype, n) in enumerate([("float32", torch.float32, 4096), ("float16", torch.float16, 8192),
-                                              ("bfloat16", torch.bfloat16, 8192)]):
+        for i, (name, dtype, n) in enumerate(
+            [
+                ("float32", torch.float32, 4096),
+                ("float16", torch.float16, 8192),
+                ("bfloat16", torch.bfloat16, 8192),
+            ]
+        ):
             a = torch.randn(n, n, device="cuda", dtype=dtype)
             b = torch.randn(n, n, device="cuda", dtype=dtype)
             tflops[name] = 2 * n**3 / best_event_seconds(lambda a=a, b=b: torch.mm(a, b)) / 1e12
@@ -187,5 +199,5 @@ def _cuda_peaks(torch, payload: dict, ctx: JobContext) -> dict:
         "copy_gbps": 2 * copy_bytes / copy_s / 1e9,
         "matmul_tflops": tflops,
         "method": f"best of 10 with CUDA events: device copy of {copy_bytes >> 20} MiB, "
-                  "torch.mm 4096^2 float32 (TF32 off), 8192^2 float16/bfloat16",
+        "torch.mm 4096^2 float32 (TF32 off), 8192^2 float16/bfloat16",
     }

@@ -13,5 +13,10 @@ from ..loader import load_entry
 
 
 def run(payload: dict, ctx: JobContext) -> dict:
-    fn = load_entry(ctx, entry=payload.get("entry", "main"), source=payload.get("source"), path=payload.get("path"))
+    fn = load_entry(
+        ctx,
+        entry=payload.get("entry", "main"),
+        source=payload.get("source"),
+        path=payload.get("path"),
+    )
     return {"value": fn(*payload.get("args", []))}

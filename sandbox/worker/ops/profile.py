@@ -40,10 +40,15 @@ from .reference import generate
 def run(payload: dict, ctx: JobContext) -> dict:
     code = payload["code"]
     fn = load_entry(ctx, entry=code["entry"], source=code.get("source"), path=code.get("path"))
-    call = _kernel_call(fn, payload["kernel"], ctx) if payload["target"] == "kernel" else \
-        _workload_call(fn, payload.get("workload_args") or [])
+    call = (
+        _kernel_call(fn, payload["kernel"], ctx)
+        if payload["target"] == "kernel"
+        else _workload_call(fn, payload.get("workload_args") or [])
+    )
     my_pid = os.getpid()
-    window = Window(ctx.device, {k: payload[k] for k in ("max_ops", "max_events", "max_ranges") if k in payload})
+    window = Window(
+        ctx.device, {k: payload[k] for k in ("max_ops", "max_events", "max_ranges") if k in payload}
+    )
     ctx.progress(0, None, f"profile:attach pid={my_pid}")
     time.sleep(float(payload.get("attach_wait_s", 0.0)))
     window.start()
@@ -57,19 +62,34 @@ def run(payload: dict, ctx: JobContext) -> dict:
     time.sleep(float(payload.get("attach_wait_s", 0.0)))
     window.close()
     raw = window.export(ctx.job_dir / "tmp")
-    alive = [{"tid": t.native_id, "name": t.name} for t in threading.enumerate()
-             if t is not threading.current_thread() and t is not window.watcher.thread and t.native_id is not None]
+    alive = [
+        {"tid": t.native_id, "name": t.name}
+        for t in threading.enumerate()
+        if t is not threading.current_thread()
+        and t is not window.watcher.thread
+        and t.native_id is not None
+    ]
     return {**raw, "alive_after_return": alive, "children": _children()}
 
 
 def _kernel_call(fn, spec: dict, ctx: JobContext):
     custom = spec.get("make_inputs")
-    generator_fn = load_entry(ctx, entry=custom["entry"], path=custom.get("path"), module_name="spec_inputs") \
-        if custom else None
+    generator_fn = (
+        load_entry(ctx, entry=custom["entry"], path=custom.get("path"), module_name="spec_inputs")
+        if custom
+        else None
+    )
     item = {"shape": spec["shape"], "dtype": spec["dtype"], "seed": spec["seed"]}
-    inputs = generate(item, spec["args"], generator_fn, ctx.device) if generator_fn else \
-        make_inputs(spec["args"], spec["shape"], spec["dtype"], spec["seed"], device=ctx.device)
-    fn(*inputs)  # warm-up outside the window: compilation and first-touch allocation are not the steady state
+    inputs = (
+        generate(item, spec["args"], generator_fn, ctx.device)
+        if generator_fn
+        else make_inputs(
+            spec["args"], spec["shape"], spec["dtype"], spec["seed"], device=ctx.device
+        )
+    )
+    fn(
+        *inputs
+    )  # warm-up outside the window: compilation and first-touch allocation are not the steady state
     _sync(ctx.device)
     calls = int(spec.get("calls", 10))
 
@@ -102,5 +122,3 @@ def _children() -> list[int]:
         except OSError:
             continue
     return pids
-
-

@@ -29,22 +29,37 @@ from ..tensors import dtype_of, make_inputs, save_tensors
 
 def run(payload: ReferencePayload, ctx: JobContext) -> dict:
     ref = payload["reference"]
-    reference = load_entry(ctx, entry=ref["entry"], source=ref.get("source"), path=ref.get("path"),
-                           module_name="reference")
+    reference = load_entry(
+        ctx,
+        entry=ref["entry"],
+        source=ref.get("source"),
+        path=ref.get("path"),
+        module_name="reference",
+    )
     custom = payload.get("make_inputs")
     generator_fn = None
     if custom:
-        generator_fn = load_entry(ctx, entry=custom["entry"], path=custom.get("path"),
-                                  source=custom.get("source"), module_name="spec_inputs")
+        generator_fn = load_entry(
+            ctx,
+            entry=custom["entry"],
+            path=custom.get("path"),
+            source=custom.get("source"),
+            module_name="spec_inputs",
+        )
     items = payload["items"]
     facts = {}
     for i, item in enumerate(items):
         inputs = generate(item, payload["args"], generator_fn, ctx.device)
         with OpAudit() as audit:
-            outputs, compute_dtype = call_reference(reference, ref["entry"], inputs, item,
-                                                    use_float64=payload.get("float64", True))
-        save_tensors(ctx.out_dir / inputs_file(item["key"]), {str(j): t for j, t in enumerate(inputs)})
-        save_tensors(ctx.out_dir / reference_file(item["key"]), {str(j): t for j, t in enumerate(outputs)})
+            outputs, compute_dtype = call_reference(
+                reference, ref["entry"], inputs, item, use_float64=payload.get("float64", True)
+            )
+        save_tensors(
+            ctx.out_dir / inputs_file(item["key"]), {str(j): t for j, t in enumerate(inputs)}
+        )
+        save_tensors(
+            ctx.out_dir / reference_file(item["key"]), {str(j): t for j, t in enumerate(outputs)}
+        )
         facts[item["key"]] = {
             "compute_dtype": compute_dtype,
             "inputs": [_describe(t) for t in inputs],
@@ -63,8 +78,14 @@ def run(payload: ReferencePayload, ctx: JobContext) -> dict:
 def generate(item: dict, args: list[dict], generator_fn, device: str) -> list[torch.Tensor]:
     """The inputs of one trial; bit-identical for the same (args, shape, dtype, seed)."""
     if generator_fn is None:
-        return make_inputs(args, item["shape"], item["dtype"], item["seed"], device=device,
-                           distribution=item.get("distribution"))
+        return make_inputs(
+            args,
+            item["shape"],
+            item["dtype"],
+            item["seed"],
+            device=device,
+            distribution=item.get("distribution"),
+        )
     gen = torch.Generator(device="cpu").manual_seed(item["seed"])
     tensors = generator_fn(item["shape"], dtype_of(item["dtype"]), gen)
     if not all(isinstance(t, torch.Tensor) for t in tensors):
@@ -72,8 +93,9 @@ def generate(item: dict, args: list[dict], generator_fn, device: str) -> list[to
     return [t.to(device).contiguous() for t in tensors]
 
 
-def call_reference(fn, entry: str, inputs: list[torch.Tensor], item: dict,
-                   use_float64: bool) -> tuple[list[torch.Tensor], str]:
+def call_reference(
+    fn, entry: str, inputs: list[torch.Tensor], item: dict, use_float64: bool
+) -> tuple[list[torch.Tensor], str]:
     """Outputs as a list of tensors, and the dtype they were computed in."""
     upcast = use_float64 and any(t.is_floating_point() and t.dtype != torch.float64 for t in inputs)
     if upcast:
@@ -95,8 +117,10 @@ def call_reference(fn, entry: str, inputs: list[torch.Tensor], item: dict,
 def _as_list(out, entry: str) -> list[torch.Tensor]:
     outs = list(out) if isinstance(out, (tuple, list)) else [out]
     if not outs or not all(isinstance(t, torch.Tensor) for t in outs):
-        raise TypeError(f"the reference {entry} must return a tensor or a tuple of tensors, "
-                        f"got {type(out).__name__}")
+        raise TypeError(
+            f"the reference {entry} must return a tensor or a tuple of tensors, "
+            f"got {type(out).__name__}"
+        )
     return [t.detach() for t in outs]
 
 
@@ -106,7 +130,9 @@ def _native_outputs(fn, inputs: list[torch.Tensor]) -> list[dict] | None:
     try:
         outs = fn(*[t.to("meta") for t in inputs])
         outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
-        return [{"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outs]
+        return [
+            {"shape": list(o.shape), "dtype": str(o.dtype).removeprefix("torch.")} for o in outs
+        ]
     except Exception:
         return None
 

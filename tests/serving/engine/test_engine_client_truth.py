@@ -35,7 +35,13 @@ import time
 import httpx
 import pytest
 
-from infra_agent.serving.loadgen import Arrivals, Endpoint, PlainTokenizer, random_requests, run_benchmark
+from infra_agent.serving.loadgen import (
+    Arrivals,
+    Endpoint,
+    PlainTokenizer,
+    random_requests,
+    run_benchmark,
+)
 from infra_agent.tools.serve_benchmark.engine_truth import BURST_RATIO, engine_side
 from infra_agent.tools.serve_benchmark.phases import parse
 
@@ -44,8 +50,11 @@ SYS_PIDFD_GETFD = 438  # the same number on x86_64 and aarch64
 
 
 def start_engine(argv: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, "-m", "infra_agent.serving.engine", "--port", "0", *argv],
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "infra_agent.serving.engine", "--port", "0", *argv],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
         line = proc.stderr.readline()
@@ -70,7 +79,10 @@ def connected_tcp_nodelay(pid: int) -> list[int]:
                 raise OSError(ctypes.get_errno(), "pidfd_getfd")
             sock = socket.socket(fileno=fd)
             try:
-                if sock.family in (socket.AF_INET, socket.AF_INET6) and sock.type == socket.SOCK_STREAM:
+                if (
+                    sock.family in (socket.AF_INET, socket.AF_INET6)
+                    and sock.type == socket.SOCK_STREAM
+                ):
                     sock.getpeername()  # raises for the listening socket
                     values.append(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
             except OSError:
@@ -84,7 +96,9 @@ def connected_tcp_nodelay(pid: int) -> list[int]:
 
 @pytest.fixture(scope="module")
 def tiny_engine(tiny_checkpoint):
-    proc, url = start_engine(["--checkpoint", str(tiny_checkpoint), "--model-name", "tiny", "--num-blocks", "512"])
+    proc, url = start_engine(
+        ["--checkpoint", str(tiny_checkpoint), "--model-name", "tiny", "--num-blocks", "512"]
+    )
     yield proc, url, PlainTokenizer(tiny_checkpoint)
     proc.terminate()
     proc.wait(timeout=10)
@@ -113,10 +127,19 @@ def test_client_ttft_and_itl_agree_with_the_engine_own(tiny_engine, concurrency)
             before = parse((await http.get("/metrics")).text)
             stop = asyncio.Event()
             probe = asyncio.ensure_future(_health_round_trips_ms(url, stop))
-            run = asyncio.ensure_future(run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency),
-                                                      warmup=2, tokenizer=tokenizer))
+            run = asyncio.ensure_future(
+                run_benchmark(
+                    ep,
+                    requests,
+                    Arrivals(max_concurrency=concurrency),
+                    warmup=2,
+                    tokenizer=tokenizer,
+                )
+            )
             await asyncio.sleep(0.5)
-            nodelay = await asyncio.to_thread(connected_tcp_nodelay, proc.pid)  # mid-run: the client's are open
+            nodelay = await asyncio.to_thread(
+                connected_tcp_nodelay, proc.pid
+            )  # mid-run: the client's are open
             result = await run
             stop.set()
             rtts = await probe
@@ -129,10 +152,13 @@ def test_client_ttft_and_itl_agree_with_the_engine_own(tiny_engine, concurrency)
     assert len(nodelay) >= 2 and all(nodelay), f"accepted connections' TCP_NODELAY: {nodelay}"
     floor_ms = statistics.median(rtts)
     bound = 2 * engine["engine_ttft_p50_high_ms"] + 4 * floor_ms + 10.0
-    assert m.ttft_ms.median <= bound, (f"client TTFT p50 {m.ttft_ms.median:.1f} ms over 2 x the engine's "
-                                       f"{engine} + 4 x /health {floor_ms:.1f} ms + 10 ms")
+    assert m.ttft_ms.median <= bound, (
+        f"client TTFT p50 {m.ttft_ms.median:.1f} ms over 2 x the engine's "
+        f"{engine} + 4 x /health {floor_ms:.1f} ms + 10 ms"
+    )
     assert m.itl_ms.median >= BURST_RATIO * engine["engine_itl_mean_ms"], (
-        f"a burst: client ITL p50 {m.itl_ms.median:.3f} ms, engine {engine['engine_itl_mean_ms']:.3f} ms")
+        f"a burst: client ITL p50 {m.itl_ms.median:.3f} ms, engine {engine['engine_itl_mean_ms']:.3f} ms"
+    )
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -142,11 +168,20 @@ def test_the_default_engine_streams_text_token_by_token(temperature):
     request arrived as one chunk, TTFT = E2EL): content chunks >= half the output tokens."""
     proc, url = start_engine(["--num-blocks", "64"])
     try:
-        body = {"prompt": "Hello", "max_tokens": 32, "stream": True, "ignore_eos": True,
-                "temperature": temperature, "seed": 1, "stream_options": {"include_usage": True}}
+        body = {
+            "prompt": "Hello",
+            "max_tokens": 32,
+            "stream": True,
+            "ignore_eos": True,
+            "temperature": temperature,
+            "seed": 1,
+            "stream_options": {"include_usage": True},
+        }
         chunks, usage, text = 0, None, ""
-        with httpx.Client(base_url=url, timeout=120) as http, \
-                http.stream("POST", "/v1/completions", json=body) as response:
+        with (
+            httpx.Client(base_url=url, timeout=120) as http,
+            http.stream("POST", "/v1/completions", json=body) as response,
+        ):
             for line in response.iter_lines():
                 if not line.startswith("data: {"):
                     continue

@@ -40,7 +40,7 @@ def hf_tokens(tiny_checkpoint, prompt_ids):
     out = []
     for ids in prompt_ids:
         gen = model.generate(torch.tensor([ids]), max_new_tokens=MAX_NEW, do_sample=False)
-        out.append(gen[0, len(ids):].tolist())
+        out.append(gen[0, len(ids) :].tolist())
     return out
 
 
@@ -68,8 +68,12 @@ def test_each_prompt_alone(tiny_checkpoint, prompt_ids, hf_tokens):
 
 @pytest.mark.parametrize("chunked,budget", [(True, 7), (False, 256)])
 def test_one_continuous_batch(tiny_checkpoint, prompt_ids, hf_tokens, chunked, budget):
-    engine = make_engine(tiny_checkpoint, enable_chunked_prefill=chunked, max_num_batched_tokens=budget,
-                         enable_prefix_caching=False)
+    engine = make_engine(
+        tiny_checkpoint,
+        enable_chunked_prefill=chunked,
+        max_num_batched_tokens=budget,
+        enable_prefix_caching=False,
+    )
     outs = engine.generate(prompt_ids, GREEDY)
     assert [o["token_ids"] for o in outs] == hf_tokens
     assert engine.block_manager.num_free_blocks == 128
@@ -82,7 +86,9 @@ def test_prefix_cache_hits_give_the_same_tokens(tiny_checkpoint, prompt_ids, hf_
     second = engine.generate(prompt_ids, GREEDY)  # every prompt's full blocks are cached now
     assert [o["token_ids"] for o in first] == hf_tokens
     assert [o["token_ids"] for o in second] == hf_tokens
-    assert engine.scheduler.num_prefix_cache_hits - hits_first >= sum(len(i) // 8 * 8 - 8 for i in prompt_ids)
+    assert engine.scheduler.num_prefix_cache_hits - hits_first >= sum(
+        len(i) // 8 * 8 - 8 for i in prompt_ids
+    )
 
 
 def test_preemption_keeps_tokens(tiny_checkpoint, prompt_ids, hf_tokens):
@@ -99,10 +105,16 @@ def _kernel_runs(checkpoint, ids: list) -> dict:
 
     ops = [op for op in ("rmsnorm", "paged_attention_decode") if op in load_workspace().kernels]
     out = {}
-    for name, kernels in (("reference", {op: "reference" for op in ops}), ("triton", {op: "triton" for op in ops}),
-                          ("plain", {"paged_attention_decode": "torch"})):
+    for name, kernels in (
+        ("reference", {op: "reference" for op in ops}),
+        ("triton", {op: "triton" for op in ops}),
+        ("plain", {"paged_attention_decode": "torch"}),
+    ):
         e = make_engine(checkpoint, kernels=kernels)
-        out[name] = {"choices": dict(e.runner.ops.choices), "tokens": [o["token_ids"] for o in e.generate(ids, GREEDY)]}
+        out[name] = {
+            "choices": dict(e.runner.ops.choices),
+            "tokens": [o["token_ids"] for o in e.generate(ids, GREEDY)],
+        }
     out["ops"] = ops
     return out
 

@@ -10,7 +10,12 @@ from infra_agent.serving.engine import EngineArgs, SamplingParams
 from infra_agent.serving.engine.disagg import DisaggArgs, DisaggregatedEngine
 from infra_agent.serving.engine.llm_engine import LLMEngine
 
-PROMPTS = ["The quick brown fox", "Hello world! Numbers 0123456789", "A paged KV cache stores keys" * 2, "Hi"]
+PROMPTS = [
+    "The quick brown fox",
+    "Hello world! Numbers 0123456789",
+    "A paged KV cache stores keys" * 2,
+    "Hi",
+]
 GREEDY = SamplingParams(max_tokens=8, temperature=0)
 
 
@@ -24,10 +29,13 @@ def unified(args):
     return [o["token_ids"] for o in LLMEngine(args).generate(PROMPTS, GREEDY)]
 
 
-@pytest.mark.parametrize("releases_gil,transfer", [(False, "bytes"), (True, "bytes"), (True, "clone")])
+@pytest.mark.parametrize(
+    "releases_gil,transfer", [(False, "bytes"), (True, "bytes"), (True, "clone")]
+)
 def test_disaggregated_tokens_equal_the_unified_engine(args, unified, releases_gil, transfer):
-    engine = DisaggregatedEngine(DisaggArgs(comm_releases_gil=releases_gil, comm_us=100, transfer=transfer,
-                                            engine=args))
+    engine = DisaggregatedEngine(
+        DisaggArgs(comm_releases_gil=releases_gil, comm_us=100, transfer=transfer, engine=args)
+    )
     try:
         outs = engine.generate(PROMPTS, GREEDY)
     finally:
@@ -68,8 +76,23 @@ def test_disaggregated_engine_behind_the_http_api(tiny_checkpoint, unified):
 
     tokenizer = HFTokenizer(tiny_checkpoint)
 
-    cmd = [sys.executable, "-m", "infra_agent.serving.engine", "--checkpoint", str(tiny_checkpoint), "--port", "0",
-           "--block-size", "8", "--num-blocks", "64", "--disaggregated", "--no-comm-releases-gil", "--comm-us", "100"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "infra_agent.serving.engine",
+        "--checkpoint",
+        str(tiny_checkpoint),
+        "--port",
+        "0",
+        "--block-size",
+        "8",
+        "--num-blocks",
+        "64",
+        "--disaggregated",
+        "--no-comm-releases-gil",
+        "--comm-us",
+        "100",
+    ]
     proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
     try:
         url, deadline = None, time.monotonic() + 60
@@ -78,16 +101,23 @@ def test_disaggregated_engine_behind_the_http_api(tiny_checkpoint, unified):
             url = match.group(1) if match else None
         assert url, "the disaggregated engine did not report readiness"
         with httpx.Client(base_url=url, timeout=60) as http:
-            for prompt, expected in zip(PROMPTS[:2], unified[:2], strict=True):  # the unified engine's tokens
+            for prompt, expected in zip(
+                PROMPTS[:2], unified[:2], strict=True
+            ):  # the unified engine's tokens
                 body = {"prompt": prompt, "max_tokens": 8, "temperature": 0}
                 answer = http.post("/v1/completions", json=body).json()
                 assert answer["usage"]["completion_tokens"] == len(expected)
                 assert answer["choices"][0]["text"] == tokenizer.decode(expected)
-            with http.stream("POST", "/v1/completions", json={"prompt": "Hi", "max_tokens": 60, "stream": True,
-                                                              "ignore_eos": True}) as response:
+            with http.stream(
+                "POST",
+                "/v1/completions",
+                json={"prompt": "Hi", "max_tokens": 60, "stream": True, "ignore_eos": True},
+            ) as response:
                 next(response.iter_lines())  # leave mid-stream: both workers drop it
             metrics = http.get("/metrics").text
-        assert re.search(r'^infra_agent:kv_transfer_time_seconds_count\{[^}]*\} [1-9]', metrics, re.M)
+        assert re.search(
+            r"^infra_agent:kv_transfer_time_seconds_count\{[^}]*\} [1-9]", metrics, re.M
+        )
     finally:
         proc.terminate()
         proc.wait(timeout=10)
@@ -115,10 +145,20 @@ def test_disaggregated_ttft_is_what_the_client_waits_for(args):
     finally:
         engine.shutdown()
     m = parse(metrics.render().decode())
-    total = {name: m[f"{name}_sum"] for name in (
-        "vllm:time_to_first_token_seconds", "vllm:request_queue_time_seconds",
-        "vllm:request_prefill_time_seconds", "infra_agent:kv_transfer_time_seconds")}
-    assert m["infra_agent:kv_transfer_time_seconds_count"] == m["vllm:time_to_first_token_seconds_count"] == 8
+    total = {
+        name: m[f"{name}_sum"]
+        for name in (
+            "vllm:time_to_first_token_seconds",
+            "vllm:request_queue_time_seconds",
+            "vllm:request_prefill_time_seconds",
+            "infra_agent:kv_transfer_time_seconds",
+        )
+    }
+    assert (
+        m["infra_agent:kv_transfer_time_seconds_count"]
+        == m["vllm:time_to_first_token_seconds_count"]
+        == 8
+    )
     parts = sum(v for k, v in total.items() if k != "vllm:time_to_first_token_seconds")
     assert total["infra_agent:kv_transfer_time_seconds"] > 0
     assert total["vllm:time_to_first_token_seconds"] >= parts - 1e-9, total

@@ -42,7 +42,9 @@ def stream(tok, ids) -> list[str]:
 
 
 @pytest.mark.parametrize("which", ["bytes", "checkpoint"])
-def test_streamed_text_is_the_full_decode_and_each_step_decodes_a_short_window(which, tiny_checkpoint):
+def test_streamed_text_is_the_full_decode_and_each_step_decodes_a_short_window(
+    which, tiny_checkpoint
+):
     """Deltas joined are exactly the whole output decoded (multi-byte characters split over
     tokens, random ids of a byte-level BPE), nothing half a character is streamed, and a
     step's decode covers the last piece and the new ids, not the whole output."""
@@ -77,7 +79,12 @@ def test_a_request_seed_gives_the_same_tokens_in_any_batch():
     others = SamplingParams(max_tokens=8, temperature=1.0)
     batched = e.generate(["other one", "sampled", "and more"], [others, p, others])[1]["token_ids"]
     assert alone == batched
-    assert e.generate(["sampled"], SamplingParams(max_tokens=8, temperature=1.0, seed=43))[0]["token_ids"] != alone
+    assert (
+        e.generate(["sampled"], SamplingParams(max_tokens=8, temperature=1.0, seed=43))[0][
+            "token_ids"
+        ]
+        != alone
+    )
 
 
 def test_stop_string_cuts_the_text(tiny_checkpoint):
@@ -85,8 +92,10 @@ def test_stop_string_cuts_the_text(tiny_checkpoint):
     full = e.generate(["The quick brown fox"], SamplingParams(max_tokens=12, temperature=0))[0]
     assert len(full["text"]) > 4
     stop = full["text"][2:4]
-    cut = e.generate(["The quick brown fox"], SamplingParams(max_tokens=12, temperature=0, stop=[stop]))[0]
-    assert cut["finish_reason"] == "stop" and cut["text"] == full["text"][:full["text"].find(stop)]
+    cut = e.generate(
+        ["The quick brown fox"], SamplingParams(max_tokens=12, temperature=0, stop=[stop])
+    )[0]
+    assert cut["finish_reason"] == "stop" and cut["text"] == full["text"][: full["text"].find(stop)]
 
 
 def test_tied_lm_head_matches_hf(tmp_path):
@@ -97,9 +106,13 @@ def test_tied_lm_head_matches_hf(tmp_path):
     build_tiny_checkpoint(tmp_path, seed=3, tie=True)
     assert "lm_head.weight" not in load_file(str(next(tmp_path.glob("*.safetensors"))))
     ids = AutoTokenizer.from_pretrained(tmp_path)("Hello world! Numbers")["input_ids"]
-    hf = LlamaForCausalLM.from_pretrained(tmp_path).generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
-    ours = engine(checkpoint=str(tmp_path), block_size=8).generate([ids], SamplingParams(max_tokens=8, temperature=0))
-    assert ours[0]["token_ids"] == hf[0, len(ids):].tolist()
+    hf = LlamaForCausalLM.from_pretrained(tmp_path).generate(
+        torch.tensor([ids]), max_new_tokens=8, do_sample=False
+    )
+    ours = engine(checkpoint=str(tmp_path), block_size=8).generate(
+        [ids], SamplingParams(max_tokens=8, temperature=0)
+    )
+    assert ours[0]["token_ids"] == hf[0, len(ids) :].tolist()
 
 
 def test_bad_checkpoints_say_what_is_wrong(tmp_path):
@@ -118,7 +131,9 @@ def _zoo_has(kernel: str) -> bool:
     return kernel in load_workspace().kernels
 
 
-needs_kv_quant = pytest.mark.skipif(not _zoo_has("kv_quant"), reason="the kernel zoo has no kv_quant kernel")
+needs_kv_quant = pytest.mark.skipif(
+    not _zoo_has("kv_quant"), reason="the kernel zoo has no kv_quant kernel"
+)
 
 
 @needs_kv_quant
@@ -128,15 +143,26 @@ def test_quantised_kv_cache_keeps_greedy_tokens_on_the_random_model(kind, code_d
     greedy = SamplingParams(max_tokens=10, temperature=0)
     full = engine(seed=5).generate(prompts, greedy)
     quant = engine(seed=5, kv_cache_dtype=kind)
-    assert str(quant.runner.kv_caches[0].k.dtype) == code_dtype  # 1-byte codes (+ fp32 scales) really stored
+    assert (
+        str(quant.runner.kv_caches[0].k.dtype) == code_dtype
+    )  # 1-byte codes (+ fp32 scales) really stored
     assert quant.runner.ops.choices["kv_quant"] == f"kv_quant:reference ({kind})"
-    assert [o["token_ids"] for o in quant.generate(prompts, greedy)] == [o["token_ids"] for o in full]
+    assert [o["token_ids"] for o in quant.generate(prompts, greedy)] == [
+        o["token_ids"] for o in full
+    ]
 
 
 def _kv_quant_runs(checkpoint) -> list:
     greedy = SamplingParams(max_tokens=4, temperature=0)
-    return [engine(checkpoint=str(checkpoint), block_size=8, kv_cache_dtype="int8", kernels={"kv_quant": impl})
-            .generate(["The quick brown fox"], greedy)[0]["token_ids"] for impl in ("reference", "triton")]
+    return [
+        engine(
+            checkpoint=str(checkpoint),
+            block_size=8,
+            kv_cache_dtype="int8",
+            kernels={"kv_quant": impl},
+        ).generate(["The quick brown fox"], greedy)[0]["token_ids"]
+        for impl in ("reference", "triton")
+    ]
 
 
 @needs_kv_quant
@@ -148,12 +174,17 @@ def test_triton_kv_quant_gives_the_reference_tokens(tiny_checkpoint):
 def _w8a8_runs(prompts: list) -> dict:
     greedy = SamplingParams(max_tokens=8, temperature=0)
     runs = {"full": [o["token_ids"] for o in engine(seed=5).generate(prompts, greedy)]}
-    for impl, n, max_tokens in (("reference", 2, 8), ("triton", 1, 4)):  # interpreted Triton is slow: keep it short
+    for impl, n, max_tokens in (
+        ("reference", 2, 8),
+        ("triton", 1, 4),
+    ):  # interpreted Triton is slow: keep it short
         e = engine(seed=5, quantization="w8a8", kernels={"w8a8_gemm": impl})
         runs[impl + "_choice"] = e.runner.ops.choices["w8a8_gemm"]
         runs[impl + "_int8"] = e.runner.model.layers[0]["qkv"][0].dtype == __import__("torch").int8
-        runs[impl] = [o["token_ids"] for o in e.generate(prompts[:n], SamplingParams(max_tokens=max_tokens,
-                                                                                       temperature=0))]
+        runs[impl] = [
+            o["token_ids"]
+            for o in e.generate(prompts[:n], SamplingParams(max_tokens=max_tokens, temperature=0))
+        ]
     return runs
 
 
@@ -161,7 +192,9 @@ def _w8a8_runs(prompts: list) -> dict:
 def test_w8a8_linears_through_the_zoo_kernel():
     runs = in_forked_child(_w8a8_runs, ["The quick brown fox", "Hello world! Numbers 0123456789"])
     for impl in ("reference", "triton"):
-        assert runs[impl + "_choice"] == f"w8a8_gemm:{impl}" and runs[impl + "_int8"]  # int8 codes stored
+        assert (
+            runs[impl + "_choice"] == f"w8a8_gemm:{impl}" and runs[impl + "_int8"]
+        )  # int8 codes stored
     assert runs["reference"] == runs["full"]  # the random model's greedy tokens survive W8A8
     assert runs["triton"][0] == runs["reference"][0][:4]
 
@@ -177,5 +210,9 @@ def test_planted_prefill_delay_lives_in_the_runner_and_sleeps_per_prefill_chunk(
     assert isinstance(delayed.runner, planted.PrefillDelayRunner)
     slept: list[float] = []
     monkeypatch.setattr(planted.time, "sleep", slept.append)
-    delayed.generate([list(range(1, 21))], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True))
-    assert slept == [0.03] * 3  # a 20-token prompt in chunks of 8: 3 prefill chunks, 2 decodes without a delay
+    delayed.generate(
+        [list(range(1, 21))], SamplingParams(max_tokens=3, temperature=0.0, ignore_eos=True)
+    )
+    assert (
+        slept == [0.03] * 3
+    )  # a 20-token prompt in chunks of 8: 3 prefill chunks, 2 decodes without a delay

@@ -24,7 +24,9 @@ def make(num_blocks=16, block_size=4, max_seqs=8, budget=32, chunked=True, prefi
 
 
 def seq(n_prompt, max_tokens=4, start=0):
-    return Sequence(list(range(start, start + n_prompt)), SamplingParams(max_tokens=max_tokens, temperature=0))
+    return Sequence(
+        list(range(start, start + n_prompt)), SamplingParams(max_tokens=max_tokens, temperature=0)
+    )
 
 
 def step(s: Scheduler, token=7):
@@ -49,8 +51,10 @@ def assert_no_leak(s: Scheduler):
 
 
 def test_imports_no_torch():
-    code = ("import sys; import infra_agent.serving.engine.scheduler, infra_agent.serving.engine.block_manager; "
-            "assert 'torch' not in sys.modules, 'torch imported'")
+    code = (
+        "import sys; import infra_agent.serving.engine.scheduler, infra_agent.serving.engine.block_manager; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -59,7 +63,9 @@ def test_chunked_prefill_respects_the_token_budget():
     a, b = seq(25), seq(3, start=100)
     s.add(a), s.add(b)
     first = step(s)
-    assert [(x.seq, x.num_tokens) for x in first] == [(a, 10)]  # the budget is spent on a's first chunk
+    assert [(x.seq, x.num_tokens) for x in first] == [
+        (a, 10)
+    ]  # the budget is spent on a's first chunk
     second = step(s)
     assert [(x.seq, x.num_tokens) for x in second] == [(a, 10)]
     third = step(s)  # a's last 5 tokens (it samples), then b's whole prompt fits in the rest
@@ -107,7 +113,9 @@ def test_prefix_reuse_and_eviction():
     s.add(a)
     run_to_end(s)
     assert_no_leak(s)  # freed, but the blocks keep their hashes
-    b = seq(13, max_tokens=1)  # same prompt: 3 full blocks are reused (the last token is recomputed)
+    b = seq(
+        13, max_tokens=1
+    )  # same prompt: 3 full blocks are reused (the last token is recomputed)
     s.add(b)
     first = step(s)
     assert first[0].num_tokens == 1 and s.num_prefix_cache_hits == 12
@@ -158,8 +166,12 @@ def test_no_block_leaked_after_1000_random_lifecycles():
     seqs, added = [], 0
     while added < 1000 or s.has_work():
         for _ in range(rng.randrange(0, 4) if added < 1000 else 0):
-            prompt = rng.choice(prefixes) + [rng.randrange(1000) for _ in range(rng.randrange(1, 20))]
-            sq = Sequence(prompt, SamplingParams(max_tokens=rng.randrange(1, 40), stop_token_ids=[3]))
+            prompt = rng.choice(prefixes) + [
+                rng.randrange(1000) for _ in range(rng.randrange(1, 20))
+            ]
+            sq = Sequence(
+                prompt, SamplingParams(max_tokens=rng.randrange(1, 40), stop_token_ids=[3])
+            )
             s.add(sq)
             seqs.append(sq)
             added += 1

@@ -25,7 +25,9 @@ async def _accepted_nodelay(sock: socket.socket) -> int:
     seen: asyncio.Future = asyncio.get_running_loop().create_future()
 
     async def on_connect(reader, writer):
-        seen.set_result(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        seen.set_result(
+            writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        )
         writer.close()
 
     server = await asyncio.start_server(on_connect, sock=sock)
@@ -62,7 +64,9 @@ async def test_the_sandbox_bridge_connects_upstream_with_tcp_nodelay():
 
     async def recording_open(*args, **kwargs):
         reader, writer = await real_open(*args, **kwargs)
-        made.append(writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+        made.append(
+            writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)
+        )
         return reader, writer
 
     async def echo(reader, writer):

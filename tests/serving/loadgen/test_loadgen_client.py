@@ -49,10 +49,16 @@ async def chat(request: Request):
         yield _chunk([{"index": 0, "delta": {"role": "assistant", "content": ""}}])
         await asyncio.sleep(0.03)
         times.append(time.perf_counter())
-        yield _chunk([{"index": 0, "delta": {"content": "ab"}}], {"completion_tokens": 2} if continuous else None)
+        yield _chunk(
+            [{"index": 0, "delta": {"content": "ab"}}],
+            {"completion_tokens": 2} if continuous else None,
+        )
         await asyncio.sleep(0.02)
         times.append(time.perf_counter())
-        yield _chunk([{"index": 0, "delta": {"content": "c"}}], {"completion_tokens": 3} if continuous else None)
+        yield _chunk(
+            [{"index": 0, "delta": {"content": "c"}}],
+            {"completion_tokens": 3} if continuous else None,
+        )
         await asyncio.sleep(0.01)
         times.append(time.perf_counter())
         yield _chunk([], {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8})
@@ -92,7 +98,11 @@ async def test_metrics_come_from_the_right_chunks(scripted_server, continuous):
         assert rec.content_times_s[1] >= second
         # E2EL ends at the usage-only last chunk; tokens come from the engine's usage
         assert rec.last_chunk_s >= usage_only
-        assert (rec.output_tokens, rec.output_tokens_source, rec.usage_prompt_tokens) == (3, "usage", 5)
+        assert (rec.output_tokens, rec.output_tokens_source, rec.usage_prompt_tokens) == (
+            3,
+            "usage",
+            5,
+        )
         assert rec.text == "abc"
         assert rec.tpot_s == pytest.approx((rec.e2el_s - rec.ttft_s) / 2)
         assert rec.content_tokens == ([2, 1] if continuous else [None, None])
@@ -111,7 +121,9 @@ async def test_timers_start_at_the_scheduled_time_under_a_cap(scripted_server):
     result = await run_benchmark(ep, reqs, Arrivals(rate=1000.0, max_concurrency=1, seed=2))
     recs = sorted(result.records, key=lambda r: r.sent_s)
     for earlier, later in zip(recs, recs[1:], strict=False):
-        assert later.scheduled_s < earlier.last_chunk_s <= later.sent_s  # scheduled, then waited for the slot
+        assert (
+            later.scheduled_s < earlier.last_chunk_s <= later.sent_s
+        )  # scheduled, then waited for the slot
         assert later.ttft_s > later.content_times_s[0] - later.sent_s  # the wait is inside TTFT
     assert result.metrics.client_wait_ms.n == 3
 
@@ -138,11 +150,17 @@ async def test_a_cancelled_run_sends_nothing_more(scripted_server):
     async def cancel_run(done, total, message):
         run.cancel()
 
-    run = asyncio.ensure_future(run_benchmark(ep, reqs, Arrivals(rate=2.0, burstiness=1e6), progress=cancel_run))
+    run = asyncio.ensure_future(
+        run_benchmark(ep, reqs, Arrivals(rate=2.0, burstiness=1e6), progress=cancel_run)
+    )
     with pytest.raises(asyncio.CancelledError):
         await run
     await asyncio.sleep(0.6)  # past the second request's send time
-    assert "cancel0" in CLIENT_PORTS and "cancel1" not in CLIENT_PORTS and "cancel2" not in CLIENT_PORTS
+    assert (
+        "cancel0" in CLIENT_PORTS
+        and "cancel1" not in CLIENT_PORTS
+        and "cancel2" not in CLIENT_PORTS
+    )
 
 
 @pytest.mark.anyio

@@ -10,9 +10,18 @@ from infra_agent.serving.loadgen import Arrivals, RequestRecord, compute
 
 
 def rec(index, scheduled, content, last, tokens, counts=None, error=None, warmup=False):
-    return RequestRecord(index=index, scheduled_s=scheduled, sent_s=scheduled, prompt_tokens=10,
-                         content_times_s=list(content), content_tokens=list(counts or [None] * len(content)),
-                         last_chunk_s=last, output_tokens=tokens, error=error, is_warmup=warmup)
+    return RequestRecord(
+        index=index,
+        scheduled_s=scheduled,
+        sent_s=scheduled,
+        prompt_tokens=10,
+        content_times_s=list(content),
+        content_tokens=list(counts or [None] * len(content)),
+        last_chunk_s=last,
+        output_tokens=tokens,
+        error=error,
+        is_warmup=warmup,
+    )
 
 
 def test_ttft_tpot_itl_e2el_as_defined():
@@ -74,7 +83,7 @@ def test_gamma_arrivals_mean_and_cv():
         mean = sum(gaps) / len(gaps)
         cv = (sum((g - mean) ** 2 for g in gaps) / len(gaps)) ** 0.5 / mean
         assert mean == pytest.approx(1 / rate, rel=0.06)
-        assert cv == pytest.approx(1 / burstiness ** 0.5, rel=0.08)
+        assert cv == pytest.approx(1 / burstiness**0.5, rel=0.08)
     assert Arrivals(rate=2.0, seed=3).offsets_s(5) == Arrivals(rate=2.0, seed=3).offsets_s(5)
     assert Arrivals().offsets_s(3) == [0.0, 0.0, 0.0]
     with pytest.raises(ValueError):

@@ -67,7 +67,9 @@ async def test_a_request_cancelled_as_its_chunk_arrives_leaves_the_loop_clean(se
     problems: list[dict] = []
     loop.set_exception_handler(lambda _loop, context: problems.append(context))
     try:
-        async with httpx.AsyncClient(base_url="http://engine", transport=UnixSocketTransport(server.path)) as client:
+        async with httpx.AsyncClient(
+            base_url="http://engine", transport=UnixSocketTransport(server.path)
+        ) as client:
             for _ in range(20):
                 read_first = asyncio.Event()
 
@@ -95,6 +97,7 @@ async def test_the_pool_holds_as_many_connections_as_the_endpoint_asks(server):
     and that queueing counted in its latencies."""
     ep = Endpoint("http://engine", model="m", uds=server.path)
     async with ep.client(max_connections=150, timeout_s=30) as client:
+
         async def one() -> None:
             async with client.stream("GET", "/") as resp:
                 async for _ in resp.aiter_raw():

@@ -17,14 +17,29 @@ def argv(engine: str, **kw) -> list[str]:
 
 
 def test_vllm_argv_and_extensions():
-    cmd = argv("vllm", model="m", tensor_parallel_size=2, quantization="fp8", kv_cache_dtype="fp8",
-               enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=2048,
-               extra_args=["--enforce-eager"])
+    cmd = argv(
+        "vllm",
+        model="m",
+        tensor_parallel_size=2,
+        quantization="fp8",
+        kv_cache_dtype="fp8",
+        enable_chunked_prefill=False,
+        max_num_seqs=64,
+        max_num_batched_tokens=2048,
+        extra_args=["--enforce-eager"],
+    )
     assert cmd[:3] == ["py", "-m", "vllm.entrypoints.openai.api_server"]
     joined = " ".join(cmd)
-    for part in ("--model /model", "--port 8000", "--tensor-parallel-size 2", "--quantization fp8",
-                 "--kv-cache-dtype fp8", "--no-enable-chunked-prefill", "--max-num-seqs 64",
-                 "--max-num-batched-tokens 2048"):
+    for part in (
+        "--model /model",
+        "--port 8000",
+        "--tensor-parallel-size 2",
+        "--quantization fp8",
+        "--kv-cache-dtype fp8",
+        "--no-enable-chunked-prefill",
+        "--max-num-seqs 64",
+        "--max-num-batched-tokens 2048",
+    ):
         assert part in joined
     assert cmd[-1] == "--enforce-eager"
     vllm = ADAPTERS["vllm"]()
@@ -33,9 +48,23 @@ def test_vllm_argv_and_extensions():
 
 
 def test_sglang_argv():
-    cmd = " ".join(argv("sglang", model="m", tensor_parallel_size=4, max_num_seqs=8, enable_chunked_prefill=False))
-    for part in ("-m sglang.launch_server", "--model-path /model", "--tp-size 4", "--max-running-requests 8",
-                 "--chunked-prefill-size -1", "--enable-metrics"):
+    cmd = " ".join(
+        argv(
+            "sglang",
+            model="m",
+            tensor_parallel_size=4,
+            max_num_seqs=8,
+            enable_chunked_prefill=False,
+        )
+    )
+    for part in (
+        "-m sglang.launch_server",
+        "--model-path /model",
+        "--tp-size 4",
+        "--max-running-requests 8",
+        "--chunked-prefill-size -1",
+        "--enable-metrics",
+    ):
         assert part in cmd
 
 
@@ -50,11 +79,20 @@ def test_transformers_sends_no_extension_and_refuses_what_it_lacks():
 
 
 def test_builtin_and_command():
-    cmd = argv("builtin", kernels={"rmsnorm": "triton"}, max_num_seqs=8, enable_chunked_prefill=True)
+    cmd = argv(
+        "builtin", kernels={"rmsnorm": "triton"}, max_num_seqs=8, enable_chunked_prefill=True
+    )
     assert cmd[:3] == ["py", "-m", "infra_agent.serving.engine"]
-    assert "--kernels" in cmd and '{"rmsnorm": "triton"}' in cmd and "--enable-chunked-prefill" in cmd
+    assert (
+        "--kernels" in cmd and '{"rmsnorm": "triton"}' in cmd and "--enable-chunked-prefill" in cmd
+    )
     assert argv("command", command=["srv", "--port", "{port}", "--model", "{model}"]) == [
-        "srv", "--port", "8000", "--model", "/model"]
+        "srv",
+        "--port",
+        "8000",
+        "--model",
+        "/model",
+    ]
     with pytest.raises(AdapterError, match="needs command="):
         argv("command")
     with pytest.raises(AdapterError, match="unknown engine"):
@@ -65,52 +103,251 @@ def test_builtin_and_command():
 # adapters' code before their flags became tables, so a table that drops, renames or reorders
 # a flag fails here.
 FULL_ARGV = {
-    "vllm": (dict(model="m", served_model_name="srv", dtype="bfloat16", tensor_parallel_size=2, quantization="fp8",
-                  kv_cache_dtype="fp8", enable_chunked_prefill=False, max_num_seqs=64, max_num_batched_tokens=2048,
-                  max_model_len=4096, extra_args=["--enforce-eager"]),
-             ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/model", "--host", "127.0.0.1",
-              "--port", "8000", "--tensor-parallel-size", "2", "--served-model-name", "srv", "--dtype", "bfloat16",
-              "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--max-num-seqs", "64",
-              "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--no-enable-chunked-prefill",
-              "--enforce-eager"]),
-    "sglang": (dict(model="m", served_model_name="srv", dtype="bfloat16", tensor_parallel_size=2, quantization="fp8",
-                    kv_cache_dtype="fp8", enable_chunked_prefill=False, max_num_seqs=64,
-                    max_num_batched_tokens=2048, max_model_len=4096, extra_args=["--disable-radix-cache"]),
-               ["py", "-m", "sglang.launch_server", "--model-path", "/model", "--host", "127.0.0.1", "--port", "8000",
-                "--tp-size", "2", "--enable-metrics", "--served-model-name", "srv", "--dtype", "bfloat16",
-                "--quantization", "fp8", "--kv-cache-dtype", "fp8", "--max-running-requests", "64",
-                "--max-prefill-tokens", "2048", "--context-length", "4096", "--chunked-prefill-size", "-1",
-                "--disable-radix-cache"]),
-    "builtin": (dict(model="m", served_model_name="srv", dtype="float32", kv_cache_dtype="int8", quantization="w8a8",
-                     max_num_seqs=8, max_num_batched_tokens=256, max_model_len=512, enable_chunked_prefill=True,
-                     kernels={"rmsnorm": "triton"}, extra_args=["--prefill-delay-ms", "20"]),
-                ["py", "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", "8000",
-                 "--workspace", "/workspace", "--profile-dir", "profiles", "--checkpoint", "/model",
-                 "--model-name", "srv", "--dtype", "float32", "--kv-cache-dtype", "int8", "--quantization", "w8a8",
-                 "--max-num-seqs", "8", "--max-num-batched-tokens", "256", "--max-model-len", "512",
-                 "--enable-chunked-prefill", "--kernels", '{"rmsnorm": "triton"}', "--prefill-delay-ms", "20"]),
+    "vllm": (
+        dict(
+            model="m",
+            served_model_name="srv",
+            dtype="bfloat16",
+            tensor_parallel_size=2,
+            quantization="fp8",
+            kv_cache_dtype="fp8",
+            enable_chunked_prefill=False,
+            max_num_seqs=64,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            extra_args=["--enforce-eager"],
+        ),
+        [
+            "py",
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            "/model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            "--tensor-parallel-size",
+            "2",
+            "--served-model-name",
+            "srv",
+            "--dtype",
+            "bfloat16",
+            "--quantization",
+            "fp8",
+            "--kv-cache-dtype",
+            "fp8",
+            "--max-num-seqs",
+            "64",
+            "--max-num-batched-tokens",
+            "2048",
+            "--max-model-len",
+            "4096",
+            "--no-enable-chunked-prefill",
+            "--enforce-eager",
+        ],
+    ),
+    "sglang": (
+        dict(
+            model="m",
+            served_model_name="srv",
+            dtype="bfloat16",
+            tensor_parallel_size=2,
+            quantization="fp8",
+            kv_cache_dtype="fp8",
+            enable_chunked_prefill=False,
+            max_num_seqs=64,
+            max_num_batched_tokens=2048,
+            max_model_len=4096,
+            extra_args=["--disable-radix-cache"],
+        ),
+        [
+            "py",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "/model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            "--tp-size",
+            "2",
+            "--enable-metrics",
+            "--served-model-name",
+            "srv",
+            "--dtype",
+            "bfloat16",
+            "--quantization",
+            "fp8",
+            "--kv-cache-dtype",
+            "fp8",
+            "--max-running-requests",
+            "64",
+            "--max-prefill-tokens",
+            "2048",
+            "--context-length",
+            "4096",
+            "--chunked-prefill-size",
+            "-1",
+            "--disable-radix-cache",
+        ],
+    ),
+    "builtin": (
+        dict(
+            model="m",
+            served_model_name="srv",
+            dtype="float32",
+            kv_cache_dtype="int8",
+            quantization="w8a8",
+            max_num_seqs=8,
+            max_num_batched_tokens=256,
+            max_model_len=512,
+            enable_chunked_prefill=True,
+            kernels={"rmsnorm": "triton"},
+            extra_args=["--prefill-delay-ms", "20"],
+        ),
+        [
+            "py",
+            "-m",
+            "infra_agent.serving.engine",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            "--workspace",
+            "/workspace",
+            "--profile-dir",
+            "profiles",
+            "--checkpoint",
+            "/model",
+            "--model-name",
+            "srv",
+            "--dtype",
+            "float32",
+            "--kv-cache-dtype",
+            "int8",
+            "--quantization",
+            "w8a8",
+            "--max-num-seqs",
+            "8",
+            "--max-num-batched-tokens",
+            "256",
+            "--max-model-len",
+            "512",
+            "--enable-chunked-prefill",
+            "--kernels",
+            '{"rmsnorm": "triton"}',
+            "--prefill-delay-ms",
+            "20",
+        ],
+    ),
     # served_model_name is taken but has no transformers flag: the argv leaves it out, as before.
-    "transformers": (dict(model="m", served_model_name="srv", dtype="float32", max_num_batched_tokens=256,
-                          extra_args=["--x"]),
-                     ["py", "-m", "transformers.cli.transformers", "serve", "/model", "--host", "127.0.0.1",
-                      "--port", "8000", "--device", "cpu", "--continuous-batching", "--cb-num-blocks", "512",
-                      "--cb-block-size", "32", "--dtype", "float32", "--cb-max-batch-tokens", "256", "--x"]),
-    "command": (dict(model="m", served_model_name="srv", health_path="/ready",
-                     command=["srv", "--port", "{port}", "--model", "{model}"]),
-                ["srv", "--port", "8000", "--model", "/model"]),
+    "transformers": (
+        dict(
+            model="m",
+            served_model_name="srv",
+            dtype="float32",
+            max_num_batched_tokens=256,
+            extra_args=["--x"],
+        ),
+        [
+            "py",
+            "-m",
+            "transformers.cli.transformers",
+            "serve",
+            "/model",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "8000",
+            "--device",
+            "cpu",
+            "--continuous-batching",
+            "--cb-num-blocks",
+            "512",
+            "--cb-block-size",
+            "32",
+            "--dtype",
+            "float32",
+            "--cb-max-batch-tokens",
+            "256",
+            "--x",
+        ],
+    ),
+    "command": (
+        dict(
+            model="m",
+            served_model_name="srv",
+            health_path="/ready",
+            command=["srv", "--port", "{port}", "--model", "{model}"],
+        ),
+        ["srv", "--port", "8000", "--model", "/model"],
+    ),
 }
 
 # The same adapters with only what they need: every optional flag renders as nothing.
 MINIMAL_ARGV = {
-    "vllm": ["py", "-m", "vllm.entrypoints.openai.api_server", "--model", "/model", "--host", "127.0.0.1",
-             "--port", "8000", "--tensor-parallel-size", "1"],
-    "sglang": ["py", "-m", "sglang.launch_server", "--model-path", "/model", "--host", "127.0.0.1", "--port", "8000",
-               "--tp-size", "1", "--enable-metrics"],
-    "builtin": ["py", "-m", "infra_agent.serving.engine", "--host", "127.0.0.1", "--port", "8000",
-                "--workspace", "/workspace", "--profile-dir", "profiles", "--checkpoint", "/model"],
-    "transformers": ["py", "-m", "transformers.cli.transformers", "serve", "/model", "--host", "127.0.0.1",
-                     "--port", "8000", "--device", "cpu", "--continuous-batching", "--cb-num-blocks", "512",
-                     "--cb-block-size", "32"],
+    "vllm": [
+        "py",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "1",
+    ],
+    "sglang": [
+        "py",
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        "/model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--tp-size",
+        "1",
+        "--enable-metrics",
+    ],
+    "builtin": [
+        "py",
+        "-m",
+        "infra_agent.serving.engine",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--workspace",
+        "/workspace",
+        "--profile-dir",
+        "profiles",
+        "--checkpoint",
+        "/model",
+    ],
+    "transformers": [
+        "py",
+        "-m",
+        "transformers.cli.transformers",
+        "serve",
+        "/model",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "8000",
+        "--device",
+        "cpu",
+        "--continuous-batching",
+        "--cb-num-blocks",
+        "512",
+        "--cb-block-size",
+        "32",
+    ],
 }
 
 

@@ -26,30 +26,68 @@ async def test_builtin_metrics_regression_and_attribution(serve_client):
     base = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=2)
     m = base["metrics"]
     assert (m["completed"], m["failed"]) == (64, 0)
-    for name in ("ttft_p50", "ttft_p99", "tpot_p50", "itl_p50", "e2el_p50", "output_throughput",
-                 "queue_ms", "prefill_ms", "decode_ms"):
+    for name in (
+        "ttft_p50",
+        "ttft_p99",
+        "tpot_p50",
+        "itl_p50",
+        "e2el_p50",
+        "output_throughput",
+        "queue_ms",
+        "prefill_ms",
+        "decode_ms",
+    ):
         assert m[name] is not None, name
     assert base["output_tokens_source"] == "usage"
     assert base["repeats"][0]["latencies_ms"]["itl_per_token"]  # continuous_usage_stats per chunk
 
-    slow = await call(c, "launch_serve", engine="builtin",
-                      args={"model": "tiny", "extra_args": ["--prefill-delay-ms", "40"]})
-    regressed = await call(c, "serve_benchmark", handle=slow["handle"], workload=WORKLOAD, repeats=2,
-                           baseline=base["experiment_id"], criteria=[CRITERION])
+    slow = await call(
+        c,
+        "launch_serve",
+        engine="builtin",
+        args={"model": "tiny", "extra_args": ["--prefill-delay-ms", "40"]},
+    )
+    regressed = await call(
+        c,
+        "serve_benchmark",
+        handle=slow["handle"],
+        workload=WORKLOAD,
+        repeats=2,
+        baseline=base["experiment_id"],
+        criteria=[CRITERION],
+    )
     assert regressed["criteria"]["answer"] == "contradicted"
-    ttft = regressed["findings"][0]  # the criterion names TTFT: its line first, and among its phases the prefill
-    assert ttft.startswith("TTFT p50 +") and "the prefill phase moved most" in ttft, regressed["findings"]
+    ttft = regressed["findings"][
+        0
+    ]  # the criterion names TTFT: its line first, and among its phases the prefill
+    assert ttft.startswith("TTFT p50 +") and "the prefill phase moved most" in ttft, regressed[
+        "findings"
+    ]
     assert "next: the prefill path moved: profile the prefill step" in regressed["summary"]
 
     # A/A, the baseline measured in the same call (repeats alternating): the normal configuration is not
     # failed against itself. Against an earlier experiment A/A was contradicted in 1 of 10 runs here
     # (bench/serve_criteria_flips.py): the machine drifts between calls. Alternating, 5 repeats a side, all
     # five of one side must lie over all five of the other by 5%: under 1/252 for exchangeable runs.
-    again = await call(c, "serve_benchmark", handle=normal["handle"], baseline_handle=normal["handle"],
-                       workload=WORKLOAD, repeats=5, criteria=[CRITERION])
+    again = await call(
+        c,
+        "serve_benchmark",
+        handle=normal["handle"],
+        baseline_handle=normal["handle"],
+        workload=WORKLOAD,
+        repeats=5,
+        criteria=[CRITERION],
+    )
     assert again["criteria"]["answer"] != "contradicted", again["criteria"]
-    paired = await call(c, "serve_benchmark", handle=slow["handle"], baseline_handle=normal["handle"],
-                        workload=WORKLOAD, repeats=2, criteria=[CRITERION])
+    paired = await call(
+        c,
+        "serve_benchmark",
+        handle=slow["handle"],
+        baseline_handle=normal["handle"],
+        workload=WORKLOAD,
+        repeats=2,
+        criteria=[CRITERION],
+    )
     assert paired["criteria"]["answer"] == "contradicted", paired["criteria"]
     assert paired["baseline_source"] == f"handle {normal['handle']}, alternating"
     assert len(paired["baseline_repeats"]) == 2 and paired["baseline_metrics"]["completed"] == 64
@@ -64,19 +102,43 @@ async def test_profile_a_running_engine_under_load(serve_client):
     load the tool drives, its threads watched from the host."""
     c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
-    out = await call(c, "profile", handle=eng["handle"], duration_s=1, load_concurrency=2, top_k=5,
-                     expect=["window_ms >= 900"])
+    out = await call(
+        c,
+        "profile",
+        handle=eng["handle"],
+        duration_s=1,
+        load_concurrency=2,
+        top_k=5,
+        expect=["window_ms >= 900"],
+    )
     names = {r["name"] for r in out["ranges"]}
     assert {"schedule", "prefill", "decode"} <= names, names
     assert out["top_ops_by_self"] and out["threads"]
     assert out["hypothesis_answer"]["answer"] == "supported"
-    assert out["target"].endswith("for 1 s, 2 requests in flight, 32 prompt + 16 output tokens each"), out["target"]
+    assert out["target"].endswith(
+        "for 1 s, 2 requests in flight, 32 prompt + 16 output tokens each"
+    ), out["target"]
     assert any(a.endswith("/engine-torch-trace.json") for a in out["artifacts"])
     assert any(a.endswith("/trace.perfetto.json") for a in out["artifacts"])
     # a load that cannot run says what to change, and leaves the engine's window closed for the next profile
     with pytest.raises(ToolCallError, match="Fit load_input_len"):
-        await call(c, "profile", handle=eng["handle"], duration_s=0.5, load_concurrency=2, load_input_len=300)
-    prefill_heavy = await call(c, "profile", handle=eng["handle"], duration_s=0.5, load_concurrency=2,
-                               load_input_len=200, load_output_len=1, ranges=["prefill"])
+        await call(
+            c,
+            "profile",
+            handle=eng["handle"],
+            duration_s=0.5,
+            load_concurrency=2,
+            load_input_len=300,
+        )
+    prefill_heavy = await call(
+        c,
+        "profile",
+        handle=eng["handle"],
+        duration_s=0.5,
+        load_concurrency=2,
+        load_input_len=200,
+        load_output_len=1,
+        ranges=["prefill"],
+    )
     assert prefill_heavy["ranges"][0]["count"] > 0
     await call(c, "stop_serve", handle=eng["handle"])

@@ -25,8 +25,12 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
     async def on_progress(progress, total, message):
         seen.append(message or "")
 
-    small = {"handle": eng["handle"], "repeats": 1, "time_budget_s": 900,
-             "workload": {"num_requests": 4, "output_len": 4, "warmup": 1}}
+    small = {
+        "handle": eng["handle"],
+        "repeats": 1,
+        "time_budget_s": 900,
+        "workload": {"num_requests": 4, "output_len": 4, "warmup": 1},
+    }
     result = await c.call_tool("serve_benchmark", small, progress_callback=on_progress)
     assert not result.is_error, result.content
     out = result.structured_content
@@ -43,15 +47,22 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
     # three repeats of it within twice the budget one took: refused before the repeats, with the
     # estimate (twice: the probe itself must fit in the budget on a loaded host)
     budget = round(2 * estimated, 1)
-    refusal = (r"this benchmark would take about \d+ s \(3 repeat\(s\) a side; "
-               rf"{eng['handle']}: one request alone took [\d.]+ s.*over "
-               rf"time_budget_s={budget:g} s\. Raise time_budget_s to run it anyway")
+    refusal = (
+        r"this benchmark would take about \d+ s \(3 repeat\(s\) a side; "
+        rf"{eng['handle']}: one request alone took [\d.]+ s.*over "
+        rf"time_budget_s={budget:g} s\. Raise time_budget_s to run it anyway"
+    )
     with pytest.raises(ToolCallError, match=refusal):
         await call(c, "serve_benchmark", **{**small, "repeats": 3, "time_budget_s": budget})
 
     # a prompt longer than the context: the engine's own 400, in the summary (it fails fast)
-    over = await call(c, "serve_benchmark", handle=eng["handle"], repeats=1,
-                      workload={"num_requests": 2, "input_len": 4000, "output_len": 4, "warmup": 0})
+    over = await call(
+        c,
+        "serve_benchmark",
+        handle=eng["handle"],
+        repeats=1,
+        workload={"num_requests": 2, "input_len": 4000, "output_len": 4, "warmup": 0},
+    )
     assert over["metrics"]["failed"] == 2, over["summary"]
     assert "maximum context length is" in over["first_error"], over["first_error"]
     assert f"(first error: {over['first_error']})" in over["summary"]

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import ToolCallError, call
 
-SERVER = r'''
+SERVER = r"""
 import json, os, sys
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 port, mode = int(sys.argv[1]), sys.argv[2]
@@ -44,7 +44,7 @@ class H(BaseHTTPRequestHandler):
         self.close_connection = True
 print("serving on", port, flush=True)
 ThreadingHTTPServer(("127.0.0.1", port), H).serve_forever()
-'''
+"""
 
 
 @pytest.fixture
@@ -75,27 +75,46 @@ def engine_processes() -> list[int]:
 async def test_command_engine_benchmark_and_stop(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("ok"))
     assert engine_processes()
-    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
-                     workload={"num_requests": 8, "input_len": 4, "output_len": 2, "rate": 50.0},
-                     criteria=["failed == 0"], expect=["completed == 8"])
+    out = await call(
+        client,
+        "serve_benchmark",
+        handle=launched["handle"],
+        repeats=2,
+        workload={"num_requests": 8, "input_len": 4, "output_len": 2, "rate": 50.0},
+        criteria=["failed == 0"],
+        expect=["completed == 8"],
+    )
     assert out["metrics"]["completed"] == 8 and out["criteria"]["answer"] == "supported"
     assert out["hypothesis_answer"]["answer"] == "supported"
-    assert out["phases"] == [] and out["metrics"]["prefill_ms"] is None  # no /metrics: nothing to attribute
+    assert (
+        out["phases"] == [] and out["metrics"]["prefill_ms"] is None
+    )  # no /metrics: nothing to attribute
     await call(client, "stop_serve", handle=launched["handle"])
     assert engine_processes() == []
 
 
 @pytest.mark.anyio
-@pytest.mark.parametrize("mode, args, message", [
-    ("exit", {"command": [sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)"]},
-     "(?s)exited during start-up \\(code 3\\).*bad flag --x"),
-    ("hang", {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]},
-     "(?s)did not answer /health within 3 s.*loading"),
-    ("other-port", None, "(?s)exited during start-up.*(PermissionError|Permission denied)"),
-])
+@pytest.mark.parametrize(
+    "mode, args, message",
+    [
+        (
+            "exit",
+            {"command": [sys.executable, "-c", "import sys; print('bad flag --x'); sys.exit(3)"]},
+            "(?s)exited during start-up \\(code 3\\).*bad flag --x",
+        ),
+        (
+            "hang",
+            {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]},
+            "(?s)did not answer /health within 3 s.*loading",
+        ),
+        ("other-port", None, "(?s)exited during start-up.*(PermissionError|Permission denied)"),
+    ],
+)
 async def test_bad_starts_are_clear_errors(client, echo_workspace, mode, args, message):
     with pytest.raises(ToolCallError, match=message):
-        await call(client, "launch_serve", engine="command", args=args or command(mode), ready_timeout_s=3)
+        await call(
+            client, "launch_serve", engine="command", args=args or command(mode), ready_timeout_s=3
+        )
     assert engine_processes() == [] and (await call(client, "list_serves"))["serves"] == []
 
 
@@ -103,8 +122,13 @@ async def test_bad_starts_are_clear_errors(client, echo_workspace, mode, args, m
 async def test_crash_mid_benchmark(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("crash"))
     with pytest.raises(ToolCallError, match="(?s)died during the benchmark.*serving on"):
-        await call(client, "serve_benchmark", handle=launched["handle"], repeats=1,
-                   workload={"num_requests": 2, "input_len": 2, "output_len": 2})
+        await call(
+            client,
+            "serve_benchmark",
+            handle=launched["handle"],
+            repeats=1,
+            workload={"num_requests": 2, "input_len": 2, "output_len": 2},
+        )
     await call(client, "stop_serve", handle=launched["handle"])
     assert engine_processes() == []
 
@@ -112,17 +136,40 @@ async def test_crash_mid_benchmark(client, echo_workspace):
 @pytest.mark.anyio
 async def test_bad_arguments(client, echo_workspace):
     with pytest.raises(ToolCallError, match="unknown_metric"):
-        await call(client, "serve_benchmark", engine="command", args=command("ok"), criteria=["unknown_metric < 1"])
+        await call(
+            client,
+            "serve_benchmark",
+            engine="command",
+            args=command("ok"),
+            criteria=["unknown_metric < 1"],
+        )
     with pytest.raises(ToolCallError, match="baseline"):
-        await call(client, "serve_benchmark", engine="command", args=command("ok"),
-                   criteria=["ttft_p50 <= 1.05 * baseline.ttft_p50"])
+        await call(
+            client,
+            "serve_benchmark",
+            engine="command",
+            args=command("ok"),
+            criteria=["ttft_p50 <= 1.05 * baseline.ttft_p50"],
+        )
     with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-nope'"):
         await call(client, "serve_benchmark", handle="serve-nope")
     with pytest.raises(ToolCallError, match="no serving engine with handle 'serve-gone'"):
-        await call(client, "serve_benchmark", engine="command", args=command("ok"), baseline_handle="serve-gone")
+        await call(
+            client,
+            "serve_benchmark",
+            engine="command",
+            args=command("ok"),
+            baseline_handle="serve-gone",
+        )
     with pytest.raises(ToolCallError, match="not both"):
-        await call(client, "serve_benchmark", engine="command", args=command("ok"), baseline="exp-1",
-                   baseline_handle="serve-1")
+        await call(
+            client,
+            "serve_benchmark",
+            engine="command",
+            args=command("ok"),
+            baseline="exp-1",
+            baseline_handle="serve-1",
+        )
     with pytest.raises(ToolCallError, match="outside the workspace"):
         await call(client, "launch_serve", engine="transformers", args={"model": "/etc"})
     with pytest.raises(ToolCallError, match="not installed"):
@@ -130,7 +177,7 @@ async def test_bad_arguments(client, echo_workspace):
     assert engine_processes() == []
 
 
-KILLED_SERVER = r'''
+KILLED_SERVER = r"""
 import asyncio, sys
 from mcp import Client
 from infra_agent.server.app import build_server
@@ -145,7 +192,7 @@ async def main():
         await asyncio.sleep(600)
 
 asyncio.run(main())
-'''
+"""
 
 
 def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
@@ -155,7 +202,9 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
 
     script = tmp_path / "serve_then_wait.py"
     script.write_text(KILLED_SERVER)
-    proc = subprocess.Popen([sys.executable, str(script), str(echo_workspace)], stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(echo_workspace)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout.readline().strip() == "launched"
         assert engine_processes()
@@ -172,8 +221,10 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
 async def test_summaries_name_the_engine_and_a_second_stop_says_so(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("ok"))
     handle = launched["handle"]
-    assert launched["summary"].startswith(f"command engine {handle} (command {sys.executable} "
-                                          "/workspace/echo_server.py {port} ok) ready in ")
+    assert launched["summary"].startswith(
+        f"command engine {handle} (command {sys.executable} "
+        "/workspace/echo_server.py {port} ok) ready in "
+    )
     listed = await call(client, "list_serves")
     assert listed["summary"].startswith(f"1 engine(s) running: command engine {handle} (command ")
     first = await call(client, "stop_serve", handle=handle)
@@ -197,8 +248,9 @@ def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
     from infra_agent.server.cli import app
 
     arguments = json.dumps({"engine": "command", "args": command("ok")})
-    result = CliRunner().invoke(app, ["call", "launch_serve", arguments, "-w", str(echo_workspace)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        app, ["call", "launch_serve", arguments, "-w", str(echo_workspace)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     note = "the engine lived only as long as this command and was stopped when it exited"
     assert note in result.stderr
@@ -209,18 +261,24 @@ def test_cli_launch_serve_says_the_engine_ends_with_the_command(echo_workspace):
 @pytest.mark.anyio
 async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("reject"))
-    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
-                     workload={"num_requests": 4, "input_len": 12, "output_len": 2,
-                               "max_concurrency": 2})
+    out = await call(
+        client,
+        "serve_benchmark",
+        handle=launched["handle"],
+        repeats=2,
+        workload={"num_requests": 4, "input_len": 12, "output_len": 2, "max_concurrency": 2},
+    )
     assert (out["metrics"]["completed"], out["metrics"]["failed"]) == (0, 4)
     assert out["first_error"].startswith("HTTP 400: ")
     assert "maximum context length is 8 tokens" in out["first_error"]
     assert out["target"] == (
         f"command engine {launched['handle']} (command {sys.executable} /workspace/echo_server.py "
         "{port} reject): 4 requests x 2 repeat(s), random prompts of 12 -> 2 tokens, closed loop, "
-        "2 in flight, /v1/completions")
+        "2 in flight, /v1/completions"
+    )
     assert out["summary"].startswith(
-        out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: ")
+        out["target"] + ": 0 ok / 4 failed per run (median of 2) (first error: HTTP 400: "
+    )
     await call(client, "stop_serve", handle=launched["handle"])
 
 
@@ -228,13 +286,20 @@ async def test_the_first_engine_error_is_in_the_summary(client, echo_workspace):
 async def test_an_inconclusive_criterion_says_why(client, echo_workspace):
     launched = await call(client, "launch_serve", engine="command", args=command("ok"))
     # a side compared with itself: the same interval on both sides always overlaps, so it stays open
-    out = await call(client, "serve_benchmark", handle=launched["handle"], repeats=2,
-                     workload={"num_requests": 4, "input_len": 4, "output_len": 2, "rate": 50.0},
-                     criteria=["ttft_p50 <= ttft_p50"])
+    out = await call(
+        client,
+        "serve_benchmark",
+        handle=launched["handle"],
+        repeats=2,
+        workload={"num_requests": 4, "input_len": 4, "output_len": 2, "rate": 50.0},
+        criteria=["ttft_p50 <= ttft_p50"],
+    )
     assert out["criteria"]["answer"] == "inconclusive"
     assert out["undecided"]
     assert out["undecided"][0].startswith("ttft_p50 <= ttft_p50: ttft_p50 spans ")
     assert "the medians sit on the threshold" in out["undecided"][0]
-    assert ("Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); "
-            "ttft_p50 spans ") in out["summary"]
+    assert (
+        "Criteria: inconclusive (the repeats straddle a threshold) (ttft_p50 <= ttft_p50); "
+        "ttft_p50 spans "
+    ) in out["summary"]
     await call(client, "stop_serve", handle=launched["handle"])

@@ -13,15 +13,27 @@ pytestmark = pytest.mark.slow
 @pytest.mark.anyio
 async def test_transformers_serve_benchmark(serve_client):
     with pytest.raises(ToolCallError, match="takes no kernels"):
-        await call(serve_client, "launch_serve", engine="transformers", args={"model": "tiny", "kernels": {"a": "b"}})
-    launched = await call(serve_client, "launch_serve", engine="transformers", args={"model": "tiny"})
+        await call(
+            serve_client,
+            "launch_serve",
+            engine="transformers",
+            args={"model": "tiny", "kernels": {"a": "b"}},
+        )
+    launched = await call(
+        serve_client, "launch_serve", engine="transformers", args={"model": "tiny"}
+    )
     assert launched["extensions"] == [] and launched["metrics"] is False
     handle = launched["handle"]
     listed = await call(serve_client, "list_serves")
     assert [s["handle"] for s in listed["serves"]] == [handle]
-    out = await call(serve_client, "serve_benchmark", handle=handle, repeats=1,
-                     workload={"num_requests": 64, "input_len": 12, "output_len": 4, "rate": 16.0, "seed": 1},
-                     criteria=["failed == 0", "completed == 64"])
+    out = await call(
+        serve_client,
+        "serve_benchmark",
+        handle=handle,
+        repeats=1,
+        workload={"num_requests": 64, "input_len": 12, "output_len": 4, "rate": 16.0, "seed": 1},
+        criteria=["failed == 0", "completed == 64"],
+    )
     assert out["repeats"][0]["errors"] == {}
     assert out["metrics"]["completed"] == 64 and out["metrics"]["failed"] == 0
     assert out["criteria"]["answer"] == "supported"

@@ -24,8 +24,13 @@ def test_the_engine_ttft_p50_from_histogram_deltas_brackets_the_true_median():
     rng = np.random.default_rng(0)
     for trial in range(20):
         registry = CollectorRegistry()
-        hist = Histogram(engine_truth.TTFT_HISTOGRAM.replace(":", "_"), "ttft", ["model_name"], registry=registry,
-                         buckets=LATENCY_BUCKETS).labels("m")
+        hist = Histogram(
+            engine_truth.TTFT_HISTOGRAM.replace(":", "_"),
+            "ttft",
+            ["model_name"],
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        ).labels("m")
         name = engine_truth.TTFT_HISTOGRAM.replace(":", "_")
         for v in rng.lognormal(-2, 1, 30):  # an earlier run, left out by the delta
             hist.observe(v)
@@ -39,12 +44,27 @@ def test_the_engine_ttft_p50_from_histogram_deltas_brackets_the_true_median():
         assert q.low_ms <= q.estimate_ms <= q.high_ms
 
 
-def _repeat(ttft_p50: float, itl_p50: float, engine_high: float, engine_itl: float, hit: float) -> RepeatMetrics:
+def _repeat(
+    ttft_p50: float, itl_p50: float, engine_high: float, engine_itl: float, hit: float
+) -> RepeatMetrics:
     lat = {"ttft": {"median": ttft_p50}, "itl": {"median": itl_p50}}
-    phases = {"engine_ttft_p50_ms": engine_high * 0.8, "engine_ttft_p50_low_ms": engine_high / 2,
-              "engine_ttft_p50_high_ms": engine_high, "engine_itl_mean_ms": engine_itl, "prefix_cache_hit_rate": hit}
-    return RepeatMetrics(completed=24, failed=0, duration_s=1.0, request_throughput=1.0, output_throughput=1.0,
-                         total_token_throughput=1.0, latencies_ms=lat, phases_ms=phases)
+    phases = {
+        "engine_ttft_p50_ms": engine_high * 0.8,
+        "engine_ttft_p50_low_ms": engine_high / 2,
+        "engine_ttft_p50_high_ms": engine_high,
+        "engine_itl_mean_ms": engine_itl,
+        "prefix_cache_hit_rate": hit,
+    }
+    return RepeatMetrics(
+        completed=24,
+        failed=0,
+        duration_s=1.0,
+        request_throughput=1.0,
+        output_throughput=1.0,
+        total_token_throughput=1.0,
+        latencies_ms=lat,
+        phases_ms=phases,
+    )
 
 
 def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
@@ -54,7 +74,9 @@ def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
     assert len(found) == 2 and all(f.startswith("client_engine_gap") for f in found), found
     assert "33.5 ms above" in found[0] and "TCP_NODELAY" in found[0]
     assert "bursts" in found[1]
-    fixed = [_repeat(9.0, 3.5, 10, 3.2, 0.0) for _ in range(3)]  # with TCP_NODELAY: 7.5-10 ms, ITL 2.9-4.0
+    fixed = [
+        _repeat(9.0, 3.5, 10, 3.2, 0.0) for _ in range(3)
+    ]  # with TCP_NODELAY: 7.5-10 ms, ITL 2.9-4.0
     assert engine_truth.findings(fixed, reuse_prompts=False) == []
     one_outlier = [_repeat(43.5, 3.5, 10, 3.2, 0.0)] + fixed[:2]  # one slow repeat is no finding
     assert engine_truth.findings(one_outlier, reuse_prompts=False) == []
@@ -63,13 +85,24 @@ def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
 def test_cache_warm_repeats_when_hit_rates_differ():
     warm = [_repeat(9.0, 3.5, 10, 3.2, hit) for hit in (0.03, 0.75, 0.75)]
     (text,) = engine_truth.findings(warm, reuse_prompts=True)
-    assert text.startswith("cache_warm_repeats") and "0.03, 0.75, 0.75" in text and "reuse_prompts" in text
+    assert (
+        text.startswith("cache_warm_repeats")
+        and "0.03, 0.75, 0.75" in text
+        and "reuse_prompts" in text
+    )
     cold = [_repeat(9.0, 3.5, 10, 3.2, hit) for hit in (0.03, 0.05, 0.0)]
     assert engine_truth.findings(cold, reuse_prompts=False) == []
     # a second call with the same seed on the same engine: warm in every repeat, alike
-    (again,) = engine_truth.findings([_repeat(9.0, 3.5, 10, 3.2, 0.67) for _ in range(3)], reuse_prompts=False)
+    (again,) = engine_truth.findings(
+        [_repeat(9.0, 3.5, 10, 3.2, 0.67) for _ in range(3)], reuse_prompts=False
+    )
     assert again.startswith("cache_warm_repeats") and "same seed" in again
-    assert engine_truth.findings([_repeat(9.0, 3.5, 10, 3.2, 0.67)] * 3, False, dataset="shared_prefix") == []
+    assert (
+        engine_truth.findings(
+            [_repeat(9.0, 3.5, 10, 3.2, 0.67)] * 3, False, dataset="shared_prefix"
+        )
+        == []
+    )
 
 
 def test_each_repeat_draws_its_own_prompts_seeded_by_its_index(tiny_checkpoint):
@@ -79,7 +112,9 @@ def test_each_repeat_draws_its_own_prompts_seeded_by_its_index(tiny_checkpoint):
     prompts = [[r.prompt for r in a.requests_for(i)] for i in range(3)]
     assert all(len(set(p)) == 8 for p in prompts)
     assert not set(prompts[0]) & set(prompts[1]) and not set(prompts[1]) & set(prompts[2])
-    assert [[r.prompt for r in b.requests_for(i)] for i in range(3)] == prompts  # a baseline's repeat i too
+    assert [
+        [r.prompt for r in b.requests_for(i)] for i in range(3)
+    ] == prompts  # a baseline's repeat i too
     assert all(r.prompt_tokens == 24 and r.exact for i in range(3) for r in a.requests_for(i))
     reuse = plan.plan(work.model_copy(update={"reuse_prompts": True}), tok, None, repeats=3)
     assert [[r.prompt for r in reuse.requests_for(i)] for i in range(3)] == [prompts[0]] * 3

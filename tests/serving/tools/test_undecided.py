@@ -12,8 +12,9 @@ CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
 
 
 def _judged(cand: tuple[float, float, float], base: tuple[float, float, float]):
-    facts = Facts(fields={"ttft_p50": Measured(*cand)},
-                  baseline=Facts(fields={"ttft_p50": Measured(*base)}))
+    facts = Facts(
+        fields={"ttft_p50": Measured(*cand)}, baseline=Facts(fields={"ttft_p50": Measured(*base)})
+    )
     return judge([CRITERION], facts, CATALOGUE)
 
 
@@ -30,10 +31,12 @@ def test_the_noisy_side_is_named_and_the_request_estimate_decides_it():
     notes = explain(criteria, num_requests=64)
     assert len(notes) == 1 and notes[0].startswith(
         CRITERION + ": ttft_p50 spans 9-19 over its repeats, 1.05 * baseline.ttft_p50 10.08-11.03; "
-        "ttft_p50's spread")
+        "ttft_p50's spread"
+    )
     assert "More repeats cannot decide it" in notes[0]
     assert "reaches furthest" in criteria.conditions[0].comparisons[0].reason  # the reason too
     estimate = int(notes[0].split("about ")[1].split(" requests per repeat")[0])
+
     # independently: shrink both spreads as 1/sqrt(requests) and let the judge decide
     def at(requests: float) -> str:
         s = math.sqrt(64 / requests)

@@ -20,16 +20,23 @@ def plan(ws, device="cpu", **kw):
 
 
 def test_cases_seeds_and_tf32_storage():
-    p = plan(load_workspace(), kernel="tp_linear", impl="tf32", dtypes=["float32", "tf32"], trials=2)
+    p = plan(
+        load_workspace(), kernel="tp_linear", impl="tf32", dtypes=["float32", "tf32"], trials=2
+    )
     assert [(c.dtype, c.storage_dtype, c.tol.rel_l2, c.tol.source) for c in p.cases][::2] == [
-        ("float32", "float32", 1e-5, "spec"), ("tf32", "float32", 5e-4, "dtype default")]
+        ("float32", "float32", 1e-5, "spec"),
+        ("tf32", "float32", 5e-4, "dtype default"),
+    ]
     assert p.cases[1].seeds == [1000, 1001] and p.cases[1].keys == ["c1t0", "c1t1"]
     assert p.partition["args"] == {"0": 1, "1": 1} and p.partition["combine"] == "sum"
     assert p.candidate["entry"] == "linear_tf32" and "aten::mm" in p.forbidden_ops
 
 
 def test_cuda_adds_gpu_shapes_within_budget():
-    cpu, cuda = plan(load_workspace(), kernel="vector_add"), plan(load_workspace(), "cuda", kernel="vector_add")
+    cpu, cuda = (
+        plan(load_workspace(), kernel="vector_add"),
+        plan(load_workspace(), "cuda", kernel="vector_add"),
+    )
     assert len(cuda.cases) > len(cpu.cases)
     assert max(c.shape["N"] for c in cuda.cases) <= 1 << 24
     with pytest.raises(AgentError, match="use fewer trials"):
@@ -44,8 +51,11 @@ def test_files_outside_the_workspace_are_refused(tmp_path):
     with pytest.raises(AgentError, match="entry= is required"):
         plan(load_workspace(), kernel="vector_add", source="def f(x, y): return x")
     with pytest.raises(AgentError, match="permutation"):
-        plan(load_workspace(), kernel="vector_add", partition={"args": {"x": 0}, "num_parts": 2, "combine": "sum",
-                                                               "sum_order": [0, 0]})
+        plan(
+            load_workspace(),
+            kernel="vector_add",
+            partition={"args": {"x": 0}, "num_parts": 2, "combine": "sum", "sum_order": [0, 0]},
+        )
 
 
 def test_lock_notes_for_overrides(tmp_path):
@@ -55,13 +65,25 @@ def test_lock_notes_for_overrides(tmp_path):
     assert plan(ws, kernel="rmsnorm").notes == []
     assert plan(ws, kernel="rmsnorm", tolerance=1e-9).notes == []  # tighter is fine
     notes = plan(ws, kernel="rmsnorm", tolerance=0.1, reference="reference.py:rmsnorm").notes
-    assert any("replaces the locked reference" in n for n in notes) and any("looser" in n for n in notes)
+    assert any("replaces the locked reference" in n for n in notes) and any(
+        "looser" in n for n in notes
+    )
 
 
 def test_what_ran_names_candidate_shapes_and_dtypes_and_how_it_is_triton():
-    p = plan(load_workspace(), kernel="vector_add", shapes=[{"N": n} for n in range(1, 9)], dtypes=["float16"])
-    assert p.what_ran == "vector_add/triton on shapes [N=1; N=2; N=3; N=4; N=5; N=6; +2 more] x dtypes [float16]"
+    p = plan(
+        load_workspace(),
+        kernel="vector_add",
+        shapes=[{"N": n} for n in range(1, 9)],
+        dtypes=["float16"],
+    )
+    assert (
+        p.what_ran
+        == "vector_add/triton on shapes [N=1; N=2; N=3; N=4; N=5; N=6; +2 more] x dtypes [float16]"
+    )
     assert p.triton_by_name == "the spec names the impl 'triton'"
     assert p.candidate["file_name"] == "vector_add/vector_add_triton.py"
-    adhoc = plan(load_workspace(), kernel="vector_add", source="def f(x, y):\n    return x + y\n", entry="f")
+    adhoc = plan(
+        load_workspace(), kernel="vector_add", source="def f(x, y):\n    return x + y\n", entry="f"
+    )
     assert adhoc.triton_by_name == "" and adhoc.candidate["file_name"] == "candidate.py"

@@ -4,13 +4,26 @@ import math
 
 from infra_agent.tools.common.peaks import _validated, datasheet, load_cached, store
 
-CPU = {"device": "cpu", "name": "AMD EPYC", "cpu": "AMD EPYC", "cpu_cores": 2, "torch": "2.13.0+cpu",
-       "memory_bytes": 1 << 34}
+CPU = {
+    "device": "cpu",
+    "name": "AMD EPYC",
+    "cpu": "AMD EPYC",
+    "cpu_cores": 2,
+    "torch": "2.13.0+cpu",
+    "memory_bytes": 1 << 34,
+}
 
 
 def _record(fp, gbps=10.0):
-    return _validated({"device": fp, "copy_gbps": gbps, "cache_copy_gbps": 40.0,
-                       "matmul_tflops": {"float32": 0.05}, "method": "test"})
+    return _validated(
+        {
+            "device": fp,
+            "copy_gbps": gbps,
+            "cache_copy_gbps": 40.0,
+            "matmul_tflops": {"float32": 0.05},
+            "method": "test",
+        }
+    )
 
 
 def test_cache_is_keyed_by_fingerprint(tmp_path):

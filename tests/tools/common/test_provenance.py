@@ -13,7 +13,9 @@ pytestmark = pytest.mark.anyio
 
 
 def _git(root, *args):
-    return subprocess.run(["git", "-C", str(root), *args], check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", str(root), *args], check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 @pytest.fixture
@@ -36,7 +38,9 @@ async def test_commit_and_diff_hash_follow_the_code(git_workspace):
         ref = git_workspace / "rmsnorm" / "reference.py"
         ref.write_text(ref.read_text() + "\n# tweak\n")
         dirty = await call(client, "list_kernels")
-        cmp = await call(client, "compare_experiments", a=clean["experiment_id"], b=dirty["experiment_id"])
+        cmp = await call(
+            client, "compare_experiments", a=clean["experiment_id"], b=dirty["experiment_id"]
+        )
     await server.aclose()
     assert cmp["code"]["commit_a"] == cmp["code"]["commit_b"] == head
     assert cmp["code"]["diff_sha256_a"] != cmp["code"]["diff_sha256_b"]

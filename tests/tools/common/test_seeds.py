@@ -6,8 +6,11 @@ from infra_agent.tools.common.seeds import SECRET_NAME, trial_seed
 def test_seeds_are_stable_per_workspace_and_differ_per_trial(tmp_path):
     a = trial_seed(tmp_path, "exp1", 0, 0)
     assert a == trial_seed(tmp_path, "exp1", 0, 0)
-    others = {trial_seed(tmp_path, "exp1", 0, 1), trial_seed(tmp_path, "exp1", 1, 0),
-              trial_seed(tmp_path, "exp2", 0, 0)}
+    others = {
+        trial_seed(tmp_path, "exp1", 0, 1),
+        trial_seed(tmp_path, "exp1", 1, 0),
+        trial_seed(tmp_path, "exp2", 0, 0),
+    }
     assert a not in others and len(others) == 3
     assert 0 <= a < 2**63
 

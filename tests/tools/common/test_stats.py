@@ -60,7 +60,9 @@ def test_drift_shared_by_both_arms_does_not_create_a_difference():
 
 def test_noisier_samples_give_a_larger_minimal_detectable_effect():
     rng = np.random.default_rng(4)
-    quiet = compare(_lognormal(rng, 400, 100, 0.02), _lognormal(rng, 400, 100, 0.02), n_resamples=500)
+    quiet = compare(
+        _lognormal(rng, 400, 100, 0.02), _lognormal(rng, 400, 100, 0.02), n_resamples=500
+    )
     noisy = compare(_lognormal(rng, 400, 100, 0.3), _lognormal(rng, 400, 100, 0.3), n_resamples=500)
     assert noisy.min_detectable_effect_pct > 3 * quiet.min_detectable_effect_pct
 

@@ -4,7 +4,13 @@ import pytest
 import torch
 
 from infra_agent.kernels.schema import Tolerance
-from infra_agent.tools.common.error_metrics import compare, rel_l2, representable_fraction, round_to, ulp_size
+from infra_agent.tools.common.error_metrics import (
+    compare,
+    rel_l2,
+    representable_fraction,
+    round_to,
+    ulp_size,
+)
 from infra_agent.tools.common.tolerance import DTYPE_TOLERANCES, resolve_tolerance
 
 
@@ -23,7 +29,9 @@ def test_tolerance_precedence_argument_spec_default():
 def test_ulp_is_the_spacing_of_the_output_dtype():
     mags = torch.tensor([1.0, 1.5, 2.0, 0.0], dtype=torch.float64)
     assert ulp_size(mags, "float32").tolist()[:3] == [2.0**-23, 2.0**-23, 2.0**-22]
-    assert ulp_size(mags, "bfloat16")[0] == 2.0**-7 and ulp_size(mags, "float16")[3] == 2.0**-24  # subnormal step
+    assert (
+        ulp_size(mags, "bfloat16")[0] == 2.0**-7 and ulp_size(mags, "float16")[3] == 2.0**-24
+    )  # subnormal step
 
 
 def test_compare_counts_ulps_mismatches_and_nonfinite():
@@ -33,7 +41,11 @@ def test_compare_counts_ulps_mismatches_and_nonfinite():
     cand[7] = float("nan")
     err = compare(cand, ref, "float32", 1e-5)
     assert err["nonfinite_mismatches"] == 1 and err["candidate_nan_count"] == 1
-    assert err["worst_index"] == [7] and err["first_mismatch_indices"] == [[7]] and err["num_mismatches"] == 1
+    assert (
+        err["worst_index"] == [7]
+        and err["first_mismatch_indices"] == [[7]]
+        and err["num_mismatches"] == 1
+    )
     assert 1.5 < err["ulp_max"] <= 2.5 and err["worst_candidate"] is None
     clean = compare(ref.float(), ref, "float32", 1e-5)
     assert clean["ulp_max"] <= 0.5 and clean["rel_l2_error"] < 1e-7 and clean["num_mismatches"] == 0

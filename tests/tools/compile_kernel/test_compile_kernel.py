@@ -44,7 +44,13 @@ def compiler(tmp_path_factory):
                 job = tmp_path_factory.mktemp("job")
                 (job / "in").mkdir()
                 (job / "out").mkdir()
-                ctx = JobContext(job_dir=job, in_dir=job / "in", out_dir=job / "out", workspace=None, device="cpu")
+                ctx = JobContext(
+                    job_dir=job,
+                    in_dir=job / "in",
+                    out_dir=job / "out",
+                    workspace=None,
+                    device="cpu",
+                )
                 module = cuda_op if op == "compile_cuda" else triton_op
                 done[key] = (module.run(payload, ctx), job / "out")
             return done[key]
@@ -56,10 +62,21 @@ def spec_payload(kernel: str, target: str, **extra) -> dict:
     ws = load_workspace(EMBEDDED_ROOT)
     k = ws.kernel(kernel)
     file, fn = k.spec.impls["triton"].split(":")
-    launch = {"launcher": fn, "args": [asdict(a) for a in k.spec.args], "shape": k.spec.shapes["gpu"][0],
-              "dtype": "float16"}
-    return {"path": str(k.folder / file), "file_name": f"{kernel}/{file}", "entry": None,
-            "target": plan_target_payload(TARGETS[target]), "launch": launch, "options": {}, **extra}
+    launch = {
+        "launcher": fn,
+        "args": [asdict(a) for a in k.spec.args],
+        "shape": k.spec.shapes["gpu"][0],
+        "dtype": "float16",
+    }
+    return {
+        "path": str(k.folder / file),
+        "file_name": f"{kernel}/{file}",
+        "entry": None,
+        "target": plan_target_payload(TARGETS[target]),
+        "launch": launch,
+        "options": {},
+        **extra,
+    }
 
 
 def judge(raw: dict, out: Path, target: str):
@@ -73,13 +90,17 @@ def cuobjdump_usage(cubin: Path) -> dict[str, dict[str, int]]:
     import triton
 
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    text = subprocess.run([str(tool), "--dump-resource-usage", str(cubin)], capture_output=True, text=True,
-                          check=True).stdout
-    return {name: {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", fields)}
-            for name, fields in re.findall(r"Function ([\w$]+):\s*\n\s*(.*)", text)}
+    text = subprocess.run(
+        [str(tool), "--dump-resource-usage", str(cubin)], capture_output=True, text=True, check=True
+    ).stdout
+    return {
+        name: {k: int(v) for k, v in re.findall(r"(REG|STACK|SHARED|LOCAL):(\d+)", fields)}
+        for name, fields in re.findall(r"Function ([\w$]+):\s*\n\s*(.*)", text)
+    }
 
 
 # ---- the compile matrix ---------------------------------------------------------------
+
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90a", "sm_100a", "gfx942"])
 @pytest.mark.parametrize("kernel", ["rmsnorm", "vector_add"])
@@ -108,9 +129,13 @@ def test_registers_and_spills_match_cuobjdump(compiler, target):
     assert k.spill_stores_bytes == 0 and k.spill_loads_bytes == 0
 
 
-SPILL = {"source": (KERNELS / "spill.py").read_text(), "entry": "spill_kernel",
-         "signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32"}, "constexprs": {"BLOCK": 4096},
-         "options": {"num_warps": 1}}
+SPILL = {
+    "source": (KERNELS / "spill.py").read_text(),
+    "entry": "spill_kernel",
+    "signature": {"x_ptr": "*fp32", "out_ptr": "*fp32", "N": "i32"},
+    "constexprs": {"BLOCK": 4096},
+    "options": {"num_warps": 1},
+}
 
 
 def test_kernel_written_to_spill_shows_spills_and_local_memory(compiler):
@@ -124,11 +149,24 @@ def test_kernel_written_to_spill_shows_spills_and_local_memory(compiler):
 
 
 def test_tl_dot_uses_tensor_cores_on_sm_90a(compiler):
-    payload = {"source": (KERNELS / "matmul.py").read_text(), "entry": "matmul_kernel",
-               "signature": {"a_ptr": "*fp16", "b_ptr": "*fp16", "c_ptr": "*fp16", "M": "i32", "N": "i32",
-                             "K": "i32", "stride_am": "i32", "stride_bk": "i32", "stride_cm": "i32"},
-               "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, "options": {"num_warps": 4},
-               "target": plan_target_payload(TARGETS["sm_90a"])}
+    payload = {
+        "source": (KERNELS / "matmul.py").read_text(),
+        "entry": "matmul_kernel",
+        "signature": {
+            "a_ptr": "*fp16",
+            "b_ptr": "*fp16",
+            "c_ptr": "*fp16",
+            "M": "i32",
+            "N": "i32",
+            "K": "i32",
+            "stride_am": "i32",
+            "stride_bk": "i32",
+            "stride_cm": "i32",
+        },
+        "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
+        "options": {"num_warps": 4},
+        "target": plan_target_payload(TARGETS["sm_90a"]),
+    }
     raw, out = compiler(payload)
     (k,) = judge(raw, out, "sm_90a")
     assert k.instruction_mix.tensor_core_mma > 0
@@ -136,16 +174,25 @@ def test_tl_dot_uses_tensor_cores_on_sm_90a(compiler):
     assert k.dynamic_shared_memory_bytes > 0  # operands staged through shared memory
 
 
-@pytest.mark.parametrize("name, line, column, words", [
-    ("syntax_error.py", 9, None, "SyntaxError"),
-    ("type_error.py", 11, 9, "ranks"),  # tl.dot of two 1-D tensors
-    ("nested_error.py", 7, 12, ">= 2 (called from line 14)"),  # inside a @triton.jit helper
-])
+@pytest.mark.parametrize(
+    "name, line, column, words",
+    [
+        ("syntax_error.py", 9, None, "SyntaxError"),
+        ("type_error.py", 11, 9, "ranks"),  # tl.dot of two 1-D tensors
+        ("nested_error.py", 7, 12, ">= 2 (called from line 14)"),  # inside a @triton.jit helper
+    ],
+)
 def test_errors_point_at_the_agents_line(compiler, name, line, column, words):
     source = (KERNELS / name).read_text()
-    raw, _ = compiler({"source": source, "signature": {"x_ptr": "*fp32", "N": "i32"}, "constexprs": {"BLOCK": 16},
-                       "entry": None if name != "nested_error.py" else "nested_kernel",
-                       "target": plan_target_payload(TARGETS["sm_90a"])})
+    raw, _ = compiler(
+        {
+            "source": source,
+            "signature": {"x_ptr": "*fp32", "N": "i32"},
+            "constexprs": {"BLOCK": 16},
+            "entry": None if name != "nested_error.py" else "nested_kernel",
+            "target": plan_target_payload(TARGETS["sm_90a"]),
+        }
+    )
     diag = raw["diagnostic"]
     assert raw["status"] in ("source_error", "compile_error")
     assert diag["line"] == line and (column is None or diag["column"] == column)
@@ -157,10 +204,17 @@ def test_errors_point_at_the_agents_line(compiler, name, line, column, words):
 
 
 def test_autotuned_launcher_compiles_first_config_or_overrides(compiler):
-    launch = {"launcher": "vector_add", "args": [{"name": "x", "shape": ["N"]}, {"name": "y", "shape": ["N"]}],
-              "shape": {"N": 4096}, "dtype": "float32"}
-    base = {"source": (KERNELS / "autotuned.py").read_text(), "launch": launch,
-            "target": plan_target_payload(TARGETS["sm_80"])}
+    launch = {
+        "launcher": "vector_add",
+        "args": [{"name": "x", "shape": ["N"]}, {"name": "y", "shape": ["N"]}],
+        "shape": {"N": 4096},
+        "dtype": "float32",
+    }
+    base = {
+        "source": (KERNELS / "autotuned.py").read_text(),
+        "launch": launch,
+        "target": plan_target_payload(TARGETS["sm_80"]),
+    }
     raw, out = compiler(base)
     (k,) = judge(raw, out, "sm_80")
     assert (k.name, k.constexprs, k.num_warps) == ("add_kernel", {"BLOCK": 128}, 4)
@@ -173,8 +227,18 @@ def test_a_block_that_cannot_launch_is_called_out(compiler, tmp_path):
     raw, out = compiler(spec_payload("rmsnorm", "sm_80"))
     (k,) = judge(raw, out, "sm_80")
     assert notes(raw, out, [k]) == []
-    huge = k.model_copy(update={"occupancy": k.occupancy.model_copy(update={
-        "blocks_per_sm": 0, "warps_per_sm": 0, "occupancy_pct": 0.0, "limiting_factor": "shared_memory"})})
+    huge = k.model_copy(
+        update={
+            "occupancy": k.occupancy.model_copy(
+                update={
+                    "blocks_per_sm": 0,
+                    "warps_per_sm": 0,
+                    "occupancy_pct": 0.0,
+                    "limiting_factor": "shared_memory",
+                }
+            )
+        }
+    )
     (note,) = notes(raw, out, [huge])
     assert "cannot launch" in note and "OutOfResources" in note
 
@@ -183,8 +247,13 @@ def test_missing_entry_and_missing_module(compiler):
     target = plan_target_payload(TARGETS["sm_90a"])
     raw, _ = compiler({**SPILL, "entry": "nope", "target": target})
     assert raw["status"] == "setup_error" and "spill_kernel" in raw["diagnostic"]["message"]
-    raw, _ = compiler({"source": "import triton\nimport not_a_module_xyz\n", "signature": {"x": "i32"},
-                       "target": target})
+    raw, _ = compiler(
+        {
+            "source": "import triton\nimport not_a_module_xyz\n",
+            "signature": {"x": "i32"},
+            "target": target,
+        }
+    )
     assert raw["status"] == "source_error" and raw["diagnostic"]["line"] == 2
     assert "not_a_module_xyz" in raw["diagnostic"]["message"]
 
@@ -192,19 +261,31 @@ def test_missing_entry_and_missing_module(compiler):
 def test_mlir_errors_on_stderr_are_named():
     from infra_agent.sandbox.worker.ops.compile_diag import mlir_diagnostic
 
-    stderr = ("/venv/lib/python3.11/site-packages/triton/language/standard.py:314:12: error: 'tt.splat' op "
-              "requires the same element type for all operands and results\n"
-              "/jobs/j1/candidate.py:6:1: error: Failures have been detected while processing an MLIR pass pipeline\n")
+    stderr = (
+        "/venv/lib/python3.11/site-packages/triton/language/standard.py:314:12: error: 'tt.splat' op "
+        "requires the same element type for all operands and results\n"
+        "/jobs/j1/candidate.py:6:1: error: Failures have been detected while processing an MLIR pass pipeline\n"
+    )
     text = "import triton\n\n\n\n@triton.jit\ndef k(x_ptr):\n    pass\n"
-    diag = mlir_diagnostic(stderr, RuntimeError("PassManager::run failed"), Path("/jobs/j1/candidate.py"),
-                           "candidate.py", text)
+    diag = mlir_diagnostic(
+        stderr,
+        RuntimeError("PassManager::run failed"),
+        Path("/jobs/j1/candidate.py"),
+        "candidate.py",
+        text,
+    )
     assert (diag["line"], diag["column"]) == (6, 1)
-    assert "'tt.splat' op requires" in diag["message"] and "triton/language/standard.py:314" in diag["message"]
+    assert (
+        "'tt.splat' op requires" in diag["message"]
+        and "triton/language/standard.py:314" in diag["message"]
+    )
 
 
 CUDA_SRC = (KERNELS / "kernels.cu").read_text()
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
-                                reason="nvcc (CUDA toolkit) not installed")
+needs_nvcc = pytest.mark.skipif(
+    shutil.which("nvcc") is None and not Path("/usr/local/cuda/bin/nvcc").exists(),
+    reason="nvcc (CUDA toolkit) not installed",
+)
 
 
 @needs_nvcc
@@ -222,7 +303,13 @@ def test_cuda_cpp_compiles_through_nvcc(compiler):
 
 @needs_nvcc
 def test_cuda_cpp_error_names_the_line(compiler):
-    raw, _ = compiler({"source": "__global__ void k(float* x) {\n  x[0] = undefined_thing;\n}\n", "arch": "sm_80",
-                       "flags": []}, op="compile_cuda")
+    raw, _ = compiler(
+        {
+            "source": "__global__ void k(float* x) {\n  x[0] = undefined_thing;\n}\n",
+            "arch": "sm_80",
+            "flags": [],
+        },
+        op="compile_cuda",
+    )
     assert raw["status"] == "compile_error" and raw["diagnostic"]["line"] == 2
     assert "undefined_thing" in raw["diagnostic"]["message"]

@@ -16,20 +16,29 @@ LINE = '\t//## File "/ws/k/k.py", line {}\n'
 
 # One loop (k.py:10) of 2 FFMA + 1 FMUL, behind a guard that skips it; after EXIT, the
 # `.L_x_2: BRA .L_x_2` trap, which branches backwards but is unreachable: not a loop.
-ONE_LOOP = HEAD + LINE.format(8) + """\
+ONE_LOOP = (
+    HEAD
+    + LINE.format(8)
+    + """\
         /*0000*/                   LDC R1, c[0x0][0x28] ;
         /*0010*/              @!P0 BRA `(.L_x_0) ;
 .L_x_1:
-""" + LINE.format(11) + """\
+"""
+    + LINE.format(11)
+    + """\
         /*0020*/                   FFMA R2, R3, R4, R2 ;
         /*0030*/                   FFMA R5, R3, R4, R5 ;
         /*0040*/                   FMUL R6, R6, R7 ;
         /*0050*/                   IADD3 R8, R8, 0x1, RZ ;
         /*0060*/                   ISETP.GE.AND P0, PT, R8, R9, PT ;
-""" + LINE.format(10) + """\
+"""
+    + LINE.format(10)
+    + """\
         /*0070*/              @!P0 BRA `(.L_x_1) ;
 .L_x_0:
-""" + LINE.format(12) + """\
+"""
+    + LINE.format(12)
+    + """\
         /*0080*/                   FFMA R2, R5, R6, R2 ;
         /*0090*/                   STG.E desc[UR4][R10.64], R2 ;
         /*00a0*/                   EXIT ;
@@ -37,26 +46,36 @@ ONE_LOOP = HEAD + LINE.format(8) + """\
         /*00b0*/                   BRA `(.L_x_2);
         /*00c0*/                   NOP;
 """
+)
 
 # Nested: an outer loop (k.py:20, header 0x10) holds an inner one (k.py:21, header 0x20);
 # absolute branch targets, as nvdisasm prints them without -c labels.
-NESTED = HEAD + """\
+NESTED = (
+    HEAD
+    + """\
         /*0000*/                   MOV R0, RZ ;
         /*0010*/                   FMUL R1, R1, R2 ;
         /*0020*/                   FFMA R3, R3, R4, R3 ;
         /*0030*/                   ISETP.NE.AND P1, PT, R5, RZ, PT ;
-""" + LINE.format(21) + """\
+"""
+    + LINE.format(21)
+    + """\
         /*0040*/               @P1 BRA 0x20 ;
         /*0050*/                   MUFU.EX2 R6, R6 ;
         /*0060*/                   ISETP.NE.AND P0, PT, R7, RZ, PT ;
-""" + LINE.format(20) + """\
+"""
+    + LINE.format(20)
+    + """\
         /*0070*/               @P0 BRA 0x10 ;
         /*0080*/                   EXIT ;
 """
+)
 
 # A warp-divergent slow path: BRA.DIV jumps forward to code after EXIT, which jumps back to
 # where it left. A backward branch, but its target does not dominate it: not a loop.
-DIVERGENT = HEAD + """\
+DIVERGENT = (
+    HEAD
+    + """\
         /*0000*/                   BRA.DIV UR4, `(.L_x_5) ;
         /*0010*/                   SHFL.BFLY PT, R3, R2, 0x1, 0x1f ;
 .L_x_6:
@@ -67,6 +86,7 @@ DIVERGENT = HEAD + """\
         /*0050*/                   SHFL.BFLY PT, R3, R2, 0x1, 0x1f ;
         /*0060*/                   BRA `(.L_x_6) ;
 """
+)
 
 
 def test_one_loop_its_body_and_its_for_line():
@@ -79,8 +99,12 @@ def test_one_loop_its_body_and_its_for_line():
 
 def test_nested_loops_with_address_targets():
     outer, inner = find_loops(NESTED)["k"]
-    assert (outer.header_address, outer.source, inner.header_address, inner.source) == (0x10, "k.py:20",
-                                                                                       0x20, "k.py:21")
+    assert (outer.header_address, outer.source, inner.header_address, inner.source) == (
+        0x10,
+        "k.py:20",
+        0x20,
+        "k.py:21",
+    )
     assert (inner.parent, inner.depth, outer.depth) == (0, 1, 0)
     assert (outer.mix["ffma"], outer.mix["fmul"], outer.mix["mufu"]) == (1, 1, 1)  # inner body once
     assert (inner.mix["ffma"], inner.mix["fmul"], inner.mix["total"]) == (1, 0, 3)
@@ -131,11 +155,25 @@ def test_trip_counts_from_the_ttir_and_the_launch_scalars():
 
 
 def _kernel(mix: dict) -> KernelResources:
-    occ = Occupancy(warps_per_sm=8, max_warps_per_sm=64, blocks_per_sm=2, occupancy_pct=12.5,
-                    limiting_factor="registers")
-    return KernelResources(name="k", registers_per_thread=32, shared_memory_bytes=0, static_shared_memory_bytes=0,
-                           dynamic_shared_memory_bytes=0, local_memory_bytes=0, num_warps=4, threads_per_block=128,
-                           occupancy=occ, instruction_mix=InstructionMix(**mix))
+    occ = Occupancy(
+        warps_per_sm=8,
+        max_warps_per_sm=64,
+        blocks_per_sm=2,
+        occupancy_pct=12.5,
+        limiting_factor="registers",
+    )
+    return KernelResources(
+        name="k",
+        registers_per_thread=32,
+        shared_memory_bytes=0,
+        static_shared_memory_bytes=0,
+        dynamic_shared_memory_bytes=0,
+        local_memory_bytes=0,
+        num_warps=4,
+        threads_per_block=128,
+        occupancy=occ,
+        instruction_mix=InstructionMix(**mix),
+    )
 
 
 def test_executed_estimate_multiplies_nested_bodies():
@@ -150,15 +188,22 @@ def test_executed_estimate_multiplies_nested_bodies():
     # by hand: MOV once; outer body (FMUL, MUFU, ISETP, BRA) 19x; inner body (FFMA, ISETP, BRA) 19 * 3x; EXIT once
     ffma, fmul, mufu, total = 19 * 3, 19, 19, 2 + 4 * 19 + 3 * 19 * 3
     est = k.executed_estimate
-    assert (est.per_thread.ffma, est.per_thread.fmul, est.per_thread.mufu, est.per_thread.total) == (
-        ffma, fmul, mufu, total)
+    assert (
+        est.per_thread.ffma,
+        est.per_thread.fmul,
+        est.per_thread.mufu,
+        est.per_thread.total,
+    ) == (ffma, fmul, mufu, total)
     assert est.per_thread.counts == "executed_estimate" and k.instruction_mix.counts == "static"
     # 20 programs, 5120 outputs: 256 per program; 128 threads each issue the counts above
     assert k.launch.programs == 20 and k.launch.outputs_per_program == 256
     assert est.per_output["ffma"] == pytest.approx(ffma * 128 / 256)
 
     given = attach(_kernel(classify_sass(NESTED)["k"]), loops, [], launch, {"k.py:20": 2, "1": 5})
-    assert [(loop.trip_count, loop.trip_count_from) for loop in given.loops] == [(2, "given"), (5, "given")]
+    assert [(loop.trip_count, loop.trip_count_from) for loop in given.loops] == [
+        (2, "given"),
+        (5, "given"),
+    ]
     assert given.executed_estimate.per_thread.ffma == 2 * 5
     unknown = attach(_kernel(classify_sass(NESTED)["k"]), loops, [], launch, None)
     assert unknown.executed_estimate is None and unknown.loops[0].trip_count_from == "unknown"

@@ -82,8 +82,13 @@ amdhsa.kernels:
 
 def test_ptxas_log_gives_registers_and_spills_per_function():
     log = parse_ptxas_log(PTXAS_LOG)
-    assert log["spill_kernel"] == {"stack_frame_bytes": 4600, "spill_stores_bytes": 7020,
-                                   "spill_loads_bytes": 9028, "registers": 168, "barriers": 0}
+    assert log["spill_kernel"] == {
+        "stack_frame_bytes": 4600,
+        "spill_stores_bytes": 7020,
+        "spill_loads_bytes": 9028,
+        "registers": 168,
+        "barriers": 0,
+    }
     assert log["_Z5saxpyfPKfPfi"]["registers"] == 10 and log["_Z5saxpyfPKfPfi"]["barriers"] == 1
 
 
@@ -98,7 +103,13 @@ def test_sass_classes_and_widths():
     assert mix["tensor_core_mma"] == 1 and mix["tensor_core_ops"] == {"HGMMA.64x128x16.F32": 1}
     assert mix["global_load"] == 3 and mix["global_load_bits"] == {"128": 1, "32": 1, "16": 1}
     assert mix["global_store_bits"] == {"64": 1}
-    assert (mix["local_load"], mix["local_store"], mix["barrier"], mix["mufu"], mix["ffma"]) == (1, 1, 1, 1, 1)
+    assert (mix["local_load"], mix["local_store"], mix["barrier"], mix["mufu"], mix["ffma"]) == (
+        1,
+        1,
+        1,
+        1,
+        1,
+    )
     assert mix["total"] == 17  # NOP not counted
     # the zero/constant idiom and IMAD.MOV are moves; HFMA2 on registers is half math
     assert mix["move"] == 4 and mix["half_fma"] == 2
@@ -106,48 +117,106 @@ def test_sass_classes_and_widths():
 
 def test_amdgcn_metadata_and_mix():
     md = parse_amdgcn_metadata(AMDGCN)
-    assert md == {"vgpr_count": 206, "sgpr_count": 26, "agpr_count": 16, "vgpr_spill_count": 3,
-                  "sgpr_spill_count": 0, "lds_static_bytes": 512, "scratch_bytes_per_lane": 4,
-                  "compiler_waves_per_simd": 2}
+    assert md == {
+        "vgpr_count": 206,
+        "sgpr_count": 26,
+        "agpr_count": 16,
+        "vgpr_spill_count": 3,
+        "sgpr_spill_count": 0,
+        "lds_static_bytes": 512,
+        "scratch_bytes_per_lane": 4,
+        "compiler_waves_per_simd": 2,
+    }
     mix = classify_amdgcn(AMDGCN)
     assert mix["tensor_core_mma"] == 1 and mix["global_load_bits"] == {"128": 1}
     assert mix["global_store_bits"] == {"16": 1}
-    assert (mix["shared_load"], mix["shared_store"], mix["local_store"], mix["barrier"]) == (1, 1, 1, 1)
+    assert (mix["shared_load"], mix["shared_store"], mix["local_store"], mix["barrier"]) == (
+        1,
+        1,
+        1,
+        1,
+    )
 
 
 def test_occupancy_limits():
     # 30 regs x 16 warps on sm_90: registers allow 4 blocks of 16 warps = 64 = the warp ceiling
-    full = occupancy("sm_90", registers_per_thread=30, shared_bytes_per_block=1088, warps_per_block=16, warp_size=32)
+    full = occupancy(
+        "sm_90",
+        registers_per_thread=30,
+        shared_bytes_per_block=1088,
+        warps_per_block=16,
+        warp_size=32,
+    )
     assert full["occupancy_pct"] == 100.0 and full["limiting_factor"] == "warps"
     # 255 regs: 255*32 -> 8192 per warp, 2 per 16K file, 8 per SM
-    regs = occupancy("sm_90", registers_per_thread=255, shared_bytes_per_block=0, warps_per_block=4, warp_size=32)
+    regs = occupancy(
+        "sm_90", registers_per_thread=255, shared_bytes_per_block=0, warps_per_block=4, warp_size=32
+    )
     assert (regs["warps_per_sm"], regs["limiting_factor"]) == (8, "registers")
-    smem = occupancy("sm_80", registers_per_thread=32, shared_bytes_per_block=100 * 1024, warps_per_block=4,
-                     warp_size=32)
+    smem = occupancy(
+        "sm_80",
+        registers_per_thread=32,
+        shared_bytes_per_block=100 * 1024,
+        warps_per_block=4,
+        warp_size=32,
+    )
     assert (smem["blocks_per_sm"], smem["limiting_factor"]) == (1, "shared_memory")
-    too_big = occupancy("sm_86", registers_per_thread=32, shared_bytes_per_block=120 * 1024, warps_per_block=4,
-                        warp_size=32)
+    too_big = occupancy(
+        "sm_86",
+        registers_per_thread=32,
+        shared_bytes_per_block=120 * 1024,
+        warps_per_block=4,
+        warp_size=32,
+    )
     assert too_big["blocks_per_sm"] == 0 and too_big["occupancy_pct"] == 0
     # AMD: 206 VGPRs -> 208 -> 2 waves per SIMD, as the compiler's own "Occupancy: 2" says
-    amd = occupancy("gfx942", registers_per_thread=206, shared_bytes_per_block=0, warps_per_block=4, warp_size=64)
+    amd = occupancy(
+        "gfx942",
+        registers_per_thread=206,
+        shared_bytes_per_block=0,
+        warps_per_block=4,
+        warp_size=64,
+    )
     assert amd["warps_per_sm"] == 8 and amd["limiting_factor"] == "registers"
     assert all(t.family in LIMITS for t in TARGETS.values())
 
 
 def _resources(**over) -> KernelResources:
-    base = dict(name="k", registers_per_thread=40, shared_memory_bytes=1024, static_shared_memory_bytes=1024,
-                dynamic_shared_memory_bytes=0, local_memory_bytes=0, stack_frame_bytes=0, spill_stores_bytes=0,
-                spill_loads_bytes=0, num_warps=4, threads_per_block=128,
-                occupancy={"warps_per_sm": 64, "max_warps_per_sm": 64, "blocks_per_sm": 16,
-                           "occupancy_pct": 100.0, "limiting_factor": "warps"},
-                instruction_mix={"ffma": 10, "total": 100})
+    base = dict(
+        name="k",
+        registers_per_thread=40,
+        shared_memory_bytes=1024,
+        static_shared_memory_bytes=1024,
+        dynamic_shared_memory_bytes=0,
+        local_memory_bytes=0,
+        stack_frame_bytes=0,
+        spill_stores_bytes=0,
+        spill_loads_bytes=0,
+        num_warps=4,
+        threads_per_block=128,
+        occupancy={
+            "warps_per_sm": 64,
+            "max_warps_per_sm": 64,
+            "blocks_per_sm": 16,
+            "occupancy_pct": 100.0,
+            "limiting_factor": "warps",
+        },
+        instruction_mix={"ffma": 10, "total": 100},
+    )
     return KernelResources(**{**base, **over})
 
 
 def test_diff_lists_only_what_moved():
     a = _resources()
-    b = _resources(registers_per_thread=24, instruction_mix={"ffma": 10, "total": 108, "tensor_core_mma": 8,
-                                                             "tensor_core_ops": {"HGMMA.64x64x16.F32": 8}})
+    b = _resources(
+        registers_per_thread=24,
+        instruction_mix={
+            "ffma": 10,
+            "total": 108,
+            "tensor_core_mma": 8,
+            "tensor_core_ops": {"HGMMA.64x64x16.F32": 8},
+        },
+    )
     changes = {c.field: c for c in diff(a, b)}
     assert changes["registers_per_thread"].delta == -16
     assert changes["instruction_mix.tensor_core_mma"].before == 0
@@ -168,9 +237,13 @@ def test_default_target_follows_the_local_gpu(monkeypatch):
         return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
 
     monkeypatch.setattr(occ.subprocess, "run", fake_run)
-    monkeypatch.setattr(occ.shutil, "which", lambda name: "/usr/bin/" + name if name == "nvidia-smi" else None)
+    monkeypatch.setattr(
+        occ.shutil, "which", lambda name: "/usr/bin/" + name if name == "nvidia-smi" else None
+    )
     assert occ.local_target() == "sm_90a"  # Hopper: the arch-specific variant Triton uses
-    monkeypatch.setattr(occ.shutil, "which", lambda name: "/opt/rocm/bin/" + name if name != "nvidia-smi" else None)
+    monkeypatch.setattr(
+        occ.shutil, "which", lambda name: "/opt/rocm/bin/" + name if name != "nvidia-smi" else None
+    )
     assert occ.local_target() == "gfx942"  # gfx000 is the CPU agent
     monkeypatch.setattr(occ.shutil, "which", lambda name: None)
     assert occ.local_target() is None

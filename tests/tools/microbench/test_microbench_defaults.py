@@ -24,8 +24,14 @@ SLOW_ADD = "import time\ndef add(x, y):\n    time.sleep(0.45)\n    return x + y\
 
 
 async def test_a_slow_call_gets_its_timed_calls_with_the_default_budget(zoo_client):
-    out = await call(zoo_client, "microbench", kernel="vector_add", source=SLOW_ADD, entry="add",
-                     shapes=[{"N": 1000}])
+    out = await call(
+        zoo_client,
+        "microbench",
+        kernel="vector_add",
+        source=SLOW_ADD,
+        entry="add",
+        shapes=[{"N": 1000}],
+    )
     shape = out["shapes"][0]
     assert shape["candidate"]["n"] >= 5 and shape["stop_reason"] == "min_calls"
     assert shape["candidate"]["median_ms"] >= 450  # the sleep, measured by the harness's own clock
@@ -39,18 +45,29 @@ async def test_a_budget_the_caller_set_is_kept(zoo_client):
     from conftest import ToolCallError
 
     with pytest.raises(ToolCallError, match=r"timed calls fit in budget_ms=500 .*raise budget_ms"):
-        await call(zoo_client, "microbench", kernel="vector_add", source=SLOW_ADD, entry="add",
-                   shapes=[{"N": 1000}], budget_ms=500)
+        await call(
+            zoo_client,
+            "microbench",
+            kernel="vector_add",
+            source=SLOW_ADD,
+            entry="add",
+            shapes=[{"N": 1000}],
+            budget_ms=500,
+        )
 
 
 @pytest.mark.slow
 async def test_kda_decode_vtiled_against_fused_with_every_default(zoo_client):
     """The issue's own call: every default (the spec's CPU shapes, float32, the default budget)."""
     out = await call(zoo_client, "microbench", kernel="kda_decode", impl="vtiled", baseline="fused")
-    assert [s["shape"] for s in out["shapes"]] == [{"B": 1, "H": 2, "K": 16, "V": 64},
-                                                   {"B": 1, "H": 3, "K": 12, "V": 40}]
+    assert [s["shape"] for s in out["shapes"]] == [
+        {"B": 1, "H": 2, "K": 16, "V": 64},
+        {"B": 1, "H": 3, "K": 12, "V": 40},
+    ]
     for shape in out["shapes"]:
         assert shape["candidate"]["n"] == shape["baseline"]["n"] >= 5
         assert shape["candidate"]["spot_check"] == shape["baseline"]["spot_check"] == "passed"
-    assert out["summary"].startswith("kda_decode/vtiled vs fused, float32, 2 shape(s) "
-                                     "[B=1,H=2,K=16,V=64; B=1,H=3,K=12,V=40]: median ")
+    assert out["summary"].startswith(
+        "kda_decode/vtiled vs fused, float32, 2 shape(s) "
+        "[B=1,H=2,K=16,V=64; B=1,H=3,K=12,V=40]: median "
+    )

@@ -4,8 +4,12 @@ import pytest
 
 from infra_agent.tools.microbench.roofline import analyse, ceilings_for
 
-PEAKS = {"copy_gbps": 100.0, "cache_copy_gbps": 400.0, "matmul_tflops": {"float32": 10.0, "bfloat16": 40.0},
-         "source": "measured"}
+PEAKS = {
+    "copy_gbps": 100.0,
+    "cache_copy_gbps": 400.0,
+    "matmul_tflops": {"float32": 10.0, "bfloat16": 40.0},
+    "source": "measured",
+}
 
 
 def test_memory_bound_kernel_near_bandwidth():

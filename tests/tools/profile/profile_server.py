@@ -17,8 +17,18 @@ def profile_workspace(tmp_path_factory):
     shutil.copy(FIXTURES / "episode.py", root / "episode.py")
     if shutil.which("gcc") is None:
         pytest.skip("gcc is needed to build the native fixture (apt-get install gcc)")
-    subprocess.run(["gcc", "-O2", "-shared", "-fPIC", "-o", str(root / "libnative_wait.so"),
-                    str(FIXTURES / "native_wait.c")], check=True)
+    subprocess.run(
+        [
+            "gcc",
+            "-O2",
+            "-shared",
+            "-fPIC",
+            "-o",
+            str(root / "libnative_wait.so"),
+            str(FIXTURES / "native_wait.c"),
+        ],
+        check=True,
+    )
     return root
 
 

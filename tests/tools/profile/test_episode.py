@@ -52,9 +52,16 @@ async def episodes(profile_client):
     runs = {}
     for mode in ("pydll", "cdll"):
         for _ in range(2):
-            runs[mode] = await call(profile_client, "profile", path="episode.py", entry="episode",
-                                    workload_args=[mode], overlap=PAIR, expect=EXPECT,
-                                    hypothesis="the native call holds the GIL")
+            runs[mode] = await call(
+                profile_client,
+                "profile",
+                path="episode.py",
+                entry="episode",
+                workload_args=[mode],
+                overlap=PAIR,
+                expect=EXPECT,
+                hypothesis="the native call holds the GIL",
+            )
             if _shows_the_mechanism(mode, runs[mode]):
                 break
     return runs
@@ -64,12 +71,21 @@ async def test_gil_held_in_the_native_call_means_no_overlap_and_a_gil_finding(ep
     out = episodes["pydll"]
     overlap = out["overlaps"][0]
     assert overlap["basis"] == "running" and overlap["b_overlap_fraction"] < 0.1
-    assert overlap["interval_a_overlap_fraction"] > 0.9  # the wall intervals alone would say "overlapped"
+    assert (
+        overlap["interval_a_overlap_fraction"] > 0.9
+    )  # the wall intervals alone would say "overlapped"
     assert out["finding_codes"] == ["gil_contention"]
     finding = out["findings"][0]
-    assert finding["layer"] == "python/GIL" and "prefill-0" in finding["message"] and "kv-0" in finding["message"]
+    assert (
+        finding["layer"] == "python/GIL"
+        and "prefill-0" in finding["message"]
+        and "kv-0" in finding["message"]
+    )
     assert "episode.py" in finding["message"]  # where the holder held it: the native call's line
-    assert "Py_BEGIN_ALLOW_THREADS" in finding["next_experiment"] and "overlap_fraction" in finding["next_experiment"]
+    assert (
+        "Py_BEGIN_ALLOW_THREADS" in finding["next_experiment"]
+        and "overlap_fraction" in finding["next_experiment"]
+    )
     wait = next(w for w in out["contention"]["waits"] if w["waiter"].startswith("kv-0"))
     assert wait["fraction"] > 0.3 and wait["holder_gil_share"] > 0.3
     assert out["hypothesis_answer"]["answer"] == "contradicted"
@@ -81,7 +97,9 @@ async def test_gil_released_in_the_native_call_means_overlap_and_no_finding(epis
     assert out["findings"] == [] and out["hypothesis_answer"]["answer"] == "supported"
     threads = {t["name"]: t for t in out["threads"]}
     assert threads["prefill-0"]["wall_in_ranges_ms"] > 0.9 * out["window_ms"]
-    assert threads["kv-0"]["state_fractions"]["sleep"] == 0  # a Python loop never sleeps in nanosleep
+    assert (
+        threads["kv-0"]["state_fractions"]["sleep"] == 0
+    )  # a Python loop never sleeps in nanosleep
     assert threads["prefill-0"]["state_fractions"]["sleep"] > 0.3  # the native wait does
 
 
@@ -91,7 +109,9 @@ async def test_trace_parses_and_png_shows_both_threads(episodes, profile_client)
     trace = json.loads((await profile_client.read_resource(trace_uri)).contents[0].text)
     events = trace["traceEvents"]
     names = {e["args"]["name"] for e in events if e["ph"] == "M"}
-    assert any(n.startswith("prefill-0") for n in names) and any(n.startswith("kv-0") for n in names)
+    assert any(n.startswith("prefill-0") for n in names) and any(
+        n.startswith("kv-0") for n in names
+    )
     spans = {(e["name"], e["tid"]) for e in events if e["ph"] == "X" and e["cat"] == "span"}
     assert {n for n, _ in spans} == {"dispatch", "kv_transfer"} and len({t for _, t in spans}) == 2
     assert all(e["dur"] >= 0 and e["ts"] >= -1e3 for e in events if e["ph"] == "X")
@@ -113,17 +133,28 @@ def _assert_two_rows_of_bars(data: bytes) -> None:
         hit = np.all(np.abs(img - np.array(rgb)) < 0.03, axis=-1)
         assert hit.sum() > 200, f"no {name} bars in the timeline"
         rows[name] = np.nonzero(hit.any(axis=1))[0]
-    assert rows["dispatch"].max() < rows["kv_transfer"].min() or rows["kv_transfer"].max() < rows["dispatch"].min()
+    assert (
+        rows["dispatch"].max() < rows["kv_transfer"].min()
+        or rows["kv_transfer"].max() < rows["dispatch"].min()
+    )
 
 
 async def test_copy_as_a_python_loop_holds_the_gil_one_torch_call_does_not(profile_client):
     outs = {}
     for copy in ("python", "torch"):
-        outs[copy] = await call(profile_client, "profile", path="episode.py", entry="copy_episode",
-                                workload_args=[copy], overlap=PAIR)
+        outs[copy] = await call(
+            profile_client,
+            "profile",
+            path="episode.py",
+            entry="copy_episode",
+            workload_args=[copy],
+            overlap=PAIR,
+        )
     kv = {c: next(t for t in o["threads"] if t["name"] == "kv-0") for c, o in outs.items()}
     assert kv["python"]["gil_held_fraction"] > 0.3 and kv["torch"]["gil_held_fraction"] < 0.2
-    waits = {c: next(w for w in o["contention"]["waits"] if w["waiter"].startswith("prefill-0"))
-             for c, o in outs.items()}
+    waits = {
+        c: next(w for w in o["contention"]["waits"] if w["waiter"].startswith("prefill-0"))
+        for c, o in outs.items()
+    }
     assert "_copy_blocks_python" in waits["python"]["holder_gil_site"]
     assert outs["torch"]["top_ops_by_self"][0]["name"] == "aten::copy_"

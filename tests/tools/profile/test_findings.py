@@ -17,16 +17,38 @@ A, B = "kv_transfer", "dispatch|combine"
 
 def _overlap(both_ms: float) -> OverlapStat:
     # kv_transfer runs 300 ms, dispatch|combine 1200 ms of 3000: chance alone gives them 120 ms together
-    return OverlapStat(a=A, b=B, a_threads=["kv-transfer (9)"], b_threads=["prefill-worker (8)"], basis="running",
-                       a_in_ranges_ms=1300, b_in_ranges_ms=1200, a_active_ms=300, b_active_ms=1200, both_ms=both_ms,
-                       a_overlap_fraction=both_ms / 300, b_overlap_fraction=both_ms / 1200,
-                       longest_a_without_b_ms=50, longest_b_without_a_ms=50, interval_a_overlap_fraction=None)
+    return OverlapStat(
+        a=A,
+        b=B,
+        a_threads=["kv-transfer (9)"],
+        b_threads=["prefill-worker (8)"],
+        basis="running",
+        a_in_ranges_ms=1300,
+        b_in_ranges_ms=1200,
+        a_active_ms=300,
+        b_active_ms=1200,
+        both_ms=both_ms,
+        a_overlap_fraction=both_ms / 300,
+        b_overlap_fraction=both_ms / 1200,
+        longest_a_without_b_ms=50,
+        longest_b_without_a_ms=50,
+        interval_a_overlap_fraction=None,
+    )
 
 
 def _contention(blocked: float, holder_gil_share: float) -> Contention:
-    wait = GilWait(holder="prefill-worker (8)", waiter="kv-transfer (9)", waiter_ranges=A, holder_ranges=B,
-                   fraction=blocked, holder_gil_share=holder_gil_share, holder_gil_site="NativeComm.dispatch (x.py:1)")
-    return Contention(method="test", proc_samples=3000, gil_sampler="py-spy", waits=[wait], limits="test")
+    wait = GilWait(
+        holder="prefill-worker (8)",
+        waiter="kv-transfer (9)",
+        waiter_ranges=A,
+        holder_ranges=B,
+        fraction=blocked,
+        holder_gil_share=holder_gil_share,
+        holder_gil_site="NativeComm.dispatch (x.py:1)",
+    )
+    return Contention(
+        method="test", proc_samples=3000, gil_sampler="py-spy", waits=[wait], limits="test"
+    )
 
 
 def _codes(both_ms: float, cont: Contention | None) -> list[str]:
@@ -39,7 +61,9 @@ def test_a_held_gil_is_named_when_overlap_is_a_third_of_chance():
     makes that contention, where the overlap alone would not be 'never ran together'."""
     held = _contention(blocked=0.45, holder_gil_share=0.40)
     assert _codes(both_ms=36, cont=held) == ["gil_contention"]  # 30% of the 120 ms chance gives
-    assert _codes(both_ms=36, cont=None) == []  # without the GIL witness 30% of chance is not "never"
+    assert (
+        _codes(both_ms=36, cont=None) == []
+    )  # without the GIL witness 30% of chance is not "never"
     assert _codes(both_ms=12, cont=None) == ["no_overlap"]  # 10% of chance is, on the overlap alone
 
 

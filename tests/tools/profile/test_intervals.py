@@ -12,7 +12,9 @@ def test_subtract_and_intersect_split_around_holes():
     holes = [(2, 4), (8, 22), (29, 40)]
     assert iv.subtract(keep, holes) == [(0, 2), (4, 8), (22, 29)]
     assert iv.intersect(keep, holes) == [(2, 4), (8, 10), (20, 22), (29, 30)]
-    assert iv.total(iv.subtract(keep, holes)) + iv.total(iv.intersect(keep, holes)) == iv.total(keep)
+    assert iv.total(iv.subtract(keep, holes)) + iv.total(iv.intersect(keep, holes)) == iv.total(
+        keep
+    )
 
 
 def test_sweep_gives_each_sets_time_the_overlap_and_the_longest_stretch_alone():

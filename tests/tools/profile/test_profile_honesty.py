@@ -37,16 +37,23 @@ async def test_thread_on_cpu_and_gil_shares_stay_within_the_window(profile_clien
     window = out["window_ms"]
     sampled = [t for t in out["threads"] if t["on_cpu_ms"] is not None]
     assert sampled and out["contention"]["gil_sampler"].startswith("py-spy"), out["contention"]
-    for t in sampled:  # a thread is on a CPU at most for the whole window (plus one tick at each end)
+    for (
+        t
+    ) in sampled:  # a thread is on a CPU at most for the whole window (plus one tick at each end)
         assert t["on_cpu_ms"] <= window + 2 * TICK_MS, (t, window)
     shares = [t["gil_held_fraction"] or 0 for t in out["threads"]]
-    assert sum(shares) <= 1.1, (shares, out["threads"])  # one holder at a time, within sampling error
+    assert sum(shares) <= 1.1, (
+        shares,
+        out["threads"],
+    )  # one holder at a time, within sampling error
     spinner = next(t for t in out["threads"] if t["name"] == "spinner")
     # a pure-Python spinner holds the GIL only while it runs or waits for a CPU (preempted holding it),
     # never while asleep on a futex (waiting for the GIL): py-spy's share within the /proc states' share
     states = spinner["state_fractions"]
     assert spinner["on_cpu_ms"] > 0, spinner
-    assert spinner["gil_held_fraction"] <= states.get("running", 0) + states.get("cpu_wait", 0) + 0.1, spinner
+    assert (
+        spinner["gil_held_fraction"] <= states.get("running", 0) + states.get("cpu_wait", 0) + 0.1
+    ), spinner
     assert set(out["phases_ms"]) >= {"job", "judge"}
 
 
@@ -63,24 +70,54 @@ def step():
 """
 
 
-async def test_range_sets_are_names_and_wildcards_and_regex_syntax_is_refused_at_once(profile_client):
+async def test_range_sets_are_names_and_wildcards_and_regex_syntax_is_refused_at_once(
+    profile_client,
+):
     started = time.monotonic()
     with pytest.raises(ToolCallError, match="regular-expression syntax"):
-        await call(profile_client, "profile", source=SPANS, entry="step", ranges=["(a+)+"], sample_threads=False)
-    assert time.monotonic() - started < 60  # refused before the job; a backtracking match would take minutes
-    out = await call(profile_client, "profile", source=SPANS, entry="step", ranges=["kv_*", "a*!"],
-                     overlap=[["kv_transfer", "dispatch|a*"]], sample_threads=False)
+        await call(
+            profile_client,
+            "profile",
+            source=SPANS,
+            entry="step",
+            ranges=["(a+)+"],
+            sample_threads=False,
+        )
+    assert (
+        time.monotonic() - started < 60
+    )  # refused before the job; a backtracking match would take minutes
+    out = await call(
+        profile_client,
+        "profile",
+        source=SPANS,
+        entry="step",
+        ranges=["kv_*", "a*!"],
+        overlap=[["kv_transfer", "dispatch|a*"]],
+        sample_threads=False,
+    )
     assert {r["name"] for r in out["ranges"]} == {"kv_transfer", "a" * 27 + "!"}
     assert out["overlaps"][0]["b_in_ranges_ms"] > 0
 
 
 async def test_shapes_is_read_as_shape_with_a_note(profile_client):
-    out = await call(profile_client, "profile", kernel="rmsnorm", impl="reference", shapes=[{"M": 8, "N": 64}],
-                     calls=2, sample_threads=False)
+    out = await call(
+        profile_client,
+        "profile",
+        kernel="rmsnorm",
+        impl="reference",
+        shapes=[{"M": 8, "N": 64}],
+        calls=2,
+        sample_threads=False,
+    )
     assert "{'M': 8, 'N': 64}" in out["target"] and "float32" in out["summary"]
     assert any("shapes" in n for n in out["notes"])
     with pytest.raises(ToolCallError, match="profile runs one shape"):
-        await call(profile_client, "profile", kernel="rmsnorm", shapes=[{"M": 8, "N": 64}, {"M": 4, "N": 64}])
+        await call(
+            profile_client,
+            "profile",
+            kernel="rmsnorm",
+            shapes=[{"M": 8, "N": 64}, {"M": 4, "N": 64}],
+        )
 
 
 async def test_a_window_too_short_for_one_sample_is_refused_with_the_minimum(profile_client):
@@ -89,11 +126,20 @@ async def test_a_window_too_short_for_one_sample_is_refused_with_the_minimum(pro
 
 
 async def test_interpreted_triton_time_is_named_and_shown_as_python_stacks(profile_client):
-    out = await call(profile_client, "profile", kernel="vector_add", impl="triton", calls=20, gil_sample_hz=200)
+    out = await call(
+        profile_client, "profile", kernel="vector_add", impl="triton", calls=20, gil_sample_hz=200
+    )
     (finding,) = [f for f in out["findings"] if f["code"] == "interpreted_triton"]
-    assert "invisible to torch.profiler" in finding["message"] and "invisible to torch.profiler" in out["summary"]
-    assert any("triton/runtime/interpreter" in s["stack"] for s in out["python_stacks"]), out["python_stacks"]
+    assert (
+        "invisible to torch.profiler" in finding["message"]
+        and "invisible to torch.profiler" in out["summary"]
+    )
+    assert any("triton/runtime/interpreter" in s["stack"] for s in out["python_stacks"]), out[
+        "python_stacks"
+    ]
     # where the time went, by py-spy, is far more of the window than the op table covers
     ops_ms = sum(o["self_ms"] for o in out["top_ops_by_self"])
-    in_interp = sum(s["share"] for s in out["python_stacks"] if "triton" in s["stack"]) * out["window_ms"]
+    in_interp = (
+        sum(s["share"] for s in out["python_stacks"] if "triton" in s["stack"]) * out["window_ms"]
+    )
     assert in_interp > 2 * ops_ms, (in_interp, ops_ms)

@@ -49,12 +49,25 @@ def step():
 
 
 async def test_zoo_kernel_top_ops_are_the_references_ops(profile_client):
-    out = await call(profile_client, "profile", kernel="rmsnorm", impl="reference", shape={"M": 64, "N": 256},
-                     calls=5, top_k=12, sample_threads=False)
+    out = await call(
+        profile_client,
+        "profile",
+        kernel="rmsnorm",
+        impl="reference",
+        shape={"M": 64, "N": 256},
+        calls=5,
+        top_k=12,
+        sample_threads=False,
+    )
     by_self = {row["name"]: row for row in out["top_ops_by_self"]}
     assert {"aten::pow", "aten::mean", "aten::rsqrt", "aten::mul"} <= set(by_self)
-    muls = [row for row in out["top_ops_by_self"] if row["name"] == "aten::mul"]  # x * rstd, then * weight:
-    assert sorted(row["count"] for row in muls) == [5, 5] and len({row["input_shapes"] for row in muls}) == 2
+    muls = [
+        row for row in out["top_ops_by_self"] if row["name"] == "aten::mul"
+    ]  # x * rstd, then * weight:
+    assert (
+        sorted(row["count"] for row in muls) == [5, 5]
+        and len({row["input_shapes"] for row in muls}) == 2
+    )
     assert by_self["aten::pow"]["count"] == 5  # grouped by input shapes, counted per call
     assert "[64, 256]" in by_self["aten::pow"]["input_shapes"]
     top_total = out["top_ops_by_total"][0]
@@ -65,9 +78,15 @@ async def test_zoo_kernel_top_ops_are_the_references_ops(profile_client):
 
 
 async def test_record_function_ranges_and_ops_of_a_second_thread_are_recorded(profile_client):
-    out = await call(profile_client, "profile", source=TWO_THREADS, entry="step", sample_threads=False)
+    out = await call(
+        profile_client, "profile", source=TWO_THREADS, entry="step", sample_threads=False
+    )
     (side,) = [r for r in out["ranges"] if r["name"] == "side_range"]
-    assert side["source"] == "record_function" and side["count"] == 1 and side["threads"][0].startswith("side-0")
+    assert (
+        side["source"] == "record_function"
+        and side["count"] == 1
+        and side["threads"][0].startswith("side-0")
+    )
     assert len(out["ops_threads"]) == 2  # torch ops from the entry's thread and from side-0
     names = {row["name"] for row in out["top_ops_by_total"]}
     assert {"aten::ones", "aten::sum", "aten::add"} <= names
@@ -79,27 +98,63 @@ async def test_an_entry_that_does_not_exist_lists_what_the_file_defines(profile_
 
 
 async def test_a_range_never_seen_lists_the_ranges_that_ran(profile_client):
-    with pytest.raises(ToolCallError, match="'prefill' matches no range that ran; ranges seen: dispatch, kv_transfer"):
-        await call(profile_client, "profile", source=SPANS, entry="step", overlap=[["prefill", "dispatch"]],
-                   sample_threads=False)
+    with pytest.raises(
+        ToolCallError,
+        match="'prefill' matches no range that ran; ranges seen: dispatch, kv_transfer",
+    ):
+        await call(
+            profile_client,
+            "profile",
+            source=SPANS,
+            entry="step",
+            overlap=[["prefill", "dispatch"]],
+            sample_threads=False,
+        )
     with pytest.raises(ToolCallError, match="ranges seen: dispatch, kv_transfer"):
-        await call(profile_client, "profile", source=SPANS, entry="step", ranges=["decode"], sample_threads=False)
-    with pytest.raises(ToolCallError, match="overlap_fraction: 'decode' matches no range.*ranges seen: dispatch"):
-        await call(profile_client, "profile", source=SPANS, entry="step", sample_threads=False,
-                   expect=["overlap_fraction('decode', 'dispatch') >= 0.5"])
+        await call(
+            profile_client,
+            "profile",
+            source=SPANS,
+            entry="step",
+            ranges=["decode"],
+            sample_threads=False,
+        )
+    with pytest.raises(
+        ToolCallError, match="overlap_fraction: 'decode' matches no range.*ranges seen: dispatch"
+    ):
+        await call(
+            profile_client,
+            "profile",
+            source=SPANS,
+            entry="step",
+            sample_threads=False,
+            expect=["overlap_fraction('decode', 'dispatch') >= 0.5"],
+        )
     with pytest.raises(ToolCallError, match="overlap_fraction takes two range sets"):
-        await call(profile_client, "profile", source=SPANS, entry="step", sample_threads=False,
-                   expect=["overlap_fraction('dispatch') >= 0.5"])
+        await call(
+            profile_client,
+            "profile",
+            source=SPANS,
+            entry="step",
+            sample_threads=False,
+            expect=["overlap_fraction('dispatch') >= 0.5"],
+        )
 
 
-async def test_a_hanging_workload_is_killed_at_the_timeout_with_its_samplers(profile_client, profile_server):
+async def test_a_hanging_workload_is_killed_at_the_timeout_with_its_samplers(
+    profile_client, profile_server
+):
     with pytest.raises(ToolCallError, match="did not return within timeout_s=3 s.*killed"):
         await call(profile_client, "profile", source=HANG, entry="step", timeout_s=3)
     await _nothing_left_running(profile_server)
 
 
-async def test_a_workload_that_forks_is_refused_and_its_child_killed(profile_client, profile_server):
-    with pytest.raises(ToolCallError, match="started child processes.*profile measures one process"):
+async def test_a_workload_that_forks_is_refused_and_its_child_killed(
+    profile_client, profile_server
+):
+    with pytest.raises(
+        ToolCallError, match="started child processes.*profile measures one process"
+    ):
         await call(profile_client, "profile", source=FORK, entry="step", sample_threads=False)
     await _nothing_left_running(profile_server)
 
@@ -126,8 +181,12 @@ async def _nothing_left_running(server) -> None:
 
 
 def _zygotes(server) -> list[int]:
-    return [p for p in server.state.sandbox.zygote_pids() if b"ia_worker.zygote" in _cmdline(Path(f"/proc/{p}"))
-            and b"ia_worker.zygote" not in _cmdline(Path(f"/proc/{_parent(p)}"))]
+    return [
+        p
+        for p in server.state.sandbox.zygote_pids()
+        if b"ia_worker.zygote" in _cmdline(Path(f"/proc/{p}"))
+        and b"ia_worker.zygote" not in _cmdline(Path(f"/proc/{_parent(p)}"))
+    ]
 
 
 def _children(pid: int) -> list[int]:

@@ -45,24 +45,39 @@ async def test_the_load_is_the_last_benchmarks_and_the_thread_table_is_bounded(e
     assert (mixed["load"]["input_len"], mixed["load"]["output_len"]) == (40, 6)
     assert "load_output_len from these arguments" in mixed["load"]["source"]
 
-    assert {"attach", "start_profile", "load", "stop_profile", "read_window", "judge"} <= set(out["phases_ms"])
+    assert {"attach", "start_profile", "load", "stop_profile", "read_window", "judge"} <= set(
+        out["phases_ms"]
+    )
     window = out["window_ms"]
     for t in out["threads"]:
         if t["on_cpu_ms"] is not None:
             assert t["on_cpu_ms"] <= window + 2 * TICK_MS, (t, window)
     shares = [t["gil_held_fraction"] or 0 for t in out["threads"]]
     assert sum(shares) <= 1.1, out["threads"]  # one holder at a time, within sampling error
-    print("threads:", [(t["name"], t["on_cpu_ms"], t["gil_held_fraction"], t["state_fractions"])
-                       for t in out["threads"]], "phases:", out["phases_ms"])
+    print(
+        "threads:",
+        [
+            (t["name"], t["on_cpu_ms"], t["gil_held_fraction"], t["state_fractions"])
+            for t in out["threads"]
+        ],
+        "phases:",
+        out["phases_ms"],
+    )
     await call(c, "stop_serve", handle=handle)
 
 
 async def test_a_cancelled_window_is_closed_and_the_next_profile_runs(engine_server, engine_client):
     c = engine_client
     handle = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
-    with pytest.raises((asyncio.TimeoutError, TimeoutError)):  # cancelled a few seconds into the load
-        await asyncio.wait_for(engine_server.call_tool("profile", {"handle": handle, "duration_s": 20.0,
-                                                                   "load_concurrency": 1}), 5.0)
+    with pytest.raises(
+        (asyncio.TimeoutError, TimeoutError)
+    ):  # cancelled a few seconds into the load
+        await asyncio.wait_for(
+            engine_server.call_tool(
+                "profile", {"handle": handle, "duration_s": 20.0, "load_concurrency": 1}
+            ),
+            5.0,
+        )
     # the cancelled window was closed; its export goes on in the engine (tens of seconds on a busy
     # host) and this call waits for it within its timeout_s, then profiles
     out = await call(c, "profile", handle=handle, duration_s=0.5, load_concurrency=1, timeout_s=300)

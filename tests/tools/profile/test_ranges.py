@@ -26,7 +26,10 @@ def test_spans_record_name_thread_and_times_only_while_recording():
         pass
     by_name = {r["name"]: r for r in out["ranges"]}
     assert set(by_name) == {"decorated", "inner", "main"}
-    assert by_name["inner"]["thread"] == "worker-1" and by_name["main"]["thread"] == threading.current_thread().name
+    assert (
+        by_name["inner"]["thread"] == "worker-1"
+        and by_name["main"]["thread"] == threading.current_thread().name
+    )
     assert by_name["inner"]["tid"] == by_name["decorated"]["tid"] != by_name["main"]["tid"]
     outer, inner = by_name["decorated"], by_name["inner"]
     assert outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]

@@ -24,7 +24,9 @@ def _profile(all_threads: bool, tmp_path) -> tuple[set, set, int]:
 
     thread = threading.Thread(target=worker)
     config = _ExperimentalConfig(profile_all_threads=all_threads)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], experimental_config=config) as p:
+    with torch.profiler.profile(
+        activities=[torch.profiler.ProfilerActivity.CPU], experimental_config=config
+    ) as p:
         thread.start()
         with torch.profiler.record_function("main_range"):
             torch.zeros(4) * 2
