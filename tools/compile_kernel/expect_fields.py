@@ -11,6 +11,7 @@ bytes on AMD) is null, so a condition on it is inconclusive.
 from __future__ import annotations
 
 from ..common.expect import Catalogue, ExpectError, ExpectFields, Facts
+from .sass import MIX_CLASSES
 from .schema import Input, InstructionMix, KernelResources, LaunchShape, Occupancy, Output
 
 RESOURCE_FIELDS = (
@@ -30,24 +31,7 @@ RESOURCE_FIELDS = (
     "num_stages",
 )
 OCCUPANCY_FIELDS = ("occupancy_pct", "warps_per_sm", "blocks_per_sm", "limiting_factor")
-MIX_FIELDS = (
-    "tensor_core_mma",
-    "ffma",
-    "fmul",
-    "fadd",
-    "half_fma",
-    "move",
-    "mufu",
-    "global_load",
-    "global_store",
-    "async_copy",
-    "bulk_copy",
-    "shared_load",
-    "shared_store",
-    "local_load",
-    "local_store",
-    "barrier",
-)
+MIX_FIELDS = MIX_CLASSES  # every instruction class the SASS/AMDGCN mix counts
 
 EXECUTED_CLASSES = (
     "ffma",
