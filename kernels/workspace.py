@@ -8,6 +8,9 @@
     [serve.profiles.tiny]        # named serving setups (engine, model, args)
     engine = "builtin"
 
+    [engines.vllm]               # the Python of an engine installed in a venv of its own
+    python = "/opt/vllm/bin/python"   # (relative paths: to the workspace); default: `vllm` on PATH
+
     [acceptance.decode_latency]  # criteria a human set; tools compare against them
     metric = "tpot_p50_ms"
     max = 30.0
@@ -84,6 +87,16 @@ class Workspace:
     @property
     def serve_profiles(self) -> dict[str, dict]:
         return self.config.get("serve", {}).get("profiles", {})
+
+    def engine_python(self, engine: str) -> str | None:
+        """`[engines.<engine>] python`: the interpreter of an engine with an install of its own
+        (serving/interpreters.py), as an absolute path; None when the config names none."""
+        python = self.config.get("engines", {}).get(engine, {}).get("python")
+        if python is None:
+            return None
+        if not isinstance(python, str) or not python:
+            raise WorkspaceError(f"{CONFIG_NAME}: [engines.{engine}] python must be a path")
+        return str(self.root / Path(python).expanduser())
 
     @property
     def acceptance(self) -> dict[str, dict]:

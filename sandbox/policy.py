@@ -357,11 +357,12 @@ class SandboxView:
             "folder": folder,
             "socket": spec.socket,
             "port": spec.port,
-            "tcp_ports": list(spec.tcp_ports),
+            "tcp_ports": None if spec.tcp_ports is None else list(spec.tcp_ports),
             "argv": list(spec.argv),
             "env": env,
             "landlock": rules if landlock else None,
             "seccomp": seccomp,
+            "netlink": spec.own_ports,  # to find its loopback interface (getifaddrs)
             "grace_s": spec.grace_s,
             "file_bytes": limits.file_bytes,
             "num_files": max(limits.num_files, spec.num_files),

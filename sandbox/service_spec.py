@@ -38,6 +38,11 @@ class ServiceSpec:
     python_path: tuple[str, ...] = ()  # folders on PYTHONPATH, before the worker package's own
     mounts: tuple[Mount, ...] = ()  # more host paths it sees; the server's state is masked in them
     loopback_ports: tuple[int, ...] = ()  # more TCP ports it may bind/connect on loopback (own IPC)
+    # It picks loopback ports of its own at run time (vLLM: ZMQ and torch.distributed sockets),
+    # so Landlock leaves TCP alone and the network namespace, which holds only loopback, is
+    # the boundary; seccomp lets it open netlink sockets to list that loopback (getifaddrs).
+    # Without bubblewrap (--allow-unsandboxed) that namespace is the host's.
+    own_ports: bool = False
     shared_memory: bool = False  # a private /dev/shm (tmpfs, counted in its memory cgroup)
     executables: tuple[str, ...] = ()  # programs it runs (e.g. "g++" for torch.compile): checked
     memory_bytes: int | None = None  # cgroup memory ceiling, bytes; None: Limits.memory_bytes
@@ -57,9 +62,9 @@ class ServiceSpec:
                 raise ValueError(f"port {port} is not a TCP port (1-65535)")
 
     @property
-    def tcp_ports(self) -> tuple[int, ...]:
-        """Every loopback port Landlock lets it bind and connect to."""
-        return (self.port, *self.loopback_ports)
+    def tcp_ports(self) -> tuple[int, ...] | None:
+        """Every loopback port Landlock lets it bind and connect to; None: any (`own_ports`)."""
+        return None if self.own_ports else (self.port, *self.loopback_ports)
 
     def to_dict(self) -> dict:
         return asdict(self)

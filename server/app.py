@@ -146,10 +146,15 @@ def discover_tools() -> dict[str, Tool]:
 
 
 def build_server(
-    workspace: str | Path | None = None, *, allow_unsandboxed: bool = False
+    workspace: str | Path | None = None,
+    *,
+    allow_unsandboxed: bool = False,
+    engine_pythons: dict[str, str] | None = None,
 ) -> InfraAgentServer:
+    """`engine_pythons`: engine -> the Python it runs on (vllm, sglang: serving/interpreters.py),
+    over the workspace's [engines.<name>] python."""
     ws = load_workspace(workspace)
-    state = ServerState(ws, allow_unsandboxed=allow_unsandboxed)
+    state = ServerState(ws, allow_unsandboxed=allow_unsandboxed, engine_pythons=engine_pythons)
     tools = discover_tools()
     server = InfraAgentServer(
         name="infra-agent",

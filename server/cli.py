@@ -65,12 +65,22 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
-def _build(workspace: Path | None, allow_unsandboxed: bool = False):
+def _build(
+    workspace: Path | None, allow_unsandboxed: bool = False, engine_python: list[str] | None = None
+):
     from ..kernels.workspace import WorkspaceError
     from .app import build_server
 
+    pythons = {}
+    for item in engine_python or ():
+        engine, sep, path = item.partition("=")
+        if not (sep and engine and path):
+            raise _fail(
+                f"--engine-python {item!r}: give ENGINE=PATH, e.g. vllm=/opt/vllm/bin/python"
+            )
+        pythons[engine] = str(Path(path).expanduser().resolve())
     try:
-        return build_server(workspace, allow_unsandboxed=allow_unsandboxed)
+        return build_server(workspace, allow_unsandboxed=allow_unsandboxed, engine_pythons=pythons)
     except WorkspaceError as exc:
         raise _fail(str(exc)) from None
 
@@ -108,9 +118,19 @@ def serve(
             help="Seconds running calls may finish after SIGTERM before they are cancelled (marked interrupted).",
         ),
     ] = SHUTDOWN_GRACE_S,
+    engine_python: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--engine-python",
+            metavar="ENGINE=PATH",
+            help="ENGINE=PATH: the Python an engine with its own install runs on, e.g. "
+            "vllm=/opt/vllm/bin/python (over infra-agent.toml's [engines.vllm] python; default: "
+            "the interpreter of `vllm` on PATH). Repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
-    server = _build(workspace, allow_unsandboxed)
+    server = _build(workspace, allow_unsandboxed, engine_python)
     _remove_stale_cgroups()
     if http:
         from ..serving.tcp import listen_socket

@@ -56,9 +56,16 @@ def run_link(mcp_context: Any) -> dict | None:
 class ServerState:
     """One workspace, one ledger, and at most one sandbox, shared by every call."""
 
-    def __init__(self, workspace: Workspace, *, allow_unsandboxed: bool = False):
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        allow_unsandboxed: bool = False,
+        engine_pythons: dict[str, str] | None = None,
+    ):
         self.workspace = workspace
         self.allow_unsandboxed = allow_unsandboxed
+        self.engine_pythons = dict(engine_pythons or {})  # --engine-python, for Engines
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
         self._sandbox: Sandbox | None = None
@@ -134,7 +141,7 @@ class ServerState:
         if self._engines is None:
             from ..serving.lifecycle import Engines
 
-            self._engines = Engines(self.sandbox)
+            self._engines = Engines(self.sandbox, pythons=self.engine_pythons)
         return self._engines
 
     async def aclose(self) -> None:

@@ -26,6 +26,7 @@ import httpx
 
 from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, free_port
 from .adapters import EngineAdapter, EngineArgs
+from .interpreters import Interpreter
 from .unix_http import UnixSocketTransport
 
 __all__ = ["Engine", "EngineError", "Engines", "StoppedEngine", "free_port"]
@@ -124,8 +125,13 @@ class StoppedEngine:
 
 
 class Engines:
-    def __init__(self, sandbox, *, memory_bytes: int | None = None):
+    def __init__(
+        self, sandbox, *, memory_bytes: int | None = None, pythons: dict[str, str] | None = None
+    ):
         self.sandbox = sandbox
+        # engine -> its interpreter, from the server's command line (--engine-python): these win
+        # over the workspace's [engines.<name>] python (serving/interpreters.py)
+        self.pythons = dict(pythons or {})
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
         self.disk_bytes = sandbox.limits.disk_bytes  # each engine's folder, as each job's
         self._engines: dict[str, Engine] = {}
@@ -161,9 +167,12 @@ class Engines:
         adapter: EngineAdapter,
         args: EngineArgs,
         *,
+        interpreter: Interpreter | None = None,
         ready_timeout_s: float = 300.0,
         progress=None,
     ) -> Engine:
+        """Start an engine and wait until it answers its health path. `interpreter`: the Python
+        of an engine with an install of its own (adapter.package); None: this server's."""
         sb = self.sandbox
         if not sb.isolation.sandboxed and not sb.allow_unsandboxed:
             raise EngineError(
@@ -172,7 +181,8 @@ class Engines:
             )
         adapter.check(args)
         handle = f"serve-{uuid.uuid4().hex[:8]}"
-        spec = self._service_spec(adapter, args, sb.service_site(f"engine-{handle}"))
+        site = sb.service_site(f"engine-{handle}")
+        spec = self._service_spec(adapter, args, site, interpreter)
         try:
             eng = Engine(handle, adapter, args, await sb.start_service(spec))
         except SandboxError as exc:
@@ -194,15 +204,25 @@ class Engines:
         return eng
 
     def _service_spec(
-        self, adapter: EngineAdapter, args: EngineArgs, site: ServiceSite
+        self,
+        adapter: EngineAdapter,
+        args: EngineArgs,
+        site: ServiceSite,
+        interpreter: Interpreter | None,
     ) -> ServiceSpec:
         """What the engine runs and may see: its command line, the model folder read-only at
-        /model, our engine packages read-only (never server/ or tools/)."""
+        /model, our engine packages read-only (never server/ or tools/), the folders of its
+        own interpreter read-only at their own paths, and what its adapter asks for."""
         pkg = _package_root()
         mounts = [
             Mount(str(pkg / name), f"{PACKAGE_MOUNT}/infra_agent/{name}")
             for name in ENGINE_PACKAGES
         ]
+        python = site.python
+        if interpreter is not None:
+            python = interpreter.python
+            mounts += [Mount(folder, folder) for folder in interpreter.folders]
+        mounts += [Mount(f, f) for f in adapter.host_folders if Path(f).is_dir()]
         model = None
         if args.model:
             mounts.insert(0, Mount(str(Path(args.model).resolve()), MODEL_MOUNT))
@@ -210,15 +230,17 @@ class Engines:
         return ServiceSpec(
             name=Path(site.folder).name,
             port=site.port,
-            argv=tuple(adapter.argv(args, model=model, port=site.port, python=site.python)),
+            argv=tuple(adapter.argv(args, model=model, port=site.port, python=python)),
             python_path=(PACKAGE_MOUNT if site.sandboxed else str(pkg.parent),),
             env={
                 "HF_HUB_OFFLINE": "1",
                 "HF_HOME": f"{site.folder}/cache/hf",
                 "PYTHONUNBUFFERED": "1",
-                **adapter.env(args),
+                **adapter.env(args, memory_bytes=self.memory_bytes),
             },  # unbuffered: a live log
             mounts=tuple(mounts),
+            shared_memory=adapter.shared_memory,
+            own_ports=adapter.own_ports,
             memory_bytes=self.memory_bytes,
             disk_bytes=self.disk_bytes,
         )

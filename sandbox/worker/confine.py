@@ -94,14 +94,19 @@ def _fs_rights(abi: int) -> int:
 
 
 def apply_landlock(
-    read_only: list[str], read_write: list[str], devices: list[str], tcp_ports: tuple[int, ...] = ()
+    read_only: list[str],
+    read_write: list[str],
+    devices: list[str],
+    tcp_ports: tuple[int, ...] | None = (),
 ) -> int:
     """Restrict this process (and all it starts) to the listed paths; returns the ABI used.
 
     `devices` are character devices opened read-write (with ioctl: GPUs need it).
     Paths that do not exist are skipped: the policy lists optional folders.
     `tcp_ports` may be bound and connected to (a serving engine's own port, inside a
-    network namespace that has only loopback); every other TCP port stays closed.
+    network namespace that has only loopback); every other TCP port stays closed. None
+    leaves TCP alone (an engine that picks its own loopback ports for its internal sockets:
+    its network namespace, which holds only loopback, is then the boundary).
     """
     abi = landlock_abi()
     if abi < 1:
@@ -109,7 +114,7 @@ def apply_landlock(
     handled = _fs_rights(abi)
     attr = _RulesetAttr(
         handled,
-        (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 else 0,
+        (_NET_BIND_TCP | _NET_CONNECT_TCP) if abi >= 4 and tcp_ports is not None else 0,
         (_SCOPE_ABSTRACT_UNIX | _SCOPE_SIGNAL) if abi >= 6 else 0,
     )
     size = 8  # landlock_ruleset_attr as ABI 1-3 know it: fs rights only
@@ -131,7 +136,7 @@ def apply_landlock(
         for paths, rights in grants:
             for path in paths:
                 _add_path_rule(ruleset, path, rights & handled)
-        for port in tcp_ports if abi >= 4 else ():
+        for port in tcp_ports if abi >= 4 and tcp_ports is not None else ():
             _add_port_rule(ruleset, port)
         if prctl(_PR_SET_NO_NEW_PRIVS, 1) != 0:
             raise ConfineError(f"PR_SET_NO_NEW_PRIVS failed: {os.strerror(ctypes.get_errno())}")

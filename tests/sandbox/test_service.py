@@ -113,6 +113,13 @@ def test_the_service_policy_is_the_job_policy_plus_its_grants(tmp_path):
     )
     assert host["env"]["HOME"] == "/jobs/engine-x/home"  # the job's per-process env underneath
 
+    assert host["netlink"] is False
+    own = ServiceSpec(name="engine-x", argv=("python",), port=8000, own_ports=True)
+    own_host = view.service_host_spec(
+        own, "/jobs/engine-x", device="cpu", limits=Limits(), landlock=True, seccomp=True
+    )
+    assert own_host["tcp_ports"] is None and own_host["netlink"] is True  # Landlock leaves TCP
+
     plain = ServiceSpec(name="engine-x", argv=("python",), port=8000)
     assert view.service_bwrap_argv(plain, masked=()) == view.bwrap_argv()
     rules = view.service_host_spec(
@@ -137,6 +144,8 @@ report = {"granted_port": attempt(lambda: bind(extra)),
           "other_port": attempt(lambda: bind(extra + 1)),
           "shm": attempt(lambda: open("/dev/shm/probe", "w").write("1")),
           "ipc_socket": attempt(lambda: ipc.bind(os.environ["HOME"] + "/ipc.sock")),
+          "netlink": attempt(lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)),
+          "packet": attempt(lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)),
           "workspace_write": attempt(lambda: open(sys.argv[3] + "/planted", "w").write("1"))}
 print(json.dumps(report), flush=True)
 server = bind(port)
@@ -161,8 +170,8 @@ async def _get(socket_path: str) -> bytes:
     shutil.which("bwrap") is None or landlock_abi() < 4,
     reason="needs bubblewrap and Landlock with TCP rules (ABI 4)",
 )
-@pytest.mark.parametrize("shared_memory", [True, False])
-def test_a_started_service_has_its_grants_and_no_more(tmp_path, shared_memory):
+@pytest.mark.parametrize("shared_memory, own_ports", [(True, False), (False, False), (False, True)])
+def test_a_started_service_has_its_grants_and_no_more(tmp_path, shared_memory, own_ports):
     async def scenario():
         sb = Sandbox(tmp_path / "ws", tmp_path / "state", limits=Limits(memory_bytes=1 << 30))
         assert sb.isolation.sandboxed
@@ -172,6 +181,7 @@ def test_a_started_service_has_its_grants_and_no_more(tmp_path, shared_memory):
             port=site.port,
             loopback_ports=(29500,),
             shared_memory=shared_memory,
+            own_ports=own_ports,
             argv=(
                 site.python,
                 "-c",
@@ -204,9 +214,14 @@ def test_a_started_service_has_its_grants_and_no_more(tmp_path, shared_memory):
 
     (tmp_path / "ws").mkdir()
     report = asyncio.run(scenario())
-    assert report["granted_port"] == "ok" and report["other_port"] == "PermissionError", report
+    assert report["granted_port"] == "ok", report
     assert report["ipc_socket"] == "ok" and report["workspace_write"] != "ok", report
     assert (report["shm"] == "ok") == shared_memory, report
+    # a port of its own choosing, and netlink to list its loopback, only when it asks for them;
+    # never another socket family
+    expected = "ok" if own_ports else "PermissionError"
+    assert report["other_port"] == expected and report["netlink"] == expected, report
+    assert report["packet"] == "PermissionError", report
 
 
 def test_a_missing_executable_is_refused_before_anything_starts(tmp_path):

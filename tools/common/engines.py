@@ -3,9 +3,12 @@ turned into what the agent can act on. Used by launch_serve, serve_benchmark and
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+from ...kernels.workspace import WorkspaceError
 from ...serving.adapters import AdapterError, EngineArgs, adapter_for
+from ...serving.interpreters import InterpreterError, find_interpreter
 from ...serving.lifecycle import Engine, EngineError
 from .errors import AgentError
 
@@ -21,26 +24,26 @@ async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: f
         adapter.check(args)
     except AdapterError as exc:
         raise AgentError(str(exc)) from None
-    if not adapter.installable_here:
-        _require_module(adapter.name)
+    interpreter = None
+    if adapter.package is not None:
+        try:
+            configured = ctx.engines.pythons.get(engine) or ctx.workspace.engine_python(engine)
+            interpreter = await asyncio.to_thread(
+                find_interpreter, engine, adapter.package, configured
+            )
+        except (InterpreterError, WorkspaceError) as exc:
+            raise AgentError(str(exc)) from None
     await ctx.progress(0, None, f"starting the {engine} engine")
     try:
         return await ctx.engines.launch(
-            adapter, args, ready_timeout_s=ready_timeout_s, progress=ctx.progress
+            adapter,
+            args,
+            interpreter=interpreter,
+            ready_timeout_s=ready_timeout_s,
+            progress=ctx.progress,
         )
     except EngineError as exc:
         raise AgentError(str(exc)) from None
-
-
-def _require_module(name: str) -> None:
-    import importlib.util
-
-    if importlib.util.find_spec(name) is None:
-        raise AgentError(
-            f"the {name} engine is not installed in this server's Python (it is a GPU build: "
-            f"pip install {name} on a GPU host); the builtin, transformers and command engines run "
-            "here"
-        )
 
 
 def get_engine(ctx, handle: str) -> Engine:

@@ -1,12 +1,19 @@
 """Adapters build their engine's command line from typed arguments and refuse what the engine
-has no flag for. vLLM and SGLang are GPU builds that cannot be installed here: they are
-tested by the argv and the request fields they produce, never started."""
+has no flag for. SGLang is a GPU build that cannot be installed here: it is tested by the argv
+and the request fields it produces, never started. vLLM's CPU build is started for real in
+test_serve_vllm.py; here, what its adapter asks of the command line and the sandbox."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from infra_agent.serving.adapters import ADAPTERS, AdapterError, EngineArgs, adapter_for
+
+VLLM_PROFILER = (
+    '{"profiler": "torch", "torch_profiler_dir": "profiles", "torch_profiler_with_stack": false}'
+)
 
 
 def argv(engine: str, **kw) -> list[str]:
@@ -44,7 +51,17 @@ def test_vllm_argv_and_extensions():
     assert cmd[-1] == "--enforce-eager"
     vllm = ADAPTERS["vllm"]()
     assert vllm.request_extras(ignore_eos=True) == {"ignore_eos": True} and vllm.continuous_usage
-    assert vllm.env(EngineArgs(model="m"))["VLLM_TORCH_PROFILER_DIR"] == "profiles"
+    env = vllm.env(EngineArgs(model="m"), memory_bytes=6 << 30)
+    # CPU build only: a quarter of the engine's memory ceiling for the KV cache, in GiB (at least 1)
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
+    assert vllm.env(EngineArgs(model="m"), memory_bytes=32 << 30)["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    profiler = json.loads(cmd[cmd.index("--profiler-config") + 1])
+    assert profiler == {
+        "profiler": "torch",
+        "torch_profiler_dir": "profiles",
+        "torch_profiler_with_stack": False,
+    }
+    assert vllm.package == "vllm" and vllm.shared_memory and vllm.own_ports
 
 
 def test_sglang_argv():
@@ -129,6 +146,8 @@ FULL_ARGV = {
             "8000",
             "--tensor-parallel-size",
             "2",
+            "--profiler-config",
+            VLLM_PROFILER,
             "--served-model-name",
             "srv",
             "--dtype",
@@ -300,6 +319,8 @@ MINIMAL_ARGV = {
         "8000",
         "--tensor-parallel-size",
         "1",
+        "--profiler-config",
+        VLLM_PROFILER,
     ],
     "sglang": [
         "py",
