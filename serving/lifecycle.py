@@ -32,6 +32,9 @@ from .unix_http import UnixSocketTransport
 __all__ = ["Engine", "EngineError", "Engines", "StoppedEngine", "free_port"]
 
 READY_POLL_S = 0.25
+# A failed start shows this much of the log's end: the cause is in its last lines (an argument
+# parser's usage alone runs to several kB), and the agent's error message is capped at ~4 kB.
+START_LOG_BYTES = 2000
 MODEL_MOUNT = "/model"
 PACKAGE_MOUNT = "/opt/ia/pkgs"  # infra_agent.serving and .kernels, for the built-in engine
 # the built-in engine, the specs it loads and the worker loader it loads them with;
@@ -257,7 +260,7 @@ class Engines:
                 if not eng.alive:
                     raise EngineError(
                         f"the {eng.adapter.name} engine exited during start-up (code "
-                        f"{eng.exit_code()}); its log ends:\n{eng.log_tail()}"
+                        f"{eng.exit_code()}); its log ends:\n{eng.log_tail(START_LOG_BYTES)}"
                     )
                 try:
                     resp = await client.get(path)
@@ -271,7 +274,7 @@ class Engines:
                     raise EngineError(
                         f"the {eng.adapter.name} engine did not answer {path} within "
                         f"{timeout_s:g} s (raise ready_timeout_s for a large model); its log "
-                        f"ends:\n{eng.log_tail()}"
+                        f"ends:\n{eng.log_tail(START_LOG_BYTES)}"
                     )
                 if progress is not None:
                     await progress(

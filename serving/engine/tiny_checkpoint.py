@@ -27,7 +27,12 @@ def build_tiny_checkpoint(
     max_positions: int = 256,
     vocab_size: int = 320,
     initializer_range: float = 0.2,
+    byte_alphabet: bool = True,
 ) -> Path:
+    """`byte_alphabet=False` keeps only the characters of SENTENCES in the vocabulary (ASCII), so
+    every token decodes to text on its own: an engine then streams a text chunk per token instead of
+    holding back partial UTF-8. (vLLM's CPU build also needs head_dim = hidden_size / num_heads of
+    at least 32.)"""
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -39,7 +44,7 @@ def build_tiny_checkpoint(
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
         special_tokens=["<s>", "</s>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet() if byte_alphabet else [],
     )
     tok.train_from_iterator(SENTENCES * 4, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>")

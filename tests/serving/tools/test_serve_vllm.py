@@ -1,0 +1,102 @@
+"""The real vLLM (PyPI's CPU build, installed by `make test` under .cache/vllm) under
+launch_serve and serve_benchmark, sandboxed, on a tiny checkpoint the test builds: its real
+flags, its real /metrics feeding the attribution, its real failures as clear errors.
+
+Each engine takes about a minute to start on 2 cores (--enforce-eager: torch.compile would
+add one more), so the module starts two and shares them."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import ToolCallError, call
+from serve_helpers import vllm_client, vllm_workspace  # noqa: F401  (the fixtures)
+
+pytestmark = pytest.mark.slow
+
+EAGER = ["--enforce-eager"]
+# 4 streams of 16 requests: with max_num_seqs=1 each waits for the others in vLLM's queue
+WORKLOAD = {"num_requests": 16, "input_len": 16, "output_len": 16, "max_concurrency": 4, "seed": 5}
+CRITERION = "ttft_p50 <= 1.2 * baseline.ttft_p50"
+
+
+@pytest.mark.anyio
+async def test_vllm_benchmark_engine_metrics_and_a_planted_queue(vllm_client):
+    c = vllm_client
+    normal = await call(
+        c,
+        "launch_serve",
+        engine="vllm",
+        args={"model": "tiny32", "extra_args": EAGER},
+        ready_timeout_s=400,
+    )
+    assert normal["metrics"] and normal["profiling"] and "ignore_eos" in normal["extensions"]
+    listed = await call(c, "list_serves")
+    assert [s["engine"] for s in listed["serves"]] == ["vllm"]
+
+    base = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=1)
+    m = base["metrics"]
+    assert (m["completed"], m["failed"]) == (16, 0), base["first_error"]
+    assert base["output_tokens_source"] == "usage"  # vLLM's usage, per chunk
+    # vLLM's own per-phase histograms, scraped before and after, are the engine's side
+    for name in ("queue_ms", "prefill_ms", "decode_ms", "ttft_p50", "tpot_p50", "itl_p50"):
+        assert m[name] is not None and m[name] >= 0, name
+    assert base["prefix_cache_hit_rates"] and 0 <= base["prefix_cache_hit_rates"][0] <= 1
+
+    # one sequence at a time: the other three wait in vLLM's queue, and its own metrics say so
+    one = await call(
+        c,
+        "launch_serve",
+        engine="vllm",
+        args={"model": "tiny32", "max_num_seqs": 1, "extra_args": EAGER},
+        ready_timeout_s=400,
+    )
+    paired = await call(
+        c,
+        "serve_benchmark",
+        handle=one["handle"],
+        baseline_handle=normal["handle"],
+        workload=WORKLOAD,
+        repeats=2,
+        criteria=[CRITERION],
+    )
+    assert paired["criteria"]["answer"] == "contradicted", paired["criteria"]
+    assert paired["metrics"]["queue_ms"] > paired["baseline_metrics"]["queue_ms"]
+    assert "the queue phase moved most" in paired["findings"][0], paired["findings"]
+    await call(c, "stop_serve", handle=one["handle"])
+
+    # A/A, alternating in one call: the engine is not failed against itself
+    again = await call(
+        c,
+        "serve_benchmark",
+        handle=normal["handle"],
+        baseline_handle=normal["handle"],
+        workload=WORKLOAD,
+        repeats=3,
+        criteria=["ttft_p50 <= 1.5 * baseline.ttft_p50"],
+    )
+    assert again["criteria"]["answer"] != "contradicted", again["criteria"]
+    await call(c, "stop_serve", handle=normal["handle"])
+    assert (await call(c, "list_serves"))["serves"] == []
+
+
+@pytest.mark.anyio
+async def test_vllm_bad_inputs_are_clear_errors(vllm_client, vllm_workspace):
+    c = vllm_client
+    with pytest.raises(ToolCallError, match="takes no kernels"):
+        await call(
+            c, "launch_serve", engine="vllm", args={"model": "tiny32", "kernels": {"a": "b"}}
+        )
+    with pytest.raises(ToolCallError, match="needs model="):
+        await call(c, "launch_serve", engine="vllm", args={})
+    with pytest.raises(ToolCallError, match="outside the workspace"):
+        await call(c, "launch_serve", engine="vllm", args={"model": "/etc"})
+    # a flag vLLM does not have: its own argument parser refuses it, and its words reach the agent
+    with pytest.raises(ToolCallError, match="unrecognized arguments: --no-such-flag"):
+        await call(
+            c,
+            "launch_serve",
+            engine="vllm",
+            args={"model": "tiny32", "extra_args": ["--no-such-flag"]},
+            ready_timeout_s=200,
+        )
+    assert (await call(c, "list_serves"))["serves"] == []
