@@ -7,6 +7,11 @@ add one more), so the module starts two and shares them."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import signal
+from pathlib import Path
+
 import pytest
 from conftest import ToolCallError, call
 from serve_helpers import vllm_client, vllm_workspace  # noqa: F401  (the fixtures)
@@ -75,8 +80,39 @@ async def test_vllm_benchmark_engine_metrics_and_a_planted_queue(vllm_client):
         criteria=["ttft_p50 <= 1.5 * baseline.ttft_p50"],
     )
     assert again["criteria"]["answer"] != "contradicted", again["criteria"]
-    await call(c, "stop_serve", handle=normal["handle"])
+
+    # vLLM's engine core killed mid-benchmark: the call ends with the cause, the handle says it
+    # is dead, and stop_serve leaves nothing running
+    handle = normal["handle"]
+    folder_name = Path(normal["socket"]).resolve().parent.name  # the socket lies in its folder
+    long_run = asyncio.create_task(
+        call(c, "serve_benchmark", handle=handle, workload={**WORKLOAD, "num_requests": 400})
+    )
+    await asyncio.sleep(5)
+    (core,) = _processes(folder_name, "VLLM::EngineCor")
+    os.kill(core, signal.SIGKILL)
+    with pytest.raises(ToolCallError, match="died during the benchmark"):
+        await asyncio.wait_for(long_run, 120)
+    (serve,) = (await call(c, "list_serves"))["serves"]
+    assert not serve["alive"] and serve["exit_cause"], serve
+    await call(c, "stop_serve", handle=handle)
     assert (await call(c, "list_serves"))["serves"] == []
+    assert _processes(folder_name) == [], "a vLLM process outlived stop_serve"
+
+
+def _processes(folder_name: str, comm: str | None = None) -> list[int]:
+    """Host pids of the processes working in the engine's folder (their cwd, as the sandbox
+    shows it, ends with its name), optionally only those named `comm`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(proc / "cwd")
+            name = (proc / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if cwd.endswith("/" + folder_name) and (comm is None or name == comm):
+            found.append(int(proc.name))
+    return found
 
 
 @pytest.mark.anyio
