@@ -29,7 +29,7 @@ class Watch:
     """What the host saw of the job's (or the engine's) threads; empty when sampling was off or
     failed. One /proc sampler and one py-spy per process watched (vLLM: three)."""
 
-    procs: list[ProcSampler] = field(default_factory=list)
+    samplers: list[ProcSampler] = field(default_factory=list)
     spies: list[PySpy] = field(default_factory=list)
     gil_holders: dict[int, dict] = field(
         default_factory=dict
@@ -42,7 +42,7 @@ class Watch:
 
     @property
     def proc(self) -> ProcSampler | None:
-        return self.procs[0] if self.procs else None
+        return self.samplers[0] if self.samplers else None
 
     @property
     def spy(self) -> PySpy | None:
@@ -98,13 +98,13 @@ def _attach(
             "(no PID namespace, or the job lied); threads were not sampled from outside"
         )
         return
-    watch.procs.append(ProcSampler(host_pid))
-    watch.procs[0].start()
+    watch.samplers.append(ProcSampler(host_pid))
+    watch.samplers[0].start()
     watch.spies.append(PySpy(host_pid, scratch / "py-spy.txt", gil_hz, timeout_s))
 
 
 def _stop(watch: Watch) -> None:
-    for proc in watch.procs:
+    for proc in watch.samplers:
         proc.stop()
     watch.stop_spies()
     for spy in watch.spies:  # thread ids are the sandbox's: one namespace, none repeats
@@ -252,8 +252,8 @@ def _watch_engine(watch: Watch, reader, engine, sample: bool) -> list[EngineProc
             "the engine's processes were not found in its cgroup; threads were not sampled"
         )
     for p in processes:
-        watch.procs.append(ProcSampler(p.host_pid, process=p.role))
-        watch.procs[-1].start()
+        watch.samplers.append(ProcSampler(p.host_pid, process=p.role))
+        watch.samplers[-1].start()
     return processes
 
 

@@ -117,7 +117,7 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
     ev = Evidence(
         window=window, ranges=[r for r in ranges if r.end_ns >= r.start_ns], names=names, cpu_ns=cpu
     )
-    for proc in watch.procs:
+    for proc in watch.samplers:
         ev.sampled = True
         for track in proc.tracks.values():
             ev.names.setdefault(track.tid, track.name)

@@ -46,6 +46,16 @@ def test_self_time_is_total_less_the_ops_inside_and_adds_up_to_the_outer_op(tmp_
     assert [r["name"] for r in raw["torch_ranges"]] == ["step"]
 
 
+def test_an_op_whose_only_child_has_its_name_counts_once_as_in_torchs_table(tmp_path):
+    # Tensor.div_ dispatches aten::div_ to an overload, also aten::div_: torch's key_averages
+    # counts the pair once (EventList._remove_dup_nodes), vLLM's profiler_out.txt with it
+    events = [_op("aten::div_", 0, 10), _op("aten::div_", 1, 8), _op("aten::copy_", 2, 3)]
+    trace = torch_trace.read(_trace(tmp_path / "t.pt.trace.json.gz", events), 1 << 20)
+    ops = {o["name"]: o for o in torch_trace.window([trace], (0, 1))["ops"]}
+    assert (ops["aten::div_"]["count"], ops["aten::div_"]["self_us"]) == (1, 7)
+    assert ops["aten::div_"]["total_us"] == 10 and ops["aten::copy_"]["count"] == 1
+
+
 def test_a_trace_that_inflates_past_the_cap_is_refused(tmp_path):
     events = [_op(f"aten::op{i}", i, 1) for i in range(2000)]
     path = _trace(tmp_path / "big.pt.trace.json.gz", events)
