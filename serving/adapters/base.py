@@ -157,6 +157,9 @@ class EngineAdapter:
         "/metrics"  # Prometheus text, vLLM metric names where it has them
     )
     profile_paths: ClassVar[tuple[str, str] | None] = None  # (start, stop), POST
+    # How profile(handle=) reads its window (tools/profile/engine_window.py): "window" (the
+    # built-in engine's own recorder), "torch_traces" (torch.profiler traces in profiles/)
+    profile_kind: ClassVar[str | None] = None
     supported: ClassVar[frozenset[str]] = frozenset(
         {"model", "served_model_name", "dtype", "extra_args"}
     )

@@ -10,6 +10,7 @@ class BuiltinAdapter(EngineAdapter):
     extensions = frozenset({"ignore_eos", "stream_options.continuous_usage_stats", "top_k", "seed"})
     continuous_usage = True
     profile_paths = ("/start_profile", "/stop_profile")
+    profile_kind = "window"
     flags = (
         Flag("served_model_name", "--model-name"),
         Flag("dtype", "--dtype"),

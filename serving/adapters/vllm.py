@@ -43,6 +43,7 @@ class VllmAdapter(EngineAdapter):
     )
     continuous_usage = True
     profile_paths = ("/start_profile", "/stop_profile")  # enabled by --profiler-config
+    profile_kind = "torch_traces"  # one per process, in profiles/
     package = "vllm"
     shared_memory = True
     own_ports = True

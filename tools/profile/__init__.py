@@ -31,10 +31,10 @@ GPU_NOTE = (
 
 async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
     plan = make_plan(inp, ctx)
-    trace = None
+    traces: dict = {}
     with tempfile.TemporaryDirectory(prefix="infra-agent-profile-") as scratch:
         if plan.payload["target"] == "serve":
-            raw, watch, trace = await run_serve_window(
+            raw, watch, traces = await run_serve_window(
                 ctx,
                 plan,
                 sample=inp.sample_threads,
@@ -56,8 +56,7 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
         watch.phases_ms["judge"] = 1e3 * (time.monotonic() - started)
     out.phases_ms = {k: round(v, 1) for k, v in watch.phases_ms.items()}
     out.artifacts = [ctx.artifact(name, data) for name, data in files]
-    if trace is not None:
-        out.artifacts.append(ctx.artifact("engine-torch-trace.json", trace))
+    out.artifacts += [ctx.artifact(name, path) for name, path in traces.items()]
     out.summary = report.summary(out)
     return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev
 
@@ -76,6 +75,7 @@ def _judged(
     stacks = judge.python_stacks(ev, watch.stacks)
     found = find.findings(ev, overlaps, contention, watch, raw, inp.sample_threads)
     found += find.interpreted_triton(ev, plan, by_self, stacks, watch)
+    found += find.python_bound(ev, plan)
     ops_threads = sorted(
         {
             e.get("tid")
@@ -120,7 +120,7 @@ TOOL = Tool(
         "inputs; impl= or source=/path=+entry=), or a workload: path=/source= + entry= (a function that runs one "
         "step of a stack and may start threads; it runs in the sandbox under the usual limits; mark phases with "
         "`from ia_worker.ranges import span` + `with span('dispatch'):` or torch.profiler.record_function). "
-        "handle= (a running builtin engine from launch_serve: a window of duration_s under a load shaped like "
+        "handle= (a running builtin or vllm engine from launch_serve: a window of duration_s under a load shaped like "
         "the workload under test, load_concurrency requests of load_input_len + load_output_len tokens, through "
         "its /start_profile and /stop_profile). Returns top ops by self and total time (torch.profiler, "
         "all threads, grouped by input shapes), per-thread wall time in ranges, on-CPU time and states, overlap "

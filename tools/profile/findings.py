@@ -243,3 +243,34 @@ def interpreted_triton(
             "python_stacks for which kernel lines the interpreter spends its time on",
         )
     ]
+
+
+PYTHON_BOUND_FROM = 0.5  # share of the sampled window one thread held its process's GIL
+
+
+def python_bound(ev: Evidence, plan) -> list[Finding]:
+    """In an engine's window: a thread that held its process's GIL for most of it is where that
+    process's Python time goes (vLLM: the API server's event loop, the engine core's busy loop,
+    the worker's model runner); named by process and thread, with the frame it held it at most."""
+    if plan.payload.get("target") != "serve" or not ev.gil:
+        return []
+    out = []
+    for tid in sorted(ev.gil, key=lambda t: -(ev.gil_share(t) or 0)):
+        share = ev.gil_share(tid) or 0
+        if share < PYTHON_BOUND_FROM:
+            break
+        out.append(
+            Finding(
+                code="python_bound",
+                layer="python/GIL",
+                message=f"{ev.label(tid)} held its process's GIL {100 * share:.0f}% of the "
+                f"window, most often at {ev.gil[tid].get('site', '?')}: that process's other "
+                "threads get the interpreter only between its steps",
+                evidence=f"py-spy GIL-holder samples at {ev.gil_rate_hz} Hz over "
+                f"{ev.gil_sampled_ns / 1e6:.0f} ms of the window",
+                next_experiment="read python_stacks for the frames it spends that time in; "
+                "profile again with a higher load_concurrency to see whether the share grows "
+                "with the batch (per-request Python) or stays (per-step Python)",
+            )
+        )
+    return out

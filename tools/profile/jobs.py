@@ -19,16 +19,18 @@ import anyio
 
 from ...sandbox.job import Job, JobResult
 from ..base import AgentError, ToolContext
+from .engine_window import EngineProcess, reader_for
 from .plan import Plan
 from .sampler import ProcSampler, PySpy, host_pid_of
 
 
 @dataclass
 class Watch:
-    """What the host saw of the job's threads; empty when sampling was off or failed."""
+    """What the host saw of the job's (or the engine's) threads; empty when sampling was off or
+    failed. One /proc sampler and one py-spy per process watched (vLLM: three)."""
 
-    proc: ProcSampler | None = None
-    spy: PySpy | None = None
+    samplers: list[ProcSampler] = field(default_factory=list)
+    spies: list[PySpy] = field(default_factory=list)
     gil_holders: dict[int, dict] = field(
         default_factory=dict
     )  # tid -> {"samples", "site"} from py-spy
@@ -37,6 +39,18 @@ class Watch:
     )  # (tid, Python stack, GIL samples)
     problem: str = ""  # why there are no samples, when there are none
     phases_ms: dict[str, float] = field(default_factory=dict)  # where the call's time went, ms
+
+    @property
+    def proc(self) -> ProcSampler | None:
+        return self.samplers[0] if self.samplers else None
+
+    @property
+    def spy(self) -> PySpy | None:
+        return self.spies[0] if self.spies else None
+
+    def stop_spies(self) -> None:
+        for spy in self.spies:
+            spy.stop()
 
 
 async def run_profile_job(
@@ -48,8 +62,7 @@ async def run_profile_job(
         if (
             message == "profile:window-end"
         ):  # py-spy has no times: stop it before the export holds the GIL
-            if watch.spy is not None:
-                await asyncio.to_thread(watch.spy.stop)
+            await asyncio.to_thread(watch.stop_spies)
             return
         match = re.match(r"profile:attach pid=(\d+)$", message or "")
         if match is None:
@@ -85,17 +98,18 @@ def _attach(
             "(no PID namespace, or the job lied); threads were not sampled from outside"
         )
         return
-    watch.proc = ProcSampler(host_pid)
-    watch.proc.start()
-    watch.spy = PySpy(host_pid, scratch / "py-spy.txt", gil_hz, timeout_s)
+    watch.samplers.append(ProcSampler(host_pid))
+    watch.samplers[0].start()
+    watch.spies.append(PySpy(host_pid, scratch / "py-spy.txt", gil_hz, timeout_s))
 
 
 def _stop(watch: Watch) -> None:
-    if watch.proc is not None:
-        watch.proc.stop()
-    if watch.spy is not None:
-        watch.spy.stop()
-        watch.gil_holders, watch.stacks = watch.spy.holders(), watch.spy.stacks()
+    for proc in watch.samplers:
+        proc.stop()
+    watch.stop_spies()
+    for spy in watch.spies:  # thread ids are the sandbox's: one namespace, none repeats
+        watch.gil_holders.update(spy.holders())
+        watch.stacks += spy.stacks()
 
 
 def check_result(result: JobResult, plan: Plan) -> dict:
@@ -127,47 +141,38 @@ def check_result(result: JobResult, plan: Plan) -> dict:
     return raw
 
 
-# -- target (c): a running built-in engine ----------------------------------------------------
-
-MAX_PROFILE_BYTES = 64 << 20  # the engine's raw window (untrusted): a larger file is refused
+# -- target (c): a running engine (engine_window.py: what each kind of engine gives) -----------
 
 
 async def run_serve_window(
     ctx: ToolContext, plan: Plan, *, sample: bool, gil_hz: int, scratch: Path
-) -> tuple[dict, Watch, Path | None]:
+) -> tuple[dict, Watch, dict[str, Path]]:
     """Open the engine's profiling window, keep `load_concurrency` requests in flight for
-    duration_s, close it; the raw window (the same format as the profile op's) comes back from
-    a file in the engine's own folder. Returns (raw, what the host saw, the engine's torch trace)."""
+    duration_s, close it; the window comes back in the profile job's raw format, read by the
+    reader of the engine's kind. Returns (raw, what the host saw, the engine's traces by name)."""
     from ..common.engines import get_engine
 
     engine = get_engine(ctx, plan.payload["handle"])
-    if engine.adapter.name != "builtin":
-        raise AgentError(
-            f"profile(handle=) reads the built-in engine's profiling window; the {engine.adapter.name} "
-            "engine's /start_profile writes only its own torch trace. Profile a workload that runs one "
-            "step of that stack instead, or launch_serve the builtin engine"
-        )
+    reader = reader_for(engine)
     watch = Watch()
     deadline = time.monotonic() + plan.timeout_s
     with _phase(watch, "attach"):
-        await asyncio.to_thread(
-            _watch_engine, watch, engine, sample, gil_hz, plan.timeout_s, scratch
-        )
-    failed, paths, opened = None, {}, False
+        processes = await asyncio.to_thread(_watch_engine, watch, reader, engine, sample)
+    failed, stopped, opened, window = None, {}, False, [0, 0]
     try:
         async with engine.client(timeout_s=max(1.0, deadline - time.monotonic())) as client:
-            if (
-                watch.proc is not None
-            ):  # py-spy keeps no times: its samples count from when it says it
-                # attached (the engine warmed torch.profiler at launch, so opening holds the GIL for ms);
-                # started before the window, as attaching once the load runs measured overlap 8-12%
-                # against 4-5% in the case study (replay 2): the window's first part is then sampled
-                watch.spy = PySpy(
-                    watch.proc.host_pid, scratch / "py-spy.txt", gil_hz, plan.timeout_s
-                )
+            # py-spy keeps no times: its samples count from when it says it attached (the engine
+            # warmed torch.profiler at launch, so opening holds the GIL for ms); started before
+            # the window, as attaching once the load runs measured overlap 8-12% against 4-5% in
+            # the case study (replay 2): the window's first part is then sampled
+            watch.spies = [
+                PySpy(p.host_pid, scratch / f"py-spy-{p.host_pid}.txt", gil_hz, plan.timeout_s)
+                for p in processes
+            ]
             with _phase(watch, "start_profile"):
                 opened = True  # from the request on: a cancel may land after the engine opened it
                 await _open_window(client, engine, deadline)
+            window[0] = time.monotonic_ns()
             await ctx.progress(
                 0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s"
             )
@@ -177,11 +182,11 @@ async def run_serve_window(
         # anyio's cancellation is level-triggered (every await in a cancelled scope raises again):
         # only a shielded scope lets the close run after a cancel.
         with anyio.CancelScope(shield=True):
-            # py-spy stops with the load, before the export holds the GIL (it keeps no times); the /proc
-            # sampler (timestamped) runs on until the window is closed: ranges past its end would count
-            # as running, with no samples to say they were blocked
-            if watch.spy is not None:
-                await asyncio.to_thread(watch.spy.stop)
+            # py-spy stops with the load, before the export holds the GIL (it keeps no times); the
+            # /proc sampler (timestamped) runs on until the window is closed: ranges past its end
+            # would count as running, with no samples to say they were blocked
+            window[1] = time.monotonic_ns()
+            await asyncio.to_thread(watch.stop_spies)
             unwinding = sys.exc_info()[1] is not None  # a cancel or an error: that is the answer
             try:
                 if opened:
@@ -189,23 +194,24 @@ async def run_serve_window(
                         try:
                             # unwinding, the engine closes the window on the request alone; no need
                             # to wait out its export
-                            paths = await _close_window(
+                            stopped = await _close_window(
                                 engine, deadline, watch, wait_s=UNWIND_WAIT_S if unwinding else None
                             )
                         except AgentError:
                             if not unwinding:
                                 raise
                     for part in ("close", "export"):  # the engine's own account of /stop_profile
-                        if isinstance(paths.get(f"{part}_s"), (int, float)):
-                            watch.phases_ms[f"engine_{part}"] = 1e3 * float(paths[f"{part}_s"])
+                        if isinstance(stopped.get(f"{part}_s"), (int, float)):
+                            watch.phases_ms[f"engine_{part}"] = 1e3 * float(stopped[f"{part}_s"])
             finally:
                 await asyncio.to_thread(_stop, watch)
     if failed:
         raise AgentError(failed)
     with _phase(watch, "read_window"):
-        raw = _read_window(engine, paths.get("profile"))
-    trace = _inside(engine, paths.get("trace"))
-    return raw, watch, trace
+        read = await asyncio.to_thread(
+            reader.read, engine, stopped, (window[0], window[1]), deadline
+        )
+    return read.raw, watch, read.traces
 
 
 async def _open_window(client, engine, deadline: float) -> None:
@@ -236,17 +242,19 @@ class _phase:
         self.watch.phases_ms[self.name] = 1e3 * (time.monotonic() - self.started)
 
 
-def _watch_engine(
-    watch: Watch, engine, sample: bool, gil_hz: int, max_s: float, scratch: Path
-) -> None:
+def _watch_engine(watch: Watch, reader, engine, sample: bool) -> list[EngineProcess]:
+    """Start a /proc sampler on each of the engine's processes; returns them (for py-spy)."""
     if not sample:
-        return
-    host_pid = _engine_pid(engine)
-    if host_pid is None:
-        watch.problem = "the engine's process was not found in its cgroup; threads were not sampled"
-        return
-    watch.proc = ProcSampler(host_pid)
-    watch.proc.start()
+        return []
+    processes = reader.processes(engine)
+    if not processes:
+        watch.problem = (
+            "the engine's processes were not found in its cgroup; threads were not sampled"
+        )
+    for p in processes:
+        watch.samplers.append(ProcSampler(p.host_pid, process=p.role))
+        watch.samplers[-1].start()
+    return processes
 
 
 UNWIND_WAIT_S = 5.0  # a cancelled or failed call: time for /stop_profile to reach the engine
@@ -364,61 +372,3 @@ async def _load(engine, payload: dict) -> str | None:
             "with load_concurrency=0"
         )
     return None
-
-
-def _engine_pid(engine) -> int | None:
-    """The engine process's host pid: in its cgroup, neither bwrap nor the engine host."""
-    members = engine.service.pids()
-    for pid in sorted(members):
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            continue
-        if b"infra_agent.serving.engine" in cmdline:
-            return pid
-    return None
-
-
-def _inside(engine, reported: object) -> Path | None:
-    """A file the engine reported, as a host path inside the engine's own folder (else None)."""
-    if not isinstance(reported, str) or not reported:
-        return None
-    rel = Path(reported)
-    if rel.is_absolute():
-        try:  # the path as the engine sees its folder (/jobs/<name>/...) or, unsandboxed, the host path
-            rel = (
-                rel.relative_to(engine.folder)
-                if rel.is_relative_to(engine.folder)
-                else rel.relative_to(Path("/jobs") / engine.folder.name)
-            )
-        except ValueError:
-            return None
-    host = (engine.folder / rel).resolve()
-    return host if host.is_relative_to(engine.folder.resolve()) and host.is_file() else None
-
-
-def _read_window(engine, reported: object) -> dict:
-    import json
-
-    path = _inside(engine, reported)
-    if path is None:
-        raise AgentError(
-            "the engine's /stop_profile named no profile file in its folder (is it the built-in "
-            "engine, started with --profile-dir?)"
-        )
-    if path.stat().st_size > MAX_PROFILE_BYTES:
-        raise AgentError(
-            f"the engine's profile is {path.stat().st_size} bytes (cap {MAX_PROFILE_BYTES}): "
-            "profile a shorter duration_s"
-        )
-    try:
-        raw = json.loads(path.read_text())
-    except ValueError:
-        raise AgentError("the engine's profile file is not JSON") from None
-    if (
-        not isinstance(raw, dict)
-        or not isinstance(raw.get("window"), dict)
-        or not isinstance(raw.get("ranges"), dict)
-    ):
-        raise AgentError("the engine's profile file is malformed")
-    return raw

@@ -51,6 +51,7 @@ class Evidence:
     )
     cpu_ns: dict[int, int] = field(default_factory=dict)
     sampled: bool = False
+    process: dict[int, str] = field(default_factory=dict)  # tid -> the engine process it is in
 
     @property
     def window_ns(self) -> int:
@@ -73,7 +74,8 @@ class Evidence:
         return min(1.0, self.gil.get(tid, {}).get("samples", 0) / expected)
 
     def label(self, tid: int) -> str:
-        return f"{self.names.get(tid) or 'thread'} ({tid})"
+        where = f"{self.process[tid]}/" if self.process.get(tid) else ""
+        return f"{where}{self.names.get(tid) or 'thread'} ({tid})"
 
     def matching(self, pattern: str) -> list[Range]:
         return [r for r in self.ranges if names.matches(pattern, r.name)]
@@ -115,10 +117,12 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
     ev = Evidence(
         window=window, ranges=[r for r in ranges if r.end_ns >= r.start_ns], names=names, cpu_ns=cpu
     )
-    if watch.proc is not None:
+    for proc in watch.samplers:
         ev.sampled = True
-        for track in watch.proc.tracks.values():
+        for track in proc.tracks.values():
             ev.names.setdefault(track.tid, track.name)
+            if proc.process:
+                ev.process[track.tid] = proc.process
             ev.states[track.tid] = {c: iv.merge(runs) for c, runs in track.runs.items()}
             ev.futex[track.tid] = ev.states[track.tid]["futex"]
             st = ev.states[track.tid]
@@ -127,8 +131,13 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
                 ev.cpu_ns[track.tid] = cpu_ns_within(track, *window)
     ev.gil = dict(watch.gil_holders)
     ev.gil_rate_hz = watch.spy.rate_hz if watch.spy is not None else 0
-    if watch.spy is not None and watch.spy.sampling_from_ns is not None:
-        ev.gil_span = (watch.spy.sampling_from_ns, watch.spy.sampling_to_ns or window[1])
+    spans = [
+        (spy.sampling_from_ns, spy.sampling_to_ns or window[1])
+        for spy in watch.spies
+        if spy.sampling_from_ns is not None
+    ]
+    if spans:  # one py-spy per process: their union, so no process's GIL shares add up past 1
+        ev.gil_span = (min(s for s, _ in spans), max(e for _, e in spans))
     return ev
 
 
@@ -235,10 +244,13 @@ def thread_stats(ev: Evidence) -> list[ThreadStat]:
             else (cpu / ev.window_ns if cpu else None)
         )
         gil = ev.gil_share(tid)
+        if cpu is not None:  # 10 ms ticks: a thread on a CPU throughout can read one tick over
+            cpu = min(cpu, ev.window_ns)
         out.append(
             ThreadStat(
                 tid=tid,
                 name=ev.names.get(tid, ""),
+                process=ev.process.get(tid, ""),
                 wall_in_ranges_ms=in_ranges / 1e6,
                 on_cpu_ms=cpu / 1e6 if cpu is not None else None,
                 busy_fraction=min(busy, 1.0) if busy is not None else None,

@@ -84,8 +84,9 @@ class ThreadTrack:
 
 
 class ProcSampler:
-    def __init__(self, host_pid: int, period_s: float = 0.001):
+    def __init__(self, host_pid: int, period_s: float = 0.001, process: str = ""):
         self.host_pid, self.period_s = host_pid, period_s
+        self.process = process  # names the process in the thread table: "worker", "api_server"
         self.tracks: dict[int, ThreadTrack] = {}
         self._files: dict[int, tuple[int, ...]] = {}
         self._stop = threading.Event()

@@ -60,10 +60,11 @@ class Input(ToolInput):
     )
     handle: str | None = Field(
         default=None,
-        description="Target (c): a running built-in engine from launch_serve, "
+        description="Target (c): a running builtin or vllm engine from launch_serve, "
         "profiled through its /start_profile and /stop_profile for duration_s while a load "
-        "runs (its engine thread, HTTP threads and any KV-transfer thread; ranges such as "
-        "prefill, decode, schedule, dispatch, combine, kv_transfer).",
+        "runs (builtin: its engine thread, HTTP threads and any KV-transfer thread; ranges such "
+        "as prefill, decode, schedule, dispatch, combine, kv_transfer. vllm: the ops of its own "
+        "torch traces, the threads of its API server, engine core and worker processes).",
     )
     duration_s: float | None = Field(
         default=None,
@@ -213,6 +214,11 @@ class RangeStat(BaseModel):
 class ThreadStat(BaseModel):
     tid: int = Field(description="Thread id as the job sees it (threading.get_native_id()).")
     name: str = Field(description="Thread name (threading) or kernel comm.")
+    process: str = Field(
+        default="",
+        description="handle=: the engine process it runs in (vLLM: "
+        "api_server, engine_core, worker; builtin: engine); empty for a job.",
+    )
     wall_in_ranges_ms: float = Field(description="Wall time inside any named range (union), ms.")
     on_cpu_ms: float | None = Field(
         description="On-CPU time (user+system) during the window, ms, from "

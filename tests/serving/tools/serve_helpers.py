@@ -30,7 +30,8 @@ async def serve_client(tiny_workspace, client):
 # --- vLLM's CPU build (make test installs it under .cache/vllm) ------------------------------
 
 REPO = Path(__file__).resolve().parents[3]
-VLLM_PYTHON = REPO / ".cache" / "vllm" / "bin" / "python"
+# resolved: a worktree links .cache/vllm to the one venv, and the sandbox shows only its real path
+VLLM_PYTHON = (REPO / ".cache" / "vllm").resolve() / "bin" / "python"
 VLLM_INSTALLED = REPO / ".cache" / "vllm" / ".installed"  # written once the install succeeded
 # vLLM's CPU attention takes head_dim 32, 64, 80, ...: 128 / 4 heads
 VLLM_CHECKPOINT = dict(hidden_size=128, num_heads=4, num_kv_heads=2, intermediate_size=256)
