@@ -26,7 +26,14 @@ CRITERION = "ttft_p50 <= 1.2 * baseline.ttft_p50"
 
 @pytest.mark.anyio
 async def test_vllm_benchmark_engine_metrics_and_a_planted_queue(vllm_client):
-    c = vllm_client
+    try:
+        await _benchmark_planted_queue_and_a_death(vllm_client)
+    finally:  # a failure above must not leave engines for the next test to find
+        for serve in (await call(vllm_client, "list_serves"))["serves"]:
+            await call(vllm_client, "stop_serve", handle=serve["handle"])
+
+
+async def _benchmark_planted_queue_and_a_death(c) -> None:
     normal = await call(
         c,
         "launch_serve",
@@ -91,9 +98,17 @@ async def test_vllm_benchmark_engine_metrics_and_a_planted_queue(vllm_client):
     await asyncio.sleep(5)
     (core,) = _processes(folder_name, "VLLM::EngineCor")
     os.kill(core, signal.SIGKILL)
-    with pytest.raises(ToolCallError, match="died during the benchmark"):
-        await asyncio.wait_for(long_run, 120)
-    (serve,) = (await call(c, "list_serves"))["serves"]
+    try:
+        out = await asyncio.wait_for(long_run, 120)
+    except ToolCallError as exc:
+        assert "died during the benchmark" in str(exc), exc
+    else:  # vLLM's API server outlived its engine core past the wait after failed requests
+        assert out["metrics"]["failed"] > 0, out["metrics"]
+    for _ in range(120):  # within a bounded time the handle is reported dead, with the cause
+        (serve,) = (await call(c, "list_serves"))["serves"]
+        if not serve["alive"]:
+            break
+        await asyncio.sleep(0.5)
     assert not serve["alive"] and serve["exit_cause"], serve
     await call(c, "stop_serve", handle=handle)
     assert (await call(c, "list_serves"))["serves"] == []
