@@ -21,7 +21,9 @@ pytestmark = pytest.mark.slow
 EAGER = ["--enforce-eager"]
 # 4 streams of 16 requests: with max_num_seqs=1 each waits for the others in vLLM's queue
 WORKLOAD = {"num_requests": 16, "input_len": 16, "output_len": 16, "max_concurrency": 4, "seed": 5}
-CRITERION = "ttft_p50 <= 1.2 * baseline.ttft_p50"
+# On vLLM's own queue histogram: the client's TTFT through the sandbox's bridge is not reliable
+# enough to judge on (the open stall in README's vLLM section inflated a baseline to 353 ms)
+CRITERION = "queue_ms <= 1.2 * baseline.queue_ms"
 
 
 @pytest.mark.anyio
@@ -55,6 +57,7 @@ async def _benchmark_planted_queue_and_a_death(c) -> None:
     assert base["prefix_cache_hit_rates"] and 0 <= base["prefix_cache_hit_rates"][0] <= 1
 
     # one sequence at a time: the other three wait in vLLM's queue, and its own metrics say so
+    # (the attribution orders the phases by how much they moved, the queue first)
     one = await call(
         c,
         "launch_serve",
@@ -73,7 +76,7 @@ async def _benchmark_planted_queue_and_a_death(c) -> None:
     )
     assert paired["criteria"]["answer"] == "contradicted", paired["criteria"]
     assert paired["metrics"]["queue_ms"] > paired["baseline_metrics"]["queue_ms"]
-    assert "the queue phase moved most" in paired["findings"][0], paired["findings"]
+    assert paired["phases"][0]["phase"] == "queue", paired["phases"]  # the largest change
     await call(c, "stop_serve", handle=one["handle"])
 
     # A/A, alternating in one call. Through the sandbox's bridge it is sometimes contradicted (the
