@@ -17,6 +17,11 @@ _FORMATS = {
     "float16": (10, -14),
     "bfloat16": (7, -126),
 }
+_INTEGER_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "bool"}  # spacing 1
+# An error of more ULPs than float64 can count (a value where the reference is an exact 0 of a
+# float64 output: its ULP is the 5e-324 subnormal step) saturates here instead of becoming inf,
+# which would turn the percentiles into NaN.
+ULP_CEILING = torch.finfo(torch.float64).max
 NUM_FIRST_MISMATCHES = 5
 
 
@@ -45,7 +50,7 @@ def compare(candidate, reference, out_dtype: str, rel_l2_tol: float) -> dict:
     mismatch = diff > rel_l2_tol * (r_abs + rms)
     if nonfinite is not None:
         mismatch |= nonfinite
-    ulp = diff / ulp_size(r_abs, out_dtype)
+    ulp = (diff / ulp_size(r_abs, out_dtype)).clamp_max(ULP_CEILING)
     ulp_both = ulp.reshape(-1) if nonfinite is None else ulp[both]
     worst_flat = _worst_index(nonfinite, score)
     mismatch_idx = mismatch.reshape(-1).nonzero()[:NUM_FIRST_MISMATCHES, 0].tolist()
@@ -104,6 +109,8 @@ def rel_l2(a, b) -> float:
 
 def ulp_size(magnitude, dtype: str):
     """Spacing of representable numbers of `dtype` at each |value| (float64 tensor)."""
+    if dtype in _INTEGER_DTYPES:
+        return torch.ones_like(magnitude)
     mant, emin = _FORMATS.get(dtype, _FORMATS["float64"])
     _, exp = torch.frexp(magnitude)  # |v| = m * 2^exp, m in [0.5, 1); frexp(0) gives exp 0
     floor_log2 = torch.where(

@@ -56,6 +56,23 @@ def test_compare_counts_ulps_mismatches_and_nonfinite():
     assert rel_l2(shifted, ref) == pytest.approx(0.5 / float(ref.norm()))
 
 
+def test_ulps_stay_finite_at_an_exact_zero_and_count_whole_steps_of_integers():
+    # two independent ways: the spacing of an integer dtype is 1, so ULPs equal the absolute
+    # error; a float64 reference of exactly 0 has the 5e-324 subnormal step as its ULP, so any
+    # visible error is more ULPs than float64 holds and must saturate, not become inf/NaN
+    ref = torch.tensor([0, 4, 8, 200], dtype=torch.int32)
+    cand = torch.tensor([123456, 4, 9, 200], dtype=torch.int32)
+    err = compare(cand, ref, "int32", 0.0)
+    assert err["ulp_max"] == err["max_abs_error"] == 123456.0
+    ref64 = torch.zeros(100, dtype=torch.float64)
+    cand64 = ref64.clone()
+    cand64[7] = 1e-10
+    err = compare(cand64, ref64, "float64", 1e-5)
+    finite = [err["ulp_p50"], err["ulp_p99"], err["ulp_max"]]
+    assert all(v == v and v != float("inf") for v in finite), finite
+    assert err["ulp_max"] == torch.finfo(torch.float64).max and err["worst_index"] == [7]
+
+
 def test_lower_precision_shows_as_representable_values():
     x = torch.randn(4096, dtype=torch.float64)
     honest = x.float().double()
