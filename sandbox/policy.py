@@ -364,6 +364,7 @@ class SandboxView:
             "seccomp": seccomp,
             "netlink": spec.own_ports,  # to find its loopback interface (getifaddrs)
             "grace_s": spec.grace_s,
+            "nice": spec.nice,
             "file_bytes": limits.file_bytes,
             "num_files": max(limits.num_files, spec.num_files),
         }

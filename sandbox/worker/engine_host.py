@@ -5,7 +5,10 @@ Started by the parent (sandbox/service.py, for any service) as ``python -m ia_wo
 namespaces: the network has only loopback), already in the engine's own cgroup. The
 order is the security argument, as for a job child (harness.py):
 
-1. read engine.json (written by the parent; nothing of the agent's has run yet);
+1. read engine.json (written by the parent; nothing of the agent's has run yet) and lower
+   this session's priority to its `nice` (bwrap made the session, so the kernel schedules
+   it as one group against the server's: raising a nice needs no privilege, and everything
+   started later inherits it);
 2. confine this process, so that everything it starts inherits it: Landlock (read only
    what the policy lists, write only the engine's own folder, TCP bind/connect only on
    the ports its spec lists, or any port when its spec says it picks its own: inside the
@@ -44,9 +47,21 @@ def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     folder = Path(spec["folder"])
     os.chdir(folder)
+    _lower_priority(int(spec["nice"]))
     layers = _confine(spec)
     (folder / "confined.json").write_text(json.dumps(layers))
     return asyncio.run(_serve(spec, folder))
+
+
+def _lower_priority(nice: int) -> None:
+    """The session's autogroup (how the kernel shares CPU between sessions, when it groups
+    them) and this process's own nice (inherited by the engine and every child)."""
+    try:
+        with open("/proc/self/autogroup", "w") as group:
+            group.write(str(nice))
+    except OSError:
+        pass  # a kernel without autogroups (or with them off): the per-process nice decides
+    os.setpriority(os.PRIO_PROCESS, 0, max(nice, os.getpriority(os.PRIO_PROCESS, 0)))
 
 
 def _confine(spec: dict) -> dict:

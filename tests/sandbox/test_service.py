@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -157,6 +158,21 @@ while True:
 """
 
 
+def _comm(pid: int) -> str:
+    return Path(f"/proc/{pid}/comm").read_text().strip()
+
+
+def _priorities(pids: list[int]) -> list[tuple[int, str | None]]:
+    """(nice, autogroup's "nice N" or None without autogroups) of each process, from /proc."""
+    out = []
+    for pid in pids:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        nice = int(stat[stat.rindex(")") + 2 :].split()[16])  # field 19 of proc(5)
+        group = Path(f"/proc/{pid}/autogroup")
+        out.append((nice, " ".join(group.read_text().split()[1:]) if group.exists() else None))
+    return out
+
+
 async def _get(socket_path: str) -> bytes:
     reader, writer = await asyncio.open_unix_connection(socket_path)
     writer.write(b"GET / HTTP/1.0\r\n\r\n")
@@ -206,14 +222,27 @@ def test_a_started_service_has_its_grants_and_no_more(tmp_path, shared_memory, o
                 await asyncio.sleep(0.1)
             assert svc.alive and answer.endswith(b"ok")
             assert not sb.cgroups.available or svc.pid in svc.pids()  # bwrap, in its cgroup
+            priorities = _priorities([p for p in svc.pids() if _comm(p) != "bwrap"])
         finally:
             await svc.stop()
         assert not svc.alive and not svc.folder.exists() and "granted_port" in svc.log_tail()
         await sb.aclose()
-        return report
+        return report, priorities
 
     (tmp_path / "ws").mkdir()
-    report = asyncio.run(scenario())
+    own_group = _priorities([os.getpid()])[0][1]
+    report, priorities = asyncio.run(scenario())
+    # read from the host, not asked of the service: the host and the service it runs (every
+    # process of the session bwrap made) yield the CPU to the server, whose session keeps its own
+    assert len(priorities) >= 2 and all(nice == ServiceSpec.nice for nice, _ in priorities), (
+        priorities
+    )
+    groups = {group for _, group in priorities}
+    if own_group is not None:  # a kernel that groups sessions (autogroup)
+        assert groups == {f"nice {ServiceSpec.nice}"} and own_group != groups, (
+            priorities,
+            own_group,
+        )
     assert report["granted_port"] == "ok", report
     assert report["ipc_socket"] == "ok" and report["workspace_write"] != "ok", report
     assert (report["shm"] == "ok") == shared_memory, report
