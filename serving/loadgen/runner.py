@@ -33,6 +33,10 @@ class RunResult:
     records: list[RequestRecord]
     duration_s: float  # first scheduled send to last chunk of the measured requests
     metrics: Metrics
+    # Seconds the load generator's thread was ready to run but waited for a CPU, over the
+    # measured requests (the kernel's own account, /proc/thread-self/schedstat; None where the
+    # kernel keeps none). Every timestamp it took late by that wait is late in the metrics.
+    client_cpu_wait_s: float | None = None
 
 
 async def run_benchmark(
@@ -70,6 +74,7 @@ async def run_benchmark(
         for i in range(warmup):
             rec = RequestRecord(index=-1 - i, scheduled_s=time.perf_counter(), is_warmup=True)
             await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
+        waited_before = cpu_wait_s()
         if arrivals.is_closed_loop:
             records, t0 = await _closed_loop(
                 client, ep, requests, width, tokenizer, progress, send_for_s
@@ -78,9 +83,25 @@ async def run_benchmark(
             records, t0 = await _open_loop(
                 client, ep, requests, arrivals, width, tokenizer, progress, spin_s
             )
+        waited_after = cpu_wait_s()
     ends = [r.last_chunk_s for r in records if r.ok]
     duration = (max(ends) - t0) if ends else time.perf_counter() - t0
-    return RunResult(records, duration, compute(records, duration, slos_ms))
+    waited = (
+        waited_after - waited_before
+        if waited_before is not None and waited_after is not None
+        else None
+    )
+    return RunResult(records, duration, compute(records, duration, slos_ms), waited)
+
+
+def cpu_wait_s() -> float | None:
+    """Seconds this thread has spent runnable but not running (on a run queue) since it
+    started: the second field of /proc/thread-self/schedstat, ns. None without schedstats."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 class _Counter:

@@ -38,6 +38,12 @@ GAP_RATIO = 0.5  # ... or this fraction of the engine's TTFT p50 (its bucket top
 # through the stall 0.02x (0.07 ms against 3.6 ms) at 1 in flight and 0.1x at 4 (load 4).
 BURST_RATIO = 0.25
 MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a burst from a stream
+# The load generator waiting for a CPU this share of a run's duration (the kernel's account of
+# its thread) is starved: every timestamp it takes can be that late. Measured on 2 cores against
+# a sandboxed vLLM (4 in flight, 1 s runs): 1-3% on an idle host and 3-13% with the suite's
+# other work; 30-95% when the engine's session shared the CPU equally with the server's, and
+# then every response arrived in one burst (TTFT ~240 ms against vLLM's own 15 ms).
+STARVED_SHARE = 0.25
 CACHE_SPREAD = 0.1  # prefix-cache hit rates of repeats this far apart (absolute, 0-1) differ
 
 
@@ -121,8 +127,10 @@ LAYERS = (
 
 
 def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> list[str]:
-    """client_engine_gap and cache_warm_repeats over a run's repeats (RepeatMetrics)."""
+    """client_starved, client_engine_gap and cache_warm_repeats over a run's repeats
+    (RepeatMetrics)."""
     texts = (
+        _starved(repeats),
         _ttft_gap(repeats),
         _burst(repeats),
         _cache_warm(repeats, reuse_prompts),
@@ -133,6 +141,25 @@ def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> lis
 
 def _majority(flags: list[bool]) -> bool:
     return sum(flags) * 2 > len(flags)
+
+
+def _starved(repeats: list) -> str | None:
+    rows = [
+        (r.client_cpu_wait_ms / (1e3 * r.duration_s), r)
+        for r in repeats
+        if r.client_cpu_wait_ms is not None and r.duration_s > 0
+    ]
+    if not rows or not _majority([share > STARVED_SHARE for share, _ in rows]):
+        return None
+    share, r = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
+    return (
+        f"client_starved: the load generator waited {r.client_cpu_wait_ms:.0f} ms for a CPU during "
+        f"a {1e3 * r.duration_s:.0f} ms run ({100 * share:.0f}%, median repeat of {len(rows)}): it "
+        "read the engine's output late, so TTFT, TPOT and ITL include that wait (responses read in "
+        "bursts) and measure this host's contention, not the engine. Next: lower the other load "
+        "on this host, give the engine fewer threads or cores than the host has, or benchmark on "
+        "a host with cores to spare"
+    )
 
 
 def _ttft_gap(repeats: list) -> str | None:

@@ -81,6 +81,9 @@ def repeat_metrics(rep: Repeat) -> RepeatMetrics:
         slo_attainment_pct=m.slo_attainment_pct,
         latencies_ms=lat,
         phases_ms=rep.phases,
+        client_cpu_wait_ms=None
+        if rep.result.client_cpu_wait_s is None
+        else round(1e3 * rep.result.client_cpu_wait_s, 1),
     )
 
 

@@ -231,6 +231,12 @@ class RepeatMetrics(BaseModel):
     slo_attainment_pct: float | None = Field(
         None, description="Share of completed requests meeting every SLO, %."
     )
+    client_cpu_wait_ms: float | None = Field(
+        None,
+        description="How long the load generator was ready to run but waited for a CPU during "
+        "this run, ms (the kernel's account of its thread; None where the kernel keeps none): "
+        "its timestamps are late by up to this much (finding client_starved).",
+    )
     latencies_ms: dict[str, dict[str, float]] = Field(
         description="ttft/tpot/itl/e2el (and itl_per_token when the "
         "engine reports tokens per chunk) -> mean/median/std/p90/p99, "
@@ -326,6 +332,7 @@ class Output(ToolOutput):
         default_factory=list,
         description="The layer that moved and the next cheapest "
         "experiment, in words; and the harness's checks of its own numbers: "
+        "client_starved (the load generator waited for a CPU for much of a run), "
         "client_engine_gap (the client's TTFT far above the engine's own, or its chunks "
         "arriving in bursts) and cache_warm_repeats (the repeats' prefix-cache hit "
         "rates differ).",

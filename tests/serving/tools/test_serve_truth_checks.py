@@ -45,7 +45,12 @@ def test_the_engine_ttft_p50_from_histogram_deltas_brackets_the_true_median():
 
 
 def _repeat(
-    ttft_p50: float, itl_p50: float, engine_high: float, engine_itl: float, hit: float
+    ttft_p50: float,
+    itl_p50: float,
+    engine_high: float,
+    engine_itl: float,
+    hit: float,
+    cpu_wait_ms: float | None = None,
 ) -> RepeatMetrics:
     lat = {"ttft": {"median": ttft_p50}, "itl": {"median": itl_p50}}
     phases = {
@@ -64,6 +69,7 @@ def _repeat(
         total_token_throughput=1.0,
         latencies_ms=lat,
         phases_ms=phases,
+        client_cpu_wait_ms=cpu_wait_ms,
     )
 
 
@@ -80,6 +86,21 @@ def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
     assert engine_truth.findings(fixed, reuse_prompts=False) == []
     one_outlier = [_repeat(43.5, 3.5, 10, 3.2, 0.0)] + fixed[:2]  # one slow repeat is no finding
     assert engine_truth.findings(one_outlier, reuse_prompts=False) == []
+
+
+def test_a_starved_load_generator_is_named_before_the_gap_it_causes():
+    # measured against a sandboxed vLLM sharing the CPU equally with the server: 560-950 ms of
+    # run-queue wait in 1 s runs, every response read in one burst, TTFT ~240 ms against 15 ms
+    starved = [_repeat(240, 0.04, 20, 6.0, 0.0, wait) for wait in (870, 560, 950)]
+    found = engine_truth.findings(starved, reuse_prompts=False)
+    assert [f.split(":")[0] for f in found] == ["client_starved"] + ["client_engine_gap"] * 2
+    assert "870 ms for a CPU during a 1000 ms run (87%, median repeat of 3)" in found[0]
+    smooth = [_repeat(15, 6.0, 20, 6.0, 0.0, wait) for wait in (30, 130, 250)]  # nice 5: 3-13%
+    assert engine_truth.findings(smooth, reuse_prompts=False) == []
+    one_slow = [_repeat(15, 6.0, 20, 6.0, 0.0, wait) for wait in (900, 30, 40)]
+    assert engine_truth.findings(one_slow, reuse_prompts=False) == []
+    unknown = [_repeat(15, 6.0, 20, 6.0, 0.0, None) for _ in range(3)]  # no schedstat
+    assert engine_truth.findings(unknown, reuse_prompts=False) == []
 
 
 def test_cache_warm_repeats_when_hit_rates_differ():
