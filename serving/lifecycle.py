@@ -17,6 +17,7 @@ its adapter's health path), and keeps the bookkeeping `list_serves` and `stop_se
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -40,6 +41,29 @@ PACKAGE_MOUNT = "/opt/ia/pkgs"  # infra_agent.serving and .kernels, for the buil
 # the built-in engine, the specs it loads and the worker loader it loads them with;
 # never server/ or tools/
 ENGINE_PACKAGES = ("serving", "kernels", "sandbox")
+
+
+# "RuntimeError: ...", "torch.OutOfMemoryError: ...": an exception as Python prints it, on a line
+# not logged as a warning
+_EXCEPTION = re.compile(r"\b(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): \S")
+_SCAN_BYTES = 64 << 20  # an engine's log is capped by its disk limit; read at most this much
+
+
+def first_error_line(log: Path) -> tuple[int, str] | None:
+    """(1-based line number, the line from its exception on) of the first exception in `log`."""
+    try:
+        with open(log, errors="replace") as f:
+            read = 0
+            for number, line in enumerate(f, 1):
+                read += len(line)
+                if read > _SCAN_BYTES:
+                    return None
+                match = _EXCEPTION.search(line)
+                if match and "WARNING" not in line[: match.start()]:
+                    return number, line[match.start() :].strip()[:500]
+    except OSError:
+        return None
+    return None
 
 
 class EngineError(Exception):
@@ -72,6 +96,19 @@ class Engine:
 
     def log_tail(self, num_bytes: int = 4000) -> str:
         return self.service.log_tail(num_bytes)
+
+    def log_excerpt(self, num_bytes: int = 1500) -> str:
+        """For an error message: the log's first error line (an exception's type and text, as
+        Python prints it), when the tail does not hold it, then the tail. A dying vLLM ends
+        its log with its shutdown and an EngineDeadError that says "see above"; the cause
+        (e.g. `RuntimeError: Unsupported CPU attention configuration: head_dim=16`) lies
+        ~100 lines higher."""
+        tail = self.log_tail(num_bytes)
+        first = first_error_line(self.log_path)
+        if first is None or first[1] in tail:
+            return f"its log ends:\n{tail}"
+        line_no, text = first
+        return f"its first error (log line {line_no}): {text}\nits log ends:\n{tail}"
 
     @property
     def alive(self) -> bool:
@@ -112,9 +149,7 @@ class Engine:
             "started_at": self.started_at,
             "socket": self.socket_path,
             "log": str(self.log_path),
-            "exit_cause": None
-            if alive
-            else f"{self.death_cause()}; its log ends:\n{self.log_tail(1500)}",
+            "exit_cause": None if alive else f"{self.death_cause()}; {self.log_excerpt(1500)}",
         }
 
 
@@ -260,7 +295,7 @@ class Engines:
                 if not eng.alive:
                     raise EngineError(
                         f"the {eng.adapter.name} engine exited during start-up (code "
-                        f"{eng.exit_code()}); its log ends:\n{eng.log_tail(START_LOG_BYTES)}"
+                        f"{eng.exit_code()}); {eng.log_excerpt(START_LOG_BYTES)}"
                     )
                 try:
                     resp = await client.get(path)
@@ -273,8 +308,8 @@ class Engines:
                 if waited > timeout_s:
                     raise EngineError(
                         f"the {eng.adapter.name} engine did not answer {path} within "
-                        f"{timeout_s:g} s (raise ready_timeout_s for a large model); its log "
-                        f"ends:\n{eng.log_tail(START_LOG_BYTES)}"
+                        f"{timeout_s:g} s (raise ready_timeout_s for a large model); "
+                        f"{eng.log_excerpt(START_LOG_BYTES)}"
                     )
                 if progress is not None:
                     await progress(

@@ -59,7 +59,7 @@ def live_engine(ctx, handle: str) -> Engine:
     if not eng.alive:
         raise AgentError(
             f"the {eng.adapter.name} engine {handle} is no longer running ({eng.death_cause()}); "
-            f"stop_serve it and launch_serve a new one. Its log ends:\n{eng.log_tail(1500)}"
+            f"stop_serve it and launch_serve a new one; {eng.log_excerpt(1500)}"
         )
     return eng
 

@@ -152,7 +152,7 @@ class TorchTraces:
             raise AgentError(
                 f"the engine wrote no torch trace into {TRACES_DIR}/ within {TRACE_WAIT_S:.0f} s "
                 "of /stop_profile (was it started with --profiler-config, as launch_serve does?); "
-                f"its log ends:\n{engine.log_tail(1500)}"
+                f"{engine.log_excerpt(1500)}"
             )
         traces = [torch_trace.read(p, MAX_PROFILE_BYTES) for p in files]
         return EngineWindow(

@@ -283,8 +283,8 @@ async def _close_window(engine, deadline: float, watch: Watch, wait_s: float | N
         ) from None
     except httpx.HTTPError as exc:
         raise AgentError(
-            f"the engine did not answer /stop_profile ({type(exc).__name__}); its log ends:\n"
-            f"{engine.log_tail(1500)}"
+            f"the engine did not answer /stop_profile ({type(exc).__name__}); "
+            f"{engine.log_excerpt(1500)}"
         ) from None
     if resp.status_code == 400 and "no profile is running" in resp.text:
         return {}  # the open failed (its error is the answer) or never reached the engine
@@ -306,8 +306,7 @@ async def _post(client, path: str, engine) -> dict:
         resp = await client.post(path)
     except httpx.HTTPError as exc:
         raise AgentError(
-            f"the engine did not answer {path} ({type(exc).__name__}); its log ends:\n"
-            f"{engine.log_tail(1500)}"
+            f"the engine did not answer {path} ({type(exc).__name__}); {engine.log_excerpt(1500)}"
         ) from None
     if resp.status_code != 200:
         raise AgentError(f"the engine refused {path} (HTTP {resp.status_code}): {resp.text[:300]}")

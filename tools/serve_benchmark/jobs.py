@@ -40,7 +40,7 @@ async def served_model(engine: Engine) -> str:
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             raise AgentError(
                 f"the {engine.adapter.name} engine did not list its model at /v1/models; pass "
-                f"args.served_model_name. Its log ends:\n{engine.log_tail(1500)}"
+                f"args.served_model_name; {engine.log_excerpt(1500)}"
             ) from None
 
 
@@ -112,7 +112,7 @@ async def estimate_cost(
                 raise AgentError(
                     f"the {eng.adapter.name} engine {eng.handle} died during the "
                     f"benchmark (its cost probe, before the repeats; {eng.death_cause()}); "
-                    f"its log ends:\n{eng.log_tail(2500)}"
+                    f"{eng.log_excerpt(2500)}"
                 )
     sides = [probes[engine.handle]] + ([probes[baseline.handle]] if baseline is not None else [])
     return cost.check(sides, probes, repeats, budget_s)
@@ -176,7 +176,7 @@ async def _one_repeat(
     if not (await engine.settled() if result.metrics.failed else engine.alive):
         raise AgentError(
             f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
-            f"{engine.death_cause()}); its log ends:\n{engine.log_tail(2500)}"
+            f"{engine.death_cause()}); {engine.log_excerpt(2500)}"
         )
     after = await _scrape(engine)
     if before is None or after is None:
