@@ -1,0 +1,110 @@
+"""What one experiment's page shows beyond its ledger row: the code diff against the
+experiment it is compared with (from the code snapshots), and its artifacts, copied into
+the site so the page opens from disk. An artifact whose file is gone (pruned, or a plot
+that was never drawn) is listed as missing, never an error."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from ...kernels.snapshots import BlobStore
+from ...tools.common.code_diff import FileChange, code_changes
+from ..resources import is_text, mime_type_of
+from .model import Experiment, Report
+
+MAX_INLINE_TEXT = 60_000  # characters of a text artifact shown on the page; the file is linked
+SITE_ARTIFACTS = "artifacts"  # folder of the site the files are copied into
+PERFETTO_HOWTO = (
+    "Open https://ui.perfetto.dev in a browser, choose 'Open trace file' and pick the "
+    "downloaded file: the trace is read in your browser, nothing is uploaded."
+)
+
+ArtifactKind = Literal["image", "text", "trace", "binary"]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    name: str
+    kind: ArtifactKind
+    present: bool  # False: the file is gone from the state folder
+    href: str  # relative to the site's root
+    size_bytes: int
+    text: str | None  # a text artifact's content, cut at MAX_INLINE_TEXT
+    cut: bool  # the text was cut
+
+
+@dataclass(frozen=True)
+class ExperimentPage:
+    experiment: Experiment
+    code_changes: list[FileChange]  # against experiment.code_against; empty when the same
+    artifacts: list[Artifact]
+    perfetto_howto: str = PERFETTO_HOWTO
+
+    @property
+    def code_arguments(self) -> dict[str, str]:
+        """Inline code (source=, baseline_source=, reference=): shown as blocks of code."""
+        return {k: v for k, v in self.experiment.arguments.items() if _is_code(k, v)}
+
+    @property
+    def plain_arguments(self) -> dict:
+        return {k: v for k, v in self.experiment.arguments.items() if not _is_code(k, v)}
+
+    @property
+    def has_trace(self) -> bool:
+        return any(a.kind == "trace" and a.present for a in self.artifacts)
+
+
+def experiment_page(report: Report, exp: Experiment, site: Path) -> ExperimentPage:
+    changes: list[FileChange] = []
+    against = report.by_id.get(exp.code_against or "")
+    if exp.code_state == "changed" and against is not None:
+        assert exp.code is not None and against.code is not None  # "changed" compares two
+        changes = code_changes(BlobStore(report.state_dir), against.code, exp.code)
+    artifacts = [_artifact(report.state_dir, exp.id, name, site) for name in exp.artifact_names]
+    return ExperimentPage(exp, changes, artifacts)
+
+
+def _is_code(name: str, value: object) -> bool:
+    return isinstance(value, str) and name.endswith(("source", "reference")) and "\n" in value
+
+
+def artifact_kind(name: str) -> ArtifactKind:
+    lower = name.lower()
+    if "trace" in lower and lower.endswith((".json", ".json.gz", ".pb", ".perfetto-trace")):
+        return "trace"  # a trace is for Perfetto, not for reading as text
+    mime = mime_type_of(name)
+    if mime.startswith("image/"):
+        return "image"
+    return "text" if is_text(mime) else "binary"
+
+
+def _artifact(state_dir: Path, experiment_id: str, name: str, site: Path) -> Artifact:
+    source = state_dir / "artifacts" / experiment_id / name
+    href = f"{SITE_ARTIFACTS}/{experiment_id}/{name}"
+    kind = artifact_kind(name)
+    if not source.is_file():
+        return Artifact(name, kind, False, href, 0, None, False)
+    target = site / href
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _link_or_copy(source, target)
+    text, cut = None, False
+    if kind == "text":
+        with source.open("rb") as f:
+            head = f.read(MAX_INLINE_TEXT + 1)
+        text, cut = head[:MAX_INLINE_TEXT].decode("utf-8", "replace"), len(head) > MAX_INLINE_TEXT
+    return Artifact(name, kind, True, href, source.stat().st_size, text, cut)
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    """A hard link where the site is on the same file system (traces can be large); a copy
+    otherwise. Either way the site keeps its file when the state folder is pruned."""
+    if target.exists():
+        target.unlink()
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
