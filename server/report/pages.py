@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ...kernels.snapshots import BlobStore
+from ...kernels.snapshots import BlobStore, FileEntry, Manifest
 from ...tools.common.code_diff import FileChange, code_changes
 from ..resources import is_text, mime_type_of
 from .model import Experiment, Report
@@ -58,14 +58,27 @@ class ExperimentPage:
         return any(a.kind == "trace" and a.present for a in self.artifacts)
 
 
-def experiment_page(report: Report, exp: Experiment, site: Path) -> ExperimentPage:
+# One diff per pair of snapshots: a night retries the same edit against the same baseline.
+DiffCache = dict[tuple[frozenset[tuple[str, FileEntry]], ...], list[FileChange]]
+
+
+def experiment_page(
+    report: Report, exp: Experiment, site: Path, diffs: DiffCache
+) -> ExperimentPage:
     changes: list[FileChange] = []
     against = report.by_id.get(exp.code_against or "")
     if exp.code_state == "changed" and against is not None:
         assert exp.code is not None and against.code is not None  # "changed" compares two
-        changes = code_changes(BlobStore(report.state_dir), against.code, exp.code)
+        key = (_items(against.code), _items(exp.code))
+        if key not in diffs:
+            diffs[key] = code_changes(BlobStore(report.state_dir), against.code, exp.code)
+        changes = diffs[key]
     artifacts = [_artifact(report.state_dir, exp.id, name, site) for name in exp.artifact_names]
     return ExperimentPage(exp, changes, artifacts)
+
+
+def _items(manifest: Manifest) -> frozenset[tuple[str, FileEntry]]:
+    return frozenset(manifest.entries().items())
 
 
 def _is_code(name: str, value: object) -> bool:

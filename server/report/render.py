@@ -19,7 +19,7 @@ import jinja2
 
 from .model import Chain, ChainRow, Experiment, Report
 from .numbers import fmt
-from .pages import experiment_page
+from .pages import DiffCache, experiment_page
 
 PAGE_ROWS = 200  # timeline rows per index page: a 10,000-row night stays quick to open
 MARKER = ".infra-agent-report"  # a folder holding it is a report this command may replace
@@ -62,15 +62,17 @@ def write_site(report: Report, site: Path) -> Written:
     env = _environment()
     pages = paginate(report.chains)
     index = env.get_template("index.html")
+    choices = facets(report)
     for page in pages:
         html = index.render(
-            report=report, page=page, num_pages=len(pages), facets=facets(report), root="."
+            report=report, page=page, num_pages=len(pages), facets=choices, root="."
         )
         (site / page.filename).write_text(html, encoding="utf-8")
     experiment = env.get_template("experiment.html")
     (site / "experiments").mkdir()
+    diffs: DiffCache = {}
     for exp in report.experiments:
-        view = experiment_page(report, exp, site)
+        view = experiment_page(report, exp, site, diffs)
         html = experiment.render(report=report, page=view, exp=exp, root="..")
         (site / experiment_href(exp.id)).write_text(html, encoding="utf-8")
     return Written(site / "index.html", len(report.experiments), len(pages))

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import shutil
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from report_ledger import Night, make_night
+from report_ledger import Night, grow_ledger, make_night
 from typer.testing import CliRunner
 
 from infra_agent.server.cli import app
 from infra_agent.server.report import Filters, build_report
+from infra_agent.server.report.render import PAGE_ROWS
 
 runner = CliRunner(env={"COLUMNS": "200"})
 
@@ -105,3 +109,188 @@ def test_an_empty_workspace_says_how_to_start(tmp_path: Path):
     html = written.index.read_text()
     assert "No experiments yet" in html and "infra-agent call check_numerics" in html
     assert not (tmp_path / "state" / "ledger.sqlite").exists()  # a report never makes a ledger
+
+
+# --- in a real browser ----------------------------------------------------------------
+
+CHROMIUM = Path("/usr/bin/chromium")
+# Without the background-networking flags Chromium reaches for the network at every start.
+CHROMIUM_FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS_ENV = "INFRA_AGENT_REPORT_SCREENSHOTS"  # a folder: the screenshots are copied there
+
+
+@pytest.fixture(scope="module")
+def browser(night: Night):  # after the night: its calls run their own event loop first
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="playwright is missing; `make setup` installs it"
+    )
+    if not CHROMIUM.is_file():
+        pytest.skip(f"{CHROMIUM} is missing; `make setup` installs Debian's chromium")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(
+            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
+        )
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def site(night: Night, tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("report") / "site"
+    build_report(night.state_dir, folder, Filters())
+    return folder
+
+
+@pytest.fixture(scope="module")
+def screenshots(tmp_path_factory):
+    """Where the tests' screenshots go (test artifacts); copied to $INFRA_AGENT_REPORT_SCREENSHOTS
+    when it names a folder (how the README's pictures are made)."""
+    folder = tmp_path_factory.mktemp("screenshots")
+    yield folder
+    if os.environ.get(SCREENSHOTS_ENV):
+        target = Path(os.environ[SCREENSHOTS_ENV])
+        target.mkdir(parents=True, exist_ok=True)
+        for png in folder.glob("*.png"):
+            shutil.copy(png, target / png.name)
+
+
+@contextmanager
+def tab(browser, site: Path):
+    """A page that records console errors and every request; on leaving, there must be no
+    error and no request outside the site's folder."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    errors: list[str] = []
+    requests: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("request", lambda r: requests.append(r.url))
+    yield page
+    page.close()
+    assert errors == []
+    outside = [u for u in requests if not u.startswith(site.as_uri() + "/")]
+    assert requests and outside == []
+
+
+def ledger_count(night: Night, where: str) -> int:
+    conn = sqlite3.connect(night.state_dir / "ledger.sqlite")
+    try:
+        return conn.execute(f"SELECT COUNT(*) FROM experiments WHERE {where}").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def copy_state(night: Night, state: Path, with_artifacts: bool) -> Path:
+    """What a report reads of the night's state folder: the ledger, the code blobs and
+    (optionally) the artifacts."""
+    state.mkdir()
+    shutil.copy(night.state_dir / "ledger.sqlite", state)
+    for folder in ("blobs", "artifacts")[: 2 if with_artifacts else 1]:
+        shutil.copytree(night.state_dir / folder, state / folder)
+    return state
+
+
+def test_from_the_index_to_an_experiment_and_its_baseline(browser, night, site, screenshots):
+    after = ledger_result(night, night.bench_after)["shapes"][0]
+    before = ledger_result(night, night.bench_before)["shapes"][0]
+    answers = "json_extract(result, '$.hypothesis_answer.answer')"
+    with tab(browser, site) as page:
+        page.goto((site / "index.html").as_uri())
+        claim = page.locator("#regressions li").filter(has_text=night.bench_after).inner_text()
+        shown = re.search(r"time ratio ([\d.]+), 95% CI \[([\d.]+), ([\d.]+)\]", claim)
+        assert shown, claim
+        for text, value in zip(shown.groups(), (after["ratio"], after["ci_low"], after["ci_high"])):
+            assert close_to(float(text), value), (claim, after)
+        supported = ledger_count(night, f"{answers} = 'supported'")
+        contradicted = ledger_count(night, f"{answers} = 'contradicted'")
+        hypotheses = page.locator("#card-hypotheses b").inner_text()
+        assert hypotheses == f"{supported} / {contradicted}" and supported == 2
+        assert page.locator("tr.exp").count() == ledger_count(night, "1=1")
+        page.screenshot(path=screenshots / "report-index.png", full_page=True)
+
+        page.click(f"#row-{night.bench_after} a")
+        assert page.url.endswith(f"/experiments/{night.bench_after}.html")
+        key = numbers_in(page.locator("#key-number .num").inner_text())
+        assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
+        assert close_to(
+            numbers_in(page.locator("#conditions td.left").inner_text())[0], after["ratio"]
+        )
+        assert page.locator("#verdict").inner_text() == after["verdict"] == "slower"
+        code = page.locator("#code").inner_text()
+        assert "Changed against" in code and "+    for _ in range(8):" in code
+        page.screenshot(path=screenshots / "report-experiment.png", full_page=True)
+
+        page.click("#baseline a")
+        assert page.url.endswith(f"/experiments/{night.bench_before}.html")
+        median = numbers_in(page.locator("#key-number .num").inner_text())
+        assert close_to(median[0], before["candidate"]["median_ms"])
+        assert page.locator("#used-by a").inner_text() == night.bench_after
+
+
+def test_a_failing_check_shows_its_verdict_plot_and_text(browser, night, site):
+    failed = ledger_result(night, night.numerics_fail)
+    with tab(browser, site) as page:
+        page.goto((site / "experiments" / f"{night.numerics_fail}.html").as_uri())
+        assert page.locator("#verdict").inner_text() == failed["verdict"] == "fail"
+        assert page.locator("#answer").inner_text() == "contradicted"
+        assert page.eval_on_selector("img.artifact", "img => img.naturalWidth") > 100
+        assert "worst_cases.json" in page.locator("#artifacts").inner_text()
+        assert "return x - y" in page.locator("body").inner_text()  # source= as code
+
+        page.goto((site / "experiments" / f"{night.compile}.html").as_uri())
+        artifacts = page.locator("#artifacts")
+        assert "kernel.ptx" in artifacts.inner_text() and ".version" in artifacts.inner_text()
+        download = artifacts.locator("a[download]").filter(has_text="Download").first
+        assert download.get_attribute("href").endswith("kernel.cubin")
+
+
+def test_the_filters_show_one_tool(browser, night, site):
+    with tab(browser, site) as page:
+        page.goto((site / "index.html").as_uri())
+        page.select_option("select[data-facet=tool]", "microbench")
+        assert page.locator("tr.exp:visible").count() == ledger_count(night, "tool='microbench'")
+        assert page.url.endswith("#tool=microbench")
+        page.reload()  # the choice lives in the URL
+        assert page.locator("tr.exp:visible").count() == 2
+
+
+def test_an_empty_ledger_in_the_browser(browser, tmp_path):
+    written = build_report(tmp_path / "state", tmp_path / "site", Filters())
+    with tab(browser, tmp_path / "site") as page:
+        page.goto(written.index.as_uri())
+        text = page.locator("#empty").inner_text()
+        assert "No experiments yet" in text and "infra-agent call check_numerics" in text
+
+
+def test_pruned_artifacts_are_named_missing(browser, night, tmp_path):
+    state = copy_state(night, tmp_path / "state", with_artifacts=True)
+    shutil.rmtree(state / "artifacts" / night.numerics_fail)
+    build_report(state, tmp_path / "site", Filters())
+    with tab(browser, tmp_path / "site") as page:
+        page.goto((tmp_path / "site" / "experiments" / f"{night.numerics_fail}.html").as_uri())
+        assert page.locator(".artifact-missing").count() == 2  # the plot and worst_cases.json
+        assert page.locator("img").count() == 0
+
+
+def test_ten_thousand_rows_paginate(browser, night, tmp_path):
+    state = copy_state(night, tmp_path / "state", with_artifacts=False)
+    total = grow_ledger(state / "ledger.sqlite", 10_000)
+    written = build_report(state, tmp_path / "site", Filters())
+    pages = math.ceil(total / PAGE_ROWS)
+    assert (written.num_experiments, written.num_index_pages) == (total, pages)
+    with tab(browser, tmp_path / "site") as page:
+        page.goto(written.index.as_uri())
+        assert page.locator("tr.exp").count() == PAGE_ROWS
+        assert f"page 1 of {pages}" in page.locator("nav.pages").inner_text()
+        page.click("nav.pages a[rel=next]")
+        assert page.url.endswith("/index-2.html")
+        assert page.locator("tr.exp").count() == PAGE_ROWS
+        assert "(continued)" in page.locator("tr.chain").first.inner_text()  # a 2,001-row chain
+        page.goto((tmp_path / "site" / f"index-{pages}.html").as_uri())
+        assert page.locator("tr.exp").count() == total - (pages - 1) * PAGE_ROWS
