@@ -5,7 +5,6 @@ code diff and artifacts; render.py writes the pages from templates/."""
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 
 from .model import Filters, load_report
@@ -19,14 +18,7 @@ DEFAULT_FOLDER = "report"  # under the workspace's state folder
 def build_report(state_dir: Path, site: Path, filters: Filters) -> Written:
     """Read the ledger under `state_dir` and write the site into `site` (replacing an earlier
     report there)."""
-    # Reading 10,000 rows makes millions of small objects that all live until the end:
-    # the cyclic collector would walk them again and again for nothing (half the load time).
-    gc.disable()
-    try:
-        report = load_report(state_dir, filters)
-    finally:
-        gc.enable()
-    return write_site(report, site)
+    return write_site(load_report(state_dir, filters), site)
 
 
 def report_for_workspace(

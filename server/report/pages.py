@@ -63,7 +63,7 @@ DiffCache = dict[tuple[frozenset[tuple[str, FileEntry]], ...], list[FileChange]]
 
 
 def experiment_page(
-    report: Report, exp: Experiment, site: Path, diffs: DiffCache
+    report: Report, exp: Experiment, site: Path | None, diffs: DiffCache
 ) -> ExperimentPage:
     changes: list[FileChange] = []
     against = report.by_id.get(exp.code_against or "")
@@ -95,15 +95,20 @@ def artifact_kind(name: str) -> ArtifactKind:
     return "text" if is_text(mime) else "binary"
 
 
-def _artifact(state_dir: Path, experiment_id: str, name: str, site: Path) -> Artifact:
-    source = state_dir / "artifacts" / experiment_id / name
+def artifact_file(state_dir: Path, experiment_id: str, name: str) -> Path:
+    return state_dir / "artifacts" / experiment_id / name
+
+
+def _artifact(state_dir: Path, experiment_id: str, name: str, site: Path | None) -> Artifact:
+    source = artifact_file(state_dir, experiment_id, name)
     href = f"{SITE_ARTIFACTS}/{experiment_id}/{name}"
     kind = artifact_kind(name)
     if not source.is_file():
         return Artifact(name, kind, False, href, 0, None, False)
-    target = site / href
-    target.parent.mkdir(parents=True, exist_ok=True)
-    _link_or_copy(source, target)
+    if site is not None:
+        target = site / href
+        target.parent.mkdir(parents=True, exist_ok=True)
+        _link_or_copy(source, target)
     text, cut = None, False
     if kind == "text":
         with source.open("rb") as f:

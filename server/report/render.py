@@ -57,25 +57,48 @@ def experiment_href(experiment_id: str) -> str:
     return f"experiments/{experiment_id}.html"
 
 
+class Renderer:
+    """The HTML of one report's pages, for the static site and the live /ui alike (the same
+    relative links: index pages at the root, experiments/ and artifacts/ below it)."""
+
+    def __init__(self, report: Report):
+        self.report = report
+        self.pages = paginate(report.chains)
+        self._env = _environment()
+        self._facets = facets(report)
+        self._diffs: DiffCache = {}
+
+    def index(self, number: int) -> str:
+        """Index page `number` (1-based; IndexError past the last)."""
+        if not 1 <= number <= len(self.pages):
+            raise IndexError(number)
+        return self._env.get_template("index.html").render(
+            report=self.report,
+            page=self.pages[number - 1],
+            num_pages=len(self.pages),
+            facets=self._facets,
+            root=".",
+        )
+
+    def experiment(self, exp: Experiment, site: Path | None) -> str:
+        """An experiment's page; its artifacts are copied into `site` (None: served from the
+        state folder, as /ui does)."""
+        view = experiment_page(self.report, exp, site, self._diffs)
+        return self._env.get_template("experiment.html").render(
+            report=self.report, page=view, exp=exp, root=".."
+        )
+
+
 def write_site(report: Report, site: Path) -> Written:
     _prepare(site)
-    env = _environment()
-    pages = paginate(report.chains)
-    index = env.get_template("index.html")
-    choices = facets(report)
-    for page in pages:
-        html = index.render(
-            report=report, page=page, num_pages=len(pages), facets=choices, root="."
-        )
-        (site / page.filename).write_text(html, encoding="utf-8")
-    experiment = env.get_template("experiment.html")
+    renderer = Renderer(report)
+    for page in renderer.pages:
+        (site / page.filename).write_text(renderer.index(page.number), encoding="utf-8")
     (site / "experiments").mkdir()
-    diffs: DiffCache = {}
     for exp in report.experiments:
-        view = experiment_page(report, exp, site, diffs)
-        html = experiment.render(report=report, page=view, exp=exp, root="..")
+        html = renderer.experiment(exp, site)
         (site / experiment_href(exp.id)).write_text(html, encoding="utf-8")
-    return Written(site / "index.html", len(report.experiments), len(pages))
+    return Written(site / "index.html", len(report.experiments), len(renderer.pages))
 
 
 def paginate(chains: list[Chain]) -> list[IndexPage]:

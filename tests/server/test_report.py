@@ -12,9 +12,12 @@ import os
 import re
 import shutil
 import sqlite3
+import subprocess
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 from report_ledger import Night, grow_ledger, make_night
 from typer.testing import CliRunner
@@ -162,10 +165,11 @@ def screenshots(tmp_path_factory):
 
 
 @contextmanager
-def tab(browser, site: Path):
+def tab(browser, site: Path | str):
     """A page that records console errors and every request; on leaving, there must be no
-    error and no request outside the site's folder."""
-    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    error and no request outside the site's folder (or URL)."""
+    page = browser.new_page()  # a Browser's or a BrowserContext's
+    page.set_viewport_size({"width": 1280, "height": 900})
     errors: list[str] = []
     requests: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
@@ -174,7 +178,8 @@ def tab(browser, site: Path):
     yield page
     page.close()
     assert errors == []
-    outside = [u for u in requests if not u.startswith(site.as_uri() + "/")]
+    origin = site if isinstance(site, str) else site.as_uri() + "/"
+    outside = [u for u in requests if not u.startswith(origin)]
     assert requests and outside == []
 
 
@@ -294,3 +299,49 @@ def test_ten_thousand_rows_paginate(browser, night, tmp_path):
         assert "(continued)" in page.locator("tr.chain").first.inner_text()  # a 2,001-row chain
         page.goto((tmp_path / "site" / f"index-{pages}.html").as_uri())
         assert page.locator("tr.exp").count() == total - (pages - 1) * PAGE_ROWS
+
+
+def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
+    from test_transports import TOKEN, _start_http, _stop, _wait_up
+
+    # a copy of the night: the new call below must not change the other tests' ledger
+    workspace = shutil.copytree(
+        night.workspace,
+        tmp_path / "ws",
+        ignore=shutil.ignore_patterns("jobs", "*-cache", "pkg", "snapshots"),
+    )
+    proc, mcp_url = _start_http(workspace, "--token", TOKEN)
+    ui = mcp_url.removesuffix("/mcp") + "/ui/"
+    token = {"Authorization": f"Bearer {TOKEN}"}
+    try:
+        _wait_up(proc, mcp_url)
+        assert httpx.get(ui, timeout=30).status_code == 401  # the token /mcp wants
+        rebound = httpx.get(ui, headers={**token, "host": "evil.example:80"}, timeout=30)
+        assert rebound.status_code == 421  # Host checked as /mcp checks it
+        assert httpx.post(ui, headers=token, timeout=30).status_code == 405  # read-only
+
+        context = browser.new_context(extra_http_headers=token)
+        after = ledger_result(night, night.bench_after)["shapes"][0]
+        with tab(context, ui) as page:
+            page.goto(ui)
+            assert page.locator("tr.exp").count() == 5
+            page.click(f"#row-{night.bench_after} a")
+            key = numbers_in(page.locator("#key-number .num").inner_text())
+            assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
+            page.goto(ui + f"experiments/{night.numerics_fail}.html")
+            assert page.eval_on_selector("img.artifact", "img => img.naturalWidth") > 100
+            page.screenshot(path=screenshots / "report-live.png")
+
+            # an experiment lands (another process on the workspace): the next page load shows it
+            cli = Path(sys.executable).parent / "infra-agent"
+            call = subprocess.run(
+                [cli, "call", "list_kernels", "-w", workspace], capture_output=True, text=True
+            )
+            assert call.returncode == 0, call.stderr
+            page.goto(ui)
+            assert page.locator("tr.exp").count() == 6
+            assert page.locator("tr.exp").last.locator("td").nth(2).inner_text() == "list_kernels"
+        context.close()
+    finally:
+        stderr = _stop(proc)
+    assert "the report, live: http://127.0.0.1:" in stderr
