@@ -1,7 +1,7 @@
 """A night's ledger for the report's tests and bench/report_generation.py: real tool calls
 through the MCP server on a copy of the zoo (a passing and a failing numerics check, a
-microbench A/B across an edit of the kernel, a compile), and a way to grow it to thousands
-of rows by copying them."""
+microbench A/B across an edit of the kernel, a compile, a profile with its Perfetto
+trace), and a way to grow it to thousands of rows by copying them."""
 
 from __future__ import annotations
 
@@ -31,6 +31,7 @@ class Night(NamedTuple):
     bench_before: str  # microbench of the zoo's vector_add
     bench_after: str  # microbench of the edited file, baseline=bench_before
     compile: str
+    profile: str  # its artifacts: trace.perfetto.json and timeline.png
 
 
 def make_night(parent: Path) -> Night:
@@ -82,6 +83,9 @@ async def _calls(workspace: Path) -> Night:
                 expect=["ratio > 1.2"],
             )
             compiled = await call(client, "compile_kernel", kernel="vector_add", target="sm_80")
+            profiled = await call(
+                client, "profile", kernel="vector_add", impl="triton", calls=5, sample_threads=False
+            )
     finally:
         await server.aclose()
     return Night(
@@ -92,6 +96,7 @@ async def _calls(workspace: Path) -> Night:
         before["experiment_id"],
         after["experiment_id"],
         compiled["experiment_id"],
+        profiled["experiment_id"],
     )
 
 

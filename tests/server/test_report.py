@@ -60,7 +60,7 @@ def test_the_command_writes_a_site_with_a_page_per_experiment(night: Night, tmp_
     site = tmp_path / "site"
     result = runner.invoke(app, ["report", "-w", str(night.workspace), "--out", str(site)])
     assert result.exit_code == 0, result.output
-    assert "5 experiment(s), 1 index page(s)" in result.output
+    assert "6 experiment(s), 1 index page(s)" in result.output
     assert (site / "index.html").as_uri() in result.output
     index = (site / "index.html").read_text()
     for experiment_id in night[2:]:
@@ -255,6 +255,20 @@ def test_a_failing_check_shows_its_verdict_plot_and_text(browser, night, site):
         assert download.get_attribute("href").endswith("kernel.cubin")
 
 
+def test_a_trace_is_a_download_with_how_to_open_it(browser, night, site):
+    with tab(browser, site) as page:
+        page.goto((site / "experiments" / f"{night.profile}.html").as_uri())
+        artifacts = page.locator("#artifacts")
+        link = artifacts.locator("a[download]").filter(has_text="Download the trace")
+        href = link.get_attribute("href")
+        assert href == f"../artifacts/{night.profile}/trace.perfetto.json"
+        assert "ui.perfetto.dev" in artifacts.inner_text()
+        assert page.eval_on_selector("img.artifact", "img => img.naturalWidth") > 100
+    stored = night.state_dir / "artifacts" / night.profile / "trace.perfetto.json"
+    served = site / "artifacts" / night.profile / "trace.perfetto.json"
+    assert served.read_bytes() == stored.read_bytes() and "traceEvents" in stored.read_text()
+
+
 def test_the_filters_show_one_tool(browser, night, site):
     with tab(browser, site) as page:
         page.goto((site / "index.html").as_uri())
@@ -296,7 +310,9 @@ def test_ten_thousand_rows_paginate(browser, night, tmp_path):
         page.click("nav.pages a[rel=next]")
         assert page.url.endswith("/index-2.html")
         assert page.locator("tr.exp").count() == PAGE_ROWS
-        assert "(continued)" in page.locator("tr.chain").first.inner_text()  # a 2,001-row chain
+        assert (
+            "(continued)" in page.locator("tr.chain").first.inner_text()
+        )  # the A/B's chain: ~1,700 rows
         page.goto((tmp_path / "site" / f"index-{pages}.html").as_uri())
         assert page.locator("tr.exp").count() == total - (pages - 1) * PAGE_ROWS
 
@@ -324,7 +340,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
         after = ledger_result(night, night.bench_after)["shapes"][0]
         with tab(context, ui) as page:
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 5
+            assert page.locator("tr.exp").count() == 6
             page.click(f"#row-{night.bench_after} a")
             key = numbers_in(page.locator("#key-number .num").inner_text())
             assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
@@ -339,7 +355,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
             )
             assert call.returncode == 0, call.stderr
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 6
+            assert page.locator("tr.exp").count() == 7
             assert page.locator("tr.exp").last.locator("td").nth(2).inner_text() == "list_kernels"
         context.close()
     finally:
