@@ -1,16 +1,17 @@
 """A night's ledger for the report's tests and bench/report_generation.py: real tool calls
 through the MCP server on a copy of the zoo (a passing and a failing numerics check, a
 microbench A/B across an edit of the kernel, a compile, a profile with its Perfetto
-trace), and a way to grow it to thousands of rows by copying them."""
+trace, a candidate that does not parse), and a way to grow it to thousands of rows by copying them."""
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from pathlib import Path
 from typing import NamedTuple
 
 import anyio
-from conftest import call, copy_zoo
+from conftest import ToolCallError, call, copy_zoo
 from mcp import Client
 
 from infra_agent.server.app import build_server
@@ -20,6 +21,7 @@ LAUNCH = "    vector_add_kernel[grid](x, y, out, n_elements, BLOCK_SIZE=BLOCK_SI
 # The same answer from eight launches instead of one: clearly slower, whatever the machine.
 LAUNCH_8X = "    for _ in range(8):\n    " + LAUNCH
 SUBTRACTS = "def vector_add(x, y):\n    return x - y\n"
+DOES_NOT_PARSE = "def vector_add(x, y):\n    return x +\n"
 SHAPE = [{"N": 1000}]
 
 
@@ -32,6 +34,7 @@ class Night(NamedTuple):
     bench_after: str  # microbench of the edited file, baseline=bench_before
     compile: str
     profile: str  # its artifacts: trace.perfetto.json and timeline.png
+    broken: str  # a call that failed (status error)
 
 
 def make_night(parent: Path) -> Night:
@@ -86,6 +89,10 @@ async def _calls(workspace: Path) -> Night:
             profiled = await call(
                 client, "profile", kernel="vector_add", impl="triton", calls=5, sample_threads=False
             )
+            with contextlib.suppress(ToolCallError):  # the tool answers with the SyntaxError
+                await call(
+                    client, "check_numerics", **numerics, source=DOES_NOT_PARSE, entry="vector_add"
+                )
     finally:
         await server.aclose()
     return Night(
@@ -97,7 +104,16 @@ async def _calls(workspace: Path) -> Night:
         after["experiment_id"],
         compiled["experiment_id"],
         profiled["experiment_id"],
+        _last_id(workspace / ".infra-agent" / "ledger.sqlite"),  # an error reply names no id
     )
+
+
+def _last_id(ledger: Path) -> str:
+    conn = sqlite3.connect(ledger)
+    try:
+        return conn.execute("SELECT id FROM experiments ORDER BY seq DESC LIMIT 1").fetchone()[0]
+    finally:
+        conn.close()
 
 
 def grow_ledger(ledger: Path, total_rows: int) -> int:

@@ -60,7 +60,7 @@ def test_the_command_writes_a_site_with_a_page_per_experiment(night: Night, tmp_
     site = tmp_path / "site"
     result = runner.invoke(app, ["report", "-w", str(night.workspace), "--out", str(site)])
     assert result.exit_code == 0, result.output
-    assert "6 experiment(s), 1 index page(s)" in result.output
+    assert "7 experiment(s), 1 index page(s)" in result.output
     assert (site / "index.html").as_uri() in result.output
     index = (site / "index.html").read_text()
     for experiment_id in night[2:]:
@@ -217,6 +217,9 @@ def test_from_the_index_to_an_experiment_and_its_baseline(browser, night, site, 
         hypotheses = page.locator("#card-hypotheses b").inner_text()
         assert hypotheses == f"{supported} / {contradicted}" and supported == 2
         assert page.locator("tr.exp").count() == ledger_count(night, "1=1")
+        errors = ledger_count(night, "status = 'error'")
+        assert page.locator("#card-errors b").inner_text() == str(errors) == "1"
+        assert night.broken in page.locator("#errors li").inner_text()
         page.screenshot(path=screenshots / "report-index.png", full_page=True)
 
         page.click(f"#row-{night.bench_after} a")
@@ -238,7 +241,7 @@ def test_from_the_index_to_an_experiment_and_its_baseline(browser, night, site, 
         assert page.locator("#used-by a").inner_text() == night.bench_after
 
 
-def test_a_failing_check_shows_its_verdict_plot_and_text(browser, night, site):
+def test_a_failing_check_and_a_failed_call(browser, night, site):
     failed = ledger_result(night, night.numerics_fail)
     with tab(browser, site) as page:
         page.goto((site / "experiments" / f"{night.numerics_fail}.html").as_uri())
@@ -247,6 +250,10 @@ def test_a_failing_check_shows_its_verdict_plot_and_text(browser, night, site):
         assert page.eval_on_selector("img.artifact", "img => img.naturalWidth") > 100
         assert "worst_cases.json" in page.locator("#artifacts").inner_text()
         assert "return x - y" in page.locator("body").inner_text()  # source= as code
+
+        page.goto((site / "experiments" / f"{night.broken}.html").as_uri())
+        assert page.locator("#status").inner_text() == "error"
+        assert "SyntaxError" in page.locator("#summary-line").inner_text()
 
         page.goto((site / "experiments" / f"{night.compile}.html").as_uri())
         artifacts = page.locator("#artifacts")
@@ -340,7 +347,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
         after = ledger_result(night, night.bench_after)["shapes"][0]
         with tab(context, ui) as page:
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 6
+            assert page.locator("tr.exp").count() == 7
             page.click(f"#row-{night.bench_after} a")
             key = numbers_in(page.locator("#key-number .num").inner_text())
             assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
@@ -355,7 +362,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
             )
             assert call.returncode == 0, call.stderr
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 7
+            assert page.locator("tr.exp").count() == 8
             assert page.locator("tr.exp").last.locator("td").nth(2).inner_text() == "list_kernels"
         context.close()
     finally:
