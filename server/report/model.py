@@ -81,7 +81,7 @@ class Experiment:
     started_at: float  # Unix s
     duration_s: float | None
     summary: str  # the call's one-line answer, or its error
-    answer: str  # hypothesis_answer: supported ... not_judged; 'error' when the call failed
+    answer: str  # hypothesis_answer: supported ... not_judged; running; error (the call failed)
     conditions: list[Condition]
     criteria: list[Condition]  # serve_benchmark's acceptance criteria
     criteria_answer: str | None
@@ -186,7 +186,7 @@ def _experiment(row: dict) -> Experiment:
     criteria = _mapping(result.get("criteria"))
     baseline = args.get("baseline")
     status = row["status"]
-    exp = Experiment(
+    return Experiment(
         seq=row["seq"],
         id=row["id"],
         tool=row["tool"],
@@ -197,7 +197,7 @@ def _experiment(row: dict) -> Experiment:
         started_at=row["started_at"],
         duration_s=row.get("duration_s"),
         summary=(result.get("summary") or "") if status == "ok" else (row.get("error") or status),
-        answer=hyp.get("answer", "not_judged") if status == "ok" else "error",
+        answer=_answer(status, hyp),
         conditions=_conditions(hyp),
         criteria=_conditions(criteria),
         criteria_answer=criteria_answer(row["tool"], result),
@@ -217,7 +217,13 @@ def _experiment(row: dict) -> Experiment:
         git_commit=row.get("git_commit"),
         run_id=row.get("run_id"),
     )
-    return exp
+
+
+def _answer(status: str, hypothesis_answer: dict) -> str:
+    """The hypothesis' answer; 'running' for a call still open, 'error' for one that failed."""
+    if status == "ok":
+        return hypothesis_answer.get("answer", "not_judged")
+    return "running" if status == "running" else "error"
 
 
 def _mapping(value: object) -> dict:

@@ -1,7 +1,8 @@
 """A night's ledger for the report's tests and bench/report_generation.py: real tool calls
 through the MCP server on a copy of the zoo (a passing and a failing numerics check, a
 microbench A/B across an edit of the kernel, a compile, a profile with its Perfetto
-trace, a candidate that does not parse), and a way to grow it to thousands of rows by copying them."""
+trace, a candidate that does not parse), and a way to grow it to thousands of rows by
+copying them."""
 
 from __future__ import annotations
 
