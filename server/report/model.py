@@ -92,6 +92,7 @@ class Experiment:
     baseline_id: str | None  # an experiment id named as baseline=
     baseline_label: str | None  # baseline= as given (an impl name, or that id)
     code: Manifest | None
+    result: dict  # the tool's output as the ledger holds it ({} when the call failed)
     artifact_names: list[str]
     arguments: dict
     device: dict
@@ -210,6 +211,7 @@ def _experiment(row: dict) -> Experiment:
         else None,
         baseline_label=baseline if isinstance(baseline, str) and len(baseline) < 80 else None,
         code=Manifest.from_json(row.get("code")),
+        result=result,
         artifact_names=[uri.rsplit("/", 1)[-1] for uri in row.get("artifacts") or []],
         arguments=args,
         device=row.get("device") or {},

@@ -1,10 +1,13 @@
 """What one experiment's page shows beyond its ledger row: the code diff against the
-experiment it is compared with (from the code snapshots), and its artifacts, copied into
-the site so the page opens from disk. An artifact whose file is gone (pruned, or a plot
-that was never drawn) is listed as missing, never an error."""
+experiment it is compared with (from the code snapshots), the result fields that moved
+against its baseline (compare_experiments' diff), and its artifacts, copied into the site
+so the page opens from disk, and each IR or assembly dump diffed against the baseline's
+(compile_kernel's kernel.sass against its baseline's). An artifact whose file is
+gone (pruned, or a plot that was never drawn) is listed as missing, never an error."""
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 from dataclasses import dataclass
@@ -12,11 +15,17 @@ from pathlib import Path
 from typing import Literal
 
 from ...kernels.snapshots import BlobStore, FileEntry, Manifest
-from ...tools.common.code_diff import FileChange, code_changes
+from ...tools.common.code_diff import MAX_DIFF_CHARS, FileChange, code_changes
+from ...tools.common.diff import Change
+from ...tools.compare_experiments import diff_results
 from ..resources import is_text, mime_type_of
 from .model import Experiment, Report
 
 MAX_INLINE_TEXT = 60_000  # characters of a text artifact shown on the page; the file is linked
+MAX_RESULT_CHANGES = 30  # result fields shown moved against the baseline, largest first
+BASELINE_TWIN = "baseline-"  # prefix of an artifact stored for the baseline's side
+# IR and assembly dumps: diffed against the baseline's (other text artifacts are shown only)
+IR_SUFFIXES = {".ttir", ".ttgir", ".llir", ".ll", ".ptx", ".sass", ".amdgcn", ".mlir"}
 SITE_ARTIFACTS = "artifacts"  # folder of the site the files are copied into
 PERFETTO_HOWTO = (
     "Open https://ui.perfetto.dev in a browser, choose 'Open trace file' and pick the "
@@ -38,10 +47,19 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class ArtifactDiff:
+    name: str  # the artifact, e.g. kernel.sass
+    diff: str  # unified, the baseline's -> this experiment's, cut at MAX_DIFF_CHARS
+
+
+@dataclass(frozen=True)
 class ExperimentPage:
     experiment: Experiment
     code_changes: list[FileChange]  # against experiment.code_against; empty when the same
+    result_changes: list[Change]  # numeric fields against the baseline, largest ratio first
+    num_result_changes: int  # before the cut at MAX_RESULT_CHANGES
     artifacts: list[Artifact]
+    artifact_diffs: list[ArtifactDiff]
     perfetto_howto: str = PERFETTO_HOWTO
 
     @property
@@ -73,8 +91,54 @@ def experiment_page(
         if key not in diffs:
             diffs[key] = code_changes(BlobStore(report.state_dir), against.code, exp.code)
         changes = diffs[key]
+    baseline = report.by_id.get(exp.baseline_id or "")
+    moved = _result_changes(baseline, exp)
     artifacts = [_artifact(report.state_dir, exp.id, name, site) for name in exp.artifact_names]
-    return ExperimentPage(exp, changes, artifacts)
+    return ExperimentPage(
+        exp,
+        changes,
+        moved[:MAX_RESULT_CHANGES],
+        len(moved),
+        artifacts,
+        _artifact_diffs(report.state_dir, exp, baseline, artifacts),
+    )
+
+
+def _result_changes(baseline: Experiment | None, exp: Experiment) -> list[Change]:
+    if baseline is None or not baseline.result or not exp.result:
+        return []
+    numeric = diff_results(baseline.result, exp.result)["numeric_changes"]
+    return sorted(numeric, key=lambda c: -abs((c.ratio or 1.0) - 1.0))
+
+
+def _artifact_diffs(
+    state_dir: Path, exp: Experiment, baseline: Experiment | None, artifacts: list[Artifact]
+) -> list[ArtifactDiff]:
+    """Each IR or assembly dump against the baseline's: the twin this call stored for its
+    baseline (baseline-kernel.sass), else the baseline experiment's own file of that name."""
+    diffs = []
+    present = {a.name for a in artifacts if a.present}
+    for name in sorted(present):
+        if Path(name).suffix not in IR_SUFFIXES or name.startswith(BASELINE_TWIN):
+            continue
+        before = None
+        if BASELINE_TWIN + name in present:
+            before = artifact_file(state_dir, exp.id, BASELINE_TWIN + name)
+        elif baseline is not None and name in baseline.artifact_names:
+            before = artifact_file(state_dir, baseline.id, name)
+        if before is None or not before.is_file():
+            continue
+        lines = difflib.unified_diff(
+            before.read_text(errors="replace").splitlines(keepends=True),
+            artifact_file(state_dir, exp.id, name).read_text(errors="replace").splitlines(True),
+            f"baseline/{name}",
+            name,
+        )
+        body = "".join(lines) or "(the same text)\n"
+        if len(body) > MAX_DIFF_CHARS:
+            body = body[:MAX_DIFF_CHARS] + f"\n... ({len(body) - MAX_DIFF_CHARS} more chars)\n"
+        diffs.append(ArtifactDiff(name, body))
+    return diffs
 
 
 def _items(manifest: Manifest) -> frozenset[tuple[str, FileEntry]]:

@@ -1,6 +1,6 @@
 """A night's ledger for the report's tests and bench/report_generation.py: real tool calls
 through the MCP server on a copy of the zoo (a passing and a failing numerics check, a
-microbench A/B across an edit of the kernel, a compile, a profile with its Perfetto
+microbench A/B across an edit of the kernel, a compile A/B, a profile with its Perfetto
 trace, a candidate that does not parse), and a way to grow it to thousands of rows by
 copying them."""
 
@@ -34,6 +34,7 @@ class Night(NamedTuple):
     bench_before: str  # microbench of the zoo's vector_add
     bench_after: str  # microbench of the edited file, baseline=bench_before
     compile: str
+    compile_after: str  # BLOCK_SIZE 256 instead of 1024, baseline=compile
     profile: str  # its artifacts: trace.perfetto.json and timeline.png
     broken: str  # a call that failed (status error)
 
@@ -87,6 +88,14 @@ async def _calls(workspace: Path) -> Night:
                 expect=["ratio > 1.2"],
             )
             compiled = await call(client, "compile_kernel", kernel="vector_add", target="sm_80")
+            smaller_blocks = await call(
+                client,
+                "compile_kernel",
+                kernel="vector_add",
+                source=impl.read_text().replace("BLOCK_SIZE = 1024", "BLOCK_SIZE = 256"),
+                target="sm_80",
+                baseline=compiled["experiment_id"],
+            )
             profiled = await call(
                 client, "profile", kernel="vector_add", impl="triton", calls=5, sample_threads=False
             )
@@ -104,6 +113,7 @@ async def _calls(workspace: Path) -> Night:
         before["experiment_id"],
         after["experiment_id"],
         compiled["experiment_id"],
+        smaller_blocks["experiment_id"],
         profiled["experiment_id"],
         _last_id(workspace / ".infra-agent" / "ledger.sqlite"),  # an error reply names no id
     )

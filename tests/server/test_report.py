@@ -60,7 +60,7 @@ def test_the_command_writes_a_site_with_a_page_per_experiment(night: Night, tmp_
     site = tmp_path / "site"
     result = runner.invoke(app, ["report", "-w", str(night.workspace), "--out", str(site)])
     assert result.exit_code == 0, result.output
-    assert "7 experiment(s), 1 index page(s)" in result.output
+    assert "8 experiment(s), 1 index page(s)" in result.output
     assert (site / "index.html").as_uri() in result.output
     index = (site / "index.html").read_text()
     for experiment_id in night[2:]:
@@ -262,6 +262,20 @@ def test_a_failing_check_and_a_failed_call(browser, night, site):
         assert download.get_attribute("href").endswith("kernel.cubin")
 
 
+def test_a_compile_against_its_baseline_shows_what_moved(browser, night, site):
+    before = ledger_result(night, night.compile)["kernels"][0]
+    after = ledger_result(night, night.compile_after)["kernels"][0]
+    assert before["registers_per_thread"] != after["registers_per_thread"]
+    with tab(browser, site) as page:
+        page.goto((site / "experiments" / f"{night.compile_after}.html").as_uri())
+        row = page.locator("#result-changes tr").filter(has_text="0.registers_per_thread")
+        shown = numbers_in(" ".join(row.locator("td.num").all_inner_texts()[:2]))
+        assert shown == [before["registers_per_thread"], after["registers_per_thread"]]
+        # the IR against the baseline experiment's: the block of 1024 became 256
+        ttir = page.locator("#artifact-diffs [data-artifact='kernel.ttir'] pre").inner_text()
+        assert re.search(r"^-.*1024", ttir, re.M) and re.search(r"^\+.*256", ttir, re.M), ttir
+
+
 def test_a_trace_is_a_download_with_how_to_open_it(browser, night, site):
     with tab(browser, site) as page:
         page.goto((site / "experiments" / f"{night.profile}.html").as_uri())
@@ -347,7 +361,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
         after = ledger_result(night, night.bench_after)["shapes"][0]
         with tab(context, ui) as page:
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 7
+            assert page.locator("tr.exp").count() == 8
             page.click(f"#row-{night.bench_after} a")
             key = numbers_in(page.locator("#key-number .num").inner_text())
             assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
@@ -362,7 +376,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
             )
             assert call.returncode == 0, call.stderr
             page.goto(ui)
-            assert page.locator("tr.exp").count() == 8
+            assert page.locator("tr.exp").count() == 9
             assert page.locator("tr.exp").last.locator("td").nth(2).inner_text() == "list_kernels"
         context.close()
     finally:
