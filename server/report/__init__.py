@@ -1,7 +1,8 @@
 """The morning report: what the agent did overnight, as a static site over the ledger
-(`infra-agent report`). model.py reads the ledger into typed experiments, chains and a
-summary; numbers.py picks each experiment's key number; pages.py adds one experiment's
-code diff and artifacts; render.py writes the pages from templates/."""
+(`infra-agent report`) and live at /ui (live.py). rows.py reads one ledger row into a typed
+experiment (numbers.py picks its key number and claims); model.py links them into chains
+and a summary; pages.py adds one experiment's diffs and artifacts; render.py writes the
+pages from templates/."""
 
 from __future__ import annotations
 

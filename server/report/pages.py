@@ -19,7 +19,8 @@ from ...tools.common.code_diff import MAX_DIFF_CHARS, FileChange, code_changes
 from ...tools.common.diff import Change
 from ...tools.compare_experiments import diff_results
 from ..resources import is_text, mime_type_of
-from .model import Experiment, Report
+from .model import Report
+from .rows import Experiment
 
 MAX_INLINE_TEXT = 60_000  # characters of a text artifact shown on the page; the file is linked
 MAX_RESULT_CHANGES = 30  # result fields shown moved against the baseline, largest first

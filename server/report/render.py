@@ -17,9 +17,10 @@ from pathlib import Path
 
 import jinja2
 
-from .model import Chain, ChainRow, Experiment, Report
+from .model import Chain, ChainRow, Report
 from .numbers import fmt
 from .pages import DiffCache, experiment_page
+from .rows import Experiment
 
 PAGE_ROWS = 200  # timeline rows per index page: a 10,000-row night stays quick to open
 MARKER = ".infra-agent-report"  # a folder holding it is a report this command may replace
