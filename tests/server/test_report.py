@@ -220,7 +220,7 @@ def test_from_the_index_to_an_experiment_and_its_baseline(browser, night, site, 
         errors = ledger_count(night, "status = 'error'")
         assert page.locator("#card-errors b").inner_text() == str(errors) == "1"
         assert night.broken in page.locator("#errors li").inner_text()
-        page.screenshot(path=screenshots / "report-index.png", full_page=True)
+        page.screenshot(path=screenshots / "report-index.png")  # the first screen
 
         page.click(f"#row-{night.bench_after} a")
         assert page.url.endswith(f"/experiments/{night.bench_after}.html")
@@ -232,7 +232,7 @@ def test_from_the_index_to_an_experiment_and_its_baseline(browser, night, site, 
         assert page.locator("#verdict").inner_text() == after["verdict"] == "slower"
         code = page.locator("#code").inner_text()
         assert "Changed against" in code and "+    for _ in range(8):" in code
-        page.screenshot(path=screenshots / "report-experiment.png", full_page=True)
+        page.screenshot(path=screenshots / "report-experiment.png")
 
         page.click("#baseline a")
         assert page.url.endswith(f"/experiments/{night.bench_before}.html")
