@@ -1,7 +1,8 @@
 """The report live at /ui on `infra-agent serve --http`: the static site's pages, made from
-the ledger at each request (they follow the night as experiments land), read-only (GET
-only), behind the server's bearer token (server/http.py wraps every path) and the same
-Host/Origin checks as /mcp (the settings object /mcp gets)."""
+the ledger at each request (they follow the night as experiments land; the index reloads
+itself every REFRESH_S), read-only (GET only), behind the server's bearer token
+(server/http.py wraps every path) and the same Host/Origin checks as /mcp (the settings
+object /mcp gets)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from .pages import artifact_file
 from .render import Renderer
 
 UI_PATH = "/ui"
+REFRESH_S = 30  # the index reloads itself: a night's page left open follows it
 # The pages need nothing from elsewhere: the browser is told so, and blocks anything else.
 HEADERS = {
     "Cache-Control": "no-store",
@@ -57,7 +59,7 @@ def _answer(state_dir: Path, request: Request) -> Response:
         return RedirectResponse(UI_PATH + "/")  # the pages' relative links start below /ui/
     if "name" in params:
         return _artifact(state_dir, params["experiment_id"], params["name"])
-    renderer = Renderer(load_report(state_dir, Filters()))
+    renderer = Renderer(load_report(state_dir, Filters()), refresh_s=REFRESH_S)
     if "experiment_id" in params:
         exp = renderer.report.by_id.get(params["experiment_id"])
         if exp is None:

@@ -62,8 +62,10 @@ class Renderer:
     """The HTML of one report's pages, for the static site and the live /ui alike (the same
     relative links: index pages at the root, experiments/ and artifacts/ below it)."""
 
-    def __init__(self, report: Report):
+    def __init__(self, report: Report, refresh_s: int | None = None):
+        """`refresh_s`: index pages reload themselves this often (the live /ui)."""
         self.report = report
+        self.refresh_s = refresh_s
         self.pages = paginate(report.chains)
         self._env = _environment()
         self._facets = facets(report)
@@ -79,6 +81,7 @@ class Renderer:
             num_pages=len(self.pages),
             facets=self._facets,
             root=".",
+            refresh_s=self.refresh_s,
         )
 
     def experiment(self, exp: Experiment, site: Path | None) -> str:
@@ -86,7 +89,7 @@ class Renderer:
         state folder, as /ui does)."""
         view = experiment_page(self.report, exp, site, self._diffs)
         return self._env.get_template("experiment.html").render(
-            report=self.report, page=view, exp=exp, root=".."
+            report=self.report, page=view, exp=exp, root="..", refresh_s=None
         )
 
 

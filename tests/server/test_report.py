@@ -69,6 +69,7 @@ def test_the_command_writes_a_site_with_a_page_per_experiment(night: Night, tmp_
     # the failing check's plot is a file of the site, so the page opens from disk anywhere
     assert (site / "artifacts" / night.numerics_fail / "error_histogram.png").is_file()
     assert not re.search(r"""(src|href)="(https?:)?//""", index)  # nothing from elsewhere
+    assert 'http-equiv="refresh"' not in index  # a file does not change: only /ui reloads
 
     # a second run replaces its own report; a folder that holds something else is left alone
     again = runner.invoke(app, ["report", "-w", str(night.workspace), "--out", str(site)])
@@ -362,6 +363,7 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
         with tab(context, ui) as page:
             page.goto(ui)
             assert page.locator("tr.exp").count() == 8
+            assert page.locator("meta[http-equiv=refresh]").get_attribute("content") == "30"
             page.click(f"#row-{night.bench_after} a")
             key = numbers_in(page.locator("#key-number .num").inner_text())
             assert all(map(close_to, key, (after["ratio"], after["ci_low"], after["ci_high"])))
