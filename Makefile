@@ -26,6 +26,17 @@ system:
 	    echo "warning: bubblewrap/libseccomp2 missing and cannot apt-get them; the sandbox will report isolation=none" >&2; \
 	  fi; \
 	fi
+# Debian's chromium: the report's browser tests drive it through playwright (the test extra;
+# never `playwright install`, which downloads a browser of its own). Optional: they skip without it.
+	@if [ ! -x /usr/bin/chromium ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing chromium (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null \
+	      || echo "warning: chromium install failed; the report's browser tests will be skipped" >&2; \
+	  else \
+	    echo "warning: chromium missing and cannot apt-get it; the report's browser tests will be skipped" >&2; \
+	  fi; \
+	fi
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || python3 -m venv $(VENV)

@@ -313,6 +313,35 @@ def experiments(
 
 
 @app.command()
+def report(
+    workspace: WorkspaceOpt = None,
+    since: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 12h.")] = None,
+    until: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 1h.")] = None,
+    kernel: Annotated[Optional[str], typer.Option(help="Only this kernel.")] = None,
+    out_dir: Annotated[
+        Optional[Path],
+        typer.Option("--out", help="Folder for the site; default: <workspace state>/report."),
+    ] = None,
+) -> None:
+    """Write the morning report: a static site over the ledger (summary, timeline, one page per
+    experiment) that opens from disk."""
+    from .report import ReportError, report_for_workspace
+
+    try:
+        written = report_for_workspace(
+            workspace, since=since, until=until, kernel=kernel, site=out_dir
+        )
+    except ReportError as exc:
+        raise _fail(str(exc)) from None
+    out.print(
+        f"{written.num_experiments} experiment(s), {written.num_index_pages} index page(s): "
+        f"open {written.index.resolve().as_uri()}",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+@app.command()
 def config(
     client: Annotated[ClientName, typer.Option("--client", help="Which MCP client to configure.")],
     workspace: WorkspaceOpt = None,

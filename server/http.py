@@ -1,6 +1,6 @@
-"""Streamable HTTP transport: the Starlette app from the MCP SDK, plus optional bearer
-auth, served by uvicorn. DNS-rebinding protection (Host/Origin checks) is the SDK's,
-switched on automatically when binding a loopback address."""
+"""Streamable HTTP transport: the Starlette app from the MCP SDK at /mcp and the live report
+at /ui, behind optional bearer auth, served by uvicorn. DNS-rebinding protection
+(Host/Origin checks) is the SDK's, on when binding a loopback address, for both paths."""
 
 from __future__ import annotations
 
@@ -9,9 +9,11 @@ import json
 import socket
 
 import uvicorn
+from mcp.server.transport_security import TransportSecuritySettings
 from rich.console import Console
 
 from . import clients
+from .report.live import UI_PATH, ui_app
 from .stdio import SHUTDOWN_GRACE_S
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -51,8 +53,37 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+class WithUi:
+    """ASGI: /ui and below to the live report (server/report/live.py), the rest (and the
+    lifespan) to the MCP app."""
+
+    def __init__(self, mcp_app, ui_app):
+        self.mcp_app, self.ui_app = mcp_app, ui_app
+
+    async def __call__(self, scope, receive, send):
+        path = scope.get("path", "") if scope["type"] == "http" else ""
+        to_ui = path == UI_PATH or path.startswith(UI_PATH + "/")
+        await (self.ui_app if to_ui else self.mcp_app)(scope, receive, send)
+
+
+def loopback_protection(host: str) -> TransportSecuritySettings | None:
+    """DNS-rebinding protection as the SDK switches it on for a loopback bind, made here so
+    that /mcp and /ui check Host and Origin with the one same settings object."""
+    if host not in LOOPBACK:
+        return None
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+
+
 def build_app(server, host: str, token: str | None):
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    security = loopback_protection(host)
+    mcp_app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, host=host, transport_security=security
+    )
+    app = WithUi(mcp_app, ui_app(lambda: server.state.workspace.state_dir, security))
     return BearerAuth(app, token) if token else app
 
 
@@ -108,6 +139,10 @@ async def _announce(server, host: str, port: int, token: str | None) -> None:
         highlight=False,
     )
     console.print(f"{len(tools)} tools: " + ", ".join(t.name for t in tools), highlight=False)
+    console.print(
+        f"the report, live: http://{shown_host}:{port}{UI_PATH}/ (read-only; the same token)",
+        highlight=False,
+    )
     if host in LOOPBACK:
         console.print("DNS-rebinding protection: on (Host/Origin must be loopback)")
     else:

@@ -272,6 +272,32 @@ class Ledger:
         return self._read("PRAGMA integrity_check")[0][0] == "ok"
 
 
+def read_only_rows(
+    path: Path, *, since: float | None = None, until: float | None = None, kernel: str | None = None
+) -> list[dict]:
+    """The rows started in [since, until), oldest first, read without opening the ledger for
+    writing (a report must not mark another server's running calls interrupted). A missing
+    ledger file has no rows."""
+    if not Path(path).is_file():
+        return []
+    where, params = ["1=1"], list[object]()
+    for clause, value in (
+        ("started_at >= ?", since),
+        ("started_at < ?", until),
+        ("kernel = ?", kernel),
+    ):
+        if value is not None:
+            where.append(clause)
+            params.append(value)
+    conn = sqlite3.connect(f"{Path(path).resolve().as_uri()}?mode=ro", uri=True, timeout=10.0)
+    conn.row_factory = sqlite3.Row
+    try:
+        sql = f"SELECT * FROM experiments WHERE {' AND '.join(where)} ORDER BY seq"
+        return [_row(r) for r in conn.execute(sql, params).fetchall()]
+    finally:
+        conn.close()
+
+
 def _row(row: sqlite3.Row) -> dict[str, Any]:
     data = dict(row)
     for col in JSON_COLUMNS:

@@ -53,7 +53,7 @@ def module_workspace(tmp_path_factory) -> Path:
     return copy_zoo(tmp_path_factory.mktemp("transports"))
 
 
-def _start_http(workspace: Path):
+def _start_http(workspace: Path, *options: str):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
     proc = subprocess.Popen(
@@ -66,6 +66,7 @@ def _start_http(workspace: Path):
             str(port),
             "--workspace",
             str(workspace),
+            *options,
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
