@@ -17,7 +17,6 @@ its adapter's health path), and keeps the bookkeeping `list_serves` and `stop_se
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ import httpx
 
 from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, free_port
 from .adapters import EngineAdapter, EngineArgs
+from .engine_log import first_error_line
 from .interpreters import Interpreter
 from .unix_http import UnixSocketTransport
 
@@ -41,29 +41,6 @@ PACKAGE_MOUNT = "/opt/ia/pkgs"  # infra_agent.serving and .kernels, for the buil
 # the built-in engine, the specs it loads and the worker loader it loads them with;
 # never server/ or tools/
 ENGINE_PACKAGES = ("serving", "kernels", "sandbox")
-
-
-# "RuntimeError: ...", "torch.OutOfMemoryError: ...": an exception as Python prints it, on a line
-# not logged as a warning
-_EXCEPTION = re.compile(r"\b(?:[\w.]+\.)?[A-Z]\w*(?:Error|Exception): \S")
-_SCAN_BYTES = 64 << 20  # an engine's log is capped by its disk limit; read at most this much
-
-
-def first_error_line(log: Path) -> tuple[int, str] | None:
-    """(1-based line number, the line from its exception on) of the first exception in `log`."""
-    try:
-        with open(log, errors="replace") as f:
-            read = 0
-            for number, line in enumerate(f, 1):
-                read += len(line)
-                if read > _SCAN_BYTES:
-                    return None
-                match = _EXCEPTION.search(line)
-                if match and "WARNING" not in line[: match.start()]:
-                    return number, line[match.start() :].strip()[:500]
-    except OSError:
-        return None
-    return None
 
 
 class EngineError(Exception):

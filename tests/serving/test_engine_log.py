@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from infra_agent.serving.lifecycle import first_error_line
+from infra_agent.serving.engine_log import first_error_line
 
 RAISES = r"""
 import logging, sys
