@@ -22,7 +22,10 @@ loop: kv-0 sampled holding the GIL 37-51% of the window (at _copy_blocks_python)
 blocked on a futex 43-55% of dispatch; torch call: kv-0 holds the GIL 1-10% (its copy runs
 in C++), prefill-0 blocked 2-30%. Both threads need a CPU here, so on this overloaded host
 their running overlap is low either way (5-23%) and the findings vary between runs; what the
-test asserts is who holds the GIL.
+test asserts is who holds the GIL, as kv-0's share of the samples in which either thread held it
+(three runs on a quiet host: 0.44-0.50 for the Python loop, 0 for the torch call). The share of
+the window alone fell to 0.19 once in CI (a sampler short of CPU records fewer samples than its
+rate, and every share shrinks with it); the ratio does not depend on the undercount.
 """
 
 import base64
@@ -139,19 +142,41 @@ def _assert_two_rows_of_bars(data: bytes) -> None:
     )
 
 
+def _gil_shares(out: dict) -> dict[str, float]:
+    return {t["name"]: t["gil_held_fraction"] for t in out["threads"] if t["name"]}
+
+
+def _sampler_resolved(out: dict) -> bool:
+    """Two threads that run Python hold the GIL between them nearly all the window; a sampler starved
+    of CPU (a loaded 2-core CI box) records fewer samples than its rate and every share shrinks."""
+    gil = _gil_shares(out)
+    return gil["prefill-0"] + gil["kv-0"] >= 0.6
+
+
 async def test_copy_as_a_python_loop_holds_the_gil_one_torch_call_does_not(profile_client):
     outs = {}
     for copy in ("python", "torch"):
-        outs[copy] = await call(
-            profile_client,
-            "profile",
-            path="episode.py",
-            entry="copy_episode",
-            workload_args=[copy],
-            overlap=PAIR,
-        )
-    kv = {c: next(t for t in o["threads"] if t["name"] == "kv-0") for c, o in outs.items()}
-    assert kv["python"]["gil_held_fraction"] > 0.3 and kv["torch"]["gil_held_fraction"] < 0.2
+        for _ in range(2):  # a run the sampler could not resolve is measured once more
+            outs[copy] = await call(
+                profile_client,
+                "profile",
+                path="episode.py",
+                entry="copy_episode",
+                workload_args=[copy, 150],
+                overlap=PAIR,
+            )
+            if copy == "torch" or _sampler_resolved(outs[copy]):
+                break
+    # kv-0's share of the samples in which either thread held the GIL: a sampler's undercount
+    # scales both threads alike, so this ratio is what the mechanism fixes (~0.5 for two Python
+    # loops taking turns, ~0 for a copy that runs in C++ with the GIL released).
+    kv_share = {}
+    for copy, out in outs.items():
+        gil = _gil_shares(out)
+        held = gil["prefill-0"] + gil["kv-0"]
+        assert held > 0, f"py-spy saw no thread holding the GIL in the {copy} run"
+        kv_share[copy] = gil["kv-0"] / held
+    assert kv_share["python"] > 0.3 and kv_share["torch"] < 0.2, kv_share
     waits = {
         c: next(w for w in o["contention"]["waits"] if w["waiter"].startswith("prefill-0"))
         for c, o in outs.items()
