@@ -68,36 +68,25 @@ class EngineMetrics:
         self.gen_len = hist(
             "vllm:request_generation_tokens", "Generated tokens per request", TOKEN_BUCKETS
         )
-        self.running = Gauge(
-            "vllm:num_requests_running", "Requests in the running batch", labels, registry=r
-        ).labels(model_name)
-        self.waiting = Gauge(
-            "vllm:num_requests_waiting", "Requests waiting to be scheduled", labels, registry=r
-        ).labels(model_name)
-        self.kv_usage = Gauge(
-            "vllm:kv_cache_usage_perc",
-            "Fraction of KV-cache blocks in use (1 = full)",
-            labels,
-            registry=r,
-        ).labels(model_name)
-        self.prompt_tokens = Counter(
-            "vllm:prompt_tokens", "Prefill tokens processed", labels, registry=r
-        ).labels(model_name)
-        self.generation_tokens = Counter(
-            "vllm:generation_tokens", "Tokens generated", labels, registry=r
-        ).labels(model_name)
-        self.preemptions = Counter(
-            "vllm:num_preemptions", "Preemptions (recompute)", labels, registry=r
-        ).labels(model_name)
-        self.prefix_queries = Counter(
-            "vllm:prefix_cache_queries",
-            "Prompt tokens looked up in the prefix cache",
-            labels,
-            registry=r,
-        ).labels(model_name)
-        self.prefix_hits = Counter(
-            "vllm:prefix_cache_hits", "Of those, tokens found in the cache", labels, registry=r
-        ).labels(model_name)
+
+        def gauge(name, doc):
+            return Gauge(name, doc, labels, registry=r).labels(model_name)
+
+        def counter(name, doc):
+            return Counter(name, doc, labels, registry=r).labels(model_name)
+
+        self.running = gauge("vllm:num_requests_running", "Requests in the running batch")
+        self.waiting = gauge("vllm:num_requests_waiting", "Requests waiting to be scheduled")
+        self.kv_usage = gauge(
+            "vllm:kv_cache_usage_perc", "Fraction of KV-cache blocks in use (1 = full)"
+        )
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Prefill tokens processed")
+        self.generation_tokens = counter("vllm:generation_tokens", "Tokens generated")
+        self.preemptions = counter("vllm:num_preemptions", "Preemptions (recompute)")
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prompt tokens looked up in the prefix cache"
+        )
+        self.prefix_hits = counter("vllm:prefix_cache_hits", "Of those, tokens found in the cache")
         self._success = Counter(
             "vllm:request_success", "Finished requests", labels + ["finished_reason"], registry=r
         )
