@@ -27,9 +27,9 @@ from pydantic import ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import MAX_NAME_CHARS, AgentError, Tool, run_tool
+from ..tools.base import MAX_NAME_CHARS, AgentError, CallOutcome, Tool, run_tool
 from ..tools.common import provenance
-from .context import CallContext, ServerState, run_link
+from .context import CallContext, CallOrigin, ServerState, run_link
 from .host_paths import sandbox_view
 from .limits import (
     MAX_ERROR_CHARS,
@@ -165,6 +165,7 @@ def build_server(
     )
     server.state = state
     server.tools = tools
+    state.tools = tools  # what a sweep's trials call (CallContext.call)
     register_resources(server, state)
     register_prompts(server)
     return server
@@ -191,18 +192,32 @@ def _listing(tool: Tool) -> MCPTool:
 async def _handle(
     tool: Tool, state: ServerState, arguments: dict, mcp_context: Any
 ) -> CallToolResult:
+    outcome = await execute(tool, state, arguments, CallOrigin(mcp_context, run_link(mcp_context)))
+    if outcome.error is not None:
+        raise ToolError(f"{outcome.error} [experiment {outcome.experiment_id}]")
+    result = outcome.result or {}
+    # The text block mirrors the structured result for clients that ignore
+    # structuredContent; compact JSON keeps it cheap in the model's context.
+    text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result)
+
+
+async def execute(
+    tool: Tool, state: ServerState, arguments: dict, origin: CallOrigin
+) -> CallOutcome:
+    """One call as an experiment, whoever made it (the agent over MCP, or a sweep for a trial):
+    open its ledger row, validate, record its code, run it, close the row. A failure the agent
+    can act on is the outcome's error (already closed in the ledger); a cancellation unwinds."""
     if state.late_artifacts.is_pending():  # an earlier call's plot: not while this call measures
         await anyio.to_thread.run_sync(state.late_artifacts.wait_all)
-    experiment_id = await anyio.to_thread.run_sync(
-        _open_experiment, tool, state, arguments, run_link(mcp_context)
-    )
-    ctx = CallContext(state, experiment_id, mcp_context)
+    experiment_id = await anyio.to_thread.run_sync(_open_experiment, tool, state, arguments, origin)
+    ctx = CallContext(state, experiment_id, origin)
 
-    def fail(message: str) -> ToolError:
+    def fail(message: str) -> CallOutcome:
         message = sandbox_view(message, state.workspace.root, state.workspace.state_dir)
         message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
         state.ledger.close_error(experiment_id, message, ctx.artifacts, ctx.code_manifest())
-        return ToolError(f"{message} [experiment {experiment_id}]")
+        return CallOutcome(experiment_id, None, message)
 
     def cancelled() -> (
         None
@@ -222,9 +237,9 @@ async def _handle(
         kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
         await anyio.to_thread.run_sync(ctx.record_code, kernel, inp.model_dump())
     except ValidationError as exc:
-        raise fail(f"invalid arguments for {tool.name}: {_explain(exc)}") from None
+        return fail(f"invalid arguments for {tool.name}: {_explain(exc)}")
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
-        raise fail(str(exc)) from None
+        return fail(str(exc))
     except BaseException:  # cancelled while the workspace was read (the first await)
         cancelled()
         raise
@@ -234,23 +249,20 @@ async def _handle(
         out.artifacts = list(dict.fromkeys([*out.artifacts, *ctx.artifacts]))
         result = _bounded_reply(tool, out.model_dump(mode="json"), ctx)
     except ToolError as exc:
-        raise fail(str(exc)) from None
+        return fail(str(exc))
     except AGENT_ERRORS as exc:
-        raise fail(str(exc)) from None
+        return fail(str(exc))
     except Exception as exc:  # includes a tool building an invalid Output: a bug, not the agent's
         log.exception("tool %s crashed (experiment %s)", tool.name, experiment_id)
-        raise fail(
+        return fail(
             f"internal error in {tool.name} (a bug in the server, not in your input): "
             f"{type(exc).__name__}: {clip_text(str(exc), 500)}"
-        ) from None
+        )
     except BaseException:  # cancelled
         cancelled()
         raise
     state.ledger.close_ok(experiment_id, result, result["artifacts"], ctx.code_manifest())
-    # The text block mirrors the structured result for clients that ignore
-    # structuredContent; compact JSON keeps it cheap in the model's context.
-    text = json.dumps(result, separators=(",", ":"), ensure_ascii=False)
-    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=result)
+    return CallOutcome(experiment_id, result, None)
 
 
 def _bounded_reply(tool: Tool, result: dict, ctx: CallContext) -> dict:
@@ -273,7 +285,7 @@ def _bounded_reply(tool: Tool, result: dict, ctx: CallContext) -> dict:
     return fitted
 
 
-def _open_experiment(tool: Tool, state: ServerState, arguments: dict, run: dict | None) -> str:
+def _open_experiment(tool: Tool, state: ServerState, arguments: dict, origin: CallOrigin) -> str:
     kernel = arguments.get(tool.kernel_field) if tool.kernel_field else None
     commit, diff_hash = provenance.git_state(state.workspace.root)
     facts = provenance.device_facts()
@@ -286,7 +298,8 @@ def _open_experiment(tool: Tool, state: ServerState, arguments: dict, run: dict 
         git_diff_sha256=diff_hash,
         device=facts,
         device_fingerprint=provenance.fingerprint(facts),
-        run=run,
+        run=origin.run,
+        parent_id=origin.parent_id,
     )
 
 

@@ -8,6 +8,7 @@ import re
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -16,6 +17,7 @@ import anyio
 from ..kernels.coderef import looks_like_source
 from ..kernels.snapshots import SnapshotRecorder
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
+from ..tools.base import AgentError, CallOutcome, Tool
 from .late_artifacts import LateArtifacts
 from .ledger import Ledger
 
@@ -53,6 +55,16 @@ def run_link(mcp_context: Any) -> dict | None:
     }
 
 
+@dataclass(frozen=True)
+class CallOrigin:
+    """Who made a call: the agent over MCP (its request context, for progress, and its run), or
+    another call (a sweep's trial: no MCP context of its own, the parent's run and id)."""
+
+    mcp_context: Any = None
+    run: dict | None = None
+    parent_id: str | None = None
+
+
 class ServerState:
     """One workspace, one ledger, and at most one sandbox, shared by every call."""
 
@@ -77,6 +89,7 @@ class ServerState:
         )
         self._num_in_flight = 0
         self.late_artifacts = LateArtifacts()  # plots drawn after the reply (late_artifacts.py)
+        self.tools: dict[str, Tool] = {}  # set by build_server: what CallContext.call may call
 
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
@@ -189,11 +202,12 @@ class RecordingSandbox:
 class CallContext:
     """The ToolContext for one tool call (one experiment)."""
 
-    def __init__(self, state: ServerState, experiment_id: str, mcp_context: Any = None):
+    def __init__(self, state: ServerState, experiment_id: str, origin: CallOrigin | None = None):
         self._state = state
         self.workspace = state.workspace
         self.experiment_id = experiment_id
-        self._mcp = mcp_context
+        self._origin = origin or CallOrigin()
+        self._mcp = self._origin.mcp_context
         self.artifacts: list[str] = []
         self.snapshot = SnapshotRecorder(state.workspace)
 
@@ -222,6 +236,21 @@ class CallContext:
     def experiments(self, **filters: Any) -> list[dict]:
         """Ledger rows, newest first (filters: see Ledger.query)."""
         return self._state.ledger.query(**filters)
+
+    def children(self, experiment_id: str) -> list[dict]:
+        """The calls an experiment made (a sweep's trials), oldest first."""
+        return self._state.ledger.children(experiment_id)
+
+    async def call(self, tool: str, arguments: dict) -> CallOutcome:
+        """Another tool, called as its own experiment in the ledger with this call as its parent
+        (its code snapshot, artifacts and expect answer as if the agent had called it). Its progress
+        stays inside; a failure is the outcome's error, not an exception."""
+        from .app import execute  # app builds on this module
+
+        if tool not in self._state.tools:
+            raise AgentError(f"no tool {tool!r}; tools: {', '.join(sorted(self._state.tools))}")
+        origin = CallOrigin(run=self._origin.run, parent_id=self.experiment_id)
+        return await execute(self._state.tools[tool], self._state, dict(arguments), origin)
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         if self._mcp is None:

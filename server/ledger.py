@@ -53,7 +53,14 @@ CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
 """
 # Columns added after the first release: a ledger written before them gains them on open.
 # `code`: the manifest of the code the call ran (kernels/snapshots.py); NULL on rows written before.
-LATER_COLUMNS = {"run_id": "TEXT", "run_step": "INTEGER", "run_model": "TEXT", "code": "TEXT"}
+# `parent_id`: the call that made this one (a sweep's trial names its sweep); NULL for an agent's call.
+LATER_COLUMNS = {
+    "run_id": "TEXT",
+    "run_step": "INTEGER",
+    "run_model": "TEXT",
+    "code": "TEXT",
+    "parent_id": "TEXT",
+}
 
 JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code")
 
@@ -85,6 +92,9 @@ class Ledger:
             if name not in have:
                 self._conn.execute(f"ALTER TABLE experiments ADD COLUMN {name} {sql_type}")
         self._conn.execute("CREATE INDEX IF NOT EXISTS experiments_run ON experiments(run_id)")
+        self._conn.execute(
+            "CREATE INDEX IF NOT EXISTS experiments_parent ON experiments(parent_id)"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -127,11 +137,12 @@ class Ledger:
         device: dict | None,
         device_fingerprint: str | None,
         run: dict | None = None,
+        parent_id: str | None = None,
     ) -> str:
         """Insert a ``running`` row and return its id (short, sortable: e00042-9f3a).
 
         ``run`` links the call to an agent run: {"run_id", "step", "model"} (see
-        server/context.py's run_link)."""
+        server/context.py's run_link); ``parent_id`` to the call that made it (a sweep)."""
         run = run or {}
         suffix = secrets.token_hex(2)  # ids stay unique even if a ledger file is replaced
         with self._lock:
@@ -139,8 +150,8 @@ class Ledger:
             try:
                 cur = self._conn.execute(
                     "INSERT INTO experiments (tool, kernel, hypothesis, arguments, git_commit, git_diff_sha256, "
-                    "device_fingerprint, device, pid, started_at, status, run_id, run_step, run_model) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?, 'running', ?,?,?)",
+                    "device_fingerprint, device, pid, started_at, status, run_id, run_step, run_model, "
+                    "parent_id) VALUES (?,?,?,?,?,?,?,?,?,?, 'running', ?,?,?,?)",
                     (
                         tool,
                         utf8_text(kernel),
@@ -155,6 +166,7 @@ class Ledger:
                         utf8_text(run.get("run_id")),
                         run.get("step"),
                         utf8_text(run.get("model")),
+                        parent_id,
                     ),
                 )
                 experiment_id = f"e{cur.lastrowid:05d}-{suffix}"
@@ -238,6 +250,11 @@ class Ledger:
     def get(self, experiment_id: str) -> dict | None:
         rows = self._read("SELECT * FROM experiments WHERE id=?", (experiment_id,))
         return _row(rows[0]) if rows else None
+
+    def children(self, parent_id: str) -> list[dict]:
+        """The calls `parent_id` made (a sweep's trials), oldest first."""
+        rows = self._read("SELECT * FROM experiments WHERE parent_id=? ORDER BY seq", (parent_id,))
+        return [_row(r) for r in rows]
 
     def query(
         self,

@@ -66,7 +66,8 @@ def register_resources(server, state: ServerState) -> None:
         title="An experiment from the ledger",
         description="One tool call: tool, arguments, hypothesis, the code it ran (`code`: each file's "
         "workspace path -> sha256, size and its code:// URI; null for calls recorded before snapshots), git "
-        "commit + diff hash, device, timing, status, result and artifact URIs, as JSON.",
+        "commit + diff hash, device, timing, status, result and artifact URIs, as JSON. A sweep's trials "
+        "name it as `parent_id`; the sweep lists them under `children` (id, tool, status).",
         mime_type="application/json",
     )
     def read_experiment(experiment_id: str) -> str:
@@ -78,6 +79,11 @@ def register_resources(server, state: ServerState) -> None:
         for section in ("files", "inline"):
             for entry in ((row.get("code") or {}).get(section) or {}).values():
                 entry["uri"] = f"code://{experiment_id}/{entry['sha256']}"
+        children = state.ledger.children(experiment_id)
+        if children:
+            row["children"] = [
+                {"id": c["id"], "tool": c["tool"], "status": c["status"]} for c in children
+            ]
         return json.dumps(row, indent=2)
 
     @server.resource(

@@ -224,6 +224,20 @@ class ToolOutput(BaseModel):
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
 
 
+@dataclass(frozen=True)
+class CallOutcome:
+    """What a tool call made by another tool (ToolContext.call) came to: its ledger id, and its
+    result (the Output as JSON) or the error the agent would have read."""
+
+    experiment_id: str
+    result: dict | None
+    error: str | None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
 # The members below are read-only properties: a plain `name: type` member would demand
 # a settable attribute of exactly that type, which the sandbox's frozen Limits and its
 # computed Isolation.level are not (mypy checks CallContext against ToolContext).
@@ -300,6 +314,12 @@ class ToolContext(Protocol):
         limit: int = 20,
     ) -> list[dict]:
         """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s), agent run."""
+
+    def children(self, experiment_id: str) -> list[dict]:
+        """The calls an experiment made (a sweep's trials), oldest first."""
+
+    async def call(self, tool: str, arguments: dict) -> CallOutcome:
+        """Another tool, as an experiment of its own whose parent is this call (a sweep's trial)."""
 
 
 @dataclass(frozen=True)

@@ -368,3 +368,26 @@ async def test_workspace_edits_are_seen_without_a_restart(client, workspace):
         await call(client, "list_kernels")
     (workspace / "infra-agent.toml").write_text('[kernels]\npaths = ["rmsnorm"]\n')
     assert [k["name"] for k in (await call(client, "list_kernels"))["kernels"]] == ["rmsnorm"]
+
+
+async def test_a_call_made_by_a_call_is_an_experiment_of_its_own_and_its_child(client, server):
+    """What a sweep does for each trial (CallContext.call): the child is a full experiment (ledger
+    row, code snapshot, result) whose parent_id names the caller; a failing child is an outcome with
+    the agent's error, closed in the ledger, not an exception; the parent lists its children."""
+    parent = (await call(client, "describe_kernel", kernel="rmsnorm", include_source=False))[
+        "experiment_id"
+    ]
+    from infra_agent.server.context import CallContext
+
+    ctx = CallContext(server.state, parent)
+    ok = await ctx.call("describe_kernel", {"kernel": "vector_add", "include_source": False})
+    bad = await ctx.call("describe_kernel", {"kernel": "no_such_kernel"})
+    assert ok.ok and ok.result is not None and ok.result["name"] == "vector_add"
+    assert not bad.ok and bad.result is None and "no_such_kernel" in (bad.error or "")
+    rows = {r["id"]: r for r in server.state.ledger.children(parent)}
+    assert list(rows) == [ok.experiment_id, bad.experiment_id]
+    assert rows[ok.experiment_id]["status"] == "ok" and rows[bad.experiment_id]["status"] == "error"
+    assert rows[ok.experiment_id]["code"]["files"]  # the child's own snapshot: vector_add's folder
+    listed = json.loads((await client.read_resource(f"experiment://{parent}")).contents[0].text)
+    assert [c["id"] for c in listed["children"]] == [ok.experiment_id, bad.experiment_id]
+    assert server.state.ledger.get(parent)["parent_id"] is None  # the agent's own call
