@@ -1,0 +1,333 @@
+"""What every sweep shares: its space, its trials, its budget, and how it is written out.
+
+A sweep (sweep_kernel, sweep_serve) is one tool call that makes many: each trial is another
+tool's call (compile_kernel, check_numerics, microbench; launch_serve, serve_benchmark) made
+through `ToolContext.call`, so it is an experiment of its own in the ledger, with its code
+snapshot, whose parent is the sweep. That is also what makes a sweep resumable: called again
+with `resume=<the earlier sweep's id>`, it makes the same calls in the same order, and a call
+the earlier sweep (or one it resumed) already made with the same arguments, that ended well,
+on code whose files still hash the same, is answered from the ledger instead of run again.
+Nothing measured is lost and no trial is measured twice.
+
+- `Space`: named dimensions (lists or ranges) whose product is the grid, or an explicit list
+  of configs; `MAX_GRID_POINTS` is the cap past which a sweep samples instead (sweep_kernel:
+  Optuna) or refuses.
+- `Trials`: the calls, the resume chain, and what was reused.
+- `Budget`: wall time and a trial count; it ends a sweep with a partial answer, never a
+  timeout, and gives the ETA the progress line shows.
+- `pareto_front`, `csv_text`: the answer's front and its table.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field, model_validator
+
+from ..base import AgentError, CallOutcome, ToolContext
+
+MAX_GRID_POINTS = 256
+Scalar = int | float | bool | str
+Config = dict[str, Scalar]
+
+
+class Range(BaseModel):
+    """A numeric dimension given by its ends: `step` (arithmetic) or `factor` (geometric)."""
+
+    start: float = Field(description="First value, included.")
+    stop: float = Field(description="Last value, included when the steps land on it.")
+    step: float | None = Field(
+        default=None, gt=0, description="Add this each time (e.g. 1: 1, 2, 3, 4)."
+    )
+    factor: float | None = Field(
+        default=None, gt=1, description="Multiply by this each time (e.g. 2: 32, 64, 128)."
+    )
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Range:
+        if (self.step is None) == (self.factor is None):
+            raise ValueError("a range takes exactly one of step or factor")
+        if self.stop < self.start:
+            raise ValueError(f"a range's stop ({self.stop:g}) is below its start ({self.start:g})")
+        if self.factor is not None and self.start <= 0:
+            raise ValueError("a geometric range (factor) needs start > 0")
+        return self
+
+    def values(self) -> list[Scalar]:
+        out: list[Scalar] = []
+        value, n = self.start, 0
+        while value <= self.stop * (1 + 1e-12) and n <= MAX_GRID_POINTS:
+            out.append(int(value) if float(value).is_integer() else value)
+            n += 1
+            value = self.start + n * self.step if self.step else value * (self.factor or 2)
+        return out
+
+
+SPACE_DESCRIPTION = (
+    "The dimensions to search, by name: a list of values (e.g. {'BLOCK_N': [64, 128, 256], "
+    "'num_warps': [2, 4, 8]}) or a range ({'start': 32, 'stop': 512, 'factor': 2} or with 'step'). "
+    "The sweep tries their product"
+)
+
+
+@dataclass(frozen=True)
+class Space:
+    """The configs a sweep may try: the product of its dimensions, or an explicit list."""
+
+    dimensions: dict[str, tuple[Scalar, ...]]
+    explicit: tuple[Config, ...] | None = None
+
+    @classmethod
+    def of(
+        cls, space: dict[str, list[Scalar] | Range] | None, configs: list[Config] | None
+    ) -> Space:
+        if configs:
+            if space:
+                raise AgentError(
+                    "give space (a product of dimensions) or configs (a list), not both"
+                )
+            names = list(configs[0])
+            for c in configs:
+                if list(c) != names:
+                    raise AgentError(
+                        f"every config names the same keys in the same order: {names} vs {list(c)}"
+                    )
+            seen = {n: tuple(dict.fromkeys(c[n] for c in configs)) for n in names}
+            return cls(seen, tuple(_unique(configs)))
+        if not space:
+            raise AgentError(
+                "the space is empty: give space={'NAME': [values], ...} or configs=[{...}, ...]"
+            )
+        dims: dict[str, tuple[Scalar, ...]] = {}
+        for name, values in space.items():
+            listed = values.values() if isinstance(values, Range) else list(values)
+            if not listed:
+                raise AgentError(f"space[{name!r}] has no values")
+            dims[name] = tuple(dict.fromkeys(listed))
+        return cls(dims)
+
+    @property
+    def size(self) -> int:
+        if self.explicit is not None:
+            return len(self.explicit)
+        return math.prod(len(v) for v in self.dimensions.values())
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.dimensions)
+
+    def grid(self) -> list[Config]:
+        """Every config, in a fixed order (the first dimension varies slowest)."""
+        if self.explicit is not None:
+            return [dict(c) for c in self.explicit]
+        if self.size > MAX_GRID_POINTS:
+            raise AgentError(self.over_cap())
+        names = self.names
+        return [dict(zip(names, combo)) for combo in itertools.product(*self.dimensions.values())]
+
+    def over_cap(self) -> str:
+        sizes = " x ".join(f"{len(v)} {n}" for n, v in self.dimensions.items())
+        return (
+            f"the space has {self.size} configs ({sizes}), over the cap of {MAX_GRID_POINTS} a sweep "
+            f"enumerates: narrow a dimension, or give an explicit list of configs"
+        )
+
+
+def _key(config: Config) -> str:
+    return json.dumps(config, sort_keys=True)
+
+
+def _unique(configs: list[Config]) -> list[Config]:
+    seen: dict[str, Config] = {}
+    for c in configs:
+        seen.setdefault(_key(c), c)
+    return list(seen.values())
+
+
+def label(config: Config) -> str:
+    """A config as one short line: BLOCK_N=128 num_warps=4."""
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+# ---- trials: child calls, reused on resume -------------------------------------------------
+
+
+@dataclass
+class Trials:
+    """The calls a sweep makes. `resume` names an earlier sweep of the same tool whose calls
+    (and those of the sweeps it resumed) answer identical calls here."""
+
+    ctx: ToolContext
+    recorded: dict[str, list[dict]] = field(default_factory=dict)  # call key -> ledger rows
+    made: int = 0
+    reused: int = 0
+    changed_code: int = 0  # recorded calls not reused because a file they ran has changed since
+
+    @classmethod
+    def for_sweep(cls, ctx: ToolContext, tool: str, resume: str | None, same: dict) -> Trials:
+        trials = cls(ctx)
+        for sweep_id in _resume_chain(ctx, tool, resume, same):
+            for row in ctx.children(sweep_id):
+                if row["status"] == "ok" and isinstance(row.get("result"), dict):
+                    key = _call_key(row["tool"], row["arguments"])
+                    trials.recorded.setdefault(key, []).append(row)
+        return trials
+
+    async def call(self, tool: str, arguments: dict) -> Trial:
+        """The call's outcome: from the ledger when an earlier sweep made it, else made now."""
+        rows = self.recorded.get(_call_key(tool, arguments))
+        while rows:
+            row = rows.pop(0)  # each recorded call answers one call here: exactly once
+            if _code_unchanged(self.ctx.workspace.root, row.get("code")):
+                self.reused += 1
+                return Trial(CallOutcome(row["id"], row["result"], None), reused=True)
+            self.changed_code += 1
+        self.made += 1
+        return Trial(await self.ctx.call(tool, arguments), reused=False)
+
+
+@dataclass(frozen=True)
+class Trial:
+    outcome: CallOutcome
+    reused: bool
+
+    @property
+    def result(self) -> dict:
+        return self.outcome.result or {}
+
+
+def _call_key(tool: str, arguments: dict) -> str:
+    return f"{tool} {json.dumps(arguments, sort_keys=True, default=str)}"
+
+
+def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -> list[str]:
+    """The earlier sweep and the ones it resumed, after checking it swept the same thing."""
+    chain: list[str] = []
+    while resume and resume not in chain:
+        row = ctx.experiment(resume)
+        if row is None:
+            raise AgentError(f"resume={resume!r}: no such experiment; list_experiments shows ids")
+        if row["tool"] != tool:
+            raise AgentError(
+                f"resume={resume!r} is a {row['tool']} call, not a {tool}; give the id of the "
+                f"{tool} call to continue"
+            )
+        recorded = row.get("arguments") or {}
+        differs = sorted(k for k in same if recorded.get(k) != same[k])
+        if not chain and differs:
+            raise AgentError(
+                f"resume={resume!r} swept something else (it differs in {', '.join(differs)}); "
+                "resume with the same arguments, or start a new sweep (omit resume)"
+            )
+        chain.append(resume)
+        resume = recorded.get("resume")
+    return chain
+
+
+def _code_unchanged(root: Path, manifest: dict | None) -> bool:
+    """Whether every workspace file the recorded call ran still has the bytes it had then."""
+    for path, entry in ((manifest or {}).get("files") or {}).items():
+        file = root / path
+        try:
+            if hashlib.sha256(file.read_bytes()).hexdigest() != entry.get("sha256"):
+                return False
+        except OSError:
+            return False
+    return True
+
+
+# ---- budget and progress ---------------------------------------------------------------------
+
+
+class BudgetInput(BaseModel):
+    """How much a sweep may spend; spent, it ends with what it measured (a partial answer)."""
+
+    wall_s: float = Field(
+        default=1800.0, gt=0, le=86_400, description="Wall-clock seconds for the whole sweep."
+    )
+    trials: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="Most configs to try (sampled spaces: how many Optuna proposes). "
+        "Default: the whole grid.",
+    )
+
+
+@dataclass
+class Budget:
+    wall_s: float
+    trials: int | None
+    started: float = field(default_factory=time.monotonic)
+    done: int = 0
+
+    @classmethod
+    def of(cls, given: BudgetInput | None) -> Budget:
+        given = given or BudgetInput()
+        return cls(given.wall_s, given.trials)
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+    def spent(self) -> str | None:
+        """Why the sweep must stop now, or None."""
+        if self.elapsed_s >= self.wall_s:
+            return f"the wall-clock budget ({self.wall_s:g} s) is spent"
+        if self.trials is not None and self.done >= self.trials:
+            return f"the trial budget ({self.trials}) is spent"
+        return None
+
+    def eta(self, remaining: int) -> str:
+        """Time left at the mean pace so far, capped by the wall budget."""
+        if not self.done:
+            return "ETA unknown"
+        left = min(self.elapsed_s / self.done * remaining, self.wall_s - self.elapsed_s)
+        return f"ETA {_duration(max(left, 0.0))}"
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+# ---- what a sweep writes out ------------------------------------------------------------------
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both axes (both maximised), by x."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any(
+            (ox >= x and oy >= y) and (ox > x or oy > y)
+            for j, (ox, oy) in enumerate(points)
+            if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def csv_text(rows: list[dict[str, Any]]) -> str:
+    """The rows as CSV, columns in first-seen order (missing cells empty)."""
+    columns = list(dict.fromkeys(k for row in rows for k in row))
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow(
+            {k: json.dumps(v) if isinstance(v, (dict, list)) else v for k, v in row.items()}
+        )
+    return out.getvalue()
