@@ -167,6 +167,9 @@ class Trials:
     (and those of the sweeps it resumed) answer identical calls here."""
 
     ctx: ToolContext
+    rows: list[dict] = field(
+        default_factory=list
+    )  # every ok call of the resume chain, oldest first
     recorded: dict[str, list[dict]] = field(default_factory=dict)  # call key -> ledger rows
     made: int = 0
     reused: int = 0
@@ -178,13 +181,19 @@ class Trials:
         for sweep_id in _resume_chain(ctx, tool, resume, same):
             for row in ctx.children(sweep_id):
                 if row["status"] == "ok" and isinstance(row.get("result"), dict):
-                    key = _call_key(row["tool"], row["arguments"])
-                    trials.recorded.setdefault(key, []).append(row)
+                    trials.rows.append(row)
+                    trials.remember(call_key(row["tool"], row["arguments"]), row)
         return trials
 
-    async def call(self, tool: str, arguments: dict) -> Trial:
-        """The call's outcome: from the ledger when an earlier sweep made it, else made now."""
-        rows = self.recorded.get(_call_key(tool, arguments))
+    def remember(self, key: str, row: dict) -> None:
+        """Let `row` answer a call made with `key` (a sweep whose calls carry a value that differs
+        between runs, such as an engine handle, keys them by what they measure instead)."""
+        self.recorded.setdefault(key, []).append(row)
+
+    async def call(self, tool: str, arguments: dict, key: str | None = None) -> Trial:
+        """The call's outcome: from the ledger when an earlier sweep made it, else made now.
+        `key`: what identifies the call's measurement (default: its tool and arguments)."""
+        rows = self.recorded.get(key or call_key(tool, arguments))
         while rows:
             row = rows.pop(0)  # each recorded call answers one call here: exactly once
             if _code_unchanged(self.ctx.workspace.root, row.get("code")):
@@ -205,7 +214,7 @@ class Trial:
         return self.outcome.result or {}
 
 
-def _call_key(tool: str, arguments: dict) -> str:
+def call_key(tool: str, arguments: dict) -> str:
     return f"{tool} {json.dumps(arguments, sort_keys=True, default=str)}"
 
 
