@@ -106,3 +106,27 @@ def _png(fig, **savefig) -> bytes:
     fig.savefig(buf, format="png", **savefig)
     plt.close(fig)
     return buf.getvalue()
+
+
+def sweep_configs_png(panels: list[dict]) -> bytes:
+    """sweep_kernel: one panel per shape, each config's median time as a bar (the winner dark,
+    the configs the race could not tell from it mid, the rest light). panels: [{"title": str,
+    "bars": [(config label, ms, "winner" | "tied" | "other")]}]."""
+    shades = {"winner": "#1f4e79", "tied": "#5b9bd5", "other": "#c9d9ea"}
+    n = max(len(panels), 1)
+    height = max(2.5, 0.28 * max((len(p["bars"]) for p in panels), default=1) + 1.2)
+    fig, axes = plt.subplots(1, n, figsize=(min(4.2 * n, 16), height), dpi=100, squeeze=False)
+    for ax, panel in zip(axes[0], panels):
+        bars = sorted(panel["bars"], key=lambda b: b[1])
+        ax.barh([b[0] for b in bars], [b[1] for b in bars], color=[shades[b[2]] for b in bars])
+        ax.invert_yaxis()  # fastest on top
+        ax.set_xlabel("median time per call, ms")
+        ax.set_title(panel["title"], fontsize=9)
+        ax.tick_params(axis="y", labelsize=7)
+    for ax in axes[0][len(panels) :]:
+        ax.set_visible(False)
+    fig.suptitle(
+        "sweep_kernel: winner (dark), not told apart from it (mid), slower (light)", fontsize=9
+    )
+    fig.tight_layout()
+    return _png(fig)

@@ -218,8 +218,13 @@ def call_key(tool: str, arguments: dict) -> str:
     return f"{tool} {json.dumps(arguments, sort_keys=True, default=str)}"
 
 
+# Arguments a resumed sweep may change: they say how far to go and why, not what to measure.
+NOT_THE_SWEEP = frozenset({"resume", "budget", "hypothesis", "expect"})
+
+
 def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -> list[str]:
-    """The earlier sweep and the ones it resumed, after checking it swept the same thing."""
+    """The earlier sweep and the ones it resumed, after checking it swept the same thing
+    (`same`: this call's arguments as the agent gave them)."""
     chain: list[str] = []
     while resume and resume not in chain:
         row = ctx.experiment(resume)
@@ -231,7 +236,11 @@ def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -
                 f"{tool} call to continue"
             )
         recorded = row.get("arguments") or {}
-        differs = sorted(k for k in same if recorded.get(k) != same[k])
+        differs = sorted(
+            k
+            for k in set(same) | set(recorded)
+            if k not in NOT_THE_SWEEP and recorded.get(k) != same.get(k)
+        )
         if not chain and differs:
             raise AgentError(
                 f"resume={resume!r} swept something else (it differs in {', '.join(differs)}); "
