@@ -1,0 +1,227 @@
+"""sweep_kernel through the MCP client, on the zoo's rmsnorm and on a planted variant of it.
+
+Each sweep's numbers are checked against a second source: the ledger rows of its child calls,
+read with sqlite3 (what compile_kernel, check_numerics and microbench themselves answered), and
+the CSV it wrote.
+"""
+
+import csv
+import io
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import ToolCallError, call
+
+pytestmark = pytest.mark.anyio
+
+ZOO_RMSNORM = Path(__file__).resolve().parents[3] / "kernels" / "rmsnorm" / "rmsnorm_triton.py"
+
+# The zoo's rmsnorm with its launch choices as keyword parameters (so the entry derives ONE_BLOCK
+# from the BLOCK_N it is given) and two planted knobs: SLOW launches the kernel four times (a
+# deliberate extra loop: the same answer, four times the work); OFF_BY_ONE leaves the last column
+# of every row unwritten (cols < N - 1).
+PLANTED = (
+    ZOO_RMSNORM.read_text()
+    .replace(
+        "def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:",
+        "def rmsnorm(x, weight, BLOCK_N=None, SLOW=0, OFF_BY_ONE=0):",
+    )
+    .replace(
+        "    BLOCK_N = min(triton.next_power_of_2(N), MAX_FUSED_BYTES // x.element_size())\n",
+        "    BLOCK_N = BLOCK_N or min(triton.next_power_of_2(N), MAX_FUSED_BYTES // x.element_size())\n",
+    )
+    .replace(
+        "    rmsnorm_kernel[(M,)](x, weight, y, x.stride(0), y.stride(0), N, EPS,",
+        "    for _ in range(4 if SLOW else 1):\n"
+        "      rmsnorm_kernel[(M,)](x, weight, y, x.stride(0), y.stride(0), N - OFF_BY_ONE, EPS,",
+    )
+)
+SHAPES = [{"M": 4, "N": 64}, {"M": 16, "N": 256}]
+
+
+def _ledger(workspace: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(workspace / ".infra-agent" / "ledger.sqlite")
+    db.row_factory = sqlite3.Row
+    return db
+
+
+def _children(workspace: Path, sweep_id: str) -> list[dict]:
+    with _ledger(workspace) as db:
+        rows = db.execute(
+            "SELECT * FROM experiments WHERE parent_id=? ORDER BY seq", (sweep_id,)
+        ).fetchall()
+    return [
+        {
+            **dict(r),
+            "arguments": json.loads(r["arguments"]),
+            "result": json.loads(r["result"] or "null"),
+        }
+        for r in rows
+    ]
+
+
+async def _csv(client, out: dict) -> list[dict]:
+    uri = next(a for a in out["artifacts"] if a.endswith("sweep.csv"))
+    text = (await client.read_resource(uri)).contents[0].text
+    return list(csv.DictReader(io.StringIO(text)))
+
+
+async def test_planted_slow_and_wrong_configs_never_win(zoo_client, zoo_workspace):
+    configs = [
+        {"BLOCK_N": 256, "SLOW": 0, "OFF_BY_ONE": 0},
+        {"BLOCK_N": 256, "SLOW": 1, "OFF_BY_ONE": 0},
+        {"BLOCK_N": 256, "SLOW": 0, "OFF_BY_ONE": 1},
+        {"BLOCK_N": 512, "SLOW": 0, "OFF_BY_ONE": 0},
+    ]
+    out = await call(
+        zoo_client,
+        "sweep_kernel",
+        kernel="rmsnorm",
+        source=PLANTED,
+        entry="rmsnorm",
+        configs=configs,
+        shapes=SHAPES,
+        dtype="float32",
+        target="sm_90a",
+        hypothesis="a block of 256 is enough for rows of up to 256",
+    )
+    rows = {json.dumps(r["config"], sort_keys=True): r for r in out["configs"]}
+    wrong = rows[json.dumps(configs[2], sort_keys=True)]
+    assert wrong["stage"] == "numerics" and "numerics fail" in wrong["dropped"]
+    slow = configs[1]
+    for shape in out["shapes"]:
+        assert shape["winner"] is not None and shape["winner"] != slow, shape
+        assert shape["winner"]["OFF_BY_ONE"] == 0 and shape["winner"]["SLOW"] == 0
+    assert out["best"] is not None and out["best"]["SLOW"] == 0 and out["best"]["OFF_BY_ONE"] == 0
+    assert out["complete"] and out["tried"] == 4 and out["compiled"] == 4
+    assert out["passed_numerics"] == 3 and out["sampler"] == "grid"
+    assert "CPU timings of interpreted Triton rank CPU work" in out["summary"]
+
+    # Second source: the children in the ledger, as the tools themselves answered.
+    children = _children(zoo_workspace, out["experiment_id"])
+    by_tool = {}
+    for child in children:
+        by_tool.setdefault(child["tool"], []).append(child)
+    assert len(by_tool["compile_kernel"]) == 4 and len(by_tool["check_numerics"]) == 4
+    verdicts = {
+        json.dumps(c["arguments"]["launch_config"], sort_keys=True): c["result"]["verdict"]
+        for c in by_tool["check_numerics"]
+    }
+    assert verdicts[json.dumps(configs[2], sort_keys=True)] == "fail"
+    assert sum(v == "pass" for v in verdicts.values()) == 3
+    # The slow config, where it was timed against the plain one, was slower per microbench itself.
+    plain, slowed = json.dumps(configs[0], sort_keys=True), json.dumps(slow, sort_keys=True)
+    for bench in by_tool["microbench"]:
+        pair = {
+            json.dumps(bench["arguments"][k], sort_keys=True)
+            for k in ("launch_config", "baseline_launch_config")
+        }
+        if pair == {plain, slowed}:
+            row = bench["result"]["shapes"][0]
+            slow_is_candidate = (
+                json.dumps(bench["arguments"]["launch_config"], sort_keys=True) == slowed
+            )
+            assert (row["ratio"] > 1) == slow_is_candidate, row
+    # Every child names this sweep; the CSV says what the Output says.
+    table = await _csv(zoo_client, out)
+    assert len(table) == 4
+    for line in table:
+        config = {k[4:]: int(v) for k, v in line.items() if k.startswith("cfg.")}
+        row = rows[json.dumps(config, sort_keys=True)]
+        assert line["stage"] == row["stage"] and line["dropped"] == (row["dropped"] or "")
+        assert set(line["trials"].split()) == set(row["trials"])
+    listed = json.loads(
+        (await zoo_client.read_resource(f"experiment://{out['experiment_id']}")).contents[0].text
+    )
+    assert [c["id"] for c in listed["children"]] == [c["id"] for c in children]
+
+
+async def test_constraints_drop_configs_at_compile_with_the_compilers_numbers(
+    zoo_client, zoo_workspace
+):
+    out = await call(
+        zoo_client,
+        "sweep_kernel",
+        kernel="rmsnorm",
+        space={"BLOCK_N": [64, 128], "num_warps": [1, 4]},
+        shapes=[{"M": 4, "N": 64}],
+        dtype="float32",
+        target="sm_90a",
+        constraints=["threads_per_block <= 64"],
+    )
+    dropped = [r for r in out["configs"] if r["dropped"]]
+    assert {r["config"]["num_warps"] for r in dropped} == {4}
+    assert all(
+        r["stage"] == "compile" and "threads_per_block <= 64" in r["dropped"] for r in dropped
+    )
+    assert out["compiled"] == 2 and out["shapes"][0]["winner"]["num_warps"] == 1
+    # What the compiler said for the dropped configs, read from their compile_kernel rows.
+    for child in _children(zoo_workspace, out["experiment_id"]):
+        if child["tool"] == "compile_kernel":
+            warps = child["arguments"]["launch_config"]["num_warps"]
+            assert child["result"]["kernels"][0]["threads_per_block"] == 32 * warps
+
+
+async def test_bad_inputs_are_clear_errors(zoo_client):
+    cases = [
+        ({"space": {}}, "the space is empty"),
+        ({"configs": [{"BLOCK_N": 64}, {"num_warps": 4}]}, "same keys"),
+        ({"space": {"BLOCK_N": [64]}, "constraints": ["no_such_field == 0"]}, "no_such_field"),
+        ({"space": {"BLOCK_N": [64]}, "resume": "e99999-0000"}, "no such experiment"),
+        ({"space": {"BLOCK_N": {"start": 64, "stop": 32, "factor": 2}}}, "below its start"),
+    ]
+    for extra, says in cases:
+        with pytest.raises(ToolCallError, match=says):
+            await call(
+                zoo_client, "sweep_kernel", kernel="rmsnorm", shapes=[{"M": 4, "N": 64}], **extra
+            )
+
+
+async def test_every_config_failing_is_an_answer_with_the_reasons(zoo_client):
+    out = await call(
+        zoo_client,
+        "sweep_kernel",
+        kernel="rmsnorm",
+        space={"BLOCK_N": [16, 32]},  # the zoo's entry keeps ONE_BLOCK=True: N=64 is cut short
+        shapes=[{"M": 4, "N": 64}],
+        dtype="float32",
+        target="sm_90a",
+    )
+    assert out["passed_numerics"] == 0 and out["best"] is None
+    assert out["shapes"][0]["winner"] is None and "no config survived" in out["summary"]
+    assert all(r["stage"] == "numerics" and "numerics fail" in r["dropped"] for r in out["configs"])
+
+
+async def test_a_space_over_the_cap_is_sampled_by_optuna_within_the_trial_budget(
+    zoo_client, zoo_workspace
+):
+    space = {
+        "BLOCK_N": [64, 128, 256, 512],
+        "num_warps": [1, 2, 4, 8, 16, 32],
+        "num_stages": [1, 2, 3, 4, 5, 6, 7, 8],
+        "SLOW": [0, 1],
+    }
+    out = await call(
+        zoo_client,
+        "sweep_kernel",
+        kernel="rmsnorm",
+        source=PLANTED,
+        entry="rmsnorm",
+        space=space,
+        shapes=[{"M": 4, "N": 64}],
+        dtype="float32",
+        target="sm_90a",
+        budget={"trials": 5},
+        seed=3,
+    )
+    assert out["sampler"] == "optuna" and out["space_size"] == 384
+    assert out["tried"] == 5 and out["seen_fraction"] == pytest.approx(5 / 384)
+    tried = [r for r in out["configs"] if r["stage"] != "not_tried"]
+    assert len(tried) == 5 and len({json.dumps(r["config"], sort_keys=True) for r in tried}) == 5
+    compiles = [
+        c for c in _children(zoo_workspace, out["experiment_id"]) if c["tool"] == "compile_kernel"
+    ]
+    assert len(compiles) == 5  # one per sampled config, none twice
+    assert out["shapes"][0]["winner"] is not None

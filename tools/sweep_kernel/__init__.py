@@ -1,0 +1,182 @@
+"""sweep_kernel: which launch config of a kernel is fastest per shape, and how sure.
+
+plan (the space, shapes, dtype, target; constraints checked against compile_kernel's catalogue
+before anything runs) -> compile every config for the target, in parallel (stages.py) -> the
+numerics gate (stages.py) -> per shape, race the survivors (race.py) -> the answer (report.py).
+A space over the cap is sampled by Optuna instead (sample.py), and its finalists race.
+
+Every step is a child call of another tool (compile_kernel, check_numerics, microbench), so
+each trial is an experiment of its own in the ledger, with its code snapshot, and the sweep is
+resumable (tools/common/sweep.py). The budget ends a sweep with a partial answer, never a timeout.
+"""
+
+from __future__ import annotations
+
+from ...kernels.coderef import default_impl
+from ..base import AgentError, Tool, ToolContext
+from ..common.expect import ExpectError, check
+from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials
+from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
+from ..compile_kernel.plan import resolve_target
+from ..microbench.plan import dtype_of, kernel_of, shapes_of
+from .race import Race, race
+from .report import best_config, config_results, csv_rows, plot_panels, shape_winners, summary
+from .sample import sample
+from .schema import Input, Output
+from .stages import Candidate, compile_all, numerics_gate
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    kernel = kernel_of(ctx, inp.kernel)
+    if inp.source is None and inp.path is None:
+        inp = inp.model_copy(update={"impl": inp.impl or default_impl(kernel)})
+    dtype = dtype_of(kernel.spec, inp.dtype)
+    device = ctx.sandbox.device
+    shapes = shapes_of(kernel.spec, inp.shapes, device)
+    target = resolve_target(inp.target).name
+    try:
+        check(
+            inp.constraints,
+            COMPILE_EXPECT.catalogue,
+            has_baseline=False,
+            described_at="the resource expect://compile_kernel",
+        )
+    except ExpectError as exc:
+        raise AgentError(f"constraints: {exc}") from None
+    space = Space.of(inp.space, inp.configs)
+    budget = Budget.of(inp.budget)
+    given = inp.model_dump(mode="json", exclude_unset=True)
+    trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given)
+
+    async def progress(done: float, total: float, message: str) -> None:
+        await ctx.progress(done, total, f"{message} · {budget.eta(int(total - done))}")
+
+    stopped: str | None = None
+    if space.size <= MAX_GRID_POINTS:
+        sampler = "grid"
+        candidates = [Candidate(c) for c in space.grid()]
+        chosen = candidates[: budget.trials] if budget.trials else candidates
+        if len(chosen) < len(candidates):
+            stopped = f"the trial budget ({budget.trials}) is smaller than the space ({space.size})"
+        budget.done = len(chosen)
+        await progress(0, 3, f"compiling {len(chosen)} configs for {target}")
+        await compile_all(inp, trials, chosen, shapes[0], dtype)
+        await progress(1, 3, f"numerics gate for {sum(c.alive for c in chosen)} configs")
+        await numerics_gate(inp, trials, chosen, shapes, dtype)
+        finalists = [c for c in chosen if c.alive]
+    else:
+        sampler = "optuna"
+        candidates, finalists, stopped = await sample(
+            inp, trials, space, shapes, dtype, budget, progress
+        )
+    for c in finalists:
+        c.stage = "race"
+    races: list[Race] = []
+    for i, shape in enumerate(shapes):
+        await progress(2 + i / len(shapes), 3, f"racing {len(finalists)} configs on {shape}")
+        races.append(await race(inp, trials, finalists, shape, dtype, budget))
+        stopped = stopped or races[-1].stopped
+    return _answer(
+        inp,
+        ctx,
+        inp.kernel,
+        dtype,
+        device,
+        target,
+        sampler,
+        space,
+        candidates,
+        races,
+        shapes,
+        stopped,
+        trials,
+    )
+
+
+def _answer(
+    inp,
+    ctx,
+    kernel,
+    dtype,
+    device,
+    target,
+    sampler,
+    space,
+    candidates,
+    races,
+    shapes,
+    stopped,
+    trials,
+) -> Output:
+    winners = shape_winners(races)
+    rows = config_results(candidates, shapes)
+    best, best_ms = best_config(rows)
+    tried = sum(1 for c in candidates if c.stage != "not_tried")
+    candidate = inp.impl if inp.source is None and inp.path is None else (inp.path or "source")
+    out = Output(
+        kernel=kernel,
+        candidate=candidate,
+        dtype=dtype,
+        target=target,
+        device=device,
+        sampler=sampler,
+        space_size=space.size,
+        tried=tried,
+        seen_fraction=tried / space.size,
+        compiled=sum(
+            1 for c in candidates if c.stage != "not_tried" and not _dropped_at(c, "compile")
+        ),
+        passed_numerics=sum(
+            1
+            for c in candidates
+            if c.stage == "race" or (c.stage == "numerics" and c.dropped is None)
+        ),
+        shapes=winners,
+        best=best,
+        best_geomean_ms=best_ms,
+        configs=rows,
+        complete=stopped is None,
+        stopped_because=stopped,
+        trials_made=trials.made,
+        trials_reused=trials.reused,
+        timing_ms=sum(r.timing_ms for r in races),
+        summary=summary(kernel, candidate, dtype, device, tried, space.size, winners, best),
+    )
+    if stopped:
+        out.summary = f"{out.summary} Partial: {stopped}."
+    out.artifacts.append(ctx.artifact("sweep.csv", csv_rows(rows, winners)))
+    panels = plot_panels(rows, winners)
+    if any(p["bars"] for p in panels):
+        out.artifacts.append(ctx.artifact_later("sweep.png", lambda: _png(panels)))
+    return out
+
+
+def _dropped_at(c: Candidate, stage: str) -> bool:
+    return c.stage == stage and c.dropped is not None
+
+
+def _png(panels: list[dict]) -> bytes:
+    from ..common.plots import sweep_configs_png  # matplotlib: in the late-artifact thread
+
+    return sweep_configs_png(panels)
+
+
+TOOL = Tool(
+    name="sweep_kernel",
+    title="Sweep a kernel's launch configs",
+    description="Which launch config (constexprs such as BLOCK_N, and num_warps/num_stages) of a kernel "
+    "is fastest per shape, and how sure: compiles every config of a space for a GPU target ahead of "
+    "time (in parallel; no GPU needed) and drops those that fail or break your constraints (the expect "
+    "language over compile_kernel's fields), checks the rest against the reference (check_numerics) and "
+    "drops wrong ones, then races the survivors per shape with microbench (interleaved A/B against the "
+    "leader, rounds with doubling budgets drop configs whose ratio CI excludes being as fast). Answers "
+    "per shape the winner and the configs it could not be told from, the best config across shapes "
+    "(geometric mean), what was dropped and why, a CSV and a plot. Spaces over "
+    f"{MAX_GRID_POINTS} configs are sampled with Optuna (TPE, successive-halving pruning). Every trial is "
+    "an experiment in the ledger (experiment://<sweep id> lists them); resume=<id> continues a sweep "
+    "without re-measuring; a budget ends it with a partial answer.",
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    kernel_field="kernel",
+)

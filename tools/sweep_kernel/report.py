@@ -1,0 +1,132 @@
+"""The sweep's answer from its candidates and races: per shape the winner and its ties, the best
+config across shapes, every config's fate, the summary line, the CSV and the plot."""
+
+from __future__ import annotations
+
+import math
+
+from ..common.sweep import Config, csv_text, label
+from .race import Race
+from .schema import ConfigResult, ShapeWinner
+from .stages import Candidate, shape_key
+
+
+def shape_winners(races: list[Race]) -> list[ShapeWinner]:
+    out = []
+    for r in races:
+        leader = r.leader
+        out.append(
+            ShapeWinner(
+                shape=r.shape,
+                winner=leader.config if leader else None,
+                winner_median_ms=leader.medians.get(shape_key(r.shape)) if leader else None,
+                decided=r.decided,
+                tied_with=r.ties(),
+                rounds=r.rounds,
+                timing_ms=r.timing_ms,
+            )
+        )
+    return out
+
+
+def config_results(candidates: list[Candidate], shapes: list[dict]) -> list[ConfigResult]:
+    keys = [shape_key(s) for s in shapes]
+    out = []
+    for c in candidates:
+        out.append(
+            ConfigResult(
+                config=c.config,
+                stage=c.stage,
+                dropped=c.dropped,
+                registers_per_thread=c.compile_facts.get("registers_per_thread"),
+                spill_stores_bytes=c.compile_facts.get("spill_stores_bytes"),
+                median_ms={k: c.medians[k] for k in keys if k in c.medians},
+                geomean_ms=_geomean([c.medians[k] for k in keys]) if _on_all(c, keys) else None,
+                trials=c.trials,
+            )
+        )
+    return out
+
+
+def best_config(rows: list[ConfigResult]) -> tuple[Config | None, float | None]:
+    """Lowest geometric-mean median among configs still standing and timed on every shape."""
+    timed = [r for r in rows if r.geomean_ms is not None and r.dropped is None]
+    if not timed:
+        return None, None
+    best = min(timed, key=lambda r: r.geomean_ms or math.inf)
+    return best.config, best.geomean_ms
+
+
+def summary(
+    kernel: str, candidate: str, dtype: str, device: str, tried: int, size: int, winners, best
+) -> str:
+    parts = [
+        f"sweep_kernel {kernel} ({candidate}, {dtype}, {device}): {tried} of {size} configs tried"
+    ]
+    for w in winners:
+        shape = shape_key(w.shape)
+        if w.winner is None:
+            parts.append(f"{shape}: no config survived")
+            continue
+        how = "decided" if w.decided else f"not decided ({len(w.tied_with)} tied)"
+        parts.append(f"{shape}: {label(w.winner)} {_ms(w.winner_median_ms)}, {how}")
+    if best is not None:
+        parts.append(f"best across shapes: {label(best)}")
+    if device == "cpu":
+        parts.append("CPU timings of interpreted Triton rank CPU work, not GPU speed")
+    return "; ".join(parts) + "."
+
+
+def csv_rows(rows: list[ConfigResult], winners: list[ShapeWinner]) -> str:
+    wins = {label(w.winner): shape_key(w.shape) for w in winners if w.winner is not None}
+    table = []
+    for r in rows:
+        table.append(
+            {
+                **{f"cfg.{k}": v for k, v in r.config.items()},
+                "stage": r.stage,
+                "dropped": r.dropped or "",
+                "registers_per_thread": r.registers_per_thread,
+                "spill_stores_bytes": r.spill_stores_bytes,
+                **{f"median_ms[{k}]": v for k, v in r.median_ms.items()},
+                "geomean_ms": r.geomean_ms,
+                "wins": wins.get(label(r.config), ""),
+                "trials": " ".join(r.trials),
+            }
+        )
+    return csv_text(table)
+
+
+def plot_panels(rows: list[ConfigResult], winners: list[ShapeWinner]) -> list[dict]:
+    panels = []
+    for w in winners:
+        key = shape_key(w.shape)
+        tied = {label(t.config) for t in w.tied_with}
+        win = label(w.winner) if w.winner else None
+        bars = [
+            (
+                label(r.config),
+                r.median_ms[key],
+                "winner"
+                if label(r.config) == win
+                else "tied"
+                if label(r.config) in tied
+                else "other",
+            )
+            for r in rows
+            if key in r.median_ms
+        ]
+        panels.append({"title": key, "bars": bars})
+    return panels
+
+
+def _on_all(c: Candidate, keys: list[str]) -> bool:
+    return bool(keys) and all(k in c.medians for k in keys)
+
+
+def _geomean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def _ms(value: float | None) -> str:
+    return f"{value:.4g} ms" if value is not None else ""

@@ -1,0 +1,123 @@
+"""The two gates before a config is timed: it compiles for the target within the constraints, and
+it computes the right answer. Each config's check is a child call (compile_kernel, then
+check_numerics) through the sweep's Trials, so each is an experiment of its own and a resumed
+sweep reuses it.
+
+Compiles run in parallel, as Triton's own autotuner compiles its configs: ahead of time, no GPU,
+as many at once as the sandbox has compile slots (COMPILE_PARALLEL). Numerics checks run one at
+a time: each is a job that computes on the CPU (interpreted Triton), and two would only share it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import anyio
+
+from ..common.expect import HypothesisAnswer, summary_line
+from ..common.sweep import Config, Trials
+from .schema import Input
+
+# Compile jobs at once: the cores, at most the sandbox's compile slots (sandbox/runner.py: 2).
+COMPILE_PARALLEL = min(os.cpu_count() or 1, 2)
+
+
+@dataclass
+class Candidate:
+    """One config on its way through the sweep: where it is, why it left, what it cost."""
+
+    config: Config
+    stage: str = "not_tried"  # compile -> numerics -> race
+    dropped: str | None = None
+    compile_facts: dict = field(default_factory=dict)  # the first kernel's resources
+    medians: dict[str, float] = field(default_factory=dict)  # shape_key -> latest median, ms
+    trials: list[str] = field(default_factory=list)  # child experiment ids
+
+    @property
+    def alive(self) -> bool:
+        return self.dropped is None and self.stage != "not_tried"
+
+
+def code_arguments(inp: Input) -> dict:
+    """What names the candidate's code, as every child tool takes it."""
+    args: dict = {"kernel": inp.kernel}
+    if inp.source is not None:
+        args["source"] = inp.source
+    elif inp.path is not None:
+        args["path"] = inp.path
+    else:
+        args["impl"] = inp.impl
+    if inp.entry is not None and ("source" in args or "path" in args):
+        args["entry"] = inp.entry
+    return {k: v for k, v in args.items() if v is not None}
+
+
+async def compile_all(
+    inp: Input, trials: Trials, candidates: list[Candidate], shape: dict, dtype: str
+) -> None:
+    """Compile every candidate for the target; drop failures and broken constraints."""
+    limiter = anyio.CapacityLimiter(COMPILE_PARALLEL)
+
+    async def one(c: Candidate) -> None:
+        async with limiter:
+            await _compile(inp, trials, c, shape, dtype)
+
+    async with anyio.create_task_group() as group:
+        for c in candidates:
+            group.start_soon(one, c)
+
+
+async def _compile(inp: Input, trials: Trials, c: Candidate, shape: dict, dtype: str) -> None:
+    args = {
+        **code_arguments(inp),
+        "launch_config": c.config,
+        "shape": shape,
+        "dtype": dtype,
+        **({"target": inp.target} if inp.target else {}),
+        **({"expect": inp.constraints} if inp.constraints else {}),
+    }
+    trial = await trials.call("compile_kernel", args)
+    c.stage = "compile"
+    c.trials.append(trial.outcome.experiment_id)
+    if not trial.outcome.ok:
+        c.dropped = f"compile failed: {trial.outcome.error}"
+        return
+    kernels = trial.result.get("kernels") or []
+    c.compile_facts = dict(kernels[0]) if kernels else {}
+    answer = HypothesisAnswer.model_validate(trial.result.get("hypothesis_answer") or {})
+    if answer.answer == "contradicted":
+        c.dropped = "breaks a constraint: " + summary_line(answer).removeprefix("Expect: ")
+
+
+async def numerics_gate(
+    inp: Input, trials: Trials, candidates: list[Candidate], shapes: list[dict], dtype: str
+) -> None:
+    """Check each compiled candidate against the reference on every shape; drop failures."""
+    for c in candidates:
+        if not c.alive:
+            continue
+        args = {
+            **code_arguments(inp),
+            "launch_config": c.config,
+            "shapes": shapes,
+            "dtypes": [dtype],
+            "trials": inp.numerics_trials,
+        }
+        trial = await trials.call("check_numerics", args)
+        c.stage = "numerics"
+        c.trials.append(trial.outcome.experiment_id)
+        if not trial.outcome.ok:
+            c.dropped = f"check_numerics failed to run: {trial.outcome.error}"
+        elif trial.result.get("verdict") != "pass":
+            codes = [f.get("code") for f in trial.result.get("findings") or []]
+            c.dropped = (
+                f"numerics {trial.result.get('verdict')}: "
+                f"{trial.result.get('summary', '')[:300]}"
+                + (f" (findings: {', '.join(str(x) for x in codes)})" if codes else "")
+            )
+
+
+def shape_key(shape: dict) -> str:
+    """A shape as a short key: M=4,N=64."""
+    return ",".join(f"{k}={v}" for k, v in shape.items())
