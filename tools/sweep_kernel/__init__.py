@@ -27,6 +27,7 @@ from .stages import Candidate, compile_all, numerics_gate
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
+    given = inp.model_dump(mode="json", exclude_unset=True)  # as the agent gave them: for resume
     kernel = kernel_of(ctx, inp.kernel)
     if inp.source is None and inp.path is None:
         inp = inp.model_copy(update={"impl": inp.impl or default_impl(kernel)})
@@ -45,7 +46,6 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         raise AgentError(f"constraints: {exc}") from None
     space = Space.of(inp.space, inp.configs)
     budget = Budget.of(inp.budget)
-    given = inp.model_dump(mode="json", exclude_unset=True)
     trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given)
 
     async def progress(done: float, total: float, message: str) -> None:
