@@ -39,9 +39,23 @@ class Code:
     snapshot: Path | None = (
         None  # a recorded experiment's code, copied into the job (path is relative to it)
     )
+    launch_config: dict | None = None  # sandbox/worker/launch_config.py
 
     def payload(self) -> dict:
-        return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
+        return {
+            "name": self.name,
+            "entry": self.entry,
+            "source": self.source,
+            "path": self.path,
+            "launch_config": self.launch_config,
+        }
+
+    def configured(self, config: dict | None) -> Code:
+        """This arm under `config` (none: as it is); the label says the config."""
+        if not config:
+            return self
+        label = f"{self.label} {config}"
+        return dataclasses.replace(self, label=label, launch_config=dict(config))
 
 
 @dataclass(frozen=True)
@@ -71,8 +85,12 @@ def make_bench(ctx: ToolContext, inp: Input) -> Bench:
     shapes = shapes_of(kernel.spec, inp.shapes, device)
     for shape in shapes:
         check_memory(kernel.spec, shape, dtype, ctx.sandbox.limits.memory_bytes)
-    candidate = candidate_code(ctx, kernel, inp)  # its errors first
+    candidate = candidate_code(ctx, kernel, inp).configured(inp.launch_config)  # its errors first
     baseline = baseline_code(ctx, kernel, inp)
+    if baseline is not None and inp.baseline_launch_config:
+        baseline = baseline.configured(inp.baseline_launch_config)
+    elif baseline is None and inp.baseline_launch_config:
+        raise AgentError("baseline_launch_config needs a baseline (baseline= or baseline_source=)")
     arms = (candidate,) + ((baseline,) if baseline is not None else ())
     return Bench(kernel=kernel, inp=inp, dtype=dtype, shapes=tuple(shapes), arms=arms)
 
@@ -179,14 +197,19 @@ def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
     ran = recorded_code(
         ctx, record, kernel, f"microbench kernel={kernel.spec.name} with its impl=/path=/source="
     )
+    recorded_config = (
+        args.get("launch_config") if isinstance(args.get("launch_config"), dict) else None
+    )
     return Code(
         name="baseline",
-        label=f"experiment {inp.baseline} ({ran.label}, its recorded code)",
+        label=f"experiment {inp.baseline} ({ran.label}, its recorded code"
+        + (f" and launch_config {recorded_config})" if recorded_config else ")"),
         entry=ran.code.entry,
         source=ran.code.source,
         path=ran.job_path,
         is_reference=ran.code.is_reference,
         snapshot=ran.folder,
+        launch_config=recorded_config,  # baseline_launch_config, when given, replaces it
     )
 
 
