@@ -5,7 +5,7 @@ reads it as numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -55,7 +55,8 @@ class TimingRun:
     threads: int | None  # torch threads in the worker
     compiles: int  # Triton cache entries compiled: the sandbox's count, not the worker's
     out_dir: Path | None  # the saved outputs of the spot-checked calls
-    launch_config_applied: dict[str, LaunchConfigApplied]  # by arm name (the worker's echo)
+    # by arm name, the arms that had a config (the worker's echo, for the answer only)
+    launch_config_applied: dict[str, LaunchConfigApplied] = field(default_factory=dict)
 
 
 async def time_shape(

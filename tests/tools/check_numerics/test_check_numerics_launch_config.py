@@ -100,3 +100,38 @@ async def test_names_nothing_used_are_errors(zoo_client):
             shapes=[{"N": 256}],
             trials=1,
         )
+
+
+async def test_an_autotuned_kernel_runs_the_config_without_a_search(zoo_client):
+    from pathlib import Path
+
+    tuned = Path(__file__).parents[1] / "compile_kernel" / "compile_kernels" / "autotuned.py"
+    out = await call(
+        zoo_client,
+        "check_numerics",
+        kernel="vector_add",
+        source=tuned.read_text(),
+        entry="vector_add",
+        launch_config={"BLOCK": 32, "num_warps": 2},
+        shapes=[{"N": 100}],
+        dtypes=["float32"],
+        trials=1,
+    )
+    # the grid function reads meta["BLOCK"]: 4 programs of 32 cover N=100 only with the config's
+    # value reaching it too
+    assert out["verdict"] == "pass" and out["cases"][0]["triton_launches"] == 1
+    assert out["launch_config_applied"]["overridden"] == {"add_kernel": ["BLOCK", "num_warps"]}
+    # one program instead: a 32-wide block (the config's, not the tuner's 128) leaves 68 unwritten
+    one = tuned.read_text().replace('[lambda meta: (triton.cdiv(n, meta["BLOCK"]),)]', "[(1,)]")
+    short = await call(
+        zoo_client,
+        "check_numerics",
+        kernel="vector_add",
+        source=one,
+        entry="vector_add",
+        launch_config={"BLOCK": 32},
+        shapes=[{"N": 100}],
+        dtypes=["float32"],
+        trials=1,
+    )
+    assert short["verdict"] == "fail" and short["cases"][0]["errors"]["candidate_nan_count"] == 68
