@@ -81,7 +81,7 @@ async def test_a_planted_slow_config_is_slower_and_an_experiment_keeps_its_confi
         zoo_client, "microbench", source=REPEATED, baseline=recorded["experiment_id"], **ARM
     )
     assert again["verdict"] == "faster" and again["shapes"][0]["ratio"] < 0.5
-    assert "launch_config {'REPEAT': 4}" in again["shapes"][0]["baseline"]["code"]
+    assert "its recorded launch_config {'REPEAT': 4}" in again["shapes"][0]["baseline"]["code"]
     assert again["launch_config_applied"] == {
         "baseline": {"entry_kwargs": ["REPEAT"], "overridden": {}}
     }
@@ -95,6 +95,7 @@ async def test_a_planted_slow_config_is_slower_and_an_experiment_keeps_its_confi
         **ARM,
     )
     assert 0.5 < same["shapes"][0]["ratio"] < 2
+    assert "baseline_launch_config {'REPEAT': 1}" in same["shapes"][0]["baseline"]["code"]
 
 
 async def test_a_config_name_nothing_uses_is_an_error(zoo_client):
