@@ -95,11 +95,17 @@ UNWRITTEN_FLOAT_BITS = {
 }
 
 
-class NumericsRunPayload(TypedDict):
+# A launch configuration (sandbox/worker/launch_config.py): name -> value, e.g.
+# {"BLOCK_N": 128, "num_warps": 4}; entry keyword arguments, constexprs or launch options.
+LaunchConfig = dict[str, int | float | bool | str]
+
+
+class NumericsRunPayload(TypedDict, total=False):
     candidate: CodePayload
     keys: list[str]  # trials of one case, in order; their inputs are inputs_file(key) in in/
     repeat: bool  # each trial twice (determinism) and a final RECHECK
     partition: PartitionPayload | None
+    launch_config: LaunchConfig | None
 
 
 # The calls numerics_run makes, per trial in this order, and once at the end.
@@ -121,11 +127,12 @@ def is_rank_call(kind: str) -> bool:
 # ---- microbench: raw timing samples -----------------------------------------------------
 
 
-class ArmPayload(TypedDict):
+class ArmPayload(TypedDict, total=False):
     name: str  # "candidate" or "baseline"
     entry: str
     source: str | None
     path: str | None
+    launch_config: LaunchConfig | None
 
 
 class MicrobenchPayload(TypedDict, total=False):

@@ -19,6 +19,7 @@ import anyio
 
 from ...sandbox import TRUSTED_ZOO
 from ..base import Tool, ToolContext
+from ..common.launch_config import LaunchConfigApplied
 from ..common.seeds import trial_seed
 from . import jobs
 from .answers import RefFacts
@@ -54,7 +55,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ref_dir = jobs.keep_reference_files(
             ref.out_dir, plan, Path(keep)
         )  # job folders are pruned as jobs start
-        judged, compiles = await _run_cases(
+        judged, compiles, applied = await _run_cases(
             ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total
         )
     for case, judgement in zip(plan.cases, judged, strict=True):
@@ -85,6 +86,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         checks=sorted(enabled),
         artifacts=artifacts,
         triton_compiles=ref.compiles + compiles,
+        launch_config_applied=applied,
         summary=summary(plan.what_ran, verdict, reports, findings),
     )
 
@@ -97,13 +99,14 @@ async def _run_cases(
     enabled: set[str],
     timeout_s: float,
     total: int,
-) -> tuple[list[CaseJudgement], int]:
+) -> tuple[list[CaseJudgement], int, LaunchConfigApplied | None]:
     """Every case's job at once (the sandbox's slots decide how many run together), each judged as
     it finishes; results in plan order. As if run in order: a failing case stops the cases after
     it, the ones before it finish, and the earliest failure is the error."""
     judged: list[CaseJudgement | None] = [None] * len(plan.cases)
     failures: dict[int, Exception] = {}
     compiles = [0] * len(plan.cases)
+    applied: list[LaunchConfigApplied | None] = [None] * len(plan.cases)
     scopes = [anyio.CancelScope() for _ in plan.cases]
     group = cache_group(ctx, plan)
 
@@ -114,6 +117,7 @@ async def _run_cases(
                     plan, case, ctx.sandbox, ref_dir, enabled, timeout_s, group
                 )
                 compiles[i] = run.compiles
+                applied[i] = run.launch_config_applied
                 # torch work on possibly large tensors: off the event loop, so the server keeps serving
                 judged[i] = await anyio.to_thread.run_sync(
                     _judge_case, plan, case, run, ref_dir, ref_facts, enabled, ctx.sandbox.device
@@ -129,7 +133,8 @@ async def _run_cases(
             tasks.start_soon(run_and_judge, i, case)
     if failures:
         raise failures[min(failures)]
-    return [j for j in judged if j is not None], sum(compiles)  # all of them: none failed
+    judgements = [j for j in judged if j is not None]  # all of them: none failed
+    return judgements, sum(compiles), applied[0]
 
 
 def cache_group(ctx: ToolContext, plan: Plan) -> str:

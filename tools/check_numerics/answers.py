@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..common.launch_config import LaunchConfigApplied, parse_applied
+
 
 @dataclass(frozen=True)
 class RefFacts:
@@ -61,6 +63,7 @@ class CandidateRun:
     tampered: tuple[str, ...]  # what the candidate replaced in its process
     out_dir: Path | None  # the outputs it saved
     compiles: int  # Triton cache entries compiled: the sandbox's count
+    launch_config_applied: LaunchConfigApplied | None = None  # the worker's record, an echo
 
 
 def reference_facts(result) -> dict[str, RefFacts]:
@@ -85,6 +88,7 @@ def candidate_run(result, out_dir: Path | None, compiles: int) -> CandidateRun:
         tampered=tuple(str(t) for t in worker.get("tampered", []))[:20],
         out_dir=out_dir,
         compiles=compiles,
+        launch_config_applied=parse_applied(worker.get("launch_config_applied")),
     )
 
 

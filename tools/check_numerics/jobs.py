@@ -94,6 +94,7 @@ async def run_case(
         "keys": case.keys,
         "repeat": "determinism" in enabled,
         "partition": plan.partition,
+        "launch_config": plan.launch_config,
     }
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}
     res = await sandbox.run(

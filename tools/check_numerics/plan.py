@@ -68,6 +68,7 @@ class Plan:
     # why the candidate counts as a Triton kernel by name ("" when its name does not say);
     # the worker adds "its module imports triton" (judge.py)
     triton_by_name: str = ""
+    launch_config: dict | None = None  # the candidate's (sandbox/worker/launch_config.py)
 
     @property
     def what_ran(self) -> str:
@@ -77,7 +78,9 @@ class Plan:
         )
         more = f"; +{len(shapes) - SUMMARY_SHAPES} more" if len(shapes) > SUMMARY_SHAPES else ""
         dtypes = ", ".join(dict.fromkeys(c.dtype for c in self.cases))
-        return f"{self.candidate_name} on shapes [{'; '.join(shapes[:SUMMARY_SHAPES])}{more}] x dtypes [{dtypes}]"
+        config = f" under launch_config {self.launch_config}" if self.launch_config else ""
+        named = "; ".join(shapes[:SUMMARY_SHAPES])
+        return f"{self.candidate_name}{config} on shapes [{named}{more}] x dtypes [{dtypes}]"
 
 
 def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
@@ -154,6 +157,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
         inp.distribution,
         notes,
         triton_by_name,
+        dict(inp.launch_config) if inp.launch_config else None,
     )
 
 

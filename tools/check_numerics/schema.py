@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
 from ..common.cases import MAX_NUMERICS_CASES
+from ..common.launch_config import LaunchConfig, LaunchConfigApplied, launch_config_field
 
 # check name (the `checks` input) -> finding codes it controls
 CHECKS: dict[str, tuple[str, ...]] = {
@@ -170,6 +171,7 @@ class Input(ToolInput):
         default=None,
         description="Integrity checks to run (default all): " + ", ".join(CHECKS) + ".",
     )
+    launch_config: LaunchConfig | None = launch_config_field()
     timeout_s: float = Field(
         default=300,
         gt=0,
@@ -342,4 +344,9 @@ class Output(ToolOutput):
         "call's jobs compiled. On a GPU the candidate's jobs share one cache per call, and "
         "the built-in zoo's kernels a trusted one across calls, so this counts distinct "
         "kernels, not cases; 0 when Triton runs interpreted (CPU).",
+    )
+    launch_config_applied: LaunchConfigApplied | None = Field(
+        default=None,
+        description="Where launch_config's names went (the first case's candidate job); null "
+        "without a launch_config.",
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ..base import AgentError, Tool, ToolContext
 from ..common.expect import WithEvidence
+from ..common.launch_config import parse_applied
 from . import jobs, plan
 from .expect_fields import EXPECT
 from .judge import judge
@@ -35,6 +36,7 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
         kernels=kernels,
         cached=cached,
         compile_s=round(raw.get("compile_s", 0.0), 3),
+        launch_config_applied=parse_applied(raw.get("launch_config_applied")),
     )
     out.notes = notes(raw, out_dir, kernels)
     summary = describe(arch, kernels[0], request["what"])

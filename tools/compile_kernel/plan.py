@@ -63,6 +63,8 @@ def plan_job(inp: Input, ctx: ToolContext, target: Target) -> dict:
     }
     if inp.constexprs is not None:
         payload["constexprs"] = inp.constexprs
+    if inp.launch_config:
+        payload["launch_config"] = inp.launch_config
     if inp.signature is not None:
         payload["signature"] = inp.signature
     elif spec_impl is not None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from ..base import ToolInput, ToolOutput
 from ..common.diff import Change
+from ..common.launch_config import LaunchConfig, LaunchConfigApplied, launch_config_field
 from .occupancy import DEFAULT_TARGET, TARGETS
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -293,6 +294,12 @@ class Input(ToolInput):
         "override what it passes (and @autotune's "
         "first config, which is used otherwise).",
     )
+    launch_config: LaunchConfig | None = launch_config_field(
+        "the launcher's",
+        "Here it is applied to the launch compile_kernel captures from the launcher (kernel= "
+        "with impl=, or launcher=), or with signature= to the kernel itself; constexprs=, "
+        "num_warps= and num_stages= win over the same name in it.",
+    )
     shape: dict[str, int] | None = Field(
         None,
         description="Example sizes for inference, e.g. {'M': 1, 'N': 4096} "
@@ -384,6 +391,11 @@ class Output(ToolOutput):
         "no SASS because nvdisasm failed); empty when every number above is the compiler's.",
     )
     baseline: str | None = Field(None, description="What the diff compares against.")
+    launch_config_applied: LaunchConfigApplied | None = Field(
+        None,
+        description="Where launch_config's names went in the captured launch; null without a "
+        "launch_config or a launcher.",
+    )
     diff: list[Change] = Field(
         default_factory=list,
         description="Fields that differ from the baseline "

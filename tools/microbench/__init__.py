@@ -38,6 +38,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     after = cpu_counters()
     host = disturbances(ctx.sandbox.device, before, after, runs[-1].timing.threads)
     out = judge(bench, runs, ceilings, peaks_note, host)
+    out.launch_config_applied = runs[0].timing.launch_config_applied or None
     if len(runs) > 1:
         png = await anyio.to_thread.run_sync(_sweep_png, plot_rows(out.shapes))
         out.artifacts.append(ctx.artifact("microbench_sweep.png", png))

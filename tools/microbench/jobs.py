@@ -5,7 +5,7 @@ reads it as numbers."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,6 +17,7 @@ from ...sandbox.worker.protocol import (
     ReferencePayload,
 )
 from ..base import AgentError, ToolContext
+from ..common.launch_config import LaunchConfigApplied, parse_applied
 from ..common.recorded_code import JOB_INPUT_NAME
 from .plan import Code
 from .schema import MIN_TIMED_CALLS, TIMEOUT_BASE_S, TIMEOUT_PER_BUDGET
@@ -54,6 +55,8 @@ class TimingRun:
     threads: int | None  # torch threads in the worker
     compiles: int  # Triton cache entries compiled: the sandbox's count, not the worker's
     out_dir: Path | None  # the saved outputs of the spot-checked calls
+    # by arm name, the arms that had a config (the worker's echo, for the answer only)
+    launch_config_applied: dict[str, LaunchConfigApplied] = field(default_factory=dict)
 
 
 async def time_shape(
@@ -121,12 +124,19 @@ def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) ->
             threads=raw["threads"] if isinstance(raw.get("threads"), int) else None,
             compiles=compiles,
             out_dir=out_dir,
+            launch_config_applied=_applied(raw.get("launch_config_applied"), arms),
         )
     except (KeyError, TypeError, ValueError) as exc:
         raise AgentError(
             f"the timing job returned malformed data ({type(exc).__name__}: {exc}); "
             "did the code print to or tamper with the harness? Rerun; report if it persists"
         ) from None
+
+
+def _applied(raw, arms: list[Code]) -> dict[str, LaunchConfigApplied]:
+    by_arm = raw if isinstance(raw, dict) else {}
+    parsed = {a.name: parse_applied(by_arm.get(a.name)) for a in arms if a.launch_config}
+    return {name: applied for name, applied in parsed.items() if applied is not None}
 
 
 def _arm_times(arm: dict) -> ArmTimes:

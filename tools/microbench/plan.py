@@ -39,9 +39,23 @@ class Code:
     snapshot: Path | None = (
         None  # a recorded experiment's code, copied into the job (path is relative to it)
     )
+    launch_config: dict | None = None  # sandbox/worker/launch_config.py
 
     def payload(self) -> dict:
-        return {"name": self.name, "entry": self.entry, "source": self.source, "path": self.path}
+        return {
+            "name": self.name,
+            "entry": self.entry,
+            "source": self.source,
+            "path": self.path,
+            "launch_config": self.launch_config,
+        }
+
+    def configured(self, config: dict | None) -> Code:
+        """This arm under `config` (none: as it is); the label says the config."""
+        if not config:
+            return self
+        label = f"{self.label} {config}"
+        return dataclasses.replace(self, label=label, launch_config=dict(config))
 
 
 @dataclass(frozen=True)
@@ -71,8 +85,10 @@ def make_bench(ctx: ToolContext, inp: Input) -> Bench:
     shapes = shapes_of(kernel.spec, inp.shapes, device)
     for shape in shapes:
         check_memory(kernel.spec, shape, dtype, ctx.sandbox.limits.memory_bytes)
-    candidate = candidate_code(ctx, kernel, inp)  # its errors first
+    candidate = candidate_code(ctx, kernel, inp).configured(inp.launch_config)  # its errors first
     baseline = baseline_code(ctx, kernel, inp)
+    if baseline is None and inp.baseline_launch_config:
+        raise AgentError("baseline_launch_config needs a baseline (baseline= or baseline_source=)")
     arms = (candidate,) + ((baseline,) if baseline is not None else ())
     return Bench(kernel=kernel, inp=inp, dtype=dtype, shapes=tuple(shapes), arms=arms)
 
@@ -157,11 +173,12 @@ def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
                 inp.baseline_entry or inp.entry,
                 "baseline_entry",
             ),
-        )
+        ).configured(inp.baseline_launch_config)
     if inp.baseline is None:
         return None
     if inp.baseline == REFERENCE or inp.baseline in kernel.spec.impls:
-        return _arm(ctx, "baseline", _resolve(ctx, kernel, inp.baseline, None, None, None, "entry"))
+        code = _resolve(ctx, kernel, inp.baseline, None, None, None, "entry")
+        return _arm(ctx, "baseline", code).configured(inp.baseline_launch_config)
     record = ctx.experiment(inp.baseline)
     if record is None:
         raise AgentError(
@@ -179,14 +196,22 @@ def baseline_code(ctx: ToolContext, kernel: Kernel, inp) -> Code | None:
     ran = recorded_code(
         ctx, record, kernel, f"microbench kernel={kernel.spec.name} with its impl=/path=/source="
     )
+    # and the config it ran under, unless baseline_launch_config says otherwise
+    recorded = args.get("launch_config") if isinstance(args.get("launch_config"), dict) else None
+    if inp.baseline_launch_config:
+        config, how = dict(inp.baseline_launch_config), "baseline_launch_config"
+    else:
+        config, how = recorded, "its recorded launch_config"
     return Code(
         name="baseline",
-        label=f"experiment {inp.baseline} ({ran.label}, its recorded code)",
+        label=f"experiment {inp.baseline} ({ran.label}, its recorded code"
+        + (f"; {how} {config})" if config else ")"),
         entry=ran.code.entry,
         source=ran.code.source,
         path=ran.job_path,
         is_reference=ran.code.is_reference,
         snapshot=ran.folder,
+        launch_config=config,
     )
 
 

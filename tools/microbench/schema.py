@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from ...kernels.coderef import DEFAULT_IMPL_RULE
 from ..base import ToolInput, ToolOutput
 from ..common.cases import MAX_MICROBENCH_SHAPES
+from ..common.launch_config import LaunchConfig, LaunchConfigApplied, launch_config_field
 
 MAX_BUDGET_MS = 60_000.0  # one minute of timing per shape
 DEFAULT_BUDGET_MS = 2_000.0
@@ -58,6 +59,14 @@ class Input(ToolInput):
     )
     baseline_entry: str | None = Field(
         default=None, description="Baseline function name (default: entry)."
+    )
+    launch_config: LaunchConfig | None = launch_config_field()
+    baseline_launch_config: LaunchConfig | None = launch_config_field(
+        "the baseline arm's",
+        "When baseline is a previous experiment id and this is "
+        "not given, the baseline runs with the launch_config that experiment recorded in its "
+        "arguments: the exact code AND config it ran. The same impl under two configs is an "
+        "A/B: impl='triton', baseline='triton' with launch_config and baseline_launch_config",
     )
     shapes: list[dict[str, int]] | None = Field(
         default=None,
@@ -240,4 +249,9 @@ class Output(ToolOutput):
         description="Triton cache entries (kernels and their launchers) the "
         "timing jobs compiled; the shapes of one call share one cache, so a kernel compiles "
         "once per set of constexprs, not per shape. 0 when Triton runs interpreted (CPU).",
+    )
+    launch_config_applied: dict[str, LaunchConfigApplied] | None = Field(
+        default=None,
+        description="Per arm ('candidate', 'baseline'): where its launch config's names went "
+        "(the first shape's timing job); null when no arm had one.",
     )

@@ -10,7 +10,9 @@ Payload::
      "constexprs": {"BLOCK": 1024} | None,
      "launch": {"launcher": "rmsnorm", "args": [Arg dicts], "shape": {"M": 1, "N": 4096},
                 "dtype": "float32"} | None,        # infer the signature from a launch
-     "options": {"num_warps": 4 | None, "num_stages": 3 | None}}
+     "options": {"num_warps": 4 | None, "num_stages": 3 | None},
+     "launch_config": {"BLOCK_N": 256, "num_warps": 8} | None}  # launch_config.py; the
+                                                   # explicit constexprs/options win over it
 
 Returns raw compiler facts, never a judgement: {"status": "ok", "kernel": {...},
 "ptxas_log", "resource_usage" (cuobjdump), "files": [...], "launch": {"grid", "scalar_args",
@@ -38,6 +40,7 @@ import warnings
 from pathlib import Path
 
 from ..context import JobContext
+from ..launch_config import LAUNCH_OPTIONS, LaunchConfigError, Overrides, kernel_params
 from ..loader import ensure_triton_compiler, import_file
 from .compile_diag import (
     captured_stderr_fd,
@@ -97,6 +100,7 @@ def _run(payload: dict, ctx: JobContext) -> dict:
         fn, signature, constexprs, attrs, options, payload, ctx, file, file_name, text
     )
     if launch is not None and result["status"] == "ok":
+        result["launch_config_applied"] = launch.pop("launch_config_applied")
         result["launch"] = launch
     return result
 
@@ -155,8 +159,16 @@ def _plan(module, payload: dict):
         )
     opts = {k: v for k, v in (payload.get("options") or {}).items() if v is not None}
 
+    # an explicit constexprs=/num_warps=/num_stages= wins over the same name in launch_config
+    config = {
+        k: v
+        for k, v in (payload.get("launch_config") or {}).items()
+        if k not in (payload.get("constexprs") or {}) and k not in opts
+    }
     if payload.get("launch"):
-        fn, args, kwargs, launch = _capture_launch(module, kernels, entry, payload["launch"])
+        fn, args, kwargs, launch = _capture_launch(
+            module, kernels, entry, payload["launch"], config
+        )
         overrides = {
             k: v for k, v in (payload.get("constexprs") or {}).items() if k in fn.arg_names
         }
@@ -188,6 +200,16 @@ def _plan(module, payload: dict):
         )
     )
     constexprs = dict(payload.get("constexprs") or {})
+    if config:  # no launcher: the config's constexprs and options go to this kernel directly
+        rest = Overrides.of(_no_entry, config)
+        _, kernel_constexprs = kernel_params(fn)
+        constexprs = {**{k: v for k, v in config.items() if k in kernel_constexprs}, **constexprs}
+        opts = {**{k: v for k, v in config.items() if k in LAUNCH_OPTIONS}, **opts}
+        rest.overridden[fn.__name__] = {
+            k for k in config if k in kernel_constexprs or k in LAUNCH_OPTIONS
+        }
+        rest.constexprs_seen[fn.__name__] = kernel_constexprs
+        _check_config(rest)
     for p in fn.params:
         if p.is_constexpr:
             signature.setdefault(p.name, "constexpr")
@@ -215,8 +237,9 @@ def _plan(module, payload: dict):
     return fn, signature, constexprs, attrs, opts, None
 
 
-def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
-    """Run the launcher on untouched CPU tensors; intercept the entry's launch, skip the others."""
+def _capture_launch(module, kernels: list, entry: str | None, launch: dict, config: dict):
+    """Run the launcher on untouched CPU tensors; intercept the entry's launch, skip the others.
+    `config` (launch_config.py) goes to the launcher's parameters and the launches it makes."""
     import torch
 
     from ..tensors import dtype_of
@@ -228,9 +251,11 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
             "launches the kernel, or give signature= and constexprs= explicitly"
         )
     captured: dict = {}
+    overrides = Overrides.of(launcher, config)
 
     def interceptor(fn):
         def run(*args, grid, warmup, **kwargs):
+            args, kwargs = overrides.rewrite(fn, args, kwargs)
             if entry is None or fn.__name__ == entry:
                 captured.update(fn=fn, args=args, kwargs=kwargs, grid=grid)
                 raise _Captured()
@@ -263,10 +288,12 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
         for a in launch["args"]
     ]
     try:
-        launcher(*tensors)
+        launcher(*tensors, **overrides.entry_kwargs)
     except _Captured:
+        _check_config(overrides)
         fn, args, kwargs = captured["fn"], captured["args"], captured["kwargs"]
-        return fn, args, kwargs, _launch_facts(fn, args, kwargs, captured["grid"], tensors)
+        facts = _launch_facts(fn, args, kwargs, captured["grid"], tensors)
+        return fn, args, kwargs, {**facts, "launch_config_applied": overrides.applied()}
     finally:
         for obj in (*kernels, *tuners):
             obj.__dict__.pop("run", None)
@@ -274,6 +301,17 @@ def _capture_launch(module, kernels: list, entry: str | None, launch: dict):
         f"{launch['launcher']} returned without launching "
         f"{entry or 'any @triton.jit kernel of this file'}; give signature= explicitly"
     )
+
+
+def _check_config(overrides: Overrides) -> None:
+    try:
+        overrides.check()
+    except LaunchConfigError as exc:
+        raise SetupError(str(exc)) from None
+
+
+def _no_entry() -> None:
+    """The entry of a compile without a launcher: it takes no config name."""
 
 
 def _launch_facts(fn, args, kwargs, grid, inputs: list) -> dict:

@@ -17,7 +17,8 @@ Integrity, in the order it matters:
 
 Payload::
 
-    arms: [{"name", "entry", "source" | "path"}]      # 1 or 2; the first is the candidate
+    arms: [{"name", "entry", "source" | "path",       # 1 or 2; the first is the candidate
+            "launch_config": {...} | None}]            # launch_config.py: each arm its own
     args, shape, dtype                                 # the kernel spec's inputs (see tensors.make_inputs)
     make_inputs: {"path", "entry"} | None              # the spec's custom generator, if any
     input_seeds: [int]                                 # one per input set (at most this many sets)
@@ -53,6 +54,7 @@ WARMUP_MAX_FRACTION = 0.25  # of the budget
 def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
     import torch
 
+    from ..launch_config import configured
     from ..loader import check_arity, load_entry
     from .peaks import cache_bytes, clocks, fingerprint
 
@@ -68,7 +70,7 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
     timer = CudaTimer(torch, payload.get("flush_bytes")) if device == "cuda" else CpuTimer()
 
     sets, set_bytes = _input_sets(payload, ctx, device, cache_bytes(device))
-    arms = []
+    arms, applied = [], {}
     for arm in payload["arms"]:
         fn = load_entry(
             ctx,
@@ -78,6 +80,7 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
             module_name=f"bench_{arm['name']}",
         )
         check_arity(fn, len(sets[0]), arm["entry"])
+        fn, applied[arm["name"]] = configured(fn, arm.get("launch_config"))
         arms.append(Arm(arm["name"], fn, int(payload.get("num_spot_checks", 3))))
     if payload.get("cuda_graph"):
         if device != "cuda":
@@ -112,6 +115,7 @@ def run(payload: MicrobenchPayload, ctx: JobContext) -> dict:
             for arm in arms
         },
         "spot_checks": spot_checks,
+        "launch_config_applied": {name: o.applied() for name, o in applied.items()},
         "timer": timer.description,
         "threads": torch.get_num_threads(),
     }

@@ -5,7 +5,8 @@ Payload::
     {"candidate": {"entry": "fn", "path": "/ws/k/impl.py"} | {"entry": "fn", "source": "..."},
      "keys": ["c0t0", "c0t1", ...],      # trials of one case, in order; in_dir/<key>.inputs.pt
      "repeat": true,                      # run each trial twice (determinism, bitwise)
-     "partition": {"args": {"0": 1}, "num_parts": 2} | None}   # input index -> split dim
+     "partition": {"args": {"0": 1}, "num_parts": 2} | None,   # input index -> split dim
+     "launch_config": {"BLOCK_N": 128, "num_warps": 4} | None}  # launch_config.py
 
 Per trial, in this order (the call index counts across the whole job):
 
@@ -38,6 +39,7 @@ from pathlib import Path
 import torch
 
 from ..context import JobContext
+from ..launch_config import LaunchConfigError, configured
 from ..loader import check_arity, load_entry
 from ..protocol import (
     CALL_FIRST,
@@ -80,11 +82,12 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     watched_before = _watched()
     launches = watch_triton()
     cand = payload["candidate"]
-    fn = load_entry(ctx, entry=cand["entry"], source=cand.get("source"), path=cand.get("path"))
-    launches["where"] = _source_file(fn), cand.get("file_name")  # read by _call for its diagnostics
+    entry = load_entry(ctx, entry=cand["entry"], source=cand.get("source"), path=cand.get("path"))
+    launches["where"] = _source_file(entry), cand.get("file_name")  # read by _call's diagnostics
     keys = payload["keys"]
     trials = [_load_inputs(ctx, key) for key in keys]
-    check_arity(fn, len(trials[0]), cand["entry"])
+    check_arity(entry, len(trials[0]), cand["entry"])
+    fn, overrides = configured(entry, payload.get("launch_config"))
     _prefill_with_nan()
 
     calls: list[dict] = []
@@ -115,10 +118,11 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
     return {
-        "is_triton": _uses_triton(fn),
-        "imports_triton": imports_triton(fn),
+        "is_triton": _uses_triton(entry),
+        "imports_triton": imports_triton(entry),
         "calls": calls,
         "tampered": tampered,
+        "launch_config_applied": overrides.applied(),
     }
 
 
@@ -144,6 +148,8 @@ def _call(fn, inputs, key, kind, index, launches, ctx, inputs_after=False) -> di
             out = fn(*inputs)
         if ctx.device == "cuda":
             torch.cuda.synchronize()
+    except LaunchConfigError:
+        raise  # the request's mistake, not the candidate's: the job fails with the names
     except Exception as exc:
         fact["error"] = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         lines = traceback.format_exception(
