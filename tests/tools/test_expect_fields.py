@@ -111,6 +111,17 @@ async def test_facts_cover_every_catalogued_field_on_a_real_call(zoo_client, jud
         ("compare_experiments", {"a": first["experiment_id"], "b": first["experiment_id"]}),
         ("device_info", {}),
         ("list_serves", {}),
+        (
+            "sweep_kernel",
+            {
+                "kernel": "rmsnorm",
+                "configs": [{"BLOCK_N": 64}, {"BLOCK_N": 128}],
+                "shapes": [{"M": 4, "N": 64}],
+                "dtype": "float32",
+                "target": "sm_90a",
+                "round_ms": 100,
+            },
+        ),
     ]
     tools = discover_tools()
     for name, args in calls:

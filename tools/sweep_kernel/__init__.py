@@ -19,6 +19,7 @@ from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials
 from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
 from ..compile_kernel.plan import resolve_target
 from ..microbench.plan import dtype_of, kernel_of, shapes_of
+from .expect_fields import EXPECT
 from .race import Race, race
 from .report import best_config, config_results, csv_rows, plot_panels, shape_winners, summary
 from .sample import sample
@@ -179,4 +180,5 @@ TOOL = Tool(
     output_model=Output,
     run=run,
     kernel_field="kernel",
+    expect=EXPECT,
 )

@@ -85,7 +85,11 @@ async def race(
     inp: Input, trials: Trials, field_: list[Candidate], shape: dict, dtype: str, budget: Budget
 ) -> Race:
     state = Race(shape, field_[0] if field_ else None, list(field_))
-    if len(field_) < 2:
+    if len(field_) == 1:  # nothing to race: its time alone, so the answer has its numbers
+        median = await time_alone(inp, trials, field_[0], shape, dtype)
+        state.timing_ms += inp.round_ms if median is not None else 0.0
+        return state
+    if not field_:
         return state
     round_ms = inp.round_ms
     if inp.strategy == "grid":
@@ -199,6 +203,29 @@ async def _time_pair(
         round_ms = max(round_ms, float(needed.group(1)))
     state.failed[id(challenger)] = f"timing failed: {trial.outcome.error}"
     return None, round_ms
+
+
+async def time_alone(
+    inp: Input, trials: Trials, c: Candidate, shape: dict, dtype: str
+) -> float | None:
+    """One config timed alone (microbench, no baseline) at round_ms: its median, ms, or None (and
+    the config dropped) when the timing failed."""
+    args = {
+        **code_arguments(inp),
+        "launch_config": c.config,
+        "shapes": [shape],
+        "dtype": dtype,
+        "budget_ms": inp.round_ms,
+    }
+    t = await trials.call("microbench", args)
+    c.trials.append(t.outcome.experiment_id)
+    row = (t.result.get("shapes") or [{}])[0] if t.outcome.ok else {}
+    median = (row.get("candidate") or {}).get("median_ms")
+    if not median or row.get("verdict") == "invalid":
+        c.dropped = f"timing failed: {t.outcome.error or t.result.get('summary', '')}"
+        return None
+    c.medians[shape_key(shape)] = median
+    return median
 
 
 def _baseline_arguments(inp: Input) -> dict:

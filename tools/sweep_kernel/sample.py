@@ -17,8 +17,9 @@ from __future__ import annotations
 import math
 
 from ..common.sweep import Budget, Config, Scalar, Space, Trials, label
+from .race import time_alone
 from .schema import Input
-from .stages import Candidate, code_arguments, compile_all, numerics_gate, shape_key
+from .stages import Candidate, compile_all, numerics_gate
 
 DEFAULT_SAMPLED_TRIALS = 32
 FINALISTS = 4
@@ -71,7 +72,7 @@ async def sample(
         if not c.alive:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:
-            score = await _timed_alone(inp, trials, c, shapes, dtype, trial, optuna)
+            score = await _timed_alone(inp, trials, c, shapes, dtype, trial)
             if score is None:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             else:
@@ -85,26 +86,14 @@ async def sample(
     return list(tried.values()), finalists, stopped
 
 
-async def _timed_alone(inp, trials, c: Candidate, shapes, dtype, trial, optuna) -> float | None:
+async def _timed_alone(inp, trials, c: Candidate, shapes, dtype, trial) -> float | None:
     """The config's geometric-mean median over the shapes, or None when pruned or failed."""
     c.stage = "race"
     logs = []
     for step, shape in enumerate(shapes):
-        args = {
-            **code_arguments(inp),
-            "launch_config": c.config,
-            "shapes": [shape],
-            "dtype": dtype,
-            "budget_ms": inp.round_ms,
-        }
-        t = await trials.call("microbench", args)
-        c.trials.append(t.outcome.experiment_id)
-        row = (t.result.get("shapes") or [{}])[0] if t.outcome.ok else {}
-        median = (row.get("candidate") or {}).get("median_ms")
-        if not median or row.get("verdict") == "invalid":
-            c.dropped = f"timing failed: {t.outcome.error or t.result.get('summary', '')}"
+        median = await time_alone(inp, trials, c, shape, dtype)
+        if median is None:
             return None
-        c.medians[shape_key(shape)] = median
         logs.append(math.log(median))
         trial.report(math.exp(sum(logs) / len(logs)), step)
         if step + 1 < len(shapes) and trial.should_prune():

@@ -88,8 +88,10 @@ async def test_planted_slow_and_wrong_configs_never_win(zoo_client, zoo_workspac
         target="sm_90a",
         round_ms=100,
         tie_margin_pct=5,
-        hypothesis="a block of 256 is enough for rows of up to 256",
+        hypothesis="the planted configs never win",
+        expect=["passed_numerics == 3", "winner != 'BLOCK_N=256 SLOW=1 OFF_BY_ONE=0'"],
     )
+    assert out["hypothesis_answer"]["answer"] == "supported", out["hypothesis_answer"]
     rows = {json.dumps(r["config"], sort_keys=True): r for r in out["configs"]}
     wrong = rows[json.dumps(configs[2], sort_keys=True)]
     assert wrong["stage"] == "numerics" and "numerics fail" in wrong["dropped"]
