@@ -2,11 +2,14 @@
 against the same sweep with strategy="grid" (every config timed once against the first, at the
 race's last-round budget: the precision the race ends at), in one run.
 
-The zoo's rmsnorm over BLOCK_N x num_warps on two CPU shapes (interpreted Triton: a wider block
-is more masked work; num_warps changes nothing, so those configs tie). The two strategies
-alternate (race, grid, race, grid, ...) on one server. Per sweep: the timing budget it spent
-(the sum of its microbench calls' budget_ms) and the wall time of those calls (from the ledger),
-and whether the winners agree (a grid winner the race reports as tied with its own counts).
+The zoo's rmsnorm with its block size as a keyword parameter of the entry (so the entry derives
+its one-block path from it, as a tuned impl would): BLOCK_N from 8 to 512 x num_warps 1 and 4 on
+rows of 256. Blocks under 256 loop over the row (interpreted on CPU, each iteration costs), so
+the space has clear losers, near-ties and exact ties (num_warps changes nothing on CPU). The two
+strategies alternate (race, grid, race, grid, ...) on one server. Per sweep, from the ledger rows of
+its microbench calls: the time spent in timed calls (each arm's timed calls x its median), the
+calls' wall time (sandbox jobs, warm-up and all), and the timing budget the sweep allotted; and
+whether the winners agree (a grid winner the race reports as tied with it counts).
 
     .venv/bin/python bench/sweep_racing.py [--rounds 2]
 """
@@ -17,12 +20,29 @@ import argparse
 import json
 import os
 import statistics
+from pathlib import Path
 
 import anyio
 from mcp_session import call, zoo_session
 
-SPACE = {"BLOCK_N": [64, 128, 256, 512, 1024, 2048], "num_warps": [1, 4]}
-SHAPES = [{"M": 4, "N": 64}, {"M": 16, "N": 48}]
+ZOO = Path(__file__).resolve().parent.parent / "kernels" / "rmsnorm" / "rmsnorm_triton.py"
+SOURCE = (
+    ZOO.read_text()
+    .replace("from reference import EPS", "EPS = 1e-6")
+    .replace(
+        "def rmsnorm(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:",
+        "def rmsnorm(x, weight, BLOCK_N=None):",
+    )
+    .replace(
+        "    BLOCK_N = min(triton.next_power_of_2(N), MAX_FUSED_BYTES // x.element_size())\n",
+        "    BLOCK_N = BLOCK_N or min(triton.next_power_of_2(N), MAX_FUSED_BYTES // x.element_size())\n",
+    )
+)
+# The first config is what the entry picks itself at N=256 (BLOCK_N 256): the grid's reference and
+# the race's first leader is the config one would have without a sweep (and the fastest here: the
+# grid's best case, since every grid pair also times its reference).
+SPACE = {"BLOCK_N": [256, 8, 16, 32, 64, 128, 512], "num_warps": [1, 4]}
+SHAPES = [{"M": 4, "N": 256}]
 
 
 async def sweep(client, strategy: str) -> dict:
@@ -30,6 +50,8 @@ async def sweep(client, strategy: str) -> dict:
         client,
         "sweep_kernel",
         kernel="rmsnorm",
+        source=SOURCE,
+        entry="rmsnorm",
         space=SPACE,
         shapes=SHAPES,
         dtype="float32",
@@ -37,14 +59,26 @@ async def sweep(client, strategy: str) -> dict:
         strategy=strategy,
     )
     listed = await client.read_resource(f"experiment://{out['experiment_id']}")
-    wall = 0.0
+    timed = wall = 0.0
+    calls = 0
     for child in json.loads(listed.contents[0].text)["children"]:
-        if child["tool"] == "microbench":
-            row = json.loads(
-                (await client.read_resource(f"experiment://{child['id']}")).contents[0].text
-            )
-            wall += row["duration_s"]
-    return {"timing_s": out["timing_ms"] / 1e3, "wall_s": wall, "out": out}
+        if child["tool"] != "microbench":
+            continue
+        row = json.loads(
+            (await client.read_resource(f"experiment://{child['id']}")).contents[0].text
+        )
+        wall += row["duration_s"]
+        calls += 1
+        for shape in (row["result"] or {}).get("shapes") or []:
+            for arm in (shape["candidate"], shape.get("baseline")):
+                timed += arm["n"] * arm["median_ms"] / 1e3 if arm else 0.0
+    return {
+        "timed_s": timed,
+        "wall_s": wall,
+        "allotted_s": out["timing_ms"] / 1e3,
+        "calls": calls,
+        "out": out,
+    }
 
 
 def agree(race: dict, grid: dict) -> str:
@@ -66,11 +100,12 @@ async def main(rounds: int) -> None:
                 got = runs[strategy][-1]
                 winners = [s["winner"] for s in got["out"]["shapes"]]
                 print(
-                    f"round {r + 1} {strategy}: timing {got['timing_s']:.1f} s, microbench wall "
-                    f"{got['wall_s']:.1f} s, winners {winners}"
+                    f"round {r + 1} {strategy}: {got['calls']} microbench calls, timed "
+                    f"{got['timed_s']:.1f} s, wall {got['wall_s']:.1f} s, allotted "
+                    f"{got['allotted_s']:.1f} s; winners {winners}"
                 )
             print(f"  winners race vs grid: {agree(runs['race'][-1], runs['grid'][-1])}")
-    for what in ("timing_s", "wall_s"):
+    for what in ("timed_s", "wall_s", "allotted_s"):
         race = statistics.median(x[what] for x in runs["race"])
         grid = statistics.median(x[what] for x in runs["grid"])
         print(f"{what}: race {race:.1f} s, grid {grid:.1f} s: grid / race {grid / race:.2f}x")

@@ -111,7 +111,7 @@ def _answer(
 ) -> Output:
     winners = shape_winners(races)
     rows = config_results(candidates, shapes)
-    best, best_ms = best_config(rows)
+    best, best_ms = best_config(rows, winners)
     tried = sum(1 for c in candidates if c.stage != "not_tried")
     candidate = inp.impl if inp.source is None and inp.path is None else (inp.path or "source")
     out = Output(

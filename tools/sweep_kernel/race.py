@@ -1,23 +1,28 @@
 """Racing: which config is fastest on one shape, for as little timing as that takes.
 
-Every config that passed the gates starts in the race. Each round, every challenger is timed
-against the current leader by microbench, interleaved in one job (the paired ratio of medians and
-its 95% bootstrap CI, as microbench answers any A/B), each pair with the round's budget:
+Every config that passed the gates starts in the race; the first is the leader. Each round, every
+challenger is timed against the current leader by microbench, interleaved in one job (the paired
+ratio of medians and its 95% bootstrap CI, as microbench answers any A/B), and judged at once:
 
-- a challenger whose CI lies wholly above 1 is slower than the leader: it leaves the race;
-- one whose CI lies wholly below 1 is faster: the fastest such becomes the leader, and the old
-  leader stays in as a challenger;
-- one whose CI lies wholly within tie_margin_pct of 1 is as fast as the leader (within the
-  margin): it stops racing and is reported as tied (on a CPU, num_warps changes nothing, and
-  such configs would otherwise race to the last round);
-- the rest cannot be told from the leader yet: they stay, and the next round doubles the budget
-  (a tighter CI), for at most MAX_ROUNDS rounds.
+- its CI lies wholly above 1: slower than a leader, and leaders only get faster: it is out;
+- wholly below 1: faster: it becomes the leader at once, and the rest of the round races
+  against it. The old leader is out (slower than a leader), and so is every config whose pair
+  against the old leader already shows it slower than the new one (its CI's low end over the new
+  leader's CI high end against the old is above 1);
+- wholly within tie_margin_pct of 1: as fast as the leader within the margin: it stops racing
+  and is reported as tied (on a CPU, num_warps changes nothing: such configs would otherwise
+  race to the last round);
+- otherwise it cannot be told from the leader yet and stays for the next round, whose budget is
+  twice this one's (a tighter CI), for at most MAX_ROUNDS rounds.
 
-The race is decided when the leader is the only config left racing. Configs are dropped only when their
-own CI excludes them being as fast, so a config the noise cannot separate is never dropped, only
-reported as tied. This is racing in the sense of F-Race and Hyperband's successive halving: the
-budget goes where the decision is still open. `strategy="grid"` times every config once against
-the first at the last round's budget, for comparison (bench/sweep_racing.py).
+A pair whose calls are too slow for the round's budget gets what it needs for microbench's
+minimum of timed calls (from the call time microbench reports), for that pair only.
+
+The race is decided when the leader is the only config left racing. A config is dropped only
+when its own CI excludes it being as fast, so one the noise cannot separate is never dropped,
+only reported as tied. This is racing in the sense of F-Race and Hyperband's successive halving:
+the budget goes where the decision is still open. `strategy="grid"` times every config once
+against the first at the last round's budget, for comparison (bench/sweep_racing.py).
 """
 
 from __future__ import annotations
@@ -26,11 +31,13 @@ import re
 from dataclasses import dataclass, field
 
 from ..common.sweep import Budget, Trials
-from ..microbench.schema import MAX_BUDGET_MS
+from ..microbench.schema import MAX_BUDGET_MS, MIN_TIMED_CALLS
 from .schema import MAX_ROUNDS, Contender, Input
-from .stages import Candidate, code_arguments, shape_key
+from .stages import Candidate, code_arguments
 
-NEEDS_BUDGET = re.compile(r"raise budget_ms to about (\d+)")
+# microbench's refusal when the budget fits too few timed calls, and the call time it measured
+TOO_FEW = re.compile(r"\(about (\d+) ms per call\); raise budget_ms to about (\d+)")
+WARMUP_CALLS = 6  # room for microbench's warm-up before its timed calls, per arm
 
 
 @dataclass(frozen=True)
@@ -45,18 +52,26 @@ class Pair:
     budget_ms: float
     experiment_id: str
 
+    def inverse(self) -> Pair:
+        """The same measurement read the other way round (the leader against the challenger)."""
+        return Pair(
+            1 / self.ratio,
+            1 / self.ci_high,
+            1 / self.ci_low,
+            self.leader_ms,
+            self.challenger_ms,
+            self.budget_ms,
+            self.experiment_id,
+        )
+
 
 @dataclass
 class Race:
     shape: dict
     leader: Candidate | None
     contenders: list[Candidate]  # still racing, leader first
-    equivalent: list[Candidate] = field(
-        default_factory=list
-    )  # as fast as the leader, within the margin
-    last: dict[int, Pair] = field(
-        default_factory=dict
-    )  # id(candidate) -> its latest pair vs leader
+    equivalent: list[Candidate] = field(default_factory=list)  # tied with the leader, in margin
+    last: dict[int, Pair] = field(default_factory=dict)  # id(candidate) -> its pair vs the leader
     rounds: int = 0
     timing_ms: float = 0.0
     failed: dict[int, str] = field(default_factory=dict)  # id(candidate) -> why its timing failed
@@ -80,6 +95,33 @@ class Race:
             )
         return out
 
+    def crown(self, challenger: Candidate, pair: Pair) -> None:
+        """`challenger` beat the leader (its CI wholly below 1): it leads. The old leader is out
+        (slower than a leader), and so is any config whose pair against the old leader already
+        shows it slower than the new one: x / new >= (x / old, low end) / (new / old, high end)."""
+        self.leader = challenger
+        self.contenders.remove(challenger)
+        self.contenders.pop(0)  # the old leader
+        beaten = pair.ci_high
+        keep = []
+        for x in [*self.contenders, *self.equivalent]:
+            against_old = self.last.get(id(x))
+            if against_old is None or against_old.ci_low / beaten <= 1.0:
+                keep.append(x)
+        self.contenders = [challenger, *keep]
+        self.equivalent = []
+        self.last = {}  # every pair so far was against the old leader
+
+    def judge(self, c: Candidate, pair: Pair, margin: float) -> None:
+        self.last[id(c)] = pair
+        if pair.ci_low > 1.0:  # slower than a leader, and leaders only get faster
+            self.contenders.remove(c)
+        elif pair.ci_high < 1.0:
+            self.crown(c, pair)
+        elif 1 - margin <= pair.ci_low and pair.ci_high <= 1 + margin:
+            self.contenders.remove(c)
+            self.equivalent.append(c)
+
 
 async def race(
     inp: Input, trials: Trials, field_: list[Candidate], shape: dict, dtype: str, budget: Budget
@@ -91,68 +133,29 @@ async def race(
         return state
     if not field_:
         return state
-    round_ms = inp.round_ms
+    margin = inp.tie_margin_pct / 100
     if inp.strategy == "grid":
-        await _grid(inp, trials, state, dtype, budget, round_ms * 2 ** (MAX_ROUNDS - 1))
+        await _grid(inp, trials, state, dtype, budget, margin)
         return state
-    for _ in range(MAX_ROUNDS):
+    for r in range(MAX_ROUNDS):
         if len(state.contenders) < 2:
             break
         state.rounds += 1
-        leader = state.leader
-        assert leader is not None
-        compared_to: dict[int, Candidate] = {}
-        for c in state.contenders[1:]:
+        round_ms = min(inp.round_ms * 2**r, MAX_BUDGET_MS)
+        for c in list(state.contenders[1:]):
+            if c not in state.contenders[1:]:  # out, or crowned, earlier in this round
+                continue
             if (why := budget.spent()) is not None:
                 state.stopped = why
                 return state
-            pair, round_ms = await _time_pair(inp, trials, c, leader, shape, dtype, round_ms, state)
-            if pair is not None:
-                state.last[id(c)] = pair
-                compared_to[id(c)] = leader
-        _judge_round(state, compared_to, inp.tie_margin_pct / 100)
-        round_ms = min(round_ms * 2, MAX_BUDGET_MS)
-    if len(state.contenders) > 1:  # the rounds ran out: the ties' CIs against the final leader
-        await _compare_to_final_leader(inp, trials, state, dtype, budget, round_ms)
+            leader = state.leader
+            assert leader is not None
+            pair = await _time_pair(inp, trials, c, leader, shape, dtype, round_ms, state)
+            if pair is None:
+                state.contenders.remove(c)  # its timing failed: out, with why
+            else:
+                state.judge(c, pair, margin)
     return state
-
-
-def _judge_round(state: Race, compared_to: dict[int, Candidate], margin: float) -> None:
-    leader = state.leader
-    assert leader is not None
-    pairs = {id(c): state.last[id(c)] for c in state.contenders[1:] if id(c) in compared_to}
-    slower = {k for k, p in pairs.items() if p.ci_low > 1.0}
-    same = {k for k, p in pairs.items() if 1 - margin <= p.ci_low and p.ci_high <= 1 + margin}
-    faster = [c for c in state.contenders[1:] if id(c) in pairs and pairs[id(c)].ci_high < 1.0]
-    kept = [
-        c
-        for c in state.contenders[1:]
-        if id(c) not in slower and id(c) not in state.failed  # failed timing: out, with why
-    ]
-    if faster:
-        kept += state.equivalent  # as fast as the old leader: to be compared with the new one
-        state.equivalent = []
-        new = min(faster, key=lambda c: pairs[id(c)].ratio)
-        state.leader = new
-        state.contenders = [new, leader, *(c for c in kept if c is not new)]
-        state.last.pop(id(new), None)  # its pair was against the old leader
-        # The old leader's standing against the new one is the inverse of the pair just measured.
-        p = pairs[id(new)]
-        state.last[id(leader)] = Pair(
-            1 / p.ratio,
-            1 / p.ci_high,
-            1 / p.ci_low,
-            p.leader_ms,
-            p.challenger_ms,
-            p.budget_ms,
-            p.experiment_id,
-        )
-        for c in kept:  # compared with the old leader: not yet with the new one
-            if c is not new:
-                state.last.pop(id(c), None)
-    else:
-        state.equivalent += [c for c in kept if id(c) in same]
-        state.contenders = [leader, *(c for c in kept if id(c) not in same)]
 
 
 async def _time_pair(
@@ -162,11 +165,11 @@ async def _time_pair(
     leader: Candidate,
     shape: dict,
     dtype: str,
-    round_ms: float,
+    budget_ms: float,
     state: Race,
-) -> tuple[Pair | None, float]:
-    """Time `challenger` against `leader`; a budget too small for the shape's call time is raised to
-    what microbench asks for once (and kept for the rest of the race)."""
+) -> Pair | None:
+    """Time `challenger` against `leader`; a budget too small for the pair's calls is raised once
+    to what microbench's minimum of timed calls needs at the call time it reported."""
     for _ in range(2):
         args = {
             **code_arguments(inp),
@@ -175,34 +178,39 @@ async def _time_pair(
             "baseline_launch_config": leader.config,
             "shapes": [shape],
             "dtype": dtype,
-            "budget_ms": round_ms,
+            "budget_ms": budget_ms,
         }
         trial = await trials.call("microbench", args)
         challenger.trials.append(trial.outcome.experiment_id)
         if trial.outcome.ok:
-            state.timing_ms += round_ms
+            state.timing_ms += budget_ms
             row = (trial.result.get("shapes") or [{}])[0]
             if row.get("ratio") is None or row.get("verdict") == "invalid":
                 state.failed[id(challenger)] = f"timing invalid: {trial.result.get('summary', '')}"
-                return None, round_ms
+                return None
             pair = Pair(
                 row["ratio"],
                 row["ci_low"],
                 row["ci_high"],
                 row["candidate"]["median_ms"],
                 row["baseline"]["median_ms"],
-                round_ms,
+                budget_ms,
                 trial.outcome.experiment_id,
             )
-            challenger.medians[shape_key(shape)] = pair.challenger_ms
-            leader.medians[shape_key(shape)] = pair.leader_ms
-            return pair, round_ms
-        needed = NEEDS_BUDGET.search(trial.outcome.error or "")
-        if needed is None or float(needed.group(1)) > MAX_BUDGET_MS:
+            challenger.timed(shape, pair.challenger_ms)
+            leader.timed(shape, pair.leader_ms)
+            return pair
+        too_few = TOO_FEW.search(trial.outcome.error or "")
+        if too_few is None:
             break
-        round_ms = max(round_ms, float(needed.group(1)))
+        per_call_ms = float(too_few.group(1))
+        needed = 2 * per_call_ms * (MIN_TIMED_CALLS + WARMUP_CALLS)  # two arms
+        if needed > MAX_BUDGET_MS:
+            break
+        budget_ms = max(budget_ms * 2, needed)
     state.failed[id(challenger)] = f"timing failed: {trial.outcome.error}"
-    return None, round_ms
+    challenger.dropped = challenger.dropped or state.failed[id(challenger)]
+    return None
 
 
 async def time_alone(
@@ -224,7 +232,7 @@ async def time_alone(
     if not median or row.get("verdict") == "invalid":
         c.dropped = f"timing failed: {t.outcome.error or t.result.get('summary', '')}"
         return None
-    c.medians[shape_key(shape)] = median
+    c.timed(shape, median)
     return median
 
 
@@ -239,36 +247,28 @@ def _baseline_arguments(inp: Input) -> dict:
 
 
 async def _grid(
-    inp: Input, trials: Trials, state: Race, dtype: str, budget: Budget, budget_ms: float
+    inp: Input, trials: Trials, state: Race, dtype: str, budget: Budget, margin: float
 ) -> None:
-    """Every config once against the first, at the final round's budget: one round, judged as
-    the race judges one."""
+    """Every config once against the first, at the last round's budget; then the fastest of
+    those that beat it (by CI) leads, and the rest are judged against the first as measured."""
     first = state.contenders[0]
     state.rounds = 1
-    compared_to: dict[int, Candidate] = {}
+    budget_ms = min(inp.round_ms * 2 ** (MAX_ROUNDS - 1), MAX_BUDGET_MS)
+    pairs: dict[int, Pair] = {}
     for c in state.contenders[1:]:
         if (why := budget.spent()) is not None:
             state.stopped = why
             break
-        pair, budget_ms = await _time_pair(
-            inp, trials, c, first, state.shape, dtype, budget_ms, state
-        )
+        pair = await _time_pair(inp, trials, c, first, state.shape, dtype, budget_ms, state)
         if pair is not None:
-            state.last[id(c)] = pair
-            compared_to[id(c)] = first
-    _judge_round(state, compared_to, inp.tie_margin_pct / 100)
-
-
-async def _compare_to_final_leader(
-    inp: Input, trials: Trials, state: Race, dtype: str, budget: Budget, round_ms: float
-) -> None:
-    leader = state.leader
-    assert leader is not None
-    for c in state.contenders[1:]:
-        if id(c) in state.last or budget.spent() is not None:
-            continue
-        pair, round_ms = await _time_pair(
-            inp, trials, c, leader, state.shape, dtype, round_ms, state
-        )
-        if pair is not None:
-            state.last[id(c)] = pair
+            pairs[id(c)] = pair
+    timed = [c for c in state.contenders[1:] if id(c) in pairs]
+    state.contenders = [first, *timed]
+    faster = [c for c in timed if pairs[id(c)].ci_high < 1.0]
+    best = min(faster, key=lambda c: pairs[id(c)].ratio, default=None)
+    state.last = dict(pairs)
+    if best is not None:
+        state.crown(best, pairs[id(best)])
+    else:
+        for c in timed:
+            state.judge(c, pairs[id(c)], margin)

@@ -48,8 +48,15 @@ def config_results(candidates: list[Candidate], shapes: list[dict]) -> list[Conf
     return out
 
 
-def best_config(rows: list[ConfigResult]) -> tuple[Config | None, float | None]:
-    """Lowest geometric-mean median among configs still standing and timed on every shape."""
+def best_config(
+    rows: list[ConfigResult], winners: list[ShapeWinner]
+) -> tuple[Config | None, float | None]:
+    """The config that won every shape, else the lowest geometric-mean median among configs still
+    standing and timed on every shape (medians from separate pairs: a ranking, not a race)."""
+    won = {label(w.winner) for w in winners if w.winner is not None}
+    if len(won) == 1 and all(w.winner is not None for w in winners):
+        only = next(r for r in rows if label(r.config) in won)
+        return only.config, only.geomean_ms
     timed = [r for r in rows if r.geomean_ms is not None and r.dropped is None]
     if not timed:
         return None, None

@@ -11,6 +11,7 @@ a time: each is a job that computes on the CPU (interpreted Triton), and two wou
 from __future__ import annotations
 
 import os
+import statistics
 from dataclasses import dataclass, field
 
 import anyio
@@ -31,7 +32,16 @@ class Candidate:
     stage: str = "not_tried"  # compile -> numerics -> race
     dropped: str | None = None
     compile_facts: dict = field(default_factory=dict)  # the first kernel's resources
-    medians: dict[str, float] = field(default_factory=dict)  # shape_key -> latest median, ms
+    times: dict[str, list[float]] = field(default_factory=dict)  # shape_key -> medians seen, ms
+
+    @property
+    def medians(self) -> dict[str, float]:
+        """Per shape, the median of the medians its timed calls gave (each pair, or alone), ms."""
+        return {k: statistics.median(v) for k, v in self.times.items() if v}
+
+    def timed(self, shape: dict, median_ms: float) -> None:
+        self.times.setdefault(shape_key(shape), []).append(median_ms)
+
     trials: list[str] = field(default_factory=list)  # child experiment ids
 
     @property
