@@ -106,3 +106,45 @@ def _png(fig, **savefig) -> bytes:
     fig.savefig(buf, format="png", **savefig)
     plt.close(fig)
     return buf.getvalue()
+
+
+def serve_sweep_png(
+    steps: list[dict], front: list[tuple[float, float]], load_label: str, ttft_limit: float | None
+) -> bytes:
+    """sweep_serve: the Pareto front (tokens/s per user vs tokens/s in all, as vllm bench sweep
+    plot_pareto) and TTFT p50 against load per config.
+
+    steps: one per measured step: {"label", "load", "per_user", "total", "ttft_p50", "slo_met"}.
+    """
+    fig, (ax_f, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
+    labels = list(dict.fromkeys(s["label"] for s in steps))
+    for i, name in enumerate(labels):
+        mine = [s for s in steps if s["label"] == name]
+        colour = f"C{i % 10}"
+        for met, marker in ((True, "o"), (False, "x")):
+            pts = [s for s in mine if s["slo_met"] is met and s["per_user"] is not None]
+            ax_f.scatter(
+                [p["per_user"] for p in pts],
+                [p["total"] for p in pts],
+                color=colour,
+                marker=marker,
+                label=name if met else None,
+            )
+        pts = [s for s in mine if s["ttft_p50"] is not None]
+        ax_t.plot([p["load"] for p in pts], [p["ttft_p50"] for p in pts], "o-", color=colour)
+    if front:
+        ax_f.plot([x for x, _ in front], [y for _, y in front], "k--", label="Pareto front")
+    if ttft_limit is not None:
+        ax_t.axhline(ttft_limit, color="r", linestyle=":", label="TTFT SLO")
+        ax_t.legend(fontsize=7)
+    ax_f.set(
+        xlabel="output tokens/s per user",
+        ylabel="output tokens/s in all",
+        title="front (o: SLO met, x: broken)",
+    )
+    ax_t.set(xlabel=load_label, ylabel="TTFT p50 (ms)", title="TTFT vs load")
+    for ax in (ax_f, ax_t):
+        ax.grid(True, alpha=0.3)
+    ax_f.legend(fontsize=7)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.92, bottom=0.12, wspace=0.25)
+    return _png(fig, dpi=100)
