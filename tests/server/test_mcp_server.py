@@ -66,6 +66,7 @@ ANNOTATIONS = {
     "profile": (True, False),
     "serve_benchmark": (False, False),
     "stop_serve": (False, False),
+    "sweep_serve": (False, False),
 }
 
 

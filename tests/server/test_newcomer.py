@@ -79,6 +79,7 @@ async def test_what_expect_may_name_is_listed_whole_and_described_in_a_resource(
         "describe_kernel": {"kernel": "rmsnorm"},
         "microbench": {"kernel": "rmsnorm"},
         "stop_serve": {"handle": "h"},
+        "sweep_serve": {"ladder": {"concurrencies": [1]}},
     }
     for name, tool in discover_tools().items():
         field = next(iter(tool.catalogue.fields), None) or next(iter(tool.catalogue.scoped))
