@@ -24,6 +24,7 @@ def config_answer(planned: Planned, climb: Climb) -> ConfigAnswer:
         goodput=top.goodput if top else None,
         goodput_interval=top.goodput_interval if top else None,
         output_throughput=top.output_throughput if top else None,
+        output_throughput_interval=top.output_throughput_interval if top else None,
         output_throughput_per_user=top.output_throughput_per_user if top else None,
     )
 

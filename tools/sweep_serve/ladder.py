@@ -51,12 +51,18 @@ async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget
                 out.stopped = f"cut off before {_load(kind, load)}: {why}"
                 out.complete, out.budget_cut = False, True
                 break
-            bench = plan.bench_arguments(inp, kind, load, "", budget.wall_s - budget.elapsed_s)
+            bench = plan.bench_arguments(inp, kind, load, "")
             key = plan.step_key(config.key, bench)
             if handle is None and not trials.has(key):
                 launched = await trials.ctx.call("launch_serve", config.launch)
                 out.children.append(launched.experiment_id)
                 out.launch_id = launched.experiment_id
+                if (
+                    not launched.ok and out.steps
+                ):  # resumed: the steps an earlier sweep measured stand
+                    out.stopped = f"{_load(kind, load)}: launch_serve failed: {launched.error}"
+                    out.complete = False
+                    break
                 if not launched.ok:
                     out.launch_error = launched.error
                     return out
@@ -91,7 +97,8 @@ def _step(inp: Input, load: float, experiment_id: str, reused: bool, result: dic
     broke, values = [], {}
     for key, limit in inp.slo.items():
         name = key[:-3]  # ttft_p99_ms -> ttft_p99
-        interval = spread.get(name) or ([metrics[name]] * 2 if metrics.get(name) else None)
+        value = metrics.get(name)
+        interval = spread.get(name) or ([value, value] if value is not None else None)
         if interval is None:
             broke.append(f"{name} not measured (no request gave it)")
             continue
@@ -99,8 +106,12 @@ def _step(inp: Input, load: float, experiment_id: str, reused: bool, result: dic
         if interval[1] > limit:
             broke.append(f"{name} {interval[1]:.1f} ms (worst repeat) > {limit:g} ms")
     failed = metrics.get("failed")
-    if failed:
-        broke.append(f"{failed:g} requests failed ({result.get('first_error') or 'see the step'})")
+    worst_failed = (spread.get("failed") or [failed or 0, failed or 0])[1]
+    if worst_failed:
+        broke.append(
+            f"{worst_failed:g} requests failed in a repeat "
+            f"({result.get('first_error') or 'see the step'})"
+        )
     goodput = metrics.get("goodput")
     if goodput is None and not broke:  # no per-request SLO to count against: every request counts
         goodput = metrics.get("request_throughput")

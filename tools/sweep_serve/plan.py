@@ -67,23 +67,20 @@ def config_key(launch: dict) -> str:
     return json.dumps({"engine": launch.get("engine"), "args": launch.get("args")}, sort_keys=True)
 
 
-def bench_arguments(inp: Input, kind: str, load: float, handle: str, time_left_s: float) -> dict:
+def bench_arguments(inp: Input, kind: str, load: float, handle: str) -> dict:
+    """One step's serve_benchmark call. Its own time_budget_s (the cost probe's guard) keeps its
+    default: the sweep's wall budget is checked between steps, so a step once started finishes."""
     workload = inp.workload.model_dump(mode="json", exclude_defaults=True)
     if kind == "concurrency":
         workload["max_concurrency"] = int(load)
     else:
         workload["rate"] = load
     workload.update(goodput_slos(inp.slo))
-    return {
-        "handle": handle,
-        "workload": workload,
-        "repeats": inp.repeats,
-        "time_budget_s": round(min(max(time_left_s, 1.0), 86_400.0), 1),
-    }
+    return {"handle": handle, "workload": workload, "repeats": inp.repeats}
 
 
 def step_key(config: str, bench: dict) -> str:
-    """A step by what it measures (the handle differs between runs; the time budget too)."""
+    """A step by what it measures (the handle differs between runs)."""
     what = {"workload": bench.get("workload"), "repeats": bench.get("repeats")}
     return f"sweep_serve step {config} {json.dumps(what, sort_keys=True)}"
 

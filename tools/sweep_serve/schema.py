@@ -191,6 +191,9 @@ class ConfigAnswer(BaseModel):
     goodput: float | None = Field(description="Goodput there, requests/s.")
     goodput_interval: list[float] | None = Field(description="Its [min, max] over repeats.")
     output_throughput: float | None = Field(description="Output tokens/s there, all users.")
+    output_throughput_interval: list[float] | None = Field(
+        description="Its [min, max] over repeats, tokens/s."
+    )
     output_throughput_per_user: float | None = Field(description="Output tokens/s per user there.")
 
 

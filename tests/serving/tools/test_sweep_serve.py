@@ -103,17 +103,25 @@ async def test_a_planted_slow_config_is_not_chosen_and_a_dead_one_is_dropped(ser
 
 
 async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
-    out = await call(
-        serve_client,
-        "sweep_serve",
-        base_args=BASE,
-        space={"max_num_seqs": [1]},
-        workload={**WORKLOAD, "num_requests": 32},
-        ladder={"concurrencies": [1, 2, 4, 8, 16]},
-        repeats=1,
-    )
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    args = {
+        "base_args": BASE,
+        "space": {"max_num_seqs": [1]},
+        "workload": {**WORKLOAD, "num_requests": 32, "warmup": 4},
+        "ladder": {"concurrencies": [1, 2, 4, 8, 16]},
+        "repeats": 2,  # a noisy step's spread counts as noise, not growth
+    }
+    result = await serve_client.call_tool("sweep_serve", args, progress_callback=on_progress)
+    out = result.structured_content
+    assert not result.is_error and out is not None, result.content
+    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2] and "ETA" in seen[-1][2]
     (cfg,) = out["configs"]
-    assert cfg["stopped"].startswith("over-saturated at concurrency"), cfg["stopped"]
+    shown = [(s["load"], s["output_throughput"], s["ttft_p50_ms"]) for s in cfg["steps"]]
+    assert cfg["stopped"].startswith("over-saturated at concurrency"), (cfg["stopped"], shown)
     assert len(cfg["steps"]) < 5 and cfg["complete"]  # it stopped before the ladder's end
     ttft = [s["ttft_p50_ms"] for s in cfg["steps"]]
     assert ttft[-1] > ttft[-3]  # requests queue for the one sequence slot
