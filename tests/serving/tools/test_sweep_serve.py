@@ -12,8 +12,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
 from collections import Counter
+from functools import partial
+from pathlib import Path
 
+import anyio
+import httpx
 import pytest
 from conftest import ToolCallError, call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
@@ -196,3 +206,109 @@ async def test_every_config_failing_answers_with_the_reasons(serve_client):
     )
     assert out["configs"] == [] and out["best"] is None and len(out["dropped"]) == 1
     assert "no config met the SLO" in out["summary"] and out["dropped"][0]["reason"]
+
+
+def _ok_benchmarks(ledger: Path) -> int:
+    """serve_benchmark rows that ended well, read by the test itself, off the server's ledger."""
+    if not ledger.exists():
+        return 0
+    with sqlite3.connect(ledger, timeout=5) as db:
+        rows = db.execute(
+            "SELECT COUNT(*) FROM experiments WHERE tool='serve_benchmark' AND status='ok'"
+        ).fetchall()
+    return rows[0][0]
+
+
+def _serve_http(workspace: Path, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
+    command = [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port)]
+    command += ["--workspace", str(workspace), "--shutdown-grace", "1"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+
+def _wait(condition, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _up(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+        return True
+    except httpx.TransportError:
+        return False
+
+
+async def test_a_sweep_whose_server_shut_down_resumes_measuring_each_step_once(tiny_workspace):
+    """The server stops (SIGTERM) mid-sweep; a new server on the same workspace resumes the
+    interrupted sweep: what was measured before is reused, the rest measured, none twice."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from infra_agent.server.app import build_server
+    from infra_agent.serving.lifecycle import free_port
+
+    args = dict(
+        base_args=BASE,
+        space={"max_num_seqs": [2, 4]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2, 4]},
+        repeats=1,
+    )
+    ledger = tiny_workspace / ".infra-agent" / "ledger.sqlite"
+    port = free_port()
+    proc = _serve_http(tiny_workspace, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        await anyio.to_thread.run_sync(_wait, partial(_up, url), "the server up")
+
+        async def sweep() -> None:
+            try:
+                async with Client(streamable_http_client(url)) as client:
+                    await client.call_tool("sweep_serve", args)
+            except Exception:  # noqa: BLE001 - the server goes away mid-call: that is the point
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sweep)
+            await anyio.to_thread.run_sync(
+                _wait, lambda: _ok_benchmarks(ledger) >= 2, "two steps measured"
+            )
+            proc.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(partial(proc.wait, timeout=60))
+            tg.cancel_scope.cancel()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _ok_benchmarks(ledger)
+    assert 2 <= before < 6  # cut mid-sweep
+
+    srv = build_server(tiny_workspace)
+    try:
+        async with Client(srv) as c:
+            (cut,) = srv.state.ledger.query(tool="sweep_serve")
+            assert cut["status"] == "interrupted", cut["status"]
+            out = await call(c, "sweep_serve", **args, resume=cut["id"])
+            rows = srv.state.ledger.children(cut["id"]) + srv.state.ledger.children(
+                out["experiment_id"]
+            )
+    finally:
+        await srv.aclose()
+    assert not out["partial"] and out["reused_steps"] == before, out["summary"]
+    assert out["reused_steps"] + out["measured_steps"] == 6
+    ok = [r for r in rows if r["status"] == "ok"]
+    config_of = {
+        r["result"]["handle"]: r["arguments"]["args"]["max_num_seqs"]
+        for r in ok
+        if r["tool"] == "launch_serve"
+    }
+    measured = Counter(
+        (config_of[r["arguments"]["handle"]], r["arguments"]["workload"]["max_concurrency"])
+        for r in ok
+        if r["tool"] == "serve_benchmark"
+    )
+    assert measured == {(s, c): 1 for s in (2, 4) for c in (1, 2, 4)}, measured
