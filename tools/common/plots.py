@@ -109,12 +109,16 @@ def _png(fig, **savefig) -> bytes:
 
 
 def serve_sweep_png(
-    steps: list[dict], front: list[tuple[float, float]], load_label: str, ttft_limit: float | None
+    steps: list[dict],
+    front: list[tuple[float, float]],
+    load_label: str,
+    latency: str,
+    limit: float | None,
 ) -> bytes:
     """sweep_serve: the Pareto front (tokens/s per user vs tokens/s in all, as vllm bench sweep
-    plot_pareto) and TTFT p50 against load per config.
+    plot_pareto) and, per config, a latency (the first SLO's metric, worst repeat) against load.
 
-    steps: one per measured step: {"label", "load", "per_user", "total", "ttft_p50", "slo_met"}.
+    steps: one per measured step: {"label", "load", "per_user", "total", "latency", "slo_met"}.
     """
     fig, (ax_f, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
     labels = list(dict.fromkeys(s["label"] for s in steps))
@@ -130,19 +134,19 @@ def serve_sweep_png(
                 marker=marker,
                 label=name if met else None,
             )
-        pts = [s for s in mine if s["ttft_p50"] is not None]
-        ax_t.plot([p["load"] for p in pts], [p["ttft_p50"] for p in pts], "o-", color=colour)
+        pts = [s for s in mine if s["latency"] is not None]
+        ax_t.plot([p["load"] for p in pts], [p["latency"] for p in pts], "o-", color=colour)
     if front:
         ax_f.plot([x for x, _ in front], [y for _, y in front], "k--", label="Pareto front")
-    if ttft_limit is not None:
-        ax_t.axhline(ttft_limit, color="r", linestyle=":", label="TTFT SLO")
+    if limit is not None:
+        ax_t.axhline(limit, color="r", linestyle=":", label=f"SLO {latency} <= {limit:g} ms")
         ax_t.legend(fontsize=7)
     ax_f.set(
         xlabel="output tokens/s per user",
         ylabel="output tokens/s in all",
         title="front (o: SLO met, x: broken)",
     )
-    ax_t.set(xlabel=load_label, ylabel="TTFT p50 (ms)", title="TTFT vs load")
+    ax_t.set(xlabel=load_label, ylabel=f"{latency} (ms)", title=f"{latency} vs load")
     for ax in (ax_f, ax_t):
         ax.grid(True, alpha=0.3)
     ax_f.legend(fontsize=7)

@@ -81,21 +81,22 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
     if rows:
         out.artifacts.append(ctx.artifact("sweep.csv", csv_text(rows)))
-        ttft = next((v for k, v in sorted(inp.slo.items()) if k.startswith("ttft_p50")), None)
+        slo_key = next(iter(inp.slo), None)
         load = "requests in flight" if inp.ladder.kind == "concurrency" else "requests/s"
-        series = answer.plot_steps(configs)
+        series = answer.plot_steps(configs, slo_key)
         front_xy = [(p.output_throughput_per_user, p.output_throughput) for p in front]
+        latency = (slo_key[:-3], inp.slo[slo_key]) if slo_key else ("ttft_p50", None)
         out.artifacts.append(
-            ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, ttft))
+            ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, latency))
         )
     out.summary = _summary(inp, out)
     return out
 
 
-def _png(steps: list[dict], front: list, load: str, ttft: float | None) -> bytes:
+def _png(steps: list[dict], front: list, load: str, latency: tuple[str, float | None]) -> bytes:
     from ..common.plots import serve_sweep_png  # matplotlib: in the plot thread only
 
-    return serve_sweep_png(steps, front, load, ttft)
+    return serve_sweep_png(steps, front, load, *latency)
 
 
 def _summary(inp: Input, out: Output) -> str:

@@ -82,19 +82,24 @@ def csv_rows(configs: list[ConfigAnswer], front_ids: set[str]) -> list[dict]:
     return rows
 
 
-def plot_steps(configs: list[ConfigAnswer]) -> list[dict]:
+def plot_steps(configs: list[ConfigAnswer], slo_key: str | None) -> list[dict]:
+    """One dict per step; "latency": the first SLO's metric (its worst repeat), else TTFT p50."""
     return [
         {
             "label": c.label,
             "load": s.load,
             "per_user": s.output_throughput_per_user,
             "total": s.output_throughput,
-            "ttft_p50": s.ttft_p50_ms,
+            "latency": _worst(s.slo_values.get(slo_key)) if slo_key else s.ttft_p50_ms,
             "slo_met": s.slo_met,
         }
         for c in configs
         for s in c.steps
     ]
+
+
+def _worst(interval: list[float] | None) -> float | None:
+    return interval[1] if interval else None
 
 
 def interval_note(repeats: int) -> str:

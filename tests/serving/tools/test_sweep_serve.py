@@ -9,6 +9,7 @@ What a person should look at: `configs[].stopped` (why each ladder ended) and th
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import json
@@ -85,6 +86,8 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
         assert float(r["load"]) == s["load"] and (r["slo_met"] == "True") == s["slo_met"]
     on_front = {r["serve_benchmark_id"] for r in rows if r["on_front"] == "True"}
     assert on_front == {p["experiment_id"] for p in out["front"]}
+    png = (await c.read_resource(f"artifact://{out['experiment_id']}/sweep.png")).contents[0]
+    assert png.mime_type == "image/png" and base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 async def test_a_planted_slow_config_is_not_chosen_and_a_dead_one_is_dropped(serve_client):
