@@ -37,7 +37,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             break
         await ctx.progress(i, len(planned), f"config {i + 1}/{len(planned)}: {config.label}")
         result = await climb(inp, config, trials, budget)
-        budget.done += 1
+        budget.done += result.launch_id is not None  # a config answered from the ledger is free
         children += result.children
         cut = cut or result.budget_cut
         if result.launch_error is not None:

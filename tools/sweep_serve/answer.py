@@ -55,8 +55,13 @@ def objective(inp: Input, c: ConfigAnswer) -> float | None:
 
 
 def best(inp: Input, configs: list[ConfigAnswer]) -> ConfigAnswer | None:
-    scored = [(v, i) for i, c in enumerate(configs) if (v := objective(inp, c)) is not None]
-    return configs[max(scored)[1]] if scored else None  # ties: the later config in the space
+    """Ties go to the higher goodput there, then to the earlier config in the space."""
+    scored = [
+        (v, c.goodput or 0.0, -i)
+        for i, c in enumerate(configs)
+        if (v := objective(inp, c)) is not None
+    ]
+    return configs[-max(scored)[2]] if scored else None
 
 
 def csv_rows(configs: list[ConfigAnswer], front_ids: set[str]) -> list[dict]:
