@@ -184,6 +184,10 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
         ({"ladder": {"concurrencies": [4, 2]}}, "must increase strictly"),
         ({"ladder": {"concurrencies": list(range(1, 30))}}, "over the cap of 16"),
         ({"ladder": {"concurrencies": [1], "rates": [1]}}, "exactly one of"),
+        (
+            {"space": {"max_num_seqs": list(range(1, 20)), "max_model_len": list(range(64, 83))}},
+            r"361 configs \(19 max_num_seqs x 19 max_model_len\), over the cap of 256",
+        ),
         ({"slo": {"ttft_p95_ms": 100}}, "serve_benchmark measures ttft_mean_ms"),
         ({"workload": {"rate": 4}}, "set by the sweep"),
     ],
@@ -315,3 +319,22 @@ async def test_a_sweep_whose_server_shut_down_resumes_measuring_each_step_once(t
         if r["tool"] == "serve_benchmark"
     )
     assert measured == {(s, c): 1 for s in (2, 4) for c in (1, 2, 4)}, measured
+
+
+async def test_a_rate_ladder_counts_users_by_littles_law(serve_client, server):
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        space={"max_num_seqs": [4]},
+        workload=WORKLOAD,
+        ladder={"rates": [8, 16]},
+        slo={"e2el_p99_ms": 5000},
+        repeats=1,
+    )
+    assert out["load_kind"] == "rate"
+    for s in out["configs"][0]["steps"]:
+        m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+        in_flight = m["request_throughput"] * m["e2el_mean"] / 1e3  # mean requests in flight
+        assert s["output_throughput_per_user"] == pytest.approx(m["output_throughput"] / in_flight)
+        assert s["slo_values"]["e2el_p99_ms"][1] == m["e2el_p99"]
