@@ -53,6 +53,13 @@ PINNED = {
     },
     "serve_benchmark": {"handle": "serve-fuzz", "engine": None},
     "profile": {"handle": "serve-fuzz"},
+    "sweep_serve": {  # one config whose engine exits at once: dropped, nothing measured
+        "engine": "command",
+        "base_args": {"command": ["/bin/false"]},
+        "space": {"max_num_seqs": [1]},
+        "configs": None,
+        "ready_timeout_s": 5,
+    },
 }
 ODD_EXPECT = [
     "-" * 30 + "1 > 0",

@@ -67,6 +67,7 @@ ANNOTATIONS = {
     "serve_benchmark": (False, False),
     "stop_serve": (False, False),
     "sweep_kernel": (True, False),
+    "sweep_serve": (False, False),
 }
 
 

@@ -80,6 +80,7 @@ async def test_what_expect_may_name_is_listed_whole_and_described_in_a_resource(
         "microbench": {"kernel": "rmsnorm"},
         "stop_serve": {"handle": "h"},
         "sweep_kernel": {"kernel": "rmsnorm"},
+        "sweep_serve": {"ladder": {"concurrencies": [1]}},
     }
     for name, tool in discover_tools().items():
         field = next(iter(tool.catalogue.fields), None) or next(iter(tool.catalogue.scoped))

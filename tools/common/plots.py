@@ -130,3 +130,49 @@ def sweep_configs_png(panels: list[dict]) -> bytes:
     )
     fig.tight_layout()
     return _png(fig)
+
+
+def serve_sweep_png(
+    steps: list[dict],
+    front: list[tuple[float, float]],
+    load_label: str,
+    latency: str,
+    limit: float | None,
+) -> bytes:
+    """sweep_serve: the Pareto front (tokens/s per user vs tokens/s in all, as vllm bench sweep
+    plot_pareto) and, per config, a latency (the first SLO's metric, worst repeat) against load.
+
+    steps: one per measured step: {"label", "load", "per_user", "total", "latency", "slo_met"}.
+    """
+    fig, (ax_f, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
+    labels = list(dict.fromkeys(s["label"] for s in steps))
+    for i, name in enumerate(labels):
+        mine = [s for s in steps if s["label"] == name]
+        colour = f"C{i % 10}"
+        for met, marker in ((True, "o"), (False, "x")):
+            pts = [s for s in mine if s["slo_met"] is met and s["per_user"] is not None]
+            ax_f.scatter(
+                [p["per_user"] for p in pts],
+                [p["total"] for p in pts],
+                color=colour,
+                marker=marker,
+                label=name if met else None,
+            )
+        pts = [s for s in mine if s["latency"] is not None]
+        ax_t.plot([p["load"] for p in pts], [p["latency"] for p in pts], "o-", color=colour)
+    if front:
+        ax_f.plot([x for x, _ in front], [y for _, y in front], "k--", label="Pareto front")
+    if limit is not None:
+        ax_t.axhline(limit, color="r", linestyle=":", label=f"SLO {latency} <= {limit:g} ms")
+        ax_t.legend(fontsize=7)
+    ax_f.set(
+        xlabel="output tokens/s per user",
+        ylabel="output tokens/s in all",
+        title="front (o: SLO met, x: broken)",
+    )
+    ax_t.set(xlabel=load_label, ylabel=f"{latency} (ms)", title=f"{latency} vs load")
+    for ax in (ax_f, ax_t):
+        ax.grid(True, alpha=0.3)
+    ax_f.legend(fontsize=7)
+    fig.subplots_adjust(left=0.07, right=0.98, top=0.92, bottom=0.12, wspace=0.25)
+    return _png(fig, dpi=100)

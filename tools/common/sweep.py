@@ -190,6 +190,14 @@ class Trials:
         between runs, such as an engine handle, keys them by what they measure instead)."""
         self.recorded.setdefault(key, []).append(row)
 
+    def has(self, key: str) -> bool:
+        """Whether a call made with `key` would be answered from the ledger (a serve sweep
+        starts an engine only for a step no earlier sweep measured)."""
+        return any(
+            _code_unchanged(self.ctx.workspace.root, r.get("code"))
+            for r in self.recorded.get(key, [])
+        )
+
     async def call(self, tool: str, arguments: dict, key: str | None = None) -> Trial:
         """The call's outcome: from the ledger when an earlier sweep made it, else made now.
         `key`: what identifies the call's measurement (default: its tool and arguments)."""

@@ -1,0 +1,340 @@
+"""sweep_serve on the built-in engine (tiny checkpoint), through the MCP client: a 2 x 2 sweep with
+a TTFT SLO answers a front and a best config whose numbers are its serve_benchmark children's; a
+config planted to break the SLO is not chosen and one whose engine cannot start is dropped; a
+ladder past capacity stops on over-saturation; a sweep cut by its budget and resumed measures
+every (config, step) exactly once, counted in the ledger itself.
+
+What a person should look at: `configs[].stopped` (why each ladder ended) and the front.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import io
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections import Counter
+from functools import partial
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from conftest import ToolCallError, call
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+WORKLOAD = {"num_requests": 12, "input_len": 16, "output_len": 8, "warmup": 1, "seed": 5}
+BASE = {"model": "tiny"}
+
+
+async def _children(client, sweep_id: str) -> list[dict]:
+    listed = json.loads((await client.read_resource(f"experiment://{sweep_id}")).contents[0].text)
+    return listed["children"]
+
+
+async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve_client, server):
+    c = serve_client
+    out = await call(
+        c,
+        "sweep_serve",
+        base_args=BASE,
+        space={"max_num_seqs": [1, 4], "max_num_batched_tokens": [32, 128]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 4]},
+        slo={"ttft_p99_ms": 5000},
+        repeats=1,
+        expect=["best_value > 0", "front_size >= 1", "highest_load >= 1"],
+    )
+    assert out["hypothesis_answer"]["answer"] == "supported", out["hypothesis_answer"]
+    assert len(out["configs"]) == 4 and not out["dropped"] and not out["partial"], out["summary"]
+    assert out["front"] and out["best"] in {cfg["label"] for cfg in out["configs"]}
+    assert out["best_value"] == max(cfg["goodput"] for cfg in out["configs"] if cfg["goodput"])
+
+    # every trial is a child experiment: a launch, its steps, a stop, per config
+    children = await _children(c, out["experiment_id"])
+    assert [ch["id"] for ch in children] == out["trials"]
+    tools = Counter(ch["tool"] for ch in children)
+    steps = [s for cfg in out["configs"] for s in cfg["steps"]]
+    assert tools == {"launch_serve": 4, "stop_serve": 4, "serve_benchmark": len(steps)}
+
+    # the numbers are the serve_benchmark children's own, read from the ledger
+    for cfg in out["configs"]:
+        for s in cfg["steps"]:
+            m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+            assert s["output_throughput"] == m["output_throughput"]
+            assert s["goodput"] == m["goodput"] and s["ttft_p50_ms"] == m["ttft_p50"]
+            assert s["output_throughput_per_user"] == pytest.approx(
+                m["output_throughput"] / s["load"]
+            )
+        launch = server.state.ledger.get(cfg["launch_id"])
+        assert {k: launch["arguments"]["args"][k] for k in cfg["config"]} == cfg["config"]
+
+    # the CSV says what the Output says
+    text = (await c.read_resource(f"artifact://{out['experiment_id']}/sweep.csv")).contents[0].text
+    rows = list(csv.DictReader(io.StringIO(text)))
+    assert [r["serve_benchmark_id"] for r in rows] == [s["experiment_id"] for s in steps]
+    for r, s in zip(rows, steps, strict=True):
+        assert float(r["output_throughput"]) == pytest.approx(s["output_throughput"])
+        assert float(r["load"]) == s["load"] and (r["slo_met"] == "True") == s["slo_met"]
+    on_front = {r["serve_benchmark_id"] for r in rows if r["on_front"] == "True"}
+    assert on_front == {p["experiment_id"] for p in out["front"]}
+    png = (await c.read_resource(f"artifact://{out['experiment_id']}/sweep.png")).contents[0]
+    assert png.mime_type == "image/png" and base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+async def test_a_planted_slow_config_is_not_chosen_and_a_dead_one_is_dropped(serve_client):
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        configs=[
+            {"max_num_seqs": 0, "extra_args": ""},  # refused by launch_serve: dropped
+            {"max_num_seqs": 4, "extra_args": "--prefill-delay-ms 400"},  # planted: TTFT > 400 ms
+            {"max_num_seqs": 4, "extra_args": ""},
+        ],
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2]},
+        slo={"ttft_p99_ms": 300},
+        repeats=1,
+    )
+    assert [d["config"]["max_num_seqs"] for d in out["dropped"]] == [0]
+    assert "max_num_seqs" in out["dropped"][0]["reason"]
+    planted, normal = out["configs"]
+    assert planted["highest_load"] is None and planted["stopped"].startswith(
+        "SLO broken at concurrency 1: ttft_p99"
+    ), planted["stopped"]
+    assert out["best_config"] == {"max_num_seqs": 4, "extra_args": ""}, out["summary"]
+    assert normal["highest_load"] is not None
+
+
+async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((progress, total, message))
+
+    args = {
+        "base_args": BASE,
+        "space": {"max_num_seqs": [1]},
+        "workload": {**WORKLOAD, "num_requests": 32, "warmup": 4},
+        "ladder": {"concurrencies": [1, 2, 4, 8, 16]},
+        "repeats": 2,  # a noisy step's spread counts as noise, not growth
+    }
+    result = await serve_client.call_tool("sweep_serve", args, progress_callback=on_progress)
+    out = result.structured_content
+    assert not result.is_error and out is not None, result.content
+    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2] and "ETA" in seen[-1][2]
+    (cfg,) = out["configs"]
+    shown = [(s["load"], s["output_throughput"], s["ttft_p50_ms"]) for s in cfg["steps"]]
+    assert cfg["stopped"].startswith("over-saturated at concurrency"), (cfg["stopped"], shown)
+    assert len(cfg["steps"]) < 5 and cfg["complete"]  # it stopped before the ladder's end
+    ttft = [s["ttft_p50_ms"] for s in cfg["steps"]]
+    assert ttft[-1] > ttft[-3]  # requests queue for the one sequence slot
+
+
+async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client, server):
+    c = serve_client
+    args = dict(
+        base_args=BASE,
+        space={"max_num_seqs": [2, 4]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2]},
+        repeats=1,
+    )
+    # 1 s of wall budget: the first config's engine takes longer than that to start, so the
+    # budget is checked once before its first step (measured) and is spent before its second
+    first = await call(c, "sweep_serve", **args, budget={"wall_s": 1})
+    assert first["partial"] and first["not_tried"] == [{"max_num_seqs": 4}], first["summary"]
+    assert first["configs"][0]["stopped"].startswith("cut off before concurrency 2")
+    assert first["measured_steps"] == 1
+    second = await call(c, "sweep_serve", **args, resume=first["experiment_id"])
+    assert not second["partial"] and second["reused_steps"] == 1 and second["measured_steps"] == 3
+
+    # the ledger itself: each (config, load) measured by exactly one serve_benchmark
+    ledger = server.state.ledger
+    rows = ledger.children(first["experiment_id"]) + ledger.children(second["experiment_id"])
+    config_of = {
+        r["result"]["handle"]: r["arguments"]["args"]["max_num_seqs"]
+        for r in rows
+        if r["tool"] == "launch_serve" and r["result"]
+    }
+    measured = Counter(
+        (config_of[r["arguments"]["handle"]], r["arguments"]["workload"]["max_concurrency"])
+        for r in rows
+        if r["tool"] == "serve_benchmark"
+    )
+    assert measured == {(2, 1): 1, (2, 2): 1, (4, 1): 1, (4, 2): 1}
+    assert sum(r["tool"] == "launch_serve" for r in rows) == 3  # config 2 relaunched for its rest
+
+
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"space": {"max_seqs": [1, 2]}}, "not an engine argument; the space may name: model"),
+        ({"space": {}}, "the space is empty"),
+        ({"space": {"kernels": ["x"]}}, "set it in base_args"),
+        ({"ladder": {"concurrencies": [4, 2]}}, "must increase strictly"),
+        ({"ladder": {"concurrencies": list(range(1, 30))}}, "over the cap of 16"),
+        ({"ladder": {"concurrencies": [1], "rates": [1]}}, "exactly one of"),
+        (
+            {"space": {"max_num_seqs": list(range(1, 20)), "max_model_len": list(range(64, 83))}},
+            r"361 configs \(19 max_num_seqs x 19 max_model_len\), over the cap of 256",
+        ),
+        ({"slo": {"ttft_p95_ms": 100}}, "serve_benchmark measures ttft_mean_ms"),
+        ({"workload": {"rate": 4}}, "set by the sweep"),
+    ],
+)
+async def test_bad_input_is_refused_with_what_to_do(serve_client, change, says):
+    args = {
+        "base_args": BASE,
+        "space": {"max_num_seqs": [1]},
+        "ladder": {"concurrencies": [1]},
+        **change,
+    }
+    with pytest.raises(ToolCallError, match=says):
+        await call(serve_client, "sweep_serve", **args)
+
+
+async def test_every_config_failing_answers_with_the_reasons(serve_client):
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        space={"max_num_seqs": [0], "max_model_len": [0]},
+        ladder={"concurrencies": [1]},
+    )
+    assert out["configs"] == [] and out["best"] is None and len(out["dropped"]) == 1
+    assert "no config met the SLO" in out["summary"] and out["dropped"][0]["reason"]
+
+
+def _ok_benchmarks(ledger: Path) -> int:
+    """serve_benchmark rows that ended well, read by the test itself, off the server's ledger."""
+    if not ledger.exists():
+        return 0
+    with sqlite3.connect(ledger, timeout=5) as db:
+        rows = db.execute(
+            "SELECT COUNT(*) FROM experiments WHERE tool='serve_benchmark' AND status='ok'"
+        ).fetchall()
+    return rows[0][0]
+
+
+def _serve_http(workspace: Path, port: int) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "INFRA_AGENT_TOKEN"}
+    command = [sys.executable, "-m", "infra_agent.server", "--http", "--port", str(port)]
+    command += ["--workspace", str(workspace), "--shutdown-grace", "1"]
+    return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+
+
+def _wait(condition, what: str, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{what}: not within {timeout_s} s")
+
+
+def _up(url: str) -> bool:
+    try:
+        httpx.get(url, timeout=1)
+        return True
+    except httpx.TransportError:
+        return False
+
+
+async def test_a_sweep_whose_server_shut_down_resumes_measuring_each_step_once(tiny_workspace):
+    """The server stops (SIGTERM) mid-sweep; a new server on the same workspace resumes the
+    interrupted sweep: what was measured before is reused, the rest measured, none twice."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    from infra_agent.server.app import build_server
+    from infra_agent.serving.lifecycle import free_port
+
+    args = dict(
+        base_args=BASE,
+        space={"max_num_seqs": [2, 4]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2, 4]},
+        repeats=1,
+    )
+    ledger = tiny_workspace / ".infra-agent" / "ledger.sqlite"
+    port = free_port()
+    proc = _serve_http(tiny_workspace, port)
+    url = f"http://127.0.0.1:{port}/mcp"
+    try:
+        await anyio.to_thread.run_sync(_wait, partial(_up, url), "the server up")
+
+        async def sweep() -> None:
+            try:
+                async with Client(streamable_http_client(url)) as client:
+                    await client.call_tool("sweep_serve", args)
+            except Exception:  # noqa: BLE001 - the server goes away mid-call: that is the point
+                pass
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sweep)
+            await anyio.to_thread.run_sync(
+                _wait, lambda: _ok_benchmarks(ledger) >= 2, "two steps measured"
+            )
+            proc.send_signal(signal.SIGTERM)
+            await anyio.to_thread.run_sync(partial(proc.wait, timeout=60))
+            tg.cancel_scope.cancel()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before = _ok_benchmarks(ledger)
+    assert 2 <= before < 6  # cut mid-sweep
+
+    srv = build_server(tiny_workspace)
+    try:
+        async with Client(srv) as c:
+            (cut,) = srv.state.ledger.query(tool="sweep_serve")
+            assert cut["status"] == "interrupted", cut["status"]
+            out = await call(c, "sweep_serve", **args, resume=cut["id"])
+            rows = srv.state.ledger.children(cut["id"]) + srv.state.ledger.children(
+                out["experiment_id"]
+            )
+    finally:
+        await srv.aclose()
+    assert not out["partial"] and out["reused_steps"] == before, out["summary"]
+    assert out["reused_steps"] + out["measured_steps"] == 6
+    ok = [r for r in rows if r["status"] == "ok"]
+    config_of = {
+        r["result"]["handle"]: r["arguments"]["args"]["max_num_seqs"]
+        for r in ok
+        if r["tool"] == "launch_serve"
+    }
+    measured = Counter(
+        (config_of[r["arguments"]["handle"]], r["arguments"]["workload"]["max_concurrency"])
+        for r in ok
+        if r["tool"] == "serve_benchmark"
+    )
+    assert measured == {(s, c): 1 for s in (2, 4) for c in (1, 2, 4)}, measured
+
+
+async def test_a_rate_ladder_counts_users_by_littles_law(serve_client, server):
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        space={"max_num_seqs": [4]},
+        workload=WORKLOAD,
+        ladder={"rates": [8, 16]},
+        slo={"e2el_p99_ms": 5000},
+        repeats=1,
+    )
+    assert out["load_kind"] == "rate"
+    for s in out["configs"][0]["steps"]:
+        m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+        in_flight = m["request_throughput"] * m["e2el_mean"] / 1e3  # mean requests in flight
+        assert s["output_throughput_per_user"] == pytest.approx(m["output_throughput"] / in_flight)
+        assert s["slo_values"]["e2el_p99_ms"][1] == m["e2el_p99"]

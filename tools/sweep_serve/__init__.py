@@ -1,0 +1,138 @@
+"""sweep_serve: which engine config serves the most under an SLO, and the front it draws.
+
+plan (the configs, checked against EngineArgs; each step's serve_benchmark arguments; the keys a
+resumed sweep finds earlier steps by) -> ladder (per config, within the budget: launch_serve, one
+serve_benchmark per step until the SLO breaks or the engine is over-saturated, stop_serve; every
+call a child experiment) -> answer (per config the highest load meeting the SLO, the Pareto front,
+the best config, CSV and plot).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from ..base import Tool, ToolContext
+from ..common.sweep import Budget, Trials, csv_text
+from . import answer, plan
+from .expect_fields import EXPECT
+from .ladder import climb
+from .schema import Dropped, Input, Output
+
+# What a resumed sweep must share with the one it continues (the budget and objective may differ)
+SAME = ("engine", "base_args", "space", "configs", "workload", "ladder", "slo", "repeats")
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    planned = plan.configs(inp)  # bad names and empty or over-cap spaces: refused before any call
+    given = inp.model_dump(mode="json", exclude_unset=True)
+    trials = Trials.for_sweep(ctx, "sweep_serve", inp.resume, {k: given.get(k) for k in SAME})
+    plan.remember_steps(trials)
+    budget = Budget.of(inp.budget)
+    configs, dropped, children, cut = [], [], [], False
+    not_tried: list = []
+    note: str | None = None
+    for i, config in enumerate(planned):
+        if (note := budget.spent()) is not None:
+            not_tried = [p.config for p in planned[i:]]
+            break
+        await ctx.progress(i, len(planned), f"config {i + 1}/{len(planned)}: {config.label}")
+        result = await climb(inp, config, trials, budget)
+        budget.done += result.launch_id is not None  # a config answered from the ledger is free
+        children += result.children
+        cut = cut or result.budget_cut
+        if result.launch_error is not None:
+            dropped.append(
+                Dropped(
+                    config=config.config,
+                    label=config.label,
+                    reason=result.launch_error,
+                    experiment_id=result.launch_id,
+                )
+            )
+            status = "dropped: its engine did not start"
+        else:
+            configs.append(answer.config_answer(config, result))
+            status = result.stopped
+        await ctx.progress(
+            i + 1,
+            len(planned),
+            f"{config.label}: {status}; {budget.eta(len(planned) - i - 1)}",
+        )
+    front = answer.front(configs)
+    best = answer.best(inp, configs)
+    out = Output(
+        load_kind=inp.ladder.kind,
+        configs=configs,
+        front=front,
+        best=best.label if best else None,
+        best_config=best.config if best else None,
+        best_value=answer.objective(inp, best) if best else None,
+        dropped=dropped,
+        not_tried=not_tried,
+        partial=bool(not_tried) or cut,
+        budget_note=note or (budget.spent() if cut else None),
+        slo_judged=plan.slo_judged(inp.slo),
+        interval_note=answer.interval_note(inp.repeats),
+        trials=children,
+        measured_steps=sum(not s.reused for c in configs for s in c.steps),
+        reused_steps=sum(s.reused for c in configs for s in c.steps),
+        num_configs=len(planned),
+    )
+    rows = answer.csv_rows(configs, {p.experiment_id for p in front})
+    if rows:
+        out.artifacts.append(ctx.artifact("sweep.csv", csv_text(rows)))
+        slo_key = next(iter(inp.slo), None)
+        load = "requests in flight" if inp.ladder.kind == "concurrency" else "requests/s"
+        series = answer.plot_steps(configs, slo_key)
+        front_xy = [(p.output_throughput_per_user, p.output_throughput) for p in front]
+        latency = (slo_key[:-3], inp.slo[slo_key]) if slo_key else ("ttft_p50", None)
+        out.artifacts.append(
+            ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, latency))
+        )
+    out.summary = _summary(inp, out)
+    return out
+
+
+def _png(steps: list[dict], front: list, load: str, latency: tuple[str, float | None]) -> bytes:
+    from ..common.plots import serve_sweep_png  # matplotlib: in the plot thread only
+
+    return serve_sweep_png(steps, front, load, *latency)
+
+
+def _summary(inp: Input, out: Output) -> str:
+    unit = "in flight" if inp.ladder.kind == "concurrency" else "req/s"
+    head = f"{len(out.configs)} of {out.num_configs} configs measured"
+    if out.dropped:
+        head += f", {len(out.dropped)} dropped (engine did not start)"
+    if out.best is None:
+        head += "; no config met the SLO at any step"
+    else:
+        best = next(c for c in out.configs if c.label == out.best)
+        head += (
+            f"; best by {inp.objective}: {out.best} (up to {best.highest_load:g} {unit} within "
+            f"the SLO, goodput {best.goodput or 0:.2f} req/s, {best.output_throughput or 0:.0f} "
+            f"output tokens/s); front of {len(out.front)} points"
+        )
+    if out.not_tried:
+        head += f"; partial: {out.budget_note}, {len(out.not_tried)} configs not tried "
+        head += "(resume=<this id> continues)"
+    return head
+
+
+TOOL = Tool(
+    name="sweep_serve",
+    title="Sweep a serving engine's configs",
+    description="Search an engine's config space (launch_serve args: max_num_seqs, "
+    "max_num_batched_tokens, ...) under an SLO: per config, start the engine, climb a load "
+    "ladder (concurrencies or rates) with serve_benchmark until the SLO breaks or the engine is "
+    "over-saturated (throughput flat while TTFT rises), stop it. Answers per config the highest "
+    "load meeting the SLO with goodput and tokens/s (total and per user), the Pareto front "
+    "(tokens/s per user vs in all), the best config by the objective, what was dropped; a CSV "
+    "and a plot. Every launch and benchmark is a child experiment; a budget ends it with a "
+    "partial answer, and resume=<id> continues without measuring a step twice.",
+    input_model=Input,
+    output_model=Output,
+    run=run,
+    read_only=False,
+    expect=EXPECT,
+)
