@@ -174,6 +174,9 @@ class Trials:
     made: int = 0
     reused: int = 0
     changed_code: int = 0  # recorded calls not reused because a file they ran has changed since
+    # Progress per call (sweep_kernel): the budget's clock and the calls the sweep expects in all
+    budget: Budget | None = None
+    expected: int = 0
 
     @classmethod
     def for_sweep(cls, ctx: ToolContext, tool: str, resume: str | None, same: dict) -> Trials:
@@ -206,10 +209,33 @@ class Trials:
             row = rows.pop(0)  # each recorded call answers one call here: exactly once
             if _code_unchanged(self.ctx.workspace.root, row.get("code")):
                 self.reused += 1
-                return Trial(CallOutcome(row["id"], row["result"], None), reused=True)
+                trial = Trial(CallOutcome(row["id"], row["result"], None), reused=True)
+                await self._report(tool, arguments, trial)
+                return trial
             self.changed_code += 1
         self.made += 1
-        return Trial(await self.ctx.call(tool, arguments), reused=False)
+        trial = Trial(await self.ctx.call(tool, arguments), reused=False)
+        await self._report(tool, arguments, trial)
+        return trial
+
+    async def _report(self, tool: str, arguments: dict, trial: Trial) -> None:
+        """One progress line per call when the sweep set an expected count: what ran, how it
+        ended, how many so far, and the ETA at the pace so far."""
+        if not self.expected or self.budget is None:
+            return
+        done = self.made + self.reused
+        self.expected = max(self.expected, done)
+        how = "reused" if trial.reused else "ok" if trial.outcome.ok else "error"
+        config = arguments.get("launch_config")
+        what = f"{tool} {label(config)}" if isinstance(config, dict) else tool
+        left = self.expected - done
+        pace = (
+            self.budget.elapsed_s / max(self.made, 1) * left if self.made else 0.0
+        )  # reused calls cost nothing: the pace is the made ones'
+        eta = f"ETA {_duration(min(pace, self.budget.wall_s - self.budget.elapsed_s))}"
+        await self.ctx.progress(
+            done, self.expected, f"{what}: {how} · call {done} of ~{self.expected} · {eta}"
+        )
 
 
 @dataclass(frozen=True)

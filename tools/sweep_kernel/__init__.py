@@ -48,6 +48,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     space = Space.of(inp.space, inp.configs)
     budget = Budget.of(inp.budget)
     trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given)
+    trials.budget = budget
 
     async def progress(done: float, total: float, message: str) -> None:
         await ctx.progress(done, total, f"{message} · {budget.eta(int(total - done))}")
@@ -60,9 +61,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         if len(chosen) < len(candidates):
             stopped = f"the trial budget ({budget.trials}) is smaller than the space ({space.size})"
         budget.done = len(chosen)
-        await progress(0, 3, f"compiling {len(chosen)} configs for {target}")
+        # a compile and a numerics check per config, then a first racing round per shape
+        trials.expected = 2 * len(chosen) + len(shapes) * max(len(chosen) - 1, 1)
         await compile_all(inp, trials, chosen, shapes[0], dtype)
-        await progress(1, 3, f"numerics gate for {sum(c.alive for c in chosen)} configs")
         await numerics_gate(inp, trials, chosen, shapes, dtype)
         finalists = [c for c in chosen if c.alive]
     else:
@@ -73,8 +74,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     for c in finalists:
         c.stage = "race"
     races: list[Race] = []
-    for i, shape in enumerate(shapes):
-        await progress(2 + i / len(shapes), 3, f"racing {len(finalists)} configs on {shape}")
+    for shape in shapes:
         races.append(await race(inp, trials, finalists, shape, dtype, budget))
         stopped = stopped or races[-1].stopped
     return _answer(

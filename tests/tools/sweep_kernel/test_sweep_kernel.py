@@ -146,16 +146,29 @@ async def test_planted_slow_and_wrong_configs_never_win(zoo_client, zoo_workspac
 async def test_constraints_drop_configs_at_compile_with_the_compilers_numbers(
     zoo_client, zoo_workspace
 ):
-    out = await call(
-        zoo_client,
+    lines: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(done, total, message):
+        lines.append((done, total, message))
+
+    result = await zoo_client.call_tool(
         "sweep_kernel",
-        kernel="rmsnorm",
-        space={"BLOCK_N": [64, 128], "num_warps": [1, 4]},
-        shapes=[{"M": 4, "N": 64}],
-        dtype="float32",
-        target="sm_90a",
-        constraints=["threads_per_block <= 64"],
+        {
+            "kernel": "rmsnorm",
+            "space": {"BLOCK_N": [64, 128], "num_warps": [1, 4]},
+            "shapes": [{"M": 4, "N": 64}],
+            "dtype": "float32",
+            "target": "sm_90a",
+            "constraints": ["threads_per_block <= 64"],
+        },
+        progress_callback=on_progress,
     )
+    out = result.structured_content
+    assert out is not None, result.content
+    # A line per trial: what ran and how it ended, the count so far, an ETA.
+    assert len(lines) == out["trials_made"] and lines[-1][0] == out["trials_made"]
+    assert "compile_kernel BLOCK_N=" in lines[0][2] and "ETA" in lines[0][2]
+    assert any("check_numerics" in m and ": ok" in m for _, _, m in lines)
     dropped = [r for r in out["configs"] if r["dropped"]]
     assert {r["config"]["num_warps"] for r in dropped} == {4}
     assert all(
