@@ -333,10 +333,17 @@ class Budget:
 
     def spent(self) -> str | None:
         """Why the sweep must stop now, or None."""
-        if self.elapsed_s >= self.wall_s:
-            return f"the wall-clock budget ({self.wall_s:g} s) is spent"
+        if (why := self.wall_spent()) is not None:
+            return why
         if self.trials is not None and self.done >= self.trials:
             return f"the trial budget ({self.trials}) is spent"
+        return None
+
+    def wall_spent(self) -> str | None:
+        """Why no further call may start (the wall clock), or None: the trial count decides which
+        configs enter a sweep, not whether the calls of one that entered are made."""
+        if self.elapsed_s >= self.wall_s:
+            return f"the wall-clock budget ({self.wall_s:g} s) is spent"
         return None
 
     def eta(self, remaining: int) -> str:

@@ -12,6 +12,9 @@ resumable (tools/common/sweep.py). The budget ends a sweep with a partial answer
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
 from ...kernels.coderef import default_impl
 from ..base import AgentError, Tool, ToolContext
 from ..common.expect import ExpectError, check
@@ -27,15 +30,22 @@ from .schema import Input, Output
 from .stages import Candidate, compile_all, numerics_gate
 
 
-async def run(inp: Input, ctx: ToolContext) -> Output:
-    given = inp.model_dump(mode="json", exclude_unset=True)  # as the agent gave them: for resume
+@dataclass(frozen=True)
+class Plan:
+    """Everything resolved and checked before the first call: what to sweep, where, over what."""
+
+    inp: Input  # with the spec's default impl filled in
+    dtype: str
+    device: str  # where timing runs: "cuda" or "cpu"
+    target: str  # what every config compiles for
+    shapes: list[dict]
+    space: Space
+
+
+def make_plan(inp: Input, ctx: ToolContext) -> Plan:
     kernel = kernel_of(ctx, inp.kernel)
     if inp.source is None and inp.path is None:
         inp = inp.model_copy(update={"impl": inp.impl or default_impl(kernel)})
-    dtype = dtype_of(kernel.spec, inp.dtype)
-    device = ctx.sandbox.device
-    shapes = shapes_of(kernel.spec, inp.shapes, device)
-    target = resolve_target(inp.target).name
     try:
         check(
             inp.constraints,
@@ -45,7 +55,21 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         )
     except ExpectError as exc:
         raise AgentError(f"constraints: {exc}") from None
-    space = Space.of(inp.space, inp.configs)
+    device = ctx.sandbox.device
+    return Plan(
+        inp=inp,
+        dtype=dtype_of(kernel.spec, inp.dtype),
+        device=device,
+        target=resolve_target(inp.target).name,
+        shapes=shapes_of(kernel.spec, inp.shapes, device),
+        space=Space.of(inp.space, inp.configs),
+    )
+
+
+async def run(inp: Input, ctx: ToolContext) -> Output:
+    given = inp.model_dump(mode="json", exclude_unset=True)  # as the agent gave them: for resume
+    plan = make_plan(inp, ctx)
+    inp, shapes, dtype = plan.inp, plan.shapes, plan.dtype
     budget = Budget.of(inp.budget)
     trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given)
     trials.budget = budget
@@ -54,22 +78,26 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         await ctx.progress(done, total, f"{message} · {budget.eta(int(total - done))}")
 
     stopped: str | None = None
-    if space.size <= MAX_GRID_POINTS:
+    sampler: Literal["grid", "optuna"]
+    if plan.space.size <= MAX_GRID_POINTS:
         sampler = "grid"
-        candidates = [Candidate(c) for c in space.grid()]
+        candidates = [Candidate(c) for c in plan.space.grid()]
         chosen = candidates[: budget.trials] if budget.trials else candidates
         if len(chosen) < len(candidates):
-            stopped = f"the trial budget ({budget.trials}) is smaller than the space ({space.size})"
+            stopped = (
+                f"the trial budget ({budget.trials}) is smaller than the space ({plan.space.size})"
+            )
         budget.done = len(chosen)
         # a compile and a numerics check per config, then a first racing round per shape
         trials.expected = 2 * len(chosen) + len(shapes) * max(len(chosen) - 1, 1)
-        await compile_all(inp, trials, chosen, shapes[0], dtype)
-        await numerics_gate(inp, trials, chosen, shapes, dtype)
+        await compile_all(inp, trials, chosen, shapes[0], dtype, budget)
+        await numerics_gate(inp, trials, chosen, shapes, dtype, budget)
+        stopped = stopped or budget.wall_spent()
         finalists = [c for c in chosen if c.alive]
     else:
         sampler = "optuna"
         candidates, finalists, stopped = await sample(
-            inp, trials, space, shapes, dtype, budget, progress
+            inp, trials, plan.space, shapes, dtype, budget, progress
         )
     for c in finalists:
         c.stage = "race"
@@ -77,49 +105,30 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     for shape in shapes:
         races.append(await race(inp, trials, finalists, shape, dtype, budget))
         stopped = stopped or races[-1].stopped
-    return _answer(
-        inp,
-        ctx,
-        inp.kernel,
-        dtype,
-        device,
-        target,
-        sampler,
-        space,
-        candidates,
-        races,
-        shapes,
-        stopped,
-        trials,
-    )
+    return _answer(plan, ctx, sampler, candidates, races, stopped, trials)
 
 
 def _answer(
-    inp,
-    ctx,
-    kernel,
-    dtype,
-    device,
-    target,
-    sampler,
-    space,
-    candidates,
-    races,
-    shapes,
-    stopped,
-    trials,
+    plan: Plan,
+    ctx: ToolContext,
+    sampler: Literal["grid", "optuna"],
+    candidates: list[Candidate],
+    races: list[Race],
+    stopped: str | None,
+    trials: Trials,
 ) -> Output:
+    inp, space = plan.inp, plan.space
     winners = shape_winners(races)
-    rows = config_results(candidates, shapes)
+    rows = config_results(candidates, plan.shapes)
     best, best_ms = best_config(rows, winners)
     tried = sum(1 for c in candidates if c.stage != "not_tried")
     candidate = inp.impl if inp.source is None and inp.path is None else (inp.path or "source")
     out = Output(
-        kernel=kernel,
-        candidate=candidate,
-        dtype=dtype,
-        target=target,
-        device=device,
+        kernel=inp.kernel,
+        candidate=candidate or "",
+        dtype=plan.dtype,
+        target=plan.target,
+        device=plan.device,
         sampler=sampler,
         space_size=space.size,
         tried=tried,
@@ -141,7 +150,9 @@ def _answer(
         trials_made=trials.made,
         trials_reused=trials.reused,
         timing_ms=sum(r.timing_ms for r in races),
-        summary=summary(kernel, candidate, dtype, device, tried, space.size, winners, best),
+        summary=summary(
+            inp.kernel, candidate or "", plan.dtype, plan.device, tried, space.size, winners, best
+        ),
     )
     if stopped:
         out.summary = f"{out.summary} Partial: {stopped}."

@@ -145,7 +145,7 @@ async def race(
         for c in list(state.contenders[1:]):
             if c not in state.contenders[1:]:  # out, or crowned, earlier in this round
                 continue
-            if (why := budget.spent()) is not None:
+            if (why := budget.wall_spent()) is not None:
                 state.stopped = why
                 return state
             leader = state.leader
@@ -256,7 +256,7 @@ async def _grid(
     budget_ms = min(inp.round_ms * 2 ** (MAX_ROUNDS - 1), MAX_BUDGET_MS)
     pairs: dict[int, Pair] = {}
     for c in state.contenders[1:]:
-        if (why := budget.spent()) is not None:
+        if (why := budget.wall_spent()) is not None:
             state.stopped = why
             break
         pair = await _time_pair(inp, trials, c, first, state.shape, dtype, budget_ms, state)

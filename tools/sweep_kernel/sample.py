@@ -67,8 +67,8 @@ async def sample(
             continue
         c = tried[key] = Candidate(config)
         budget.done += 1
-        await compile_all(inp, trials, [c], shapes[0], dtype)
-        await numerics_gate(inp, trials, [c], shapes, dtype)
+        await compile_all(inp, trials, [c], shapes[0], dtype, budget)
+        await numerics_gate(inp, trials, [c], shapes, dtype, budget)
         if not c.alive:
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
         else:

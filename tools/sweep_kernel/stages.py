@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import anyio
 
 from ..common.expect import HypothesisAnswer, summary_line
-from ..common.sweep import Config, Trials
+from ..common.sweep import Budget, Config, Trials
 from .schema import Input
 
 # Compile jobs at once: the cores, at most the sandbox's compile slots (sandbox/runner.py: 2).
@@ -64,14 +64,21 @@ def code_arguments(inp: Input) -> dict:
 
 
 async def compile_all(
-    inp: Input, trials: Trials, candidates: list[Candidate], shape: dict, dtype: str
+    inp: Input,
+    trials: Trials,
+    candidates: list[Candidate],
+    shape: dict,
+    dtype: str,
+    budget: Budget,
 ) -> None:
-    """Compile every candidate for the target; drop failures and broken constraints."""
+    """Compile every candidate for the target; drop failures and broken constraints. Once the
+    budget is spent the rest stay untried."""
     limiter = anyio.CapacityLimiter(COMPILE_PARALLEL)
 
     async def one(c: Candidate) -> None:
         async with limiter:
-            await _compile(inp, trials, c, shape, dtype)
+            if budget.wall_spent() is None:
+                await _compile(inp, trials, c, shape, dtype)
 
     async with anyio.create_task_group() as group:
         for c in candidates:
@@ -101,11 +108,20 @@ async def _compile(inp: Input, trials: Trials, c: Candidate, shape: dict, dtype:
 
 
 async def numerics_gate(
-    inp: Input, trials: Trials, candidates: list[Candidate], shapes: list[dict], dtype: str
+    inp: Input,
+    trials: Trials,
+    candidates: list[Candidate],
+    shapes: list[dict],
+    dtype: str,
+    budget: Budget,
 ) -> None:
-    """Check each compiled candidate against the reference on every shape; drop failures."""
+    """Check each compiled candidate against the reference on every shape; drop failures, and
+    those left unchecked when the budget is spent (an unchecked config is never timed)."""
     for c in candidates:
         if not c.alive:
+            continue
+        if (why := budget.wall_spent()) is not None:
+            c.dropped = f"not checked: {why}"
             continue
         args = {
             **code_arguments(inp),

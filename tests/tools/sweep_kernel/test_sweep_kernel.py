@@ -243,3 +243,28 @@ async def test_a_space_over_the_cap_is_sampled_by_optuna_within_the_trial_budget
     ]
     assert len(compiles) == 5  # one per sampled config, none twice
     assert out["shapes"][0]["winner"] is not None
+
+
+async def test_a_budget_ends_the_sweep_with_a_partial_answer_that_resume_completes(zoo_client):
+    args = {
+        "kernel": "rmsnorm",
+        "space": {"BLOCK_N": [64, 128], "num_warps": [1, 2]},
+        "shapes": [{"M": 4, "N": 64}],
+        "dtype": "float32",
+        "target": "sm_90a",
+        "round_ms": 100,
+        "tie_margin_pct": 5,
+    }
+    cut = await call(zoo_client, "sweep_kernel", **args, budget={"trials": 2})
+    assert not cut["complete"] and "trial budget (2)" in cut["stopped_because"]
+    assert cut["tried"] == 2 and "Partial" in cut["summary"]
+    assert [r["stage"] for r in cut["configs"]].count("not_tried") == 2
+    done = await call(zoo_client, "sweep_kernel", **args, resume=cut["experiment_id"])
+    assert done["complete"] and done["tried"] == 4
+    # the two configs the cut sweep compiled and checked were answered from its record
+    assert done["trials_reused"] >= 4 and done["trials_made"] >= 4
+    nothing = await call(zoo_client, "sweep_kernel", **args, budget={"wall_s": 0.001})
+    assert not nothing["complete"] and "wall-clock budget" in nothing["stopped_because"]
+    # the compiles that had started (two at once) finish; nothing after them starts
+    assert nothing["tried"] <= 2 and nothing["best"] is None
+    assert all(r["stage"] in ("compile", "not_tried") for r in nothing["configs"])
