@@ -135,7 +135,9 @@ def test_a_serve_sweep_page_shows_the_best_the_front_and_what_was_dropped(
     result = sweep_result(serve_night)
     write(serve_night, tmp_path / "site")
     html = (tmp_path / "site" / "experiments" / f"{serve_night.sweep}.html").read_text()
-    assert f"<code>{result['best']}</code>" in html
+    best = html.split('id="sweep-best">')[1].split("</p>")[0]
+    assert f"<code>{result['best']}</code>" in best
+    assert close_to(numbers_in(best.split('class="num">')[1])[0], result["best_value"])
     assert len(result["front"]) >= 1
     front = html.split('id="sweep-front"')[1].split("</table>")[0]
     for point in result["front"]:
