@@ -69,7 +69,8 @@ class Report:
     experiments: list[Experiment]  # oldest first
     by_id: dict[str, Experiment]
     chains: list[Chain]
-    summary: Summary
+    summary: Summary  # over the experiments that are not trials of a sweep in the report
+    num_folded_trials: int  # trials shown on their sweep's page, not in the timeline
 
     @property
     def generated_iso(self) -> str:
@@ -93,6 +94,7 @@ def load_report(state_dir: Path, filters: Filters) -> Report:
     by_id = {e.id: e for e in experiments}
     _link_baselines(experiments, by_id)
     _link_trials(experiments, by_id)
+    top_level = [e for e in experiments if not is_trial_here(e, by_id)]
     _compare_code(experiments, by_id)
     return Report(
         state_dir=state_dir,
@@ -102,7 +104,8 @@ def load_report(state_dir: Path, filters: Filters) -> Report:
         experiments=experiments,
         by_id=by_id,
         chains=_chains(experiments, by_id),
-        summary=_summary(experiments),
+        summary=_summary(top_level),
+        num_folded_trials=len(experiments) - len(top_level),
     )
 
 

@@ -187,6 +187,12 @@ def test_the_index_counts_trials_instead_of_listing_them(browser, night: SweepNi
                 f"row-{night.sweep}",
             ]
         )
+        assert f"({len(trials)} of them sweep trials" in page.locator("p.muted").first.inner_text()
+        # the summary is over the rows too: a trial that failed mid-race is its sweep's story
+        errors = ledger(
+            night, "SELECT COUNT(*) FROM experiments WHERE status = 'error' AND parent_id IS NULL"
+        )
+        assert page.locator("#card-errors b").inner_text() == str(errors[0][0])
         count = page.locator(f"#row-{night.sweep} .trials").inner_text()
         assert count == f"{len(trials)} trials"
         # the filters still work over the rows that are there
