@@ -244,5 +244,10 @@ def test_the_sweep_flag_limits_the_site(night: SweepNight, tmp_path: Path):
     assert pages == {night.sweep, *trials} and night.other not in pages
     index = (tmp_path / "site" / "index.html").read_text()
     assert f"sweep {night.sweep} and its trials" in index
+    write(night, tmp_path / "none", "--sweep", "e99999-0000")
+    assert (
+        "check the id given to <code>--sweep</code>"
+        in (tmp_path / "none" / "index.html").read_text()
+    )
     help_text = runner.invoke(app, ["report", "--help"]).output
     assert "--sweep" in help_text
