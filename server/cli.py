@@ -318,6 +318,10 @@ def report(
     since: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 12h.")] = None,
     until: Annotated[Optional[str], typer.Option(help="ISO time or an age such as 1h.")] = None,
     kernel: Annotated[Optional[str], typer.Option(help="Only this kernel.")] = None,
+    sweep: Annotated[
+        Optional[str],
+        typer.Option(help="Only this sweep (its experiment id, e.g. e00012-ab3f) and its trials."),
+    ] = None,
     out_dir: Annotated[
         Optional[Path],
         typer.Option("--out", help="Folder for the site; default: <workspace state>/report."),
@@ -329,7 +333,7 @@ def report(
 
     try:
         written = report_for_workspace(
-            workspace, since=since, until=until, kernel=kernel, site=out_dir
+            workspace, since=since, until=until, kernel=kernel, site=out_dir, sweep=sweep
         )
     except ReportError as exc:
         raise _fail(str(exc)) from None

@@ -29,16 +29,20 @@ def report_for_workspace(
     until: str | None,
     kernel: str | None,
     site: Path | None,
+    sweep: str | None = None,
 ) -> Written:
     """`infra-agent report`: the workspace's ledger, the window as the command line gives it
-    (ISO times or ages such as 12h), into `site` or <state>/report."""
+    (ISO times or ages such as 12h), `sweep` an experiment id (that sweep and its
+    trials), into `site` or <state>/report."""
     from ...kernels.workspace import WorkspaceError, load_workspace
     from ...tools.base import AgentError
     from ...tools.list_experiments import parse_since
 
     try:
         state_dir = load_workspace(workspace).state_dir
-        filters = Filters(since=parse_since(since), until=parse_since(until), kernel=kernel)
+        filters = Filters(
+            since=parse_since(since), until=parse_since(until), kernel=kernel, sweep=sweep
+        )
     except (WorkspaceError, AgentError) as exc:
         raise ReportError(str(exc)) from None
     return build_report(state_dir, site or state_dir / DEFAULT_FOLDER, filters)

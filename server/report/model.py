@@ -26,11 +26,13 @@ class Filters:
     since: float | None = None  # Unix s, inclusive
     until: float | None = None  # Unix s, exclusive
     kernel: str | None = None
+    sweep: str | None = None  # a sweep's experiment id: only it and its trials
 
     def words(self) -> str:
         parts = [f"since {iso(self.since)}" if self.since is not None else ""]
         parts.append(f"until {iso(self.until)}" if self.until is not None else "")
         parts.append(f"kernel {self.kernel}" if self.kernel else "")
+        parts.append(f"sweep {self.sweep} and its trials" if self.sweep else "")
         return ", ".join(p for p in parts if p) or "the whole ledger"
 
 
@@ -67,7 +69,8 @@ class Report:
     experiments: list[Experiment]  # oldest first
     by_id: dict[str, Experiment]
     chains: list[Chain]
-    summary: Summary
+    summary: Summary  # over the experiments that are not trials of a sweep in the report
+    num_folded_trials: int  # trials shown on their sweep's page, not in the timeline
 
     @property
     def generated_iso(self) -> str:
@@ -83,11 +86,15 @@ def load_report(state_dir: Path, filters: Filters) -> Report:
         rows = read_only_rows(
             ledger, since=filters.since, until=filters.until, kernel=filters.kernel
         )
+        if filters.sweep:
+            rows = [r for r in rows if filters.sweep in (r["id"], r.get("parent_id"))]
         experiments = [experiment_from_row(row) for row in rows]
     finally:
         gc.enable()
     by_id = {e.id: e for e in experiments}
     _link_baselines(experiments, by_id)
+    _link_trials(experiments, by_id)
+    top_level = [e for e in experiments if not is_trial_here(e, by_id)]
     _compare_code(experiments, by_id)
     return Report(
         state_dir=state_dir,
@@ -97,7 +104,8 @@ def load_report(state_dir: Path, filters: Filters) -> Report:
         experiments=experiments,
         by_id=by_id,
         chains=_chains(experiments, by_id),
-        summary=_summary(experiments),
+        summary=_summary(top_level),
+        num_folded_trials=len(experiments) - len(top_level),
     )
 
 
@@ -105,6 +113,18 @@ def _link_baselines(experiments: list[Experiment], by_id: dict[str, Experiment])
     for exp in experiments:
         if exp.baseline_id in by_id:
             by_id[exp.baseline_id].used_by.append(exp.id)
+
+
+def _link_trials(experiments: list[Experiment], by_id: dict[str, Experiment]) -> None:
+    for exp in experiments:
+        if exp.parent_id in by_id:
+            by_id[exp.parent_id].trials.append(exp.id)
+
+
+def is_trial_here(exp: Experiment, by_id: dict[str, Experiment]) -> bool:
+    """A trial whose sweep is in the report: its sweep's page lists it, the timeline does not
+    (a sweep makes dozens). A trial whose sweep is outside the window stays a row."""
+    return exp.parent_id is not None and exp.parent_id in by_id
 
 
 def _compare_code(experiments: list[Experiment], by_id: dict[str, Experiment]) -> None:
@@ -137,16 +157,20 @@ def _hashes(manifest: Manifest) -> dict[str, str]:
 
 
 def _chains(experiments: list[Experiment], by_id: dict[str, Experiment]) -> list[Chain]:
+    """Trials of a sweep in the report are left out: the sweep's row counts them."""
     chains = []
     for exp in experiments:
-        if exp.baseline_id in by_id:
+        if is_trial_here(exp, by_id):
+            continue
+        if exp.baseline_id in by_id and not is_trial_here(by_id[exp.baseline_id], by_id):
             continue  # drawn under its baseline's chain
         rows: list[ChainRow] = []
         stack = [(exp, 0)]
         while stack:  # depth first, children in ledger order
             node, depth = stack.pop()
             rows.append(ChainRow(node, depth))
-            stack.extend((by_id[c], depth + 1) for c in reversed(node.used_by))
+            named = [by_id[c] for c in node.used_by if not is_trial_here(by_id[c], by_id)]
+            stack.extend((c, depth + 1) for c in reversed(named))
         chains.append(Chain(exp, rows))
     return chains
 

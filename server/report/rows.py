@@ -18,6 +18,7 @@ from .numbers import (
 
 EXPERIMENT_ID = re.compile(r"^e\d{5,}-[0-9a-f]{4}$")
 FAILED_STATUSES = ("error", "interrupted")
+SWEEP_TOOLS = ("sweep_kernel", "sweep_serve")  # their calls make trials (parent_id)
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,9 @@ class Experiment:
     device_fingerprint: str | None
     git_commit: str | None
     run_id: str | None
+    parent_id: str | None = None  # the sweep that made this call (a trial), else None
     used_by: list[str] = field(default_factory=list)  # experiments naming this one as baseline
+    trials: list[str] = field(default_factory=list)  # a sweep's trials in this report, oldest first
     code_state: str = "unknown"  # same, changed, no snapshot, ... (vs what code_against names)
     code_against: str | None = None  # the experiment the code is compared with
     code_against_why: str = ""  # 'baseline' or 'previous <kernel> experiment'
@@ -88,6 +91,10 @@ class Experiment:
     @property
     def failed(self) -> bool:
         return self.status in FAILED_STATUSES
+
+    @property
+    def is_sweep(self) -> bool:
+        return self.tool in SWEEP_TOOLS
 
 
 def experiment_from_row(row: dict) -> Experiment:
@@ -128,6 +135,7 @@ def experiment_from_row(row: dict) -> Experiment:
         device_fingerprint=row.get("device_fingerprint"),
         git_commit=row.get("git_commit"),
         run_id=row.get("run_id"),
+        parent_id=row.get("parent_id"),
     )
 
 
