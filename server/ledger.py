@@ -264,11 +264,21 @@ class Ledger:
         since: float | None = None,
         exclude_tools: tuple[str, ...] = (),
         run_id: str | None = None,
+        parent_id: str | None = None,
+        top_level: bool = False,
         limit: int = 20,
     ) -> list[dict]:
-        """Newest first."""
+        """Newest first. `parent_id`: only the calls that call made (a sweep's trials);
+        `top_level`: only calls nothing else made."""
         where, params = list[str](), list[object]()
-        for column, value in (("tool", tool), ("kernel", kernel), ("run_id", run_id)):
+        if top_level:
+            where.append("parent_id IS NULL")
+        for column, value in (
+            ("tool", tool),
+            ("kernel", kernel),
+            ("run_id", run_id),
+            ("parent_id", parent_id),
+        ):
             if value:
                 where.append(f"{column} = ?")
                 params.append(value)

@@ -311,9 +311,12 @@ class ToolContext(Protocol):
         since: float | None = None,
         exclude_tools: tuple[str, ...] = (),
         run_id: str | None = None,
+        parent_id: str | None = None,
+        top_level: bool = False,
         limit: int = 20,
     ) -> list[dict]:
-        """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s), agent run."""
+        """Ledger rows, newest first, filtered by tool, kernel, start time (Unix s), agent run,
+        the call that made them (a sweep), or only those no call made."""
 
     def children(self, experiment_id: str) -> list[dict]:
         """The calls an experiment made (a sweep's trials), oldest first."""

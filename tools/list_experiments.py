@@ -36,6 +36,16 @@ class Input(ToolInput):
     limit: int = Field(
         default=20, ge=1, le=500, description="Most experiments to return (newest first)."
     )
+    sweep: str | None = Field(
+        default=None,
+        description="Only the trials of this sweep (its experiment id): the compiles, checks, "
+        "timings or benchmarks a sweep_kernel/sweep_serve call made.",
+    )
+    include_trials: bool = Field(
+        default=False,
+        description="Also list sweeps' trials (hidden by default: a sweep makes dozens; each "
+        "sweep's answer lists its own).",
+    )
     include_ledger_queries: bool = Field(
         default=False,
         description="Also list list_experiments/compare_experiments calls themselves.",
@@ -64,6 +74,9 @@ class ExperimentSummary(BaseModel):
         default=None, description="Model turn of that run (1-based) that asked for it."
     )
     run_model: str | None = Field(default=None, description="Model name that agent run used.")
+    parent_id: str | None = Field(
+        default=None, description="The sweep this call was a trial of (null: the agent's own)."
+    )
 
 
 class Output(ToolOutput):
@@ -114,6 +127,7 @@ def summarise(row: dict) -> ExperimentSummary:
         run_id=row.get("run_id"),
         run_step=row.get("run_step"),
         run_model=row.get("run_model"),
+        parent_id=row.get("parent_id"),
     )
 
 
@@ -125,6 +139,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         since=parse_since(inp.since),
         exclude_tools=exclude,
         run_id=inp.run,
+        parent_id=inp.sweep,
+        top_level=not (inp.include_trials or inp.sweep),
         limit=inp.limit,
     )
     # This call's own row is still open; it is not an answer to the question.
@@ -136,6 +152,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             ("kernel", inp.kernel),
             ("since", inp.since),
             ("run", inp.run),
+            ("sweep", inp.sweep),
         )
         if v
     )
@@ -149,7 +166,8 @@ TOOL = Tool(
     name="list_experiments",
     title="List experiments",
     description="List past tool calls from the experiment ledger, newest first, filtered by tool, kernel, "
-    "start time and agent run: what was tried, with which hypothesis, and what it answered.",
+    "start time, agent run or sweep: what was tried, with which hypothesis, and what it answered. A "
+    "sweep's trials are listed with sweep=<its id> (or include_trials), not among the agent's calls.",
     input_model=Input,
     output_model=Output,
     run=run,

@@ -393,3 +393,11 @@ async def test_a_call_made_by_a_call_is_an_experiment_of_its_own_and_its_child(c
     listed = json.loads((await client.read_resource(f"experiment://{parent}")).contents[0].text)
     assert [c["id"] for c in listed["children"]] == [ok.experiment_id, bad.experiment_id]
     assert server.state.ledger.get(parent)["parent_id"] is None  # the agent's own call
+    # list_experiments: the agent's calls by default; a sweep's trials when asked for them
+    listed = await call(client, "list_experiments")
+    assert {e["id"] for e in listed["experiments"]} == {parent}
+    trials = await call(client, "list_experiments", sweep=parent)
+    assert [e["id"] for e in trials["experiments"]] == [bad.experiment_id, ok.experiment_id]
+    assert all(e["parent_id"] == parent for e in trials["experiments"])
+    everything = await call(client, "list_experiments", include_trials=True)
+    assert len(everything["experiments"]) == 3

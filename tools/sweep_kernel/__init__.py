@@ -21,7 +21,7 @@ from ..common.expect import ExpectError, check
 from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials
 from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
 from ..compile_kernel.plan import resolve_target
-from ..microbench.plan import dtype_of, kernel_of, shapes_of
+from ..microbench.plan import candidate_code, dtype_of, kernel_of, shapes_of
 from .expect_fields import EXPECT
 from .race import Race, race
 from .report import best_config, config_results, csv_rows, plot_panels, shape_winners, summary
@@ -44,6 +44,7 @@ class Plan:
 
 def make_plan(inp: Input, ctx: ToolContext) -> Plan:
     kernel = kernel_of(ctx, inp.kernel)
+    candidate_code(ctx, kernel, inp)  # the code's own errors first (a path outside the workspace)
     if inp.source is None and inp.path is None:
         inp = inp.model_copy(update={"impl": inp.impl or default_impl(kernel)})
     try:
