@@ -19,6 +19,9 @@ PHASE_HISTOGRAMS = {
     "kv_transfer": "infra_agent:kv_transfer_time_seconds",
     "engine_ttft": "vllm:time_to_first_token_seconds",
 }
+# Requests the engine counts as finished (vLLM's and the built-in engine's name): a run's scrape
+# waits until this has caught up with what the client saw finish (jobs.py)
+FINISHED = "vllm:e2e_request_latency_seconds_count"
 PREEMPTIONS = "vllm:num_preemptions"
 PREFIX_QUERIES, PREFIX_HITS = "vllm:prefix_cache_queries", "vllm:prefix_cache_hits"
 PHASE_METRIC = {
