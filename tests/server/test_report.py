@@ -130,8 +130,8 @@ CHROMIUM_FLAGS = [
 SCREENSHOTS_ENV = "INFRA_AGENT_REPORT_SCREENSHOTS"  # a folder: the screenshots are copied there
 
 
-@pytest.fixture(scope="module")
-def browser(night: Night):  # after the night: its calls run their own event loop first
+def launched_chromium():
+    """Debian's chromium driven by playwright, or a skip that says what to install."""
     sync_api = pytest.importorskip(
         "playwright.sync_api", reason="playwright is missing; `make setup` installs it"
     )
@@ -143,6 +143,11 @@ def browser(night: Night):  # after the night: its calls run their own event loo
         )
         yield chromium
         chromium.close()
+
+
+@pytest.fixture(scope="module")
+def browser(night: Night):  # after the night: its calls run their own event loop first
+    yield from launched_chromium()
 
 
 @pytest.fixture(scope="module")

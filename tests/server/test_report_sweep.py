@@ -14,7 +14,7 @@ import anyio
 import pytest
 from conftest import call, copy_zoo
 from mcp import Client
-from test_report import CHROMIUM, CHROMIUM_FLAGS, close_to, numbers_in, runner, tab
+from test_report import close_to, launched_chromium, numbers_in, runner, tab
 
 from infra_agent.server.app import build_server
 from infra_agent.server.cli import app
@@ -159,17 +159,7 @@ def test_a_serve_sweep_page_shows_the_best_the_front_and_what_was_dropped(
 
 @pytest.fixture(scope="module")
 def browser(night: SweepNight):  # after the night: its calls run their own event loop first
-    sync_api = pytest.importorskip(
-        "playwright.sync_api", reason="playwright is missing; `make setup` installs it"
-    )
-    if not CHROMIUM.is_file():
-        pytest.skip(f"{CHROMIUM} is missing; `make setup` installs Debian's chromium")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS
-        )
-        yield chromium
-        chromium.close()
+    yield from launched_chromium()
 
 
 def test_the_index_counts_trials_instead_of_listing_them(browser, night: SweepNight, site: Path):

@@ -228,11 +228,8 @@ class Trials:
         how = "reused" if trial.reused else "ok" if trial.outcome.ok else "error"
         config = arguments.get("launch_config")
         what = f"{tool} {label(config)}" if isinstance(config, dict) else tool
-        left = self.expected - done
-        pace = (
-            self.budget.elapsed_s / max(self.made, 1) * left if self.made else 0.0
-        )  # reused calls cost nothing: the pace is the made ones'
-        eta = f"ETA {_duration(min(pace, self.budget.wall_s - self.budget.elapsed_s))}"
+        # reused calls cost nothing: the pace is the made ones'
+        eta = self.budget.eta(self.expected - done, done=self.made)
         await self.ctx.progress(
             done, self.expected, f"{what}: {how} · call {done} of ~{self.expected} · {eta}"
         )
@@ -346,11 +343,13 @@ class Budget:
             return f"the wall-clock budget ({self.wall_s:g} s) is spent"
         return None
 
-    def eta(self, remaining: int) -> str:
-        """Time left at the mean pace so far, capped by the wall budget."""
-        if not self.done:
+    def eta(self, remaining: int, done: int | None = None) -> str:
+        """Time left for `remaining` more at the mean pace of the `done` so far (default: the
+        configs tried), capped by the wall budget."""
+        done = self.done if done is None else done
+        if not done:
             return "ETA unknown"
-        left = min(self.elapsed_s / self.done * remaining, self.wall_s - self.elapsed_s)
+        left = min(self.elapsed_s / done * remaining, self.wall_s - self.elapsed_s)
         return f"ETA {_duration(max(left, 0.0))}"
 
 
