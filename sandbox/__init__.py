@@ -7,12 +7,16 @@
     svc = await sb.start_service(ServiceSpec(...))  # a long-running confined process (service.py)
     await sb.aclose()                           # kills the zygote and every job
 
+    ex = RayExecutor(sb, "auto", node=NodeConfig(...))  # cluster.py: the same run(), on Ray's nodes
+    res = await ex.run(Job(op="noop"))          # res.placement: the node and its device fingerprint
+
 Layers (each probed; a missing one is reported, never silently skipped): bwrap
 namespaces around a warm zygote (policy.py, launcher.py, worker/zygote.py); per job,
 in the forked child itself, Landlock + seccomp + rlimits (worker/confine.py,
 worker/harness.py); per-job cgroups for memory, process count and a complete kill
 (cgroups.py). runner.py queues jobs, spawn.py readies a job child, supervise.py watches
-one; outcome.py turns what a job left into a status. Services (service.py) get the same
+one; outcome.py turns what a job left into a status. cluster.py places jobs on the nodes of
+a Ray cluster, where node.py runs each in that node's own Sandbox. Services (service.py) get the same
 policy (policy.py builds both) around worker/engine_host.py. Without bwrap, `run` and
 `start_service` refuse unless allow_unsandboxed=True.
 
@@ -34,6 +38,7 @@ from .triton_cache import TRUSTED_ZOO
 # inside a service) loads kernel specs and records its spans with.
 PUBLIC_MODULES = (
     "job",
+    "cluster",  # the Ray executor (imports ray only when one is made)
     "worker.protocol",
     "worker.shared",
     "worker.tensors",

@@ -37,6 +37,24 @@ class Job:
     # Triton cache group (sandbox/triton_cache.py): jobs naming the same group share compiled
     # kernels. One group per (call, code under test); never one for code of different trust.
     triton_cache: str | None = None
+    # What a cluster node must have to run the job, in Ray resource names ({"GPU": 1},
+    # {"accelerator_type:H200": 0.001}, a custom resource); empty: the executor's default for
+    # the job's kind (sandbox/cluster.py). The local executor runs every job on this host.
+    resources: dict[str, float] = field(default_factory=dict)
+    # The parent watches the job's processes from outside while it runs (profile's /proc and
+    # py-spy samplers): it always runs on the server's own host, never on another node.
+    host_bound: bool = False
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job ran when an executor placed it on a cluster node (None: the server's host)."""
+
+    node_id: str  # the Ray node id (hex)
+    address: str  # the node's IP address
+    hostname: str
+    device_fingerprint: str  # sha256 (16 hex) of the node's device facts (provenance.py)
+    gpu_ids: tuple[str, ...] = ()  # the GPUs Ray gave the job (its CUDA_VISIBLE_DEVICES)
 
 
 @dataclass
@@ -50,6 +68,7 @@ class JobResult:
     wall_s: float = 0.0  # from start to exit, excluding time queued
     num_compiles: int = 0  # Triton cache entries (kernels, launchers) the job compiled itself
     queued_s: float = 0.0
+    placement: Placement | None = None  # the cluster node it ran on; None: the server's own host
 
     @property
     def ok(self) -> bool:

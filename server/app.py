@@ -29,7 +29,7 @@ from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
 from ..tools.base import MAX_NAME_CHARS, AgentError, CallOutcome, Tool, run_tool
 from ..tools.common import provenance
-from .context import CallContext, CallOrigin, ServerState, run_link
+from .context import CallContext, CallOrigin, ClusterConfig, ServerState, run_link
 from .host_paths import sandbox_view
 from .limits import (
     MAX_ERROR_CHARS,
@@ -150,11 +150,18 @@ def build_server(
     *,
     allow_unsandboxed: bool = False,
     engine_pythons: dict[str, str] | None = None,
+    cluster: str | None = None,
 ) -> InfraAgentServer:
     """`engine_pythons`: engine -> the Python it runs on (vllm, sglang: serving/interpreters.py),
-    over the workspace's [engines.<name>] python."""
+    over the workspace's [engines.<name>] python. `cluster`: a Ray address ("auto",
+    HOST:PORT) over the workspace's [cluster] address: jobs run on that cluster's nodes."""
     ws = load_workspace(workspace)
-    state = ServerState(ws, allow_unsandboxed=allow_unsandboxed, engine_pythons=engine_pythons)
+    state = ServerState(
+        ws,
+        allow_unsandboxed=allow_unsandboxed,
+        engine_pythons=engine_pythons,
+        cluster=ClusterConfig.from_workspace(ws.config, cluster),
+    )
     tools = discover_tools()
     server = InfraAgentServer(
         name="infra-agent",
@@ -216,7 +223,9 @@ async def execute(
     def fail(message: str) -> CallOutcome:
         message = sandbox_view(message, state.workspace.root, state.workspace.state_dir)
         message = clip_text(utf8_text(message), MAX_ERROR_CHARS)
-        state.ledger.close_error(experiment_id, message, ctx.artifacts, ctx.code_manifest())
+        state.ledger.close_error(
+            experiment_id, message, ctx.artifacts, ctx.code_manifest(), ctx.nodes()
+        )
         return CallOutcome(experiment_id, None, message)
 
     def cancelled() -> (
@@ -228,7 +237,11 @@ async def execute(
             )
         else:
             state.ledger.close_error(
-                experiment_id, "cancelled by the client", ctx.artifacts, ctx.code_manifest()
+                experiment_id,
+                "cancelled by the client",
+                ctx.artifacts,
+                ctx.code_manifest(),
+                ctx.nodes(),
             )
 
     try:
@@ -261,7 +274,9 @@ async def execute(
     except BaseException:  # cancelled
         cancelled()
         raise
-    state.ledger.close_ok(experiment_id, result, result["artifacts"], ctx.code_manifest())
+    state.ledger.close_ok(
+        experiment_id, result, result["artifacts"], ctx.code_manifest(), ctx.nodes()
+    )
     return CallOutcome(experiment_id, result, None)
 
 

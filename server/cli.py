@@ -66,7 +66,10 @@ def _print_json(data: Any) -> None:
 
 
 def _build(
-    workspace: Path | None, allow_unsandboxed: bool = False, engine_python: list[str] | None = None
+    workspace: Path | None,
+    allow_unsandboxed: bool = False,
+    engine_python: list[str] | None = None,
+    cluster: str | None = None,
 ):
     from ..kernels.workspace import WorkspaceError
     from .app import build_server
@@ -80,7 +83,9 @@ def _build(
             )
         pythons[engine] = str(Path(path).expanduser().resolve())
     try:
-        return build_server(workspace, allow_unsandboxed=allow_unsandboxed, engine_pythons=pythons)
+        return build_server(
+            workspace, allow_unsandboxed=allow_unsandboxed, engine_pythons=pythons, cluster=cluster
+        )
     except WorkspaceError as exc:
         raise _fail(str(exc)) from None
 
@@ -128,9 +133,19 @@ def serve(
             "the interpreter of `vllm` on PATH). Repeatable.",
         ),
     ] = None,
+    cluster: Annotated[
+        Optional[str],
+        typer.Option(
+            "--cluster",
+            metavar="auto|HOST:PORT",
+            help="Run jobs on a Ray cluster: 'auto' joins the one `ray start --head` made on this "
+            "host, HOST:PORT another head (over infra-agent.toml's [cluster] address). Engines "
+            "and profiled jobs stay on this host; see the README's 'Running on a cluster'.",
+        ),
+    ] = None,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
-    server = _build(workspace, allow_unsandboxed, engine_python)
+    server = _build(workspace, allow_unsandboxed, engine_python, cluster)
     _remove_stale_cgroups()
     if http:
         from ..serving.tcp import listen_socket

@@ -8,7 +8,8 @@ import re
 import shutil
 import threading
 import time
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
@@ -23,6 +24,8 @@ from .ledger import Ledger
 
 if TYPE_CHECKING:  # imported lazily at run time (see ServerState.sandbox)
     from ..sandbox import Sandbox
+    from ..sandbox.cluster import RayExecutor
+    from ..sandbox.job import Job, JobResult, Placement
 
 ARTIFACT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
@@ -65,6 +68,35 @@ class CallOrigin:
     parent_id: str | None = None
 
 
+@dataclass(frozen=True)
+class ClusterConfig:
+    """`serve --cluster` or the workspace's [cluster] table: jobs run on a Ray cluster."""
+
+    address: str  # "auto" (the cluster `ray start` made on this host) or HOST:PORT of its head
+    # per job kind ("compile", "run", "timing"): the Ray resources a job asks for, over the
+    # executor's defaults (sandbox/cluster.py), e.g. {"timing": {"GPU": 1, "accelerator_type:H200": 0.001}}
+    resources: dict[str, dict[str, float]] = field(default_factory=dict)
+    retries: int = 1  # times a job is started again on another node after its node died
+    node_dir: str | None = None  # where nodes keep workspace copies and job folders (default: /tmp)
+
+    @classmethod
+    def from_workspace(cls, config: dict, address: str | None) -> "ClusterConfig | None":
+        """`address` (the command line) over [cluster] address; None: run jobs locally."""
+        table = config.get("cluster", {})
+        address = address or table.get("address")
+        if not address:
+            return None
+        return cls(
+            address=str(address),
+            resources={
+                k: {r: float(v) for r, v in d.items()}
+                for k, d in table.get("resources", {}).items()
+            },
+            retries=int(table.get("retries", 1)),
+            node_dir=table.get("node_dir"),
+        )
+
+
 class ServerState:
     """One workspace, one ledger, and at most one sandbox, shared by every call."""
 
@@ -74,13 +106,16 @@ class ServerState:
         *,
         allow_unsandboxed: bool = False,
         engine_pythons: dict[str, str] | None = None,
+        cluster: ClusterConfig | None = None,
     ):
         self.workspace = workspace
         self.allow_unsandboxed = allow_unsandboxed
         self.engine_pythons = dict(engine_pythons or {})  # --engine-python, for Engines
+        self.cluster = cluster
         self._ledger: Ledger | None = None
         self._ledger_lock = threading.Lock()
         self._sandbox: Sandbox | None = None
+        self._executor: RayExecutor | None = None
         self._engines: Any = None  # serving.lifecycle.Engines, made on first use
         self._signature = _signature(workspace)
         self._reload_lock = threading.Lock()
@@ -149,6 +184,32 @@ class ServerState:
         return self._sandbox
 
     @property
+    def executor(self) -> "Sandbox | RayExecutor":
+        """Where tools' jobs run: the local sandbox, or with a cluster configured the Ray
+        executor (joined on first use; services and host-bound jobs stay on the sandbox)."""
+        if self.cluster is None:
+            return self.sandbox
+        if self._executor is None:
+            from ..sandbox.cluster import NodeConfig, RayExecutor, default_base_dir
+            from ..tools.common import provenance
+
+            node = NodeConfig(
+                base_dir=self.cluster.node_dir or default_base_dir(),
+                session=uuid.uuid4().hex[:12],
+                limits=self.sandbox.limits,
+                device_facts=provenance.device_facts,
+                fingerprint=provenance.fingerprint,
+            )
+            self._executor = RayExecutor(
+                self.sandbox,
+                self.cluster.address,
+                node=node,
+                resources=self.cluster.resources,
+                retries=self.cluster.retries,
+            )
+        return self._executor
+
+    @property
     def engines(self) -> Any:
         """The serving engines this server started (serving/lifecycle.py), made on first use."""
         if self._engines is None:
@@ -163,6 +224,9 @@ class ServerState:
         ):  # engines first: they live in the sandbox's cgroups and folders
             await self._engines.aclose()
             self._engines = None
+        if self._executor is not None:
+            await self._executor.aclose()
+            self._executor = None
         if self._sandbox is not None:
             await self._sandbox.aclose()
             self._sandbox = None
@@ -181,12 +245,21 @@ def _signature(ws: Workspace) -> tuple:
 
 
 class RecordingSandbox:
-    """The shared Sandbox as one call sees it: each workspace file the call hands a job
+    """The shared executor as one call sees it: each workspace file the call hands a job
     (every tool names one through `workspace_path`) enters the call's code snapshot first,
-    so the one place every tool already goes through records what it ran."""
+    so the one place every tool already goes through records what it ran; and each job a
+    cluster node ran adds that node to the call's `placements`."""
 
-    def __init__(self, sandbox: Sandbox, snapshot: SnapshotRecorder):
-        self._sandbox, self._snapshot = sandbox, snapshot
+    def __init__(
+        self, sandbox: "Sandbox | RayExecutor", snapshot: SnapshotRecorder, placements: list
+    ):
+        self._sandbox, self._snapshot, self._placements = sandbox, snapshot, placements
+
+    async def run(self, job: "Job", progress: Any = None) -> "JobResult":
+        result = await self._sandbox.run(job, progress)
+        if result.placement is not None:
+            self._placements.append(result.placement)
+        return result
 
     def workspace_path(self, host_path: Path) -> str:
         where = self._sandbox.workspace_path(
@@ -210,10 +283,30 @@ class CallContext:
         self._mcp = self._origin.mcp_context
         self.artifacts: list[str] = []
         self.snapshot = SnapshotRecorder(state.workspace)
+        self.placements: list[Placement] = []  # the cluster nodes this call's jobs ran on
 
     @property
     def sandbox(self) -> Sandbox:
-        return RecordingSandbox(self._state.sandbox, self.snapshot)  # type: ignore[return-value]
+        executor = self._state.executor
+        return RecordingSandbox(executor, self.snapshot, self.placements)  # type: ignore[return-value]
+
+    def nodes(self) -> list[dict]:
+        """Where this call's jobs ran on a cluster, per node (the ledger's `nodes`); empty
+        when every job ran on the server's own host."""
+        by_node: dict[str, dict] = {}
+        for p in self.placements:
+            entry = by_node.setdefault(
+                p.node_id,
+                {
+                    "node_id": p.node_id,
+                    "address": p.address,
+                    "hostname": p.hostname,
+                    "device_fingerprint": p.device_fingerprint,
+                    "jobs": 0,
+                },
+            )
+            entry["jobs"] += 1
+        return list(by_node.values())
 
     def record_code(self, kernel: str | None, arguments: dict) -> None:
         """What the call names before any job runs: its kernel's folder and its inline code."""
@@ -232,6 +325,11 @@ class CallContext:
 
     def code_manifest(self) -> dict:
         return self.snapshot.manifest().to_json()
+
+    def cluster_nodes(self) -> list[dict]:
+        if self._state.cluster is None:
+            return []
+        return [n.to_json() for n in self._state.executor.nodes()]  # type: ignore[union-attr]
 
     def experiments(self, **filters: Any) -> list[dict]:
         """Ledger rows, newest first (filters: see Ledger.query)."""

@@ -54,15 +54,18 @@ CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
 # Columns added after the first release: a ledger written before them gains them on open.
 # `code`: the manifest of the code the call ran (kernels/snapshots.py); NULL on rows written before.
 # `parent_id`: the call that made this one (a sweep's trial names its sweep); NULL for an agent's call.
+# `nodes`: the cluster nodes the call's jobs ran on (sandbox/cluster.py), each with its device
+# fingerprint and how many jobs; NULL when every job ran on the server's own host.
 LATER_COLUMNS = {
     "run_id": "TEXT",
     "run_step": "INTEGER",
     "run_model": "TEXT",
     "code": "TEXT",
     "parent_id": "TEXT",
+    "nodes": "TEXT",
 }
 
-JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code")
+JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code", "nodes")
 
 
 class Ledger:
@@ -180,14 +183,26 @@ class Ledger:
         return experiment_id
 
     def close_ok(
-        self, experiment_id: str, result: dict, artifacts: list[str], code: dict | None = None
+        self,
+        experiment_id: str,
+        result: dict,
+        artifacts: list[str],
+        code: dict | None = None,
+        nodes: list[dict] | None = None,
     ) -> None:
-        self._close(experiment_id, "ok", json.dumps(result, default=str), None, artifacts, code)
+        self._close(
+            experiment_id, "ok", json.dumps(result, default=str), None, artifacts, code, nodes
+        )
 
     def close_error(
-        self, experiment_id: str, error: str, artifacts: list[str], code: dict | None = None
+        self,
+        experiment_id: str,
+        error: str,
+        artifacts: list[str],
+        code: dict | None = None,
+        nodes: list[dict] | None = None,
     ) -> None:
-        self._close(experiment_id, "error", None, error, artifacts, code)
+        self._close(experiment_id, "error", None, error, artifacts, code, nodes)
 
     def close_interrupted(self, experiment_id: str, why: str) -> None:
         """A call the server stopped (shutdown) before it finished."""
@@ -214,17 +229,19 @@ class Ledger:
         error: str | None,
         artifacts: list[str],
         code: dict | None,
+        nodes: list[dict] | None = None,
     ) -> None:
         ended = time.time()
         self._write(
-            "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, code=?, ended_at=?, "
-            "duration_s=? - started_at WHERE id=?",
+            "UPDATE experiments SET status=?, result=?, error=?, artifacts=?, code=?, nodes=?, "
+            "ended_at=?, duration_s=? - started_at WHERE id=?",
             (
                 status,
                 result,
                 utf8_text(error),
                 json.dumps(artifacts),
                 None if code is None else json.dumps(code),
+                json.dumps(nodes) if nodes else None,
                 ended,
                 ended,
                 experiment_id,

@@ -294,6 +294,10 @@ class ToolContext(Protocol):
     def experiment(self, experiment_id: str) -> dict | None:
         """A previous experiment from the ledger (for baselines), or None."""
 
+    def cluster_nodes(self) -> list[dict]:
+        """With a Ray cluster configured, its nodes (sandbox/cluster.py NodeView.to_json());
+        empty when jobs run on the server's own host."""
+
     def read_artifact(self, experiment_id: str, name: str) -> str | None:
         """A text artifact a previous experiment stored (a baseline's records), or None."""
 

@@ -35,6 +35,19 @@ class Device(BaseModel):
     multi_processor_count: int = Field(description="Number of SMs.")
 
 
+class ClusterNode(BaseModel):
+    node_id: str = Field(description="The Ray node id (hex).")
+    address: str = Field(description="The node's IP address.")
+    alive: bool = Field(description="False once Ray has marked the node dead.")
+    resources: dict[str, float] = Field(
+        description="What the node has, in Ray's resource names: CPU (cores), GPU (devices), "
+        "memory (bytes), accelerator_type:<name>, custom resources."
+    )
+    free: dict[str, float] = Field(
+        description="What is free on it now (same units); a job waits for its resources here."
+    )
+
+
 class Output(ToolOutput):
     sandbox_available: bool = Field(description="True when the probe ran inside the sandbox.")
     isolation_level: str = Field(
@@ -78,6 +91,12 @@ class Output(ToolOutput):
         default="",
         description="Where the ceilings came from: measured now, cached (when), or why none.",
     )
+    cluster: list[ClusterNode] = Field(
+        default_factory=list,
+        description="With `serve --cluster`: every node of the Ray cluster jobs run on, with its "
+        "devices and free slots (the facts above are of the node the probe job ran on); empty when "
+        "jobs run on this host only.",
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -98,6 +117,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     except Exception as exc:  # the sandbox missing or failing is an answer here, not an error
         error = f"{type(exc).__name__}: {exc}"
     await ctx.progress(1, 1, "done")
+    cluster = [ClusterNode(**n) for n in ctx.cluster_nodes()]
+    on_cluster = _cluster_words(cluster)
 
     if facts:
         measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"))
@@ -121,13 +142,17 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             server_view=server_view,
             peaks=measured,
             peaks_note=peaks_note,
+            cluster=cluster,
         )
         where = (
             ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices)
             or f"CPU only ({out.cpu_model}, {out.num_cpus_usable} usable cores; Triton runs interpreted)"
         )
         ceilings = f"; ceilings {measured['copy_gbps']:.1f} GB/s copy" if measured else ""
-        out.summary = f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}{ceilings}"
+        out.summary = (
+            f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}"
+            f"{ceilings}{on_cluster}"
+        )
         return out
 
     versions = {"python": server_view["python"], **server_view["packages"]}
@@ -142,9 +167,30 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         num_cpus=server_view["num_cpus"],
         versions=versions,
         server_view=server_view,
+        cluster=cluster,
         summary=f"sandbox unavailable ({error}); agent code cannot run. The server sees "
         f"{', '.join(gpus) or 'no NVIDIA GPU'}, {server_view['cpu_model']} x{server_view['num_cpus']}, "
-        f"torch {versions.get('torch')} (from package metadata)",
+        f"torch {versions.get('torch')} (from package metadata){on_cluster}",
+    )
+
+
+def _cluster_words(nodes: list[ClusterNode]) -> str:
+    if not nodes:
+        return ""
+    alive = [n for n in nodes if n.alive]
+    kinds = sorted(
+        {
+            k.split(":", 1)[1]
+            for n in alive
+            for k in n.resources
+            if k.startswith("accelerator_type:")
+        }
+    )
+    free = sum(n.free.get("CPU", 0.0) for n in alive)
+    gpus = sum(n.resources.get("GPU", 0.0) for n in alive)
+    return (
+        f"; cluster: {len(alive)} of {len(nodes)} nodes alive, {gpus:g} GPUs"
+        f"{' (' + ', '.join(kinds) + ')' if kinds else ''}, {free:g} CPUs free"
     )
 
 

@@ -73,7 +73,12 @@ async def run_profile_job(
             _attach(ctx, watch, int(match.group(1)), gil_hz, plan.timeout_s, scratch)
 
     job = Job(
-        op="profile", payload=plan.payload, kind="run", timeout_s=plan.timeout_s, env=plan.env
+        op="profile",
+        payload=plan.payload,
+        kind="run",
+        timeout_s=plan.timeout_s,
+        env=plan.env,
+        host_bound=True,  # its threads are sampled from this host (/proc, py-spy)
     )
     started = time.monotonic()
     try:

@@ -1,0 +1,363 @@
+"""The Ray executor: the jobs of every tool placed on the nodes of a Ray cluster.
+
+    cluster = RayExecutor(local_sandbox, "auto", node=NodeConfig(...))
+    res = await cluster.run(Job(op="noop"))     # the same call, the same JobResult as Sandbox.run
+    res.placement                                # which node ran it, with its device fingerprint
+    cluster.nodes()                              # device_info's view: nodes, resources, free
+    await cluster.aclose()
+
+Ray places each job (a task with the job's resources, spread over the nodes), accounts
+its slots, retries it once on another eligible node when its node dies (every job is
+idempotent: it writes only its own folder), and gives a GPU job its GPU. We never schedule:
+we only say what a job needs. What stays on the server: the judge (the tool that reads the
+result), the ledger, the code snapshots, and the jobs the server watches from outside
+(`Job.host_bound`: profile's samplers), which run on the local sandbox. Services (engines)
+run on the server's host too.
+
+Ray leaves a task that no live node can ever run pending forever; here a job whose resources
+no live node has is refused before it is sent, and one waiting when the last such node dies
+is cancelled and fails with that reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from .errors import SandboxError
+from .isolation import Isolation
+from .job import Job, JobKind, JobResult
+from .node import (
+    JobWire,
+    ManifestEntry,
+    NodeConfig,
+    ResultWire,
+    WorkspaceVersion,
+    run_on_node,
+    untar_folder,
+)
+from .policy import WORKSPACE_MOUNT, Limits
+from .runner import KEEP_JOB_DIRS, Sandbox
+from .streams import Progress, report
+
+INSTALL_HINT = "pip install 'ray[default]==2.60.0' (on the server and on every node)"
+FEASIBILITY_CHECK_S = 2.0  # how often a waiting job checks that a live node can still run it
+LIVE_NODES_TTL_S = 1.0  # a new job trusts Ray's list of live nodes this long
+WORKSPACE_LIMIT = 256 << 20  # bytes of workspace mirrored to the nodes
+SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".venv", "node_modules"}
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """One node of the cluster as device_info shows it."""
+
+    node_id: str
+    address: str
+    alive: bool
+    resources: dict[str, float]  # what the node has (CPU, GPU, memory bytes, custom)
+    free: dict[str, float]  # what is free now
+
+    def to_json(self) -> dict:
+        return {
+            "node_id": self.node_id,
+            "address": self.address,
+            "alive": self.alive,
+            "resources": self.resources,
+            "free": self.free,
+        }
+
+
+class RayExecutor:
+    """Same interface as Sandbox for jobs (run, workspace_path, device, limits, isolation)."""
+
+    def __init__(
+        self,
+        local: Sandbox,
+        address: str,
+        *,
+        node: NodeConfig,
+        resources: dict[str, dict[str, float]] | None = None,
+        retries: int = 1,
+    ):
+        try:
+            import ray
+        except ImportError:
+            raise SandboxError(f"--cluster needs Ray: {INSTALL_HINT}") from None
+        self._ray = ray
+        self.local = local
+        self.address = address
+        self.retries = retries
+        self._node = node
+        self._owns_ray = not ray.is_initialized()  # a driver that joined first keeps it
+        if self._owns_ray:
+            try:
+                # nothing on stdout (a stdio MCP server's channel); the nodes' logs stay on the nodes
+                ray.init(
+                    address=address,
+                    namespace=f"infra-agent-{node.session}",
+                    log_to_driver=False,
+                    logging_level=logging.WARNING,
+                    include_dashboard=False,
+                )
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise SandboxError(
+                    f"cannot join the Ray cluster at {address!r} ({exc}); start one with "
+                    "`ray start --head` on the head node, or pass its address (HOST:PORT)"
+                ) from None
+        self._task = ray.remote(run_on_node)
+        self.device = (
+            "cuda" if any(n.resources.get("GPU") for n in self.nodes() if n.alive) else "cpu"
+        )
+        default = {"GPU": 1.0} if self.device == "cuda" else {"CPU": 1.0}
+        self.resources: dict[str, dict[str, float]] = {
+            "compile": {"CPU": 1.0},
+            "run": dict(default),
+            "timing": dict(default),
+            **(resources or {}),
+        }
+        self._mirror = WorkspaceMirror(local.workspace, local.view.layout.workspace_hidden)
+        self._live: dict[str, dict[str, float]] = {}
+        self._live_at = -1e9
+        self._num_results = 0
+        self._results_dir = local.state_dir / "cluster-jobs"
+        self._results_dir.mkdir(parents=True, exist_ok=True)
+
+    # --- what tools see (tools/base.py's Sandbox protocol) ----------------------------------
+
+    @property
+    def limits(self) -> Limits:
+        return self._node.limits
+
+    @property
+    def isolation(self) -> Isolation:
+        return self.local.isolation
+
+    def workspace_path(self, host_path: Path) -> str:
+        """Where a job sees a workspace file: nodes are always sandboxed, so /workspace/<rel>."""
+        local = self.local.workspace_path(host_path)  # refuses what no job may see
+        if self.local.view.sandboxed:
+            return local
+        rel = Path(host_path).resolve().relative_to(self.local.workspace)
+        return str(Path(WORKSPACE_MOUNT) / rel)
+
+    def host_path(self, job_path: str) -> Path:
+        return self.local.host_path(job_path)
+
+    def zygote_pids(self) -> list[int]:
+        return self.local.zygote_pids()
+
+    # --- jobs ---------------------------------------------------------------------------------
+
+    async def run(self, job: Job, progress: Progress | None = None) -> JobResult:
+        if job.host_bound:
+            return await self.local.run(job, progress)
+        resources = dict(job.resources or self.resources[job.kind])
+        self._check_feasible(resources)
+        workspace = await asyncio.to_thread(self._mirror.version, self._ray)
+        wire = JobWire.pack(job)
+        options = _ray_options(resources)
+        ref = self._task.options(
+            **options, max_retries=self.retries, scheduling_strategy="SPREAD"
+        ).remote(wire, workspace, self._node)
+        sent = time.monotonic()
+        await report(progress, 0.0, None, f"sent to the cluster (needs {_words(resources)})")
+        try:
+            future = asyncio.ensure_future(_as_future(ref))
+            future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
+            while True:
+                done, _ = await asyncio.wait({future}, timeout=FEASIBILITY_CHECK_S)
+                if done:
+                    wire_back: ResultWire = future.result()
+                    break
+                try:
+                    self._check_feasible(resources, fresh=True)
+                except SandboxError:
+                    self._ray.cancel(ref, force=True)
+                    raise
+        except asyncio.CancelledError:
+            self._ray.cancel(ref, force=True)  # the worker dies, and its zygote and job with it
+            raise
+        except self._ray.exceptions.RayTaskError as exc:  # raised by our code on the node
+            cause = exc.cause if isinstance(exc.cause, Exception) else exc
+            raise SandboxError(str(cause)) from None
+        except self._ray.exceptions.RayError as exc:  # the node, its worker or Ray failed
+            raise SandboxError(_node_failure(exc, self.retries)) from None
+        return self._unpack(wire_back, time.monotonic() - sent)
+
+    def _unpack(self, wire: ResultWire, elapsed_s: float) -> JobResult:
+        result = wire.result
+        if wire.out_tar is not None:
+            folder = self._results_dir / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+            untar_folder(wire.out_tar, folder / "out")
+            result = replace(result, out_dir=folder / "out")
+            self._num_results += 1
+            if self._num_results % 32 == 0:
+                self._prune()
+        # queued: from sending to the job's start on its node (placement, transfer, a worker)
+        return replace(result, queued_s=max(0.0, elapsed_s - result.wall_s))
+
+    def _prune(self) -> None:
+        for old in sorted(self._results_dir.iterdir())[:-KEEP_JOB_DIRS]:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _check_feasible(self, resources: dict[str, float], fresh: bool = False) -> None:
+        """Refuse what no live node has (Ray would leave it pending forever)."""
+        live = self._live_nodes(fresh)
+        if any(all(n.get(k, 0.0) >= v for k, v in resources.items()) for n in live.values()):
+            return
+        have = "; ".join(f"{a} {_words(r)}" for a, r in live.items()) or "no live node"
+        raise SandboxError(
+            f"no live node of the cluster has {_words(resources)} (nodes: {have}); "
+            "add such a node, or ask for what the cluster has"
+        )
+
+    def _live_nodes(self, fresh: bool) -> dict[str, dict[str, float]]:
+        """Live nodes' totals by "address (node id)", asked of Ray at most once a second."""
+        now = time.monotonic()
+        if fresh or now - self._live_at > LIVE_NODES_TTL_S:
+            self._live = {
+                f"{n['NodeManagerAddress']} ({n['NodeID'][:12]})": n["Resources"]
+                for n in self._ray.nodes()
+                if n["Alive"]
+            }
+            self._live_at = now
+        return self._live
+
+    def nodes(self) -> list[NodeView]:
+        """Every node Ray knows, with what it has and what is free now."""
+        free = _available_per_node(self._ray)
+        return [
+            NodeView(
+                node_id=n["NodeID"],
+                address=n["NodeManagerAddress"],
+                alive=bool(n["Alive"]),
+                resources={k: v for k, v in n["Resources"].items() if not k.startswith("node:")},
+                free=free.get(n["NodeID"], {}),
+            )
+            for n in self._ray.nodes()
+        ]
+
+    async def aclose(self) -> None:
+        if self._owns_ray and self._ray.is_initialized():
+            await asyncio.to_thread(self._ray.shutdown)
+
+
+class WorkspaceMirror:
+    """The workspace as a manifest the nodes sync to: each file's hash and a Ray object of
+    its bytes, made once per content (a file is re-read only when its size or mtime moved)."""
+
+    def __init__(self, root: Path, hidden: tuple[str, ...]):
+        self.root = root
+        self.hidden = tuple(Path(h) for h in hidden)
+        self._known: dict[str, tuple[int, int, ManifestEntry]] = {}  # rel -> (size, mtime, entry)
+        self._version: WorkspaceVersion | None = None
+
+    def version(self, ray: Any) -> WorkspaceVersion:
+        """The workspace now; its manifest is put into Ray's object store once per version."""
+        manifest = self.manifest(ray)
+        digest = hashlib.sha256(
+            "\n".join(
+                f"{rel}\0{e.sha256}\0{e.mode}" for rel, e in sorted(manifest.items())
+            ).encode()
+        ).hexdigest()
+        if self._version is None or self._version.digest != digest:
+            self._version = WorkspaceVersion(digest, [ray.put(manifest)])
+        return self._version
+
+    def manifest(self, ray: Any) -> dict[str, ManifestEntry]:
+        out: dict[str, ManifestEntry] = {}
+        total = 0
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            rel_dir = Path(dirpath).relative_to(self.root)
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if d not in SKIPPED_DIRS
+                and not any((rel_dir / d).is_relative_to(h) for h in self.hidden)
+            ]
+            for name in filenames:
+                path = Path(dirpath) / name
+                try:
+                    st = path.stat()
+                except OSError:
+                    continue
+                if not path.is_file():
+                    continue
+                rel = str(rel_dir / name)
+                total += st.st_size
+                if total > WORKSPACE_LIMIT:
+                    raise SandboxError(
+                        f"the workspace holds more than {WORKSPACE_LIMIT >> 20} MiB of files to "
+                        "send to the cluster's nodes; move data out of it (checkpoints, traces)"
+                    )
+                known = self._known.get(rel)
+                if known is None or known[:2] != (st.st_size, st.st_mtime_ns):
+                    data = path.read_bytes()
+                    entry = ManifestEntry(
+                        sha256=hashlib.sha256(data).hexdigest(),
+                        size=len(data),
+                        mode=st.st_mode & 0o755,
+                        blob=ray.put(data),
+                    )
+                    known = (st.st_size, st.st_mtime_ns, entry)
+                    self._known[rel] = known
+                out[rel] = known[2]
+        for rel in [r for r in self._known if r not in out]:
+            del self._known[rel]
+        return out
+
+
+def _ray_options(resources: dict[str, float]) -> dict:
+    rest = {k: v for k, v in resources.items() if k not in ("CPU", "GPU")}
+    return {
+        "num_cpus": resources.get("CPU", 0.0),
+        "num_gpus": resources.get("GPU", 0.0),
+        **({"resources": rest} if rest else {}),
+    }
+
+
+async def _as_future(ref: Any) -> ResultWire:
+    return await ref
+
+
+def _available_per_node(ray: Any) -> dict[str, dict[str, float]]:
+    try:
+        from ray._private.state import available_resources_per_node  # public: totals only
+
+        per_node = available_resources_per_node()
+    except Exception:  # noqa: BLE001 - an internal API: without it "available" is unknown
+        return {}
+    return {
+        node: {k: v for k, v in free.items() if not k.startswith("node:")}
+        for node, free in per_node.items()
+    }
+
+
+def _words(resources: dict[str, float]) -> str:
+    shown = {k: v for k, v in resources.items() if k not in ("memory", "object_store_memory")}
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(shown.items())) or "nothing"
+
+
+def _node_failure(exc: Exception, retries: int) -> str:
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return (
+        f"the job's node failed ({type(exc).__name__}: {first[:400]}); it was started "
+        f"{retries + 1} time(s), on another eligible node after a node died. Look at "
+        "device_info's cluster view for the nodes alive now, then call again"
+    )
+
+
+def default_base_dir() -> str:
+    return str(Path(tempfile.gettempdir()) / "infra-agent-nodes")
+
+
+__all__ = ["NodeConfig", "NodeView", "RayExecutor", "default_base_dir", "JobKind"]

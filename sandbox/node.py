@@ -1,0 +1,250 @@
+"""The node side of the Ray executor (cluster.py): a warm Sandbox in each Ray worker process.
+
+The server never runs agents' code on a node by itself: it sends a Ray task, `run_on_node`,
+which the node's Ray worker runs with this module. The argument, step by step:
+
+1. The task carries data only: the job (its op, payload, env, limits), its input files as
+   bytes, and the workspace's manifest (path -> sha256, and a Ray object holding each file's
+   bytes). Nothing in it is executed outside the sandbox.
+2. The worker process holds one `Sandbox` for its lifetime (made on its first task): the same
+   class the server runs locally, with its probed layers (bwrap namespaces around a warm
+   zygote, Landlock, seccomp, rlimits, cgroups). A node whose sandbox is not complete refuses
+   every job: agents' code never runs on a node with less isolation than `Sandbox` demands,
+   and `allow_unsandboxed` does not reach a cluster.
+3. The workspace the sandbox mounts read-only is this worker's own copy, brought to the
+   manifest before each job: only files whose hash changed are fetched (Ray's object store
+   keeps a fetched file on the node for the next worker). The job sees the workspace as it
+   was when the server sent the task, as a local job sees the live one.
+4. What comes back is raw (the JobResult's fields and a tar of the job's out/ folder): the
+   server unpacks it with tarfile's "data" filter and judges it; a node holds no ledger, no
+   snapshots and no verdicts.
+
+Ray accounts the resources a job asked for (a task holds them while it runs: this worker
+blocks on the job, not in `ray.get`, so Ray cannot hand them out twice) and gives a GPU job
+its GPU ids, which become the job's CUDA_VISIBLE_DEVICES.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import platform
+import shutil
+import tarfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+from .errors import SandboxError
+from .job import Job, JobResult, Placement
+from .policy import Limits
+
+RESULT_TAR_LIMIT = 1 << 30  # bytes of a job's out/ folder shipped back; more fails the job
+KEEP_INPUT_DIRS = 64
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    """What every node's sandbox is made with (the same on every node of one server)."""
+
+    base_dir: str  # where a worker keeps its workspace copy and sandbox state, per node and pid
+    session: str  # the server's session id: two servers on one cluster never share folders
+    limits: Limits
+    device_facts: Callable[[], dict]  # tools/common/provenance.device_facts, by reference
+    fingerprint: Callable[[dict], str]
+
+
+@dataclass(frozen=True)
+class ManifestEntry:
+    sha256: str
+    size: int
+    mode: int  # permission bits (an executable script stays executable)
+    blob: Any  # the Ray ObjectRef of the file's bytes
+
+
+@dataclass
+class JobWire:
+    """A Job as it travels to a node: input files as bytes (folders as tar)."""
+
+    job: Job
+    files: dict[str, bytes] = field(default_factory=dict)
+    folders: dict[str, bytes] = field(default_factory=dict)
+
+    @classmethod
+    def pack(cls, job: Job) -> "JobWire":
+        wire = cls(replace(job, inputs={}))
+        for name, src in job.inputs.items():
+            src = Path(src)
+            if src.is_dir():
+                wire.folders[name] = tar_folder(src)
+            else:
+                try:
+                    wire.files[name] = src.read_bytes()
+                except OSError as exc:
+                    raise SandboxError(f"cannot read input {name!r} from {src}: {exc}") from None
+        return wire
+
+
+@dataclass
+class ResultWire:
+    """A JobResult as it travels back: out/ as a tar."""
+
+    result: JobResult  # out_dir is None here
+    out_tar: bytes | None
+
+
+@dataclass(frozen=True)
+class WorkspaceVersion:
+    """The workspace as the server saw it when it sent a job: a hash over every (path, sha256),
+    and the Ray object of its manifest, fetched by a node only when it has not synced this
+    version yet (held in a list so Ray does not resolve it for every task)."""
+
+    digest: str
+    manifest: list  # [ObjectRef of dict[str, ManifestEntry]]
+
+
+def run_on_node(wire: JobWire, workspace: WorkspaceVersion, config: NodeConfig) -> ResultWire:
+    """The Ray task's body (cluster.py wraps it with ray.remote)."""
+    return _host(config).run(wire, workspace)
+
+
+_HOST: "NodeHost | None" = None
+_HOST_LOCK = threading.Lock()
+
+
+def _host(config: NodeConfig) -> "NodeHost":
+    global _HOST
+    with _HOST_LOCK:
+        if _HOST is None or _HOST.config != config:
+            if _HOST is not None:
+                _HOST.close()
+            _HOST = NodeHost(config)
+        return _HOST
+
+
+class NodeHost:
+    """One Ray worker's sandbox, its event loop (the zygote dies with the thread that
+    started it, so the loop lives as long as the process) and its workspace copy."""
+
+    def __init__(self, config: NodeConfig):
+        import ray  # only ever imported in a Ray worker
+
+        from .runner import Sandbox
+
+        self.config = config
+        self.node_id = ray.get_runtime_context().get_node_id()
+        root = Path(config.base_dir) / config.session / f"{self.node_id[:12]}-{os.getpid()}"
+        self.workspace, self.inputs = root / "ws", root / "inputs"
+        for d in (self.workspace, self.inputs):
+            d.mkdir(parents=True, exist_ok=True)
+        self.synced: dict[str, str] = {}  # workspace path -> sha256 of what is on disk
+        self.version = ""  # the WorkspaceVersion digest on disk
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, name="node-sandbox", daemon=True).start()
+        # Ray accounts slots; this sandbox runs the one job its worker was given at a time
+        self.sandbox = Sandbox(self.workspace, root / "state", limits=config.limits)
+        facts = dict(config.device_facts())
+        self.placement = Placement(
+            node_id=self.node_id,
+            address=ray.util.get_node_ip_address(),
+            hostname=platform.node(),
+            device_fingerprint=config.fingerprint(facts),
+        )
+
+    def run(self, wire: JobWire, workspace: WorkspaceVersion) -> ResultWire:
+        import ray
+
+        if not self.sandbox.isolation.sandboxed:
+            raise SandboxError(
+                f"node {self.placement.address} ({self.node_id[:12]}) runs no sandbox "
+                f"({self.sandbox.isolation.missing.get('bwrap')}): install bubblewrap there; "
+                "a cluster node never runs agents' code unsandboxed"
+            )
+        if workspace.digest != self.version:
+            self._sync(ray.get(workspace.manifest[0]))
+            self.version = workspace.digest
+        job = replace(wire.job, inputs=self._unpack_inputs(wire))
+        gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
+        if gpu_ids:
+            job = replace(job, env={**job.env, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)})
+        future = asyncio.run_coroutine_threadsafe(self.sandbox.run(job), self.loop)
+        try:
+            while True:  # short waits: a cancel (KeyboardInterrupt) lands between them
+                try:
+                    result = future.result(timeout=0.25)
+                    break
+                except TimeoutError:
+                    continue
+        except BaseException:
+            future.cancel()  # the sandbox kills the job and everything in its cgroup
+            raise
+        finally:
+            for name in job.inputs:
+                shutil.rmtree(Path(job.inputs[name]).parent, ignore_errors=True)
+        out_tar = None
+        if result.out_dir is not None and result.out_dir.is_dir():
+            out_tar = tar_folder(result.out_dir, limit=RESULT_TAR_LIMIT)
+        placement = replace(self.placement, gpu_ids=gpu_ids)
+        return ResultWire(replace(result, out_dir=None, placement=placement), out_tar)
+
+    def _sync(self, manifest: dict[str, ManifestEntry]) -> None:
+        """Bring the workspace copy to the manifest: fetch what changed, drop what is gone."""
+        import ray
+
+        stale = [rel for rel, entry in manifest.items() if self.synced.get(rel) != entry.sha256]
+        blobs = ray.get([manifest[rel].blob for rel in stale]) if stale else []
+        for rel, data in zip(stale, blobs):
+            path = self.workspace / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_bytes(data)
+            tmp.chmod(manifest[rel].mode)
+            tmp.replace(path)  # a job reading the old file sees it whole, never a torn one
+            self.synced[rel] = manifest[rel].sha256
+        for rel in [r for r in self.synced if r not in manifest]:
+            (self.workspace / rel).unlink(missing_ok=True)
+            del self.synced[rel]
+
+    def _unpack_inputs(self, wire: JobWire) -> dict[str, Path]:
+        folder = self.inputs / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+        paths: dict[str, Path] = {}
+        for name, data in wire.files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+            paths[name] = folder / name
+        for name, data in wire.folders.items():
+            untar_folder(data, folder / name)
+            paths[name] = folder / name
+        return paths
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.sandbox.aclose(), self.loop).result(30)
+
+
+def tar_folder(folder: Path, limit: int | None = None) -> bytes:
+    """A folder as an uncompressed tar (relative names); over `limit` bytes raises SandboxError."""
+    if limit is not None:
+        size = sum(
+            p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink()
+        )
+        if size > limit:
+            raise SandboxError(
+                f"the job's output folder holds {size / 2**20:.0f} MiB, more than the "
+                f"{limit / 2**20:.0f} MiB a node sends back; write less into out/"
+            )
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(folder, arcname=".")
+    return buf.getvalue()
+
+
+def untar_folder(data: bytes, dest: Path) -> None:
+    """Unpack what `tar_folder` made; the "data" filter refuses absolute paths, `..`, links
+    that leave `dest` and device files (the tar of a job's out/ is untrusted)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r") as tar:
+        tar.extractall(dest, filter="data")

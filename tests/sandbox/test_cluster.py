@@ -1,0 +1,168 @@
+"""The Ray executor on a real two-node cluster on 127.0.0.1: placement by resources, the
+workspace and inputs shipped, the out/ folder returned, the same answers as the local
+sandbox, an impossible request refused, and a node killed mid-job."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+from ray_cluster import TYPE_A, TYPE_B, start_two_nodes
+from sandbox_helpers import TEST_LIMITS, LoopThread, make_workspace
+
+from infra_agent.sandbox import Job, Sandbox, SandboxError
+from infra_agent.sandbox.cluster import NodeConfig, RayExecutor
+from infra_agent.tools.common import provenance
+
+# reads a workspace file, writes a file into out/, reads an input, says where it ran
+SOURCE = """
+import os, time
+def main(seconds=0.0):
+    time.sleep(seconds)
+    hello = open("/workspace/kernels/hello.py").read()
+    note = open("in/note.txt").read() if os.path.exists("in/note.txt") else None
+    with open("out/answer.txt", "w") as f:  # the job runs in its own folder
+        f.write(hello.upper())
+    return {"hello": hello, "note": note}
+"""
+
+
+def probe_job(seconds: float = 0.0, **kwargs) -> Job:
+    return Job(
+        op="probe",
+        payload={"source": SOURCE, "entry": "main", "args": [seconds]},
+        timeout_s=60,
+        **kwargs,
+    )
+
+
+JOB_FOLDERS: list[Path] = []  # where the nodes' sandboxes keep their job folders
+BEFORE: set[str] = set()  # what listened before the cluster started
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    BEFORE.update(_listeners())
+    nodes = start_two_nodes()
+    ws = make_workspace(root)
+    runner = LoopThread()
+    local = Sandbox(ws, root / "state", limits=TEST_LIMITS)
+    if not local.isolation.sandboxed:
+        pytest.skip(f"no sandbox on this host: {local.isolation.missing.get('bwrap')}")
+    config = NodeConfig(
+        base_dir=str(root / "nodes"),
+        session=uuid.uuid4().hex[:8],
+        limits=TEST_LIMITS,
+        device_facts=provenance.device_facts,
+        fingerprint=provenance.fingerprint,
+    )
+    executor = RayExecutor(local, nodes.address, node=config)
+    JOB_FOLDERS.append(Path(config.base_dir) / config.session)
+    yield nodes, executor, runner, local, ws
+    runner.call(executor.aclose())
+    runner.call(local.aclose())
+    runner.stop()
+    nodes.shutdown()
+
+
+def test_a_job_placed_by_resource_runs_on_the_node_that_has_it(cluster):
+    nodes, executor, runner, _, ws = cluster
+    for kind, node_id in ((TYPE_B, nodes.id_b), (TYPE_A, nodes.id_a)):
+        res = runner.call(executor.run(probe_job(resources={kind: 0.001})))
+        assert res.ok, (res.status, res.error, res.stderr_tail)
+        assert res.placement is not None and res.placement.node_id == node_id
+        assert res.placement.address == "127.0.0.1"
+        assert res.placement.device_fingerprint == provenance.fingerprint(provenance.device_facts())
+        # the workspace came from the server; out/ came back
+        assert res.result["value"]["hello"] == (ws / "kernels/hello.py").read_text()
+        assert (res.out_dir / "answer.txt").read_text() == (
+            ws / "kernels/hello.py"
+        ).read_text().upper()
+
+
+def test_an_edit_reaches_the_nodes_and_inputs_travel_with_the_job(cluster, tmp_path):
+    _, executor, runner, _, ws = cluster
+    (ws / "kernels/hello.py").write_text("def hello():\n    return 'edited'\n")
+    note = tmp_path / "note.txt"
+    note.write_text("shipped")
+    res = runner.call(executor.run(probe_job(resources={TYPE_B: 0.001}, inputs={"note.txt": note})))
+    assert res.ok, (res.status, res.error, res.stderr_tail)
+    assert "edited" in res.result["value"]["hello"]
+    assert res.result["value"]["note"] == "shipped"
+
+
+def test_jobs_spread_over_both_nodes_and_answer_as_the_local_sandbox_does(cluster):
+    nodes, executor, runner, local, _ = cluster
+
+    async def many():
+        import asyncio
+
+        return await asyncio.gather(*(executor.run(probe_job(0.5)) for _ in range(4)))
+
+    results = runner.call(many())
+    assert all(r.ok for r in results), [(r.status, r.error) for r in results]
+    assert {r.placement.node_id for r in results} == {nodes.id_a, nodes.id_b}
+    here = runner.call(local.run(probe_job()))
+    assert here.placement is None
+    assert {r.result["value"]["hello"] for r in results} == {here.result["value"]["hello"]}
+
+
+def test_a_resource_no_node_has_is_refused_with_the_reason(cluster):
+    _, executor, runner, _, _ = cluster
+    with pytest.raises(SandboxError, match="no live node of the cluster has accelerator_type:B200"):
+        runner.call(executor.run(probe_job(resources={"accelerator_type:B200": 1})))
+
+
+def test_only_loopback_listens(cluster):
+    """Every socket the two nodes, their workers and the driver listen on is on loopback."""
+    opened = _listeners() - BEFORE
+    assert opened, "the cluster listens on nothing?"
+    outside = [a for a in opened if not a.startswith(("127.", "[::ffff:127.", "[::1]"))]
+    assert not outside, sorted(opened)
+
+
+def _listeners() -> set[str]:
+    out = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout
+    return {line.split()[3] for line in out.splitlines() if len(line.split()) > 3}
+
+
+def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(cluster):
+    """Node A's two CPUs are taken, so the unpinned job starts on node B; B is killed while
+    it runs: Ray starts it again on A once A has room, and the job pinned to B fails with
+    the reason instead of waiting forever. Last in the module: node B does not come back."""
+    nodes, executor, runner, _, _ = cluster
+    import asyncio
+
+    async def scenario():
+        on_a = [
+            asyncio.ensure_future(executor.run(probe_job(5.0, resources={TYPE_A: 0.001})))
+            for _ in range(2)
+        ]
+        await asyncio.sleep(1.0)
+        moved = asyncio.ensure_future(executor.run(probe_job(4.5)))
+        pinned = asyncio.ensure_future(executor.run(probe_job(4.0, resources={TYPE_B: 0.001})))
+        await asyncio.sleep(2.0)
+        await asyncio.to_thread(nodes.kill_b)
+        try:
+            await pinned
+            pinned_error = None
+        except SandboxError as exc:
+            pinned_error = str(exc)
+        return await asyncio.gather(*on_a), await moved, pinned_error
+
+    on_a, moved, pinned_error = runner.call(scenario(), timeout_s=180)
+    assert all(r.ok for r in on_a) and moved.ok, (moved.status, moved.error)
+    assert moved.placement.node_id == nodes.id_a
+    # it was started on both nodes: each node's sandbox keeps the folder of every job it ran
+    started_on = {
+        spec.parents[3].name.split("-")[0]
+        for spec in JOB_FOLDERS[-1].glob("*/state/jobs/*/job.json")
+        if json.loads(spec.read_text())["payload"].get("args") == [4.5]
+    }
+    assert started_on == {nodes.id_a[:12], nodes.id_b[:12]}
+    assert pinned_error is not None and "no live node" in pinned_error, pinned_error
+    assert "accelerator_type:H200" in pinned_error

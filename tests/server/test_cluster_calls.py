@@ -1,0 +1,137 @@
+"""Tool calls on a two-node Ray cluster on 127.0.0.1 (tests/ray_cluster.py), through the MCP
+client: a sweep's trials run on both nodes and land in one ledger with each node's fingerprint,
+its answer is the one the local sandbox gives, device_info lists the cluster, and a sweep whose
+node B is killed mid-sweep still completes with every ledger row closed.
+
+The second source for every claim is the ledger itself, read with sqlite3: the `nodes` of each
+trial's row (what the executor's placements said) and its status."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from conftest import call, copy_zoo
+from ray_cluster import TYPE_A, TYPE_B, start_two_nodes
+
+pytestmark = pytest.mark.anyio
+
+SWEEP = {
+    "kernel": "rmsnorm",
+    "space": {"num_warps": [1, 2, 4]},
+    "shapes": [{"M": 4, "N": 64}],
+    "dtype": "float32",
+    "target": "sm_90a",
+    "round_ms": 100,
+}
+
+
+@pytest.fixture(scope="module")
+def two_nodes():
+    nodes = start_two_nodes()
+    yield nodes
+    nodes.shutdown()
+
+
+def _workspace(parent: Path, address: str | None) -> Path:
+    ws = copy_zoo(parent)
+    if address:  # the workspace's [cluster] table, as a user would write it
+        with open(ws / "infra-agent.toml", "a") as f:
+            f.write(f'\n[cluster]\naddress = "{address}"\nnode_dir = "{parent / "nodes"}"\n')
+    return ws
+
+
+def _children(ws: Path, parent_id: str) -> list[dict]:
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute(
+            "SELECT tool, status, nodes, error FROM experiments WHERE parent_id=? ORDER BY seq",
+            (parent_id,),
+        ).fetchall()
+    return [{**dict(r), "nodes": json.loads(r["nodes"] or "[]")} for r in rows]
+
+
+async def _sweep(ws: Path, during=None) -> dict:
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    srv = build_server(ws)
+    try:
+        async with Client(srv) as client:
+            sweep = asyncio.ensure_future(call(client, "sweep_kernel", **SWEEP))
+            if during is not None:
+                await during()
+            out = await sweep
+            info = await call(client, "device_info")
+    finally:
+        await srv.aclose()
+    return {"sweep": out, "device_info": info}
+
+
+async def test_a_sweep_runs_on_both_nodes_and_answers_as_the_local_sandbox(two_nodes, tmp_path):
+    ws = _workspace(tmp_path / "cluster", two_nodes.address)
+    on_cluster = await _sweep(ws)
+    out = on_cluster["sweep"]
+    trials = _children(ws, out["experiment_id"])
+    # a race round too short for microbench is an error row the sweep reads as such
+    assert trials and all(
+        t["status"] == "ok" or (t["tool"] == "microbench" and "budget_ms" in t["error"])
+        for t in trials
+    ), [(t["tool"], t["error"]) for t in trials if t["status"] != "ok"]
+    ran_on = {n["node_id"] for t in trials for n in t["nodes"]}
+    assert ran_on == {two_nodes.id_a, two_nodes.id_b}, trials
+    assert all(n["device_fingerprint"] and n["jobs"] >= 1 for t in trials for n in t["nodes"])
+
+    nodes = {n["node_id"]: n for n in on_cluster["device_info"]["cluster"]}
+    assert nodes[two_nodes.id_a]["resources"][TYPE_A] == 1
+    assert nodes[two_nodes.id_b]["resources"][TYPE_B] == 1
+    assert "cluster: 2 of 2 nodes alive" in on_cluster["device_info"]["summary"]
+
+    local = (await _sweep(_workspace(tmp_path / "local", None)))["sweep"]
+    for field in ("tried", "compiled", "passed_numerics", "complete"):
+        assert out[field] == local[field], field
+    assert {json.dumps(c["config"], sort_keys=True): c["stage"] for c in out["configs"]} == {
+        json.dumps(c["config"], sort_keys=True): c["stage"] for c in local["configs"]
+    }
+
+
+async def test_node_b_killed_mid_sweep_the_sweep_completes_and_every_row_closes(
+    two_nodes, tmp_path
+):
+    """Last in the module: node B does not come back."""
+    ws = _workspace(tmp_path / "cluster", two_nodes.address)
+
+    async def kill_b_once_trials_ran() -> None:
+        db = ws / ".infra-agent" / "ledger.sqlite"
+        for _ in range(600):
+            await asyncio.sleep(0.1)
+            if db.exists():
+                with sqlite3.connect(db) as conn:
+                    (done,) = conn.execute(
+                        "SELECT count(*) FROM experiments WHERE parent_id IS NOT NULL "
+                        "AND status != 'running'"
+                    ).fetchone()
+                if done >= 2:
+                    break
+        await asyncio.to_thread(two_nodes.kill_b)
+
+    out = (await _sweep(ws, during=kill_b_once_trials_ran))["sweep"]
+    trials = _children(ws, out["experiment_id"])
+    assert trials and all(t["status"] in ("ok", "error") for t in trials), trials
+    # a failure names its cause: the node, or (any sweep) a race round too short for microbench
+    failed = [t for t in trials if t["status"] == "error"]
+    assert all("node" in t["error"] or "budget_ms" in t["error"] for t in failed), failed
+    assert out["complete"], out["summary"]
+    # B ran trials before it was killed; the trials that ended after ran on A alone
+    ran_on = [{n["node_id"] for n in t["nodes"]} for t in trials]
+    assert any(two_nodes.id_b in nodes for nodes in ran_on), ran_on
+    assert ran_on[-1] == {two_nodes.id_a}, ran_on
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        (running,) = db.execute(
+            "SELECT count(*) FROM experiments WHERE status='running'"
+        ).fetchone()
+    assert running == 0
