@@ -27,7 +27,7 @@ from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
 from .service import Service
 from .service_spec import ServiceSite, ServiceSpec
-from .slots import Slots
+from .slots import DeviceLocks, Slots
 from .spawn import spawn_child
 from .state import prepare_state
 from .supervise import Progress, supervise
@@ -55,8 +55,16 @@ class Sandbox:
         gpus = sorted(str(p) for p in Path("/dev").glob("nvidia*"))
         self.num_gpus = sum(1 for g in gpus if g[len("/dev/nvidia") :].isdigit())
         self.device = "cuda" if self.num_gpus else "cpu"
-        sizes = {"timing": self.num_gpus or 1, "compile": 2, "run": 2, **(concurrency or {})}
+        # On a multi-GPU host: a timing slot per GPU, as many run slots (at least 2); on a CPU
+        # host one timing job at a time and two run jobs. Compiles never touch a device.
+        sizes = {
+            "timing": self.num_gpus or 1,
+            "compile": 2,
+            "run": max(2, self.num_gpus),
+            **(concurrency or {}),
+        }
         self._slots = {kind: Slots(n) for kind, n in sizes.items()}
+        self._devices = DeviceLocks(self.num_gpus)  # which GPU a timing or run job is pinned to
 
         layout = prepare_state(self.workspace, self.state_dir, tuple(gpus) if self.num_gpus else ())
         self.cgroups = CgroupManager()
@@ -101,12 +109,15 @@ class Sandbox:
             )
         self._follow_loop()
         queued_from = time.monotonic()
-        async with self._slots[job.kind].slot(progress) as index:
-            queued_s = time.monotonic() - queued_from
-            env = dict(job.env)
-            if self.device == "cuda" and job.kind == "timing":
-                env.setdefault("CUDA_VISIBLE_DEVICES", str(index % self.num_gpus))
-            result = await self._run_now(job, env, progress)
+        async with self._slots[job.kind].slot(progress):
+            if self.num_gpus and job.kind != "compile" and "CUDA_VISIBLE_DEVICES" not in job.env:
+                async with self._devices.hold(exclusive=job.kind == "timing") as gpu:
+                    env = {**job.env, "CUDA_VISIBLE_DEVICES": str(gpu)}
+                    queued_s = time.monotonic() - queued_from
+                    result = await self._run_now(job, env, progress)
+            else:
+                queued_s = time.monotonic() - queued_from
+                result = await self._run_now(job, dict(job.env), progress)
             result.queued_s = queued_s
             return result
 
@@ -156,6 +167,7 @@ class Sandbox:
                 self._zygote = None
             self._spare, self._zygote_lock = None, None
             self._slots = {kind: Slots(slots.size) for kind, slots in self._slots.items()}
+            self._devices = DeviceLocks(self.num_gpus)
         self._loop = loop
 
     async def _ensure_zygote(self) -> Zygote:

@@ -1,4 +1,5 @@
-"""A first-come-first-served pool of N job slots that says where a waiting job stands."""
+"""A first-come-first-served pool of N job slots that says where a waiting job stands, and the
+GPUs of a multi-GPU host as locks a job is pinned by."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from .streams import Progress, report
 class Slots:
     def __init__(self, size: int):
         self.size = max(1, size)
-        self._free = list(range(self.size))  # slot indices: a timing job's GPU
+        self._free = list(range(self.size))  # slot indices
         self._waiting: list[asyncio.Future] = []
 
     @property
@@ -68,3 +69,47 @@ class Slots:
                 return
         self._free.append(index)
         self._free.sort()
+
+
+class DeviceLocks:
+    """The GPUs of a multi-GPU host: each job that runs code on a device is pinned to one. A
+    timing job holds its GPU alone (nothing else runs there while it times); run jobs may
+    share a GPU with each other, never with a timing job. Waiters are served as devices free
+    up; a shared job takes the least used GPU, so N run jobs spread over N GPUs."""
+
+    def __init__(self, num_devices: int):
+        self.num_devices = num_devices
+        self._shared = [0] * num_devices  # run jobs on each device
+        self._exclusive = [False] * num_devices  # a timing job on it
+        self._changed: asyncio.Condition | None = None
+
+    @asynccontextmanager
+    async def hold(self, exclusive: bool) -> AsyncIterator[int]:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        async with self._changed:
+            while (index := self._pick(exclusive)) is None:
+                await self._changed.wait()
+            if exclusive:
+                self._exclusive[index] = True
+            else:
+                self._shared[index] += 1
+        try:
+            yield index
+        finally:
+            if exclusive:
+                self._exclusive[index] = False
+            else:
+                self._shared[index] -= 1
+            async with self._changed:
+                self._changed.notify_all()
+
+    def _pick(self, exclusive: bool) -> int | None:
+        free = [
+            i
+            for i in range(self.num_devices)
+            if not self._exclusive[i] and (not exclusive or self._shared[i] == 0)
+        ]
+        if not free:
+            return None
+        return min(free, key=lambda i: (self._shared[i], i))
