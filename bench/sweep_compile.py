@@ -20,13 +20,17 @@ import statistics
 import anyio
 from mcp_session import call, zoo_session
 
-from infra_agent.tools.sweep_kernel import stages
+from infra_agent.sandbox.runner import Sandbox
 
 SPACE = {"BLOCK_N": [64, 128, 256, 512], "num_warps": [1, 2, 4]}
 
 
+CAPACITY = Sandbox.capacity
+
+
 async def stage_seconds(parallel: int) -> tuple[float, int]:
-    stages.COMPILE_PARALLEL = parallel
+    # the sweep compiles as many at once as the sandbox says it can (Sandbox.capacity)
+    Sandbox.capacity = lambda self, kind: parallel if kind == "compile" else CAPACITY(self, kind)  # type: ignore[method-assign]
     async with zoo_session("sweep-compile-") as client:
         out = await call(
             client,
@@ -52,7 +56,7 @@ async def stage_seconds(parallel: int) -> tuple[float, int]:
 
 
 async def main(rounds: int) -> None:
-    parallel = stages.COMPILE_PARALLEL
+    parallel = min(2, os.cpu_count() or 1)  # Sandbox.capacity("compile"): 2 compile slots
     print(
         f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; parallel = {parallel} at once"
     )

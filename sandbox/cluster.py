@@ -152,6 +152,18 @@ class RayExecutor:
     def host_path(self, job_path: str) -> Path:
         return self.local.host_path(job_path)
 
+    def capacity(self, kind: JobKind) -> int:
+        """Jobs of `kind` the live nodes can run at once, from their resources (a 2-GPU node and
+        an 8-GPU node: 10 timing jobs); at least 1."""
+        need = {k: v for k, v in self.resources[kind].items() if v > 0}
+        return max(
+            1,
+            sum(
+                int(min(total.get(k, 0.0) / v for k, v in need.items())) if need else 1
+                for total in self._live_nodes(fresh=False).values()
+            ),
+        )
+
     def zygote_pids(self) -> list[int]:
         return self.local.zygote_pids()
 

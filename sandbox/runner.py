@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import socket
 import time
@@ -22,7 +23,7 @@ from .cgroups import CgroupManager
 from .child import Child
 from .errors import SandboxError
 from .isolation import INSTALL_HINT, Isolation, probe
-from .job import Job, JobResult
+from .job import Job, JobKind, JobResult
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
 from .service import Service
@@ -87,6 +88,14 @@ class Sandbox:
         self._spare: asyncio.Future | None = None  # a child forked ahead of the next job
         self._loop: asyncio.AbstractEventLoop | None = None  # the zygote's reader lives on it
         self._closed = False
+
+    def capacity(self, kind: JobKind) -> int:
+        """Jobs of `kind` that can run at once without sharing a device: one per GPU for timing
+        and run jobs (one on a CPU host, where two would share its cores), the compile slots
+        (at most the cores) for compiles. A sweep fans out this wide."""
+        if kind == "compile":
+            return min(self._slots["compile"].size, os.cpu_count() or 1)
+        return max(1, self.num_gpus)
 
     def workspace_path(self, host_path: Path) -> str:
         """Where the worker sees a file of the workspace (mounted read-only)."""

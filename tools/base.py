@@ -58,7 +58,7 @@ MAX_NUMBER = 1e15  # magnitude of any number a field does not bound more tightly
 CODE_FIELDS = frozenset({"source", "reference", "baseline"})
 
 if TYPE_CHECKING:  # the sandbox package is only needed by tools that run jobs
-    from ..sandbox.job import Job, JobResult
+    from ..sandbox.job import Job, JobKind, JobResult
 
 
 @contextmanager
@@ -269,6 +269,8 @@ class Sandbox(Protocol):
     async def run(self, job: Job, progress: Progress | None = None) -> JobResult: ...
 
     def workspace_path(self, host_path: Path) -> str: ...
+
+    def capacity(self, kind: JobKind) -> int: ...  # jobs of a kind that can run at once
 
 
 class ToolContext(Protocol):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import call, copy_zoo
 from ray_cluster import TYPE_A, TYPE_B, start_two_nodes
+from stdio_server import StdioServer
 
 pytestmark = pytest.mark.anyio
 
@@ -97,6 +98,31 @@ async def test_a_sweep_runs_on_both_nodes_and_answers_as_the_local_sandbox(two_n
     assert {json.dumps(c["config"], sort_keys=True): c["stage"] for c in out["configs"]} == {
         json.dumps(c["config"], sort_keys=True): c["stage"] for c in local["configs"]
     }
+
+
+def test_the_stdio_server_on_a_cluster_writes_only_protocol_to_stdout(two_nodes, tmp_path):
+    """An IDE's server (stdio): joining Ray and running a job on a node print nothing to stdout
+    but JSON-RPC (every line is parsed as such; a stray line would end the reader)."""
+    ws = _workspace(tmp_path, two_nodes.address)
+    server = StdioServer(ws)
+    try:
+        server.initialize()
+        server.call(1, "compile_kernel", {"kernel": "rmsnorm", "target": "sm_90a"})
+        reply = server.reply(1, timeout_s=300)
+        assert not reply["result"].get("isError"), reply
+        assert reply["result"]["structuredContent"]["kernels"], reply
+        server.call(2, "list_experiments", {})
+        rows = server.reply(2)["result"]["structuredContent"]
+        assert server.lines.empty() and server.proc.poll() is None
+    finally:
+        server.proc.kill()
+        server.proc.wait()
+    assert rows
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        (nodes,) = db.execute(
+            "SELECT nodes FROM experiments WHERE tool='compile_kernel'"
+        ).fetchone()
+    assert json.loads(nodes)[0]["node_id"] in (two_nodes.id_a, two_nodes.id_b)  # ran on a node
 
 
 async def test_node_b_killed_mid_sweep_the_sweep_completes_and_every_row_closes(

@@ -3,14 +3,15 @@ it computes the right answer. Each config's check is a child call (compile_kerne
 check_numerics) through the sweep's Trials, so each is an experiment of its own and a resumed
 sweep reuses it.
 
-Compiles run in parallel, as Triton's own autotuner compiles its configs: ahead of time, no GPU,
-as many at once as the sandbox has compile slots (COMPILE_PARALLEL). Numerics checks run one at
-a time: each is a job that computes on the CPU (interpreted Triton), and two would only share it.
+Both gates fan out as wide as the executor can run their jobs without sharing a device
+(`Sandbox.capacity`): compiles as Triton's own autotuner compiles its configs, ahead of time,
+as many at once as there are compile slots (2 on this host; every node's CPUs on a Ray cluster);
+numerics checks one per device (one at a time on a CPU host, where two would share its cores;
+one per GPU, or per node of a cluster).
 """
 
 from __future__ import annotations
 
-import os
 import statistics
 from dataclasses import dataclass, field
 
@@ -19,9 +20,6 @@ import anyio
 from ..common.expect import HypothesisAnswer, summary_line
 from ..common.sweep import Budget, Config, Trials
 from .schema import Input
-
-# Compile jobs at once: the cores, at most the sandbox's compile slots (sandbox/runner.py: 2).
-COMPILE_PARALLEL = min(os.cpu_count() or 1, 2)
 
 
 @dataclass
@@ -73,7 +71,7 @@ async def compile_all(
 ) -> None:
     """Compile every candidate for the target; drop failures and broken constraints. Once the
     budget is spent the rest stay untried."""
-    limiter = anyio.CapacityLimiter(COMPILE_PARALLEL)
+    limiter = anyio.CapacityLimiter(trials.ctx.sandbox.capacity("compile"))
 
     async def one(c: Candidate) -> None:
         async with limiter:
@@ -117,31 +115,43 @@ async def numerics_gate(
 ) -> None:
     """Check each compiled candidate against the reference on every shape; drop failures, and
     those left unchecked when the budget is spent (an unchecked config is never timed)."""
-    for c in candidates:
-        if not c.alive:
-            continue
-        if (why := budget.wall_spent()) is not None:
-            c.dropped = f"not checked: {why}"
-            continue
-        args = {
-            **code_arguments(inp),
-            "launch_config": c.config,
-            "shapes": shapes,
-            "dtypes": [dtype],
-            "trials": inp.numerics_trials,
-        }
-        trial = await trials.call("check_numerics", args)
-        c.stage = "numerics"
-        c.trials.append(trial.outcome.experiment_id)
-        if not trial.outcome.ok:
-            c.dropped = f"check_numerics failed to run: {trial.outcome.error}"
-        elif trial.result.get("verdict") != "pass":
-            codes = [f.get("code") for f in trial.result.get("findings") or []]
-            c.dropped = (
-                f"numerics {trial.result.get('verdict')}: "
-                f"{trial.result.get('summary', '')[:300]}"
-                + (f" (findings: {', '.join(str(x) for x in codes)})" if codes else "")
-            )
+    limiter = anyio.CapacityLimiter(trials.ctx.sandbox.capacity("run"))
+
+    async def one(c: Candidate) -> None:
+        async with limiter:
+            await _check(inp, trials, c, shapes, dtype, budget)
+
+    async with anyio.create_task_group() as group:
+        for c in candidates:
+            if c.alive:
+                group.start_soon(one, c)
+
+
+async def _check(
+    inp: Input, trials: Trials, c: Candidate, shapes: list[dict], dtype: str, budget: Budget
+) -> None:
+    if (why := budget.wall_spent()) is not None:
+        c.dropped = f"not checked: {why}"
+        return
+    args = {
+        **code_arguments(inp),
+        "launch_config": c.config,
+        "shapes": shapes,
+        "dtypes": [dtype],
+        "trials": inp.numerics_trials,
+    }
+    trial = await trials.call("check_numerics", args)
+    c.stage = "numerics"
+    c.trials.append(trial.outcome.experiment_id)
+    if not trial.outcome.ok:
+        c.dropped = f"check_numerics failed to run: {trial.outcome.error}"
+    elif trial.result.get("verdict") != "pass":
+        codes = [f.get("code") for f in trial.result.get("findings") or []]
+        c.dropped = (
+            f"numerics {trial.result.get('verdict')}: "
+            f"{trial.result.get('summary', '')[:300]}"
+            + (f" (findings: {', '.join(str(x) for x in codes)})" if codes else "")
+        )
 
 
 def shape_key(shape: dict) -> str:
