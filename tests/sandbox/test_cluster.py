@@ -5,7 +5,9 @@ sandbox, an impossible request refused, and a node killed mid-job."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -117,6 +119,70 @@ def test_a_resource_no_node_has_is_refused_with_the_reason(cluster):
         runner.call(executor.run(probe_job(resources={"accelerator_type:B200": 1})))
 
 
+def test_a_cancelled_call_kills_its_job_on_the_node(cluster):
+    """Cancelling the awaiting call (the agent's cancel, a timeout) kills the job's processes on
+    its node, not only Ray's bookkeeping; the node runs the next job normally."""
+    import asyncio
+
+    nodes, executor, runner, _, _ = cluster
+    writes_pid = (
+        "import os, time\n"
+        "def main():\n"
+        "    open('out/pid', 'w').write(str(os.getpid()))\n"  # its pid as seen in its namespace
+        "    open('out/host_ns', 'w').write(os.readlink('/proc/self/ns/pid'))\n"
+        "    time.sleep(60)\n"
+    )
+    job = Job(
+        op="probe",
+        payload={"source": writes_pid, "entry": "main"},
+        timeout_s=120,
+        resources={TYPE_B: 0.001},
+    )
+
+    async def cancel_after_start():
+        task = asyncio.ensure_future(executor.run(job))
+        for _ in range(200):
+            await asyncio.sleep(0.1)
+            if _running_probe_pids():
+                break
+        started = _running_probe_pids()
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        return started
+
+    started = runner.call(cancel_after_start())
+    assert started, "the job never started"
+    deadline = time.monotonic() + 15
+    while _running_probe_pids() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running_probe_pids(), "the cancelled job still runs on its node"
+    after = runner.call(executor.run(probe_job(resources={TYPE_B: 0.001})))
+    assert after.ok and after.placement.node_id == nodes.id_b
+
+
+def _running_probe_pids() -> list[int]:
+    """Host pids of processes sleeping in the cancel test's job (its source is in their memory,
+    not their command line: found by the job folder they run in)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            continue
+        if cwd.startswith("/jobs/") and (proc / "root").exists():
+            try:
+                if (Path(f"/proc/{proc.name}/root") / cwd.lstrip("/") / "out/pid").exists():
+                    found.append(int(proc.name))
+            except OSError:
+                continue
+    return found
+
+
 def test_only_loopback_listens(cluster):
     """Every socket the two nodes, their workers and the driver listen on is on loopback."""
     opened = _listeners() - BEFORE
@@ -145,7 +211,10 @@ def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(c
         await asyncio.sleep(1.0)
         moved = asyncio.ensure_future(executor.run(probe_job(4.5)))
         pinned = asyncio.ensure_future(executor.run(probe_job(4.0, resources={TYPE_B: 0.001})))
-        await asyncio.sleep(2.0)
+        for _ in range(300):  # until both run on B (a cold worker starts its sandbox first)
+            await asyncio.sleep(0.1)
+            if {4.5, 4.0} <= _started_on(nodes.id_b):
+                break
         await asyncio.to_thread(nodes.kill_b)
         try:
             await pinned
@@ -158,11 +227,15 @@ def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(c
     assert all(r.ok for r in on_a) and moved.ok, (moved.status, moved.error)
     assert moved.placement.node_id == nodes.id_a
     # it was started on both nodes: each node's sandbox keeps the folder of every job it ran
-    started_on = {
-        spec.parents[3].name.split("-")[0]
-        for spec in JOB_FOLDERS[-1].glob("*/state/jobs/*/job.json")
-        if json.loads(spec.read_text())["payload"].get("args") == [4.5]
-    }
-    assert started_on == {nodes.id_a[:12], nodes.id_b[:12]}
+    assert 4.5 in _started_on(nodes.id_b) and 4.5 in _started_on(nodes.id_a)
     assert pinned_error is not None and "no live node" in pinned_error, pinned_error
     assert "accelerator_type:H200" in pinned_error
+
+
+def _started_on(node_id: str) -> set[float]:
+    """The sleep lengths of the probe jobs a node's sandboxes started (from their job folders)."""
+    return {
+        json.loads(spec.read_text())["payload"]["args"][0]
+        for spec in JOB_FOLDERS[-1].glob(f"{node_id[:12]}-*/state/jobs/*/job.json")
+        if json.loads(spec.read_text())["payload"].get("args")
+    }
