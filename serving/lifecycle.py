@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import anyio
 import httpx
 
 from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, free_port
@@ -207,7 +208,12 @@ class Engines:
             await self._wait_ready(eng, ready_timeout_s, progress)
         except BaseException as exc:
             if handle in self._engines:
-                await self.stop(handle, how="after its failed start")
+                # shielded: a cancelled launch (the client gave up) must still stop its engine;
+                # under anyio every await in a cancelled scope would be cancelled again
+                cancelled = isinstance(exc, anyio.get_cancelled_exc_class())
+                how = "when its launch was cancelled" if cancelled else "after its failed start"
+                with anyio.CancelScope(shield=True):
+                    await self.stop(handle, how=how)
             elif isinstance(
                 exc, EngineError
             ):  # another call stopped it (its handle is in list_serves)

@@ -304,3 +304,37 @@ async def test_an_inconclusive_criterion_says_why(client, echo_workspace):
         "ttft_p50 spans "
     ) in out["summary"]
     await call(client, "stop_serve", handle=launched["handle"])
+
+
+@pytest.mark.anyio
+async def test_a_launch_cancelled_while_the_engine_starts_leaves_nothing_running(
+    client, echo_workspace
+):
+    """The client gives up on launch_serve while its engine is still starting (a sweep cancelled,
+    an agent's timeout): the engine is stopped then, not at the server's exit."""
+    import anyio
+
+    hang = {"command": [sys.executable, "-c", "import time; print('loading'); time.sleep(600)"]}
+    with anyio.move_on_after(3.0):
+        await client.call_tool(
+            "launch_serve", {"engine": "command", "args": hang, "ready_timeout_s": 120}
+        )
+    for _ in range(100):  # the cancellation unwinds in the server
+        if not engine_processes() and not _sleepers():
+            break
+        await anyio.sleep(0.1)
+    assert not _sleepers(), "the cancelled launch left its engine running"
+    assert (await call(client, "list_serves"))["serves"] == []
+
+
+def _sleepers() -> list[int]:
+    """Host processes of the hanging engine above (its command line names the sleep)."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"time.sleep(600)" in cmdline and os.fsencode(sys.executable) in cmdline:
+            out.append(int(pid))
+    return out
