@@ -150,6 +150,7 @@ def _answer(
         stopped_because=stopped,
         trials_made=trials.made,
         trials_reused=trials.reused,
+        trials_remeasured=trials.changed_code,
         timing_ms=sum(r.timing_ms for r in races),
         summary=summary(
             inp.kernel, candidate or "", plan.dtype, plan.device, tried, space.size, winners, best
@@ -157,6 +158,10 @@ def _answer(
     )
     if stopped:
         out.summary = f"{out.summary} Partial: {stopped}."
+    if trials.changed_code:
+        out.summary += (
+            f" {trials.changed_code} recorded trial(s) measured again: their code changed since."
+        )
     out.artifacts.append(ctx.artifact("sweep.csv", csv_rows(rows, winners)))
     panels = plot_panels(rows, winners)
     if any(p["bars"] for p in panels):

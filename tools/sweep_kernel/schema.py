@@ -204,4 +204,9 @@ class Output(ToolOutput):
     trials_reused: int = Field(
         description="Child calls answered from an earlier sweep's record (resume=)."
     )
+    trials_remeasured: int = Field(
+        default=0,
+        description="Recorded calls of the resumed sweep(s) measured again instead of reused, "
+        "because a file they ran has changed since (their code snapshot no longer matches).",
+    )
     timing_ms: float = Field(description="Timing budget spent over every race, ms.")

@@ -76,6 +76,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         trials=children,
         measured_steps=sum(not s.reused for c in configs for s in c.steps),
         reused_steps=sum(s.reused for c in configs for s in c.steps),
+        remeasured_steps=trials.changed_code,
         num_configs=len(planned),
     )
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
@@ -116,6 +117,10 @@ def _summary(inp: Input, out: Output) -> str:
     if out.not_tried:
         head += f"; partial: {out.budget_note}, {len(out.not_tried)} configs not tried "
         head += "(resume=<this id> continues)"
+    if out.remeasured_steps:
+        head += (
+            f"; {out.remeasured_steps} recorded call(s) measured again: their code changed since"
+        )
     return head
 
 

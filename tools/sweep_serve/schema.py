@@ -237,4 +237,9 @@ class Output(ToolOutput):
     )
     measured_steps: int = Field(description="serve_benchmark calls made by this call.")
     reused_steps: int = Field(description="Steps answered from an earlier sweep (resume).")
+    remeasured_steps: int = Field(
+        default=0,
+        description="Recorded calls of the resumed sweep(s) measured again instead of reused, "
+        "because a file they ran has changed since (their code snapshot no longer matches).",
+    )
     num_configs: int = Field(description="Configs in the space.")

@@ -338,3 +338,32 @@ async def test_a_rate_ladder_counts_users_by_littles_law(serve_client, server):
         in_flight = m["request_throughput"] * m["e2el_mean"] / 1e3  # mean requests in flight
         assert s["output_throughput_per_user"] == pytest.approx(m["output_throughput"] / in_flight)
         assert s["slo_values"]["e2el_p99_ms"][1] == m["e2el_p99"]
+
+
+async def test_the_same_sweep_runs_on_transformers_serve(serve_client, server):
+    """sweep_serve works with every engine adapter: here a real third-party engine (no /metrics),
+    its --cb-max-batch-tokens swept; the answer's numbers are its children's, from the ledger."""
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        engine="transformers",
+        base_args=BASE,
+        space={"max_num_batched_tokens": [64, 256]},
+        workload={**WORKLOAD, "num_requests": 8},
+        ladder={"concurrencies": [1, 4]},
+        slo={"ttft_p99_ms": 60000},
+        repeats=1,
+    )
+    assert len(out["configs"]) == 2 and not out["dropped"], out["summary"]
+    assert out["best"] in {cfg["label"] for cfg in out["configs"]} and out["front"]
+    for cfg in out["configs"]:
+        launch = server.state.ledger.get(cfg["launch_id"])
+        assert launch["arguments"]["engine"] == "transformers"
+        assert (
+            launch["arguments"]["args"]["max_num_batched_tokens"]
+            == cfg["config"]["max_num_batched_tokens"]
+        )
+        for s in cfg["steps"]:
+            m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+            assert s["output_throughput"] == m["output_throughput"] > 0
+            assert m["completed"] == 8 and m["failed"] == 0

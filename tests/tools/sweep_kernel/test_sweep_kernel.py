@@ -268,3 +268,36 @@ async def test_a_budget_ends_the_sweep_with_a_partial_answer_that_resume_complet
     # the compiles that had started (two at once) finish; nothing after them starts
     assert nothing["tried"] <= 2 and nothing["best"] is None
     assert all(r["stage"] in ("compile", "not_tried") for r in nothing["configs"])
+
+
+async def test_a_resume_measures_again_what_ran_code_that_changed_since(zoo_client, zoo_workspace):
+    """resume= reuses a recorded trial only when the files it ran are unchanged (its code
+    snapshot): after an edit every trial is made again and the answer says how many and why;
+    resuming that sweep with nothing changed reuses all of them. Counted in the ledger."""
+    args = {
+        "kernel": "rmsnorm",
+        "space": {"num_warps": [1, 2]},
+        "shapes": [{"M": 4, "N": 64}],
+        "dtype": "float32",
+        "target": "sm_90a",
+        "round_ms": 100,
+    }
+    first = await call(zoo_client, "sweep_kernel", **args)
+    kernel_file = zoo_workspace / "rmsnorm" / "rmsnorm_triton.py"
+    original = kernel_file.read_text()
+    kernel_file.write_text(original + "\n# an edit: same kernel, different file\n")
+    try:
+        second = await call(zoo_client, "sweep_kernel", **args, resume=first["experiment_id"])
+        third = await call(zoo_client, "sweep_kernel", **args, resume=second["experiment_id"])
+    finally:
+        kernel_file.write_text(original)
+    # every call the second sweep repeats was recorded with the old file: none is reused; the
+    # two compiles and two numerics checks at least are made again (the race may differ)
+    assert second["trials_reused"] == 0
+    assert 4 <= second["trials_remeasured"] <= first["trials_made"]
+    assert "measured again: their code changed since" in second["summary"]
+    assert len(_children(zoo_workspace, second["experiment_id"])) == second["trials_made"]
+    # nothing changed since the second: its compiles and checks are reused (a race may still time
+    # a pairing the second did not: timing decides the pairings)
+    assert third["trials_remeasured"] == 0 and third["trials_reused"] >= 4
+    assert len(_children(zoo_workspace, third["experiment_id"])) == third["trials_made"]
