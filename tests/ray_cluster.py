@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 TYPE_A, TYPE_B = "accelerator_type:A100", "accelerator_type:H200"
+SLOT = "slot"  # one on each node: a job asking for it runs wherever one is free
 # health checks every 0.5 s, 3 misses: a killed node is dead to Ray within ~2 s (15 s default)
 SYSTEM_CONFIG = {
     "health_check_period_ms": 500,
@@ -72,12 +73,12 @@ def start_two_nodes(num_cpus: int = 2) -> TwoNodes:
         initialize_head=True,
         head_node_args={
             **common,
-            "resources": {TYPE_A: 1},
+            "resources": {TYPE_A: 1, SLOT: 1},
             "temp_dir": str(temp_dir / "ray"),
             "_system_config": SYSTEM_CONFIG,
         },
     )
-    node_b = cluster.add_node(**common, resources={TYPE_B: 1})
+    node_b = cluster.add_node(**common, resources={TYPE_B: 1, SLOT: 1})
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False, include_dashboard=False)
     ids = {

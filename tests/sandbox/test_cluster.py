@@ -12,7 +12,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ray_cluster import TYPE_A, TYPE_B, start_two_nodes
+from ray_cluster import SLOT, TYPE_A, TYPE_B, start_two_nodes
 from sandbox_helpers import TEST_LIMITS, LoopThread, make_workspace
 
 from infra_agent.sandbox import Job, Sandbox, SandboxError
@@ -197,21 +197,23 @@ def _listeners() -> set[str]:
 
 
 def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(cluster):
-    """Node A's two CPUs are taken, so the unpinned job starts on node B; B is killed while
-    it runs: Ray starts it again on A once A has room, and the job pinned to B fails with
-    the reason instead of waiting forever. Last in the module: node B does not come back."""
+    """Each node has one `slot`. A's is taken, so a job asking for a slot starts on B; B is
+    killed while it runs: Ray starts it again on A once A's slot is free, and a job pinned to B
+    fails with the reason instead of waiting forever. Last in the module: B does not come back."""
     nodes, executor, runner, _, _ = cluster
     import asyncio
 
     async def scenario():
-        on_a = [
-            asyncio.ensure_future(executor.run(probe_job(5.0, resources={TYPE_A: 0.001})))
-            for _ in range(2)
-        ]
-        await asyncio.sleep(1.0)
-        moved = asyncio.ensure_future(executor.run(probe_job(4.5)))
+        on_a = asyncio.ensure_future(
+            executor.run(probe_job(5.0, resources={TYPE_A: 0.001, SLOT: 1}))
+        )
+        for _ in range(300):  # until A's slot is taken (a cold worker starts its sandbox first)
+            await asyncio.sleep(0.1)
+            if 5.0 in _started_on(nodes.id_a):
+                break
+        moved = asyncio.ensure_future(executor.run(probe_job(4.5, resources={SLOT: 1})))
         pinned = asyncio.ensure_future(executor.run(probe_job(4.0, resources={TYPE_B: 0.001})))
-        for _ in range(300):  # until both run on B (a cold worker starts its sandbox first)
+        for _ in range(300):  # until both run on B
             await asyncio.sleep(0.1)
             if {4.5, 4.0} <= _started_on(nodes.id_b):
                 break
@@ -221,10 +223,10 @@ def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(c
             pinned_error = None
         except SandboxError as exc:
             pinned_error = str(exc)
-        return await asyncio.gather(*on_a), await moved, pinned_error
+        return await on_a, await moved, pinned_error
 
     on_a, moved, pinned_error = runner.call(scenario(), timeout_s=180)
-    assert all(r.ok for r in on_a) and moved.ok, (moved.status, moved.error)
+    assert on_a.ok and moved.ok, (moved.status, moved.error)
     assert moved.placement.node_id == nodes.id_a
     # it was started on both nodes: each node's sandbox keeps the folder of every job it ran
     assert 4.5 in _started_on(nodes.id_b) and 4.5 in _started_on(nodes.id_a)
