@@ -50,9 +50,11 @@ COMM = ["--disaggregated"]  # the default --comm-us (8000) is the episode's
 HELD = ["--no-comm-releases-gil"]
 RELEASED = ["--comm-releases-gil"]
 # Closed loop: a prefill worker under steady load (a P/D prefill instance is busy), prompts of four
-# KV blocks, few output tokens (the criterion is about the first one).
+# KV blocks, few output tokens (the criterion is about the first one). 120 requests a repeat: on a
+# quiet host the held GIL costs +30% TTFT p50, and with 60 the repeats' spreads (114-141 ms
+# against the baseline's 106-117) left the criterion inconclusive once; 120 decided it (+30%, FAIL).
 WORKLOAD = {
-    "num_requests": 60,
+    "num_requests": 120,
     "input_len": 128,
     "output_len": 3,
     "max_concurrency": 6,
