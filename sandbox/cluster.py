@@ -113,6 +113,7 @@ class RayExecutor:
                     f"cannot join the Ray cluster at {address!r} ({exc}); start one with "
                     "`ray start --head` on the head node, or pass its address (HOST:PORT)"
                 ) from None
+        _errors_to_stderr(ray)
         self._task = ray.remote(run_on_node)
         self.device = (
             "cuda" if any(n.resources.get("GPU") for n in self.nodes() if n.alive) else "cpu"
@@ -326,6 +327,22 @@ class WorkspaceMirror:
         for rel in [r for r in self._known if r not in out]:
             del self._known[rel]
         return out
+
+
+def _errors_to_stderr(ray: Any) -> None:
+    """Ray's driver prints the cluster's errors (a node died, a task will be retried) to stdout,
+    from a thread of its own; this process's stdout is a protocol (stdio MCP) or a command's JSON
+    (`infra-agent call --json`). Send them to stderr: Ray's printer with its stream chosen."""
+    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "to_stderr", False):
+        return
+
+    def to_stderr(data: dict, ignore_prefix: bool) -> None:
+        original({**data, "is_err": True}, ignore_prefix)
+
+    to_stderr.to_stderr = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _ray_options(resources: dict[str, float]) -> dict:

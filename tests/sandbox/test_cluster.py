@@ -196,7 +196,7 @@ def _listeners() -> set[str]:
     return {line.split()[3] for line in out.splitlines() if len(line.split()) > 3}
 
 
-def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(cluster):
+def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(cluster, capfd):
     """Each node has one `slot`. A's is taken, so a job asking for a slot starts on B; B is
     killed while it runs: Ray starts it again on A once A's slot is free, and a job pinned to B
     fails with the reason instead of waiting forever. Last in the module: B does not come back."""
@@ -232,6 +232,11 @@ def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(c
     assert 4.5 in _started_on(nodes.id_b) and 4.5 in _started_on(nodes.id_a)
     assert pinned_error is not None and "no live node" in pinned_error, pinned_error
     assert "accelerator_type:H200" in pinned_error
+    # Ray's news of the dead node ("Raylet is terminated", "will be retried") went to stderr:
+    # stdout is a stdio server's protocol, or a command's JSON
+    out, err = capfd.readouterr()
+    assert "raylet" not in out.lower(), out[-2000:]
+    assert "will be retried" in err or "Raylet is terminated" in err, err[-2000:]
 
 
 def _started_on(node_id: str) -> set[float]:
