@@ -27,6 +27,7 @@ its GPU ids, which become the job's CUDA_VISIBLE_DEVICES.
 from __future__ import annotations
 
 import asyncio
+import glob
 import io
 import os
 import platform
@@ -137,7 +138,9 @@ class NodeHost:
 
         self.config = config
         self.node_id = ray.get_runtime_context().get_node_id()
-        root = Path(config.base_dir) / config.session / f"{self.node_id[:12]}-{os.getpid()}"
+        _remove_dead_workers_folders(Path(config.base_dir))
+        worker = f"{platform.node()}-{self.node_id[:12]}-{os.getpid()}"
+        root = Path(config.base_dir) / config.session / worker
         self.workspace, self.inputs = root / "ws", root / "inputs"
         for d in (self.workspace, self.inputs):
             d.mkdir(parents=True, exist_ok=True)
@@ -223,6 +226,16 @@ class NodeHost:
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.sandbox.aclose(), self.loop).result(30)
+
+
+def _remove_dead_workers_folders(base: Path) -> None:
+    """What earlier Ray workers on this host left (any server's session, any raylet): a worker's
+    folder is <base>/<session>/<host>-<node id>-<pid>, and one of this host whose process is gone
+    is removed with its copy of the workspace and its job folders (`base` may be shared by hosts)."""
+    for folder in base.glob(f"*/{glob.escape(platform.node())}-*-*"):
+        pid = folder.name.rsplit("-", 1)[-1]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def tar_folder(folder: Path, limit: int | None = None) -> bytes:

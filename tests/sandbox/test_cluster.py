@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import subprocess
 import time
 import uuid
@@ -183,6 +184,31 @@ def _running_probe_pids() -> list[int]:
     return found
 
 
+def test_a_new_worker_removes_what_dead_workers_of_its_host_left(cluster):
+    """A worker killed with its job (above: the cancel) leaves its folder (workspace copy, job
+    folders); the next worker to start on the host removes it, and no live worker's."""
+    nodes, executor, runner, _, _ = cluster
+    session = JOB_FOLDERS[-1]
+    dead = session.parent / "old-session" / f"{platform.node()}-{nodes.id_b[:12]}-999999999"
+    (dead / "ws").mkdir(parents=True)
+    other_host = session.parent / "old-session" / f"elsewhere-{nodes.id_b[:12]}-999999999"
+    other_host.mkdir(parents=True)
+    live = sorted(
+        p for p in session.iterdir() if Path(f"/proc/{p.name.rsplit('-', 1)[1]}").exists()
+    )
+    # a new worker: more jobs at once than the warm ones
+    import asyncio
+
+    async def burst():
+        return await asyncio.gather(
+            *(executor.run(probe_job(1.0, resources={SLOT: 0.25})) for _ in range(8))
+        )
+
+    assert all(r.ok for r in runner.call(burst()))
+    assert not dead.exists() and other_host.exists()  # another host's folder is not ours to judge
+    assert all(p.exists() for p in live)
+
+
 def test_only_loopback_listens(cluster):
     """Every socket the two nodes, their workers and the driver listen on is on loopback."""
     opened = _listeners() - BEFORE
@@ -217,19 +243,20 @@ def test_a_node_killed_mid_job_its_job_is_retried_and_a_job_pinned_to_it_fails(c
             await asyncio.sleep(0.1)
             if {4.5, 4.0} <= _started_on(nodes.id_b):
                 break
+        on_b = _started_on(nodes.id_b)  # (a new worker removes dead workers' folders)
         await asyncio.to_thread(nodes.kill_b)
         try:
             await pinned
             pinned_error = None
         except SandboxError as exc:
             pinned_error = str(exc)
-        return await on_a, await moved, pinned_error
+        return await on_a, await moved, pinned_error, on_b
 
-    on_a, moved, pinned_error = runner.call(scenario(), timeout_s=180)
+    on_a, moved, pinned_error, on_b = runner.call(scenario(), timeout_s=180)
     assert on_a.ok and moved.ok, (moved.status, moved.error)
     assert moved.placement.node_id == nodes.id_a
     # it was started on both nodes: each node's sandbox keeps the folder of every job it ran
-    assert 4.5 in _started_on(nodes.id_b) and 4.5 in _started_on(nodes.id_a)
+    assert 4.5 in on_b and 4.5 in _started_on(nodes.id_a)
     assert pinned_error is not None and "no live node" in pinned_error, pinned_error
     assert "accelerator_type:H200" in pinned_error
     # Ray's news of the dead node ("Raylet is terminated", "will be retried") went to stderr:
@@ -243,6 +270,6 @@ def _started_on(node_id: str) -> set[float]:
     """The sleep lengths of the probe jobs a node's sandboxes started (from their job folders)."""
     return {
         json.loads(spec.read_text())["payload"]["args"][0]
-        for spec in JOB_FOLDERS[-1].glob(f"{node_id[:12]}-*/state/jobs/*/job.json")
+        for spec in JOB_FOLDERS[-1].glob(f"*-{node_id[:12]}-*/state/jobs/*/job.json")
         if json.loads(spec.read_text())["payload"].get("args")
     }
