@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import shutil
 import socket
@@ -34,6 +35,8 @@ from .state import prepare_state
 from .supervise import Progress, supervise
 
 __all__ = ["Sandbox", "SandboxError"]
+
+log = logging.getLogger("infra_agent.sandbox")
 
 KEEP_JOB_DIRS = 256  # older job folders are deleted as new jobs start
 SERVICE_PORT = 8000  # a service's port in its own network namespace (any port is free there)
@@ -219,7 +222,10 @@ class Sandbox:
         if spare is not None:
             try:
                 child = await spare
-            except (SandboxError, asyncio.CancelledError):
+            except asyncio.CancelledError:
+                child = None
+            except SandboxError as exc:  # replaced below; said, so a pattern can be seen
+                log.warning("a spare job child was replaced: %s", str(exc).splitlines()[0])
                 child = None
             if child is not None and not child.usable:
                 child.discard()

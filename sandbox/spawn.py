@@ -13,7 +13,7 @@ import time
 import uuid
 
 from .cgroups import CgroupError, CgroupManager
-from .child import Child, json_or_empty, recv
+from .child import HANDSHAKE_TIMEOUT_S, Child, json_or_empty, recv
 from .errors import SandboxError
 from .isolation import Isolation
 from .launcher import Zygote, ZygoteDied
@@ -61,7 +61,8 @@ async def spawn_child(
         hello = await recv(mine)
         if hello is None:
             raise SandboxError(
-                f"a new job child died before its handshake; zygote log:\n{zygote.log_tail()}"
+                f"a new job child died or was silent for {HANDSHAKE_TIMEOUT_S:g} s before its "
+                f"handshake; zygote log:\n{zygote.log_tail()}"
             )
         if cgroup is not None:
             cgroup.add(hello[1])
