@@ -15,23 +15,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-import statistics
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
+from sandbox_overhead import quantiles  # p50 and p90, ms
+
 from infra_agent.sandbox import Job, Sandbox
 from infra_agent.sandbox.cluster import NodeConfig, RayExecutor
 from infra_agent.tools.common import provenance
 
 KERNELS = Path(__file__).resolve().parents[1] / "kernels"
-
-
-def quantiles(samples_s: list[float]) -> tuple[float, float]:
-    cuts = statistics.quantiles(samples_s, n=10, method="inclusive")
-    return statistics.median(samples_s) * 1e3, cuts[8] * 1e3
 
 
 async def one_at_a_time(executor, num_jobs: int, pause_s: float) -> list[float]:

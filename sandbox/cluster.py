@@ -25,11 +25,11 @@ import asyncio
 import hashlib
 import logging
 import os
-import shutil
+import stat
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +46,7 @@ from .node import (
     untar_folder,
 )
 from .policy import WORKSPACE_MOUNT, Limits
-from .runner import KEEP_JOB_DIRS, Sandbox
+from .runner import KEEP_JOB_DIRS, Sandbox, prune_oldest
 from .streams import Progress, report
 
 INSTALL_HINT = "pip install 'ray[default]==2.60.0' (on the server and on every node)"
@@ -67,13 +67,7 @@ class NodeView:
     free: dict[str, float]  # what is free now
 
     def to_json(self) -> dict:
-        return {
-            "node_id": self.node_id,
-            "address": self.address,
-            "alive": self.alive,
-            "resources": self.resources,
-            "free": self.free,
-        }
+        return asdict(self)
 
 
 class RayExecutor:
@@ -115,9 +109,10 @@ class RayExecutor:
                 ) from None
         _errors_to_stderr(ray)
         self._task = ray.remote(run_on_node)
-        self.device = (
-            "cuda" if any(n.resources.get("GPU") for n in self.nodes() if n.alive) else "cpu"
-        )
+        self._live: dict[str, dict[str, float]] = {}
+        self._live_at = -1e9
+        live = self._live_nodes(fresh=True).values()
+        self.device = "cuda" if any(r.get("GPU") for r in live) else "cpu"
         default = {"GPU": 1.0} if self.device == "cuda" else {"CPU": 1.0}
         self.resources: dict[str, dict[str, float]] = {
             "compile": {"CPU": 1.0},
@@ -126,8 +121,6 @@ class RayExecutor:
             **(resources or {}),
         }
         self._mirror = WorkspaceMirror(local.workspace, local.view.layout.workspace_hidden)
-        self._live: dict[str, dict[str, float]] = {}
-        self._live_at = -1e9
         self._num_results = 0
         self._results_dir = local.state_dir / "cluster-jobs"
         self._results_dir.mkdir(parents=True, exist_ok=True)
@@ -214,13 +207,9 @@ class RayExecutor:
             result = replace(result, out_dir=folder / "out")
             self._num_results += 1
             if self._num_results % 32 == 0:
-                self._prune()
+                prune_oldest(self._results_dir, KEEP_JOB_DIRS)
         # queued: from sending to the job's start on its node (placement, transfer, a worker)
         return replace(result, queued_s=max(0.0, elapsed_s - result.wall_s))
-
-    def _prune(self) -> None:
-        for old in sorted(self._results_dir.iterdir())[:-KEEP_JOB_DIRS]:
-            shutil.rmtree(old, ignore_errors=True)
 
     def _check_feasible(self, resources: dict[str, float], fresh: bool = False) -> None:
         """Refuse what no live node has (Ray would leave it pending forever)."""
@@ -303,7 +292,7 @@ class WorkspaceMirror:
                     st = path.stat()
                 except OSError:
                     continue
-                if not path.is_file():
+                if not stat.S_ISREG(st.st_mode):
                     continue
                 rel = str(rel_dir / name)
                 total += st.st_size
@@ -317,7 +306,6 @@ class WorkspaceMirror:
                     data = path.read_bytes()
                     entry = ManifestEntry(
                         sha256=hashlib.sha256(data).hexdigest(),
-                        size=len(data),
                         mode=st.st_mode & 0o755,
                         blob=ray.put(data),
                     )
@@ -389,4 +377,4 @@ def default_base_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "infra-agent-nodes")
 
 
-__all__ = ["NodeConfig", "NodeView", "RayExecutor", "default_base_dir", "JobKind"]
+__all__ = ["NodeConfig", "NodeView", "RayExecutor", "default_base_dir"]

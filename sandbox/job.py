@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from .errors import SandboxError
+
 # Queue classes: "timing" jobs run one at a time per device so they do not disturb each
 # other; "compile" and "run" jobs may run several at once.
 JobKind = Literal["compile", "run", "timing"]
@@ -44,6 +46,13 @@ class Job:
     # The parent watches the job's processes from outside while it runs (profile's /proc and
     # py-spy samplers): it always runs on the server's own host, never on another node.
     host_bound: bool = False
+
+
+def check_input_names(job: Job) -> None:
+    """Each input lands in the job's in/ folder under its name: a plain file name, nothing else."""
+    for name in job.inputs:
+        if "/" in name or name in ("", ".", ".."):
+            raise SandboxError(f"input name {name!r} must be a plain file name")
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import SandboxError
-from .job import Job, JobResult, Placement
+from .job import Job, JobResult, Placement, check_input_names
 from .policy import Limits
 
 RESULT_TAR_LIMIT = 1 << 30  # bytes of a job's out/ folder shipped back; more fails the job
-KEEP_INPUT_DIRS = 64
 
 
 @dataclass(frozen=True)
@@ -62,7 +61,6 @@ class NodeConfig:
 @dataclass(frozen=True)
 class ManifestEntry:
     sha256: str
-    size: int
     mode: int  # permission bits (an executable script stays executable)
     blob: Any  # the Ray ObjectRef of the file's bytes
 
@@ -77,6 +75,7 @@ class JobWire:
 
     @classmethod
     def pack(cls, job: Job) -> "JobWire":
+        check_input_names(job)  # before the node writes them into its folder
         wire = cls(replace(job, inputs={}))
         for name, src in job.inputs.items():
             src = Path(src)
@@ -88,6 +87,15 @@ class JobWire:
                 except OSError as exc:
                     raise SandboxError(f"cannot read input {name!r} from {src}: {exc}") from None
         return wire
+
+    def unpack(self, folder: Path) -> dict[str, Path]:
+        """The inputs as files and folders under `folder`, by name (what Job.inputs holds)."""
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, data in self.files.items():
+            (folder / name).write_bytes(data)
+        for name, data in self.folders.items():
+            untar_folder(data, folder / name)
+        return {name: folder / name for name in [*self.files, *self.folders]}
 
 
 @dataclass
@@ -170,7 +178,8 @@ class NodeHost:
         if workspace.digest != self.version:
             self._sync(ray.get(workspace.manifest[0]))
             self.version = workspace.digest
-        job = replace(wire.job, inputs=self._unpack_inputs(wire))
+        inputs = self.inputs / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
+        job = replace(wire.job, inputs=wire.unpack(inputs))
         gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
         if gpu_ids:
             job = replace(job, env={**job.env, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)})
@@ -186,8 +195,7 @@ class NodeHost:
             future.cancel()  # the sandbox kills the job and everything in its cgroup
             raise
         finally:
-            for name in job.inputs:
-                shutil.rmtree(Path(job.inputs[name]).parent, ignore_errors=True)
+            shutil.rmtree(inputs, ignore_errors=True)
         out_tar = None
         if result.out_dir is not None and result.out_dir.is_dir():
             out_tar = tar_folder(result.out_dir, limit=RESULT_TAR_LIMIT)
@@ -211,18 +219,6 @@ class NodeHost:
         for rel in [r for r in self.synced if r not in manifest]:
             (self.workspace / rel).unlink(missing_ok=True)
             del self.synced[rel]
-
-    def _unpack_inputs(self, wire: JobWire) -> dict[str, Path]:
-        folder = self.inputs / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
-        paths: dict[str, Path] = {}
-        for name, data in wire.files.items():
-            (folder / name).parent.mkdir(parents=True, exist_ok=True)
-            (folder / name).write_bytes(data)
-            paths[name] = folder / name
-        for name, data in wire.folders.items():
-            untar_folder(data, folder / name)
-            paths[name] = folder / name
-        return paths
 
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.sandbox.aclose(), self.loop).result(30)

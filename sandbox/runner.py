@@ -17,14 +17,16 @@ import os
 import shutil
 import socket
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 from . import service, triton_cache
 from .cgroups import CgroupManager
 from .child import Child
 from .errors import SandboxError
 from .isolation import INSTALL_HINT, Isolation, probe
-from .job import Job, JobKind, JobResult
+from .job import Job, JobKind, JobResult, check_input_names
 from .launcher import Zygote, ZygoteDied
 from .policy import Limits, SandboxView
 from .service import Service
@@ -121,17 +123,21 @@ class Sandbox:
             )
         self._follow_loop()
         queued_from = time.monotonic()
-        async with self._slots[job.kind].slot(progress):
-            if self.num_gpus and job.kind != "compile" and "CUDA_VISIBLE_DEVICES" not in job.env:
-                async with self._devices.hold(exclusive=job.kind == "timing") as gpu:
-                    env = {**job.env, "CUDA_VISIBLE_DEVICES": str(gpu)}
-                    queued_s = time.monotonic() - queued_from
-                    result = await self._run_now(job, env, progress)
-            else:
-                queued_s = time.monotonic() - queued_from
-                result = await self._run_now(job, dict(job.env), progress)
+        async with self._slots[job.kind].slot(progress), self._pinned_env(job) as env:
+            queued_s = time.monotonic() - queued_from
+            result = await self._run_now(job, env, progress)
             result.queued_s = queued_s
             return result
+
+    @asynccontextmanager
+    async def _pinned_env(self, job: Job) -> AsyncIterator[dict[str, str]]:
+        """The job's environment, pinned to one GPU on a GPU host while it runs (DeviceLocks);
+        compiles, CPU hosts and a job that names its devices itself are not pinned."""
+        if not self.num_gpus or job.kind == "compile" or "CUDA_VISIBLE_DEVICES" in job.env:
+            yield dict(job.env)
+            return
+        async with self._devices.hold(exclusive=job.kind == "timing") as gpu:
+            yield {**job.env, "CUDA_VISIBLE_DEVICES": str(gpu)}
 
     # --- services (service.py): long-running, confined like jobs --------------------------
 
@@ -240,9 +246,7 @@ class Sandbox:
         return child
 
     async def _run_now(self, job: Job, env: dict[str, str], progress: Progress | None) -> JobResult:
-        for name in job.inputs:
-            if "/" in name or name in ("", ".", ".."):
-                raise SandboxError(f"input name {name!r} must be a plain file name")
+        check_input_names(job)
         for _ in range(3):  # a spare that died idle (its zygote restarted) is replaced, not blamed
             child = await self._take_child()
             try:
@@ -304,9 +308,7 @@ class Sandbox:
         return self._zygote.log_tail() if self._zygote is not None else ""
 
     def _prune_job_dirs(self) -> None:
-        dirs = sorted(self.view.layout.jobs_dir.iterdir())
-        for old in dirs[:-KEEP_JOB_DIRS]:
-            shutil.rmtree(old, ignore_errors=True)
+        prune_oldest(self.view.layout.jobs_dir, KEEP_JOB_DIRS)
 
     def zygote_pids(self) -> list[int]:
         """Host pids of the zygote's process tree (empty when none runs): for tests and ops."""
@@ -325,6 +327,12 @@ class Sandbox:
             self._zygote.terminate()
             self._zygote = None
         self.cgroups.close()
+
+
+def prune_oldest(folder: Path, keep: int) -> None:
+    """Delete all but the `keep` newest entries of `folder` (named so that they sort by age)."""
+    for old in sorted(folder.iterdir())[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def free_port() -> int:
