@@ -20,7 +20,7 @@ from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, live_engine, start_engine
 from . import baseline, engine_truth, jobs, plan, report, undecided
 from .expect_fields import CATALOGUE, EXPECT
-from .judge import aggregate, attribution, latency_table, repeat_metrics
+from .judge import aggregate, attribution, latency_table
 from .schema import Input, Output
 
 
@@ -40,8 +40,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     try:
         # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
         same = base_engine is not None and base_engine.handle == engine.handle
+        sides = 1 + (base_engine is not None)
         the_plan = plan.plan(
-            work, engine_tokenizer(engine), sharegpt, repeats=inp.repeats * (1 + same)
+            work,
+            engine_tokenizer(engine),
+            sharegpt,
+            repeats=jobs.prompt_draws(inp.repeats, sides, same),
         )
         estimate_s = await jobs.estimate_cost(
             engine,
@@ -60,7 +64,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                 done, total, f"{message}; {elapsed:.0f} s of about {estimate_s:.0f} s estimated"
             )
 
-        repeats, base_repeats = await jobs.run_repeats(
+        runs = await jobs.run_repeats(
             engine,
             the_plan,
             api=work.api,
@@ -79,10 +83,11 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             )
     base = recorded
     if base_engine is not None:
-        base_jsonl = report.records_jsonl([r.result.records for r in base_repeats])
-        base_rows = [repeat_metrics(r) for r in base_repeats]
+        base_jsonl = report.records_jsonl([r.result.records for r in runs.baseline])
+        base_rows = [r.metrics for r in runs.baseline]
         base = baseline.measured(base_engine.handle, base_rows, base_jsonl)
-    rows = [repeat_metrics(r) for r in repeats]
+    repeats = runs.this
+    rows = [r.metrics for r in repeats]
     metrics, spread = aggregate(rows)
     sources = {r.result.metrics.output_tokens_source for r in repeats}
     out = Output(
@@ -113,8 +118,14 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             metrics, base.metrics, focus=focus, spread=spread, base_spread=base.spread
         )
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
-    # the harness checks its own numbers: client vs engine, and the cache across repeats
+    # the harness checks its own numbers: client vs engine (on both sides), the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
+    if base_engine is not None:
+        out.findings += engine_truth.findings(
+            base_rows, work.reuse_prompts, work.dataset, whose="the baseline engine"
+        )
+    out.remeasured = runs.remeasured
+    out.findings += [engine_truth.remeasured_finding(r) for r in runs.remeasured]
     out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the language and facts of expect
     out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:

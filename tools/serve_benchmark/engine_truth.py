@@ -126,9 +126,53 @@ LAYERS = (
 )
 
 
-def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> list[str]:
+def disagreement(r) -> str | None:
+    """Why one repeat's (RepeatMetrics) client numbers are not the engine's, in words: the load
+    generator starved of a CPU, the client's TTFT far above the engine's own, or tokens arriving in
+    a burst; None when they agree or the engine keeps no histograms to check against."""
+    share = _starved_share(r)
+    if share is not None and share > STARVED_SHARE:
+        return f"the load generator waited {100 * share:.0f}% of the run for a CPU"
+    gap = _ttft_gap_row(r)
+    if gap is not None and ttft_gap_is_large(gap[1], gap[2]):
+        client, gap_ms, engine = gap
+        return (
+            f"client TTFT p50 {client:.1f} ms, {gap_ms:.1f} ms above the engine's own "
+            f"(its p50 bucket {engine['engine_ttft_p50_low_ms']:g}-{engine['engine_ttft_p50_high_ms']:g} ms)"
+        )
+    burst = _burst_row(r)
+    if burst is not None and is_burst(*burst):
+        client, engine = burst
+        return (
+            f"tokens arrived in bursts (client ITL p50 {client:.3g} ms, the engine's mean gap "
+            f"{engine['engine_itl_mean_ms']:.3g} ms)"
+        )
+    return None
+
+
+def remeasured_finding(r) -> str:
+    """repeat_remeasured, for a RemeasuredRepeat."""
+    whose = "the baseline's" if r.side == "baseline" else "this engine's"
+    head = f"repeat_remeasured: {whose} repeat {r.repeat} disagreed with the engine's own numbers ({r.why})"
+    if r.agreed:
+        return (
+            f"{head}; measured again with prompts of its own it agreed, and took the first "
+            "measurement's place (that one is in remeasured[].set_aside): a moment of this host, "
+            "not the engine"
+        )
+    return (
+        f"{head}; measured again, it disagreed again ({disagreement(r.set_aside)}): the first "
+        "measurement kept its place, so this side's interval holds a measurement of the client, "
+        f"not the engine. Next: look for other load on this host: {LAYERS}"
+    )
+
+
+def findings(
+    repeats: list, reuse_prompts: bool, dataset: str = "random", whose: str = ""
+) -> list[str]:
     """client_starved, client_engine_gap and cache_warm_repeats over a run's repeats
-    (RepeatMetrics)."""
+    (RepeatMetrics); `whose` (e.g. "the baseline engine") names the side when it is not the
+    engine benchmarked."""
     texts = (
         _starved(repeats),
         _ttft_gap(repeats),
@@ -136,6 +180,8 @@ def findings(repeats: list, reuse_prompts: bool, dataset: str = "random") -> lis
         _cache_warm(repeats, reuse_prompts),
         _cache_warm_from_before(repeats, reuse_prompts, dataset),
     )
+    if whose:  # "code: text" stays greppable by its code
+        return [text.replace(": ", f": on {whose}, ", 1) for text in texts if text]
     return [text for text in texts if text]
 
 
@@ -143,12 +189,30 @@ def _majority(flags: list[bool]) -> bool:
     return sum(flags) * 2 > len(flags)
 
 
+def _starved_share(r) -> float | None:
+    """The share of a run's duration the load generator waited for a CPU; None where unknown."""
+    if r.client_cpu_wait_ms is None or r.duration_s <= 0:
+        return None
+    return r.client_cpu_wait_ms / (1e3 * r.duration_s)
+
+
+def _ttft_gap_row(r) -> tuple[float, float, dict] | None:
+    """(client TTFT p50, its gap above the engine's p50 bucket top, the engine's side), ms."""
+    client = r.latencies_ms.get("ttft", {}).get("median")
+    gap = None if client is None else ttft_gap_ms(client, r.phases_ms)
+    return None if gap is None else (client, gap, r.phases_ms)
+
+
+def _burst_row(r) -> tuple[float, dict] | None:
+    """(client ITL p50 ms, the engine's side) where the engine measured its inter-token gaps."""
+    client = r.latencies_ms.get("itl", {}).get("median")
+    if client is None or r.phases_ms.get("engine_itl_mean_ms") is None:
+        return None
+    return client, r.phases_ms
+
+
 def _starved(repeats: list) -> str | None:
-    rows = [
-        (r.client_cpu_wait_ms / (1e3 * r.duration_s), r)
-        for r in repeats
-        if r.client_cpu_wait_ms is not None and r.duration_s > 0
-    ]
+    rows = [(share, r) for r in repeats if (share := _starved_share(r)) is not None]
     if not rows or not _majority([share > STARVED_SHARE for share, _ in rows]):
         return None
     share, r = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
@@ -163,12 +227,7 @@ def _starved(repeats: list) -> str | None:
 
 
 def _ttft_gap(repeats: list) -> str | None:
-    rows = []
-    for r in repeats:
-        client = r.latencies_ms.get("ttft", {}).get("median")
-        gap = None if client is None else ttft_gap_ms(client, r.phases_ms)
-        if gap is not None:
-            rows.append((client, gap, r.phases_ms))
+    rows = [row for r in repeats if (row := _ttft_gap_row(r)) is not None]
     if not rows or not _majority([ttft_gap_is_large(gap, engine) for _, gap, engine in rows]):
         return None
     client, gap, engine = sorted(rows, key=lambda row: row[1])[len(rows) // 2]
@@ -182,11 +241,7 @@ def _ttft_gap(repeats: list) -> str | None:
 
 
 def _burst(repeats: list) -> str | None:
-    rows = []
-    for r in repeats:
-        client = r.latencies_ms.get("itl", {}).get("median")
-        if client is not None and r.phases_ms.get("engine_itl_mean_ms") is not None:
-            rows.append((client, r.phases_ms))
+    rows = [row for r in repeats if (row := _burst_row(r)) is not None]
     if not rows or not _majority([is_burst(client, engine) for client, engine in rows]):
         return None
     client, engine = sorted(rows, key=lambda row: row[0])[len(rows) // 2]

@@ -19,16 +19,38 @@ from ...serving.lifecycle import Engine
 from ...serving.loadgen import BenchRequest, Endpoint, RunResult, run_benchmark
 from ..base import AgentError
 from . import cost
-from .engine_truth import engine_side
+from .engine_truth import disagreement, engine_side
+from .judge import repeat_metrics
 from .phases import FINISHED, parse, window
 from .plan import Plan
-from .schema import Workload
+from .schema import RemeasuredRepeat, RepeatMetrics, Workload
 
 
 @dataclass
 class Repeat:
-    result: RunResult
-    phases: dict[str, float | None]
+    result: RunResult  # the load generator's records
+    metrics: RepeatMetrics  # its numbers, the client's and the engine's own
+
+
+@dataclass
+class Runs:
+    """What run_repeats measured: each side's repeats in order, and those measured again."""
+
+    this: list[Repeat]
+    baseline: list[Repeat]
+    remeasured: list[RemeasuredRepeat]
+
+
+def remeasure_limit(repeats: int) -> int:
+    """How many of one side's repeats may be measured again: one up to three repeats, half of them
+    beyond. More disagreeing than that is the setup, not a moment, and the findings say so."""
+    return max(1, repeats // 2)
+
+
+def prompt_draws(repeats: int, sides: int, same: bool) -> int:
+    """How many prompt sets run_repeats may send: one per repeat (per side on an A/A), and one for
+    each repeat it may measure again, so that no measurement finds earlier prompts in the cache."""
+    return repeats * (1 + same) + remeasure_limit(repeats) * sides
 
 
 async def served_model(engine: Engine) -> str:
@@ -56,9 +78,17 @@ async def run_repeats(
     timeout_s: float,
     progress,
     baseline: Engine | None = None,
-) -> tuple[list[Repeat], list[Repeat]]:
+) -> Runs:
     """`repeats` runs on `engine`; with a baseline engine, as many on it, alternating A B B A A B ...
-    (each pair in both orders, so a steady drift of the machine lands on both sides alike)."""
+    (each pair in both orders, so a steady drift of the machine lands on both sides alike).
+
+    A repeat whose client numbers disagree with the engine's own (engine_truth.disagreement: the
+    client read the engine's output late) measured the host, not the engine: a moment of it (a
+    pause in this process, a burst of other work) widens that side's [min, max] until no
+    criterion or phase can be decided. Where at most remeasure_limit() of a side's repeats
+    disagree, each is measured once more with prompts of its own, and the new run replaces it
+    if it agrees. Where more disagree, nothing is measured again: the setup is at fault, and the
+    findings over the repeats name it."""
     sides = [(engine, await _endpoint(engine, api, ignore_eos))]
     if baseline is not None:
         sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
@@ -67,26 +97,55 @@ async def run_repeats(
     # the prefix cache, so that side draws prompts of its own (the plan's repeats past this run's)
     same = baseline is not None and baseline.handle == engine.handle
     total = repeats * len(sides)
+
+    async def measure(side: int, label: str, requests: list[BenchRequest], done: int) -> Repeat:
+        eng, ep = sides[side]
+        return await _one_repeat(
+            eng,
+            ep,
+            plan,
+            requests,
+            done=done,
+            total=total,
+            label=label,
+            warmup=warmup,
+            timeout_s=timeout_s,
+            progress=progress,
+        )
+
     for i in range(repeats):
         for side in range(len(sides)) if i % 2 == 0 else reversed(range(len(sides))):
-            eng, ep = sides[side]
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
             requests = plan.requests_for(i + repeats * side * same)
-            runs[side].append(
-                await _one_repeat(
-                    eng,
-                    ep,
-                    plan,
-                    requests,
-                    done=len(runs[0]) + len(runs[1]),
-                    total=total,
-                    label=label,
-                    warmup=warmup,
-                    timeout_s=timeout_s,
-                    progress=progress,
+            runs[side].append(await measure(side, label, requests, len(runs[0]) + len(runs[1])))
+
+    remeasured: list[RemeasuredRepeat] = []
+    spare = repeats * (1 + same)  # the first prompt set no repeat has sent
+    for side in range(len(sides)):
+        suspects = [
+            (i, why) for i, rep in enumerate(runs[side]) if (why := disagreement(rep.metrics))
+        ]
+        if len(suspects) > remeasure_limit(repeats):
+            continue
+        for i, why in suspects:
+            label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
+            total += 1
+            await progress(total - 1, total, f"{label} disagreed with the engine ({why}): again")
+            again = await measure(side, f"{label} again", plan.requests_for(spare), total - 1)
+            spare += 1
+            agreed = disagreement(again.metrics) is None
+            kept, set_aside = (again, runs[side][i]) if agreed else (runs[side][i], again)
+            runs[side][i] = kept
+            remeasured.append(
+                RemeasuredRepeat(
+                    side="baseline" if side else "this engine",
+                    repeat=i + 1,
+                    why=why,
+                    agreed=agreed,
+                    set_aside=set_aside.metrics,
                 )
             )
-    return runs[0], runs[1]
+    return Runs(runs[0], runs[1], remeasured)
 
 
 async def estimate_cost(
@@ -180,9 +239,12 @@ async def _one_repeat(
             f"{engine.death_cause()}); {engine.log_excerpt(2500)}"
         )
     after = await _settled_scrape(engine, before, warmup + result.metrics.completed)
-    if before is None or after is None:
-        return Repeat(result, {})
-    return Repeat(result, window(before, after) | engine_side(before, after))
+    phases = (
+        {}
+        if before is None or after is None
+        else window(before, after) | engine_side(before, after)
+    )
+    return Repeat(result, repeat_metrics(result, phases))
 
 
 @contextlib.contextmanager

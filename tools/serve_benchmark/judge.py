@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import asdict
 
-from .jobs import Repeat
+from ...serving.loadgen import RunResult
 from .phases import PHASE_METRIC
 from .schema import LATENCIES, STATS, LatencyRow, PhaseChange, RepeatMetrics
 
@@ -56,8 +56,9 @@ NEXT_STEP = {
 }
 
 
-def repeat_metrics(rep: Repeat) -> RepeatMetrics:
-    m = rep.result.metrics
+def repeat_metrics(result: RunResult, phases: dict[str, float | None]) -> RepeatMetrics:
+    """One run's numbers: the client's (the load generator's) and the engine's own (`phases`)."""
+    m = result.metrics
     lat = {}
     for name, dist in (
         ("ttft", m.ttft_ms),
@@ -80,10 +81,10 @@ def repeat_metrics(rep: Repeat) -> RepeatMetrics:
         goodput=m.goodput,
         slo_attainment_pct=m.slo_attainment_pct,
         latencies_ms=lat,
-        phases_ms=rep.phases,
+        phases_ms=phases,
         client_cpu_wait_ms=None
-        if rep.result.client_cpu_wait_s is None
-        else round(1e3 * rep.result.client_cpu_wait_s, 1),
+        if result.client_cpu_wait_s is None
+        else round(1e3 * result.client_cpu_wait_s, 1),
     )
 
 

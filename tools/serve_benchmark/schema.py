@@ -254,6 +254,25 @@ class RepeatMetrics(BaseModel):
     )
 
 
+class RemeasuredRepeat(BaseModel):
+    """A repeat whose client numbers disagreed with the engine's own, measured once more."""
+
+    side: Literal["this engine", "baseline"] = Field(description="Whose repeat it was.")
+    repeat: int = Field(description="Which of that side's repeats, 1-based.")
+    why: str = Field(
+        description="How the client's numbers disagreed with the engine's own, in words (a TTFT "
+        "gap, tokens in bursts, or the load generator waiting for a CPU)."
+    )
+    agreed: bool = Field(
+        description="Whether the new measurement agreed with the engine: then it took the "
+        "repeat's place (in repeats or baseline_repeats, the medians and the intervals); if it "
+        "did not, the first measurement kept its place."
+    )
+    set_aside: RepeatMetrics = Field(
+        description="The measurement left out: the first when the new one agreed, else the new one."
+    )
+
+
 class Output(ToolOutput):
     handle: str = Field(description="The engine benchmarked.")
     engine: str = Field(description="Its adapter: builtin, transformers, vllm, sglang, command.")
@@ -310,6 +329,13 @@ class Output(ToolOutput):
         description="baseline_handle: the "
         "baseline's runs, in order (they alternated with `repeats`).",
     )
+    remeasured: list[RemeasuredRepeat] = Field(
+        default_factory=list,
+        description="Repeats measured again because the client's numbers disagreed with the "
+        "engine's own (at most half of a side's repeats, and one more run each; finding "
+        "repeat_remeasured). Empty when every repeat agreed, or when most of a side's did not "
+        "(then client_engine_gap or client_starved names the cause).",
+    )
     criteria: HypothesisAnswer = Field(
         default_factory=HypothesisAnswer,
         description="The acceptance criteria "
@@ -334,7 +360,9 @@ class Output(ToolOutput):
         "experiment, in words; and the harness's checks of its own numbers: "
         "client_starved (the load generator waited for a CPU for much of a run), "
         "client_engine_gap (the client's TTFT far above the engine's own, or its chunks "
-        "arriving in bursts) and cache_warm_repeats (the repeats' prefix-cache hit "
+        "arriving in bursts; 'on the baseline engine' for the baseline's repeats), "
+        "repeat_remeasured (one repeat disagreed with the engine and was run again) and "
+        "cache_warm_repeats (the repeats' prefix-cache hit "
         "rates differ).",
     )
     prefix_cache_hit_rates: list[float | None] = Field(

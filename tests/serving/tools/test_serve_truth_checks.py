@@ -86,6 +86,12 @@ def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
     assert engine_truth.findings(fixed, reuse_prompts=False) == []
     one_outlier = [_repeat(43.5, 3.5, 10, 3.2, 0.0)] + fixed[:2]  # one slow repeat is no finding
     assert engine_truth.findings(one_outlier, reuse_prompts=False) == []
+    # ... but that repeat disagrees with the engine, and serve_benchmark measures it again
+    assert "33.5 ms above the engine's own" in engine_truth.disagreement(one_outlier[0])
+    assert "bursts" in engine_truth.disagreement(
+        stalled[0].model_copy(update={"latencies_ms": {"itl": {"median": 0.03}}})
+    )
+    assert [engine_truth.disagreement(r) for r in fixed] == [None] * 3
 
 
 def test_a_starved_load_generator_is_named_before_the_gap_it_causes():
