@@ -91,12 +91,30 @@ async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
         repeats=3,
         criteria=[CRITERION],
     )
-    assert paired["criteria"]["answer"] == "contradicted", paired["criteria"]
-    least, base_most = paired["spread"]["queue_ms"][0], paired["baseline_spread"]["queue_ms"][1]
-    assert least > 10 * base_most + 1.0, (paired["spread"], paired["baseline_spread"])
-    # the attribution names vLLM's queue, from its own histogram, and what to try next
-    assert paired["phases"][0]["phase"] == "queue", paired["phases"]
-    assert any("queue" in f and "max_num_seqs" in f for f in paired["findings"]), paired["findings"]
+    read_late = _client_checks(paired) + [
+        f
+        for f in paired["findings"]
+        if f.startswith("repeat_remeasured") and "disagreed again" in f
+    ]
+    if read_late:
+        # On 2 cores the max_num_seqs=1 vLLM sometimes starves the load generator in most
+        # repeats (measured: 48% of a run waiting for a CPU): the client then keeps fewer than 4
+        # requests in flight, vLLM's queue empties (one repeat read 0.01 ms) and no verdict is
+        # owed. The harness must say so, not answer: the planted change stays undecided.
+        assert paired["criteria"]["answer"] != "supported", (paired["criteria"], read_late)
+    else:
+        why = (
+            paired["spread"],
+            paired["baseline_spread"],
+            paired["remeasured"],
+            paired["findings"],
+        )
+        assert paired["criteria"]["answer"] == "contradicted", why
+        least, base_most = paired["spread"]["queue_ms"][0], paired["baseline_spread"]["queue_ms"][1]
+        assert least > 10 * base_most + 1.0, why
+        # the attribution names vLLM's queue, from its own histogram, and what to try next
+        assert paired["phases"][0]["phase"] == "queue", paired["phases"]
+        assert any("queue" in f and "max_num_seqs" in f for f in paired["findings"]), why
     await call(c, "stop_serve", handle=one["handle"])
 
     # A/A, alternating in one call: never contradicted, and the client agrees with vLLM
