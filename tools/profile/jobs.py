@@ -228,7 +228,12 @@ async def _open_window(client, engine, deadline: float) -> None:
             return
         except AgentError as exc:
             # (a keep-alive connection the server closed between two tries reads as RemoteProtocolError)
-            busy = "still being exported" in str(exc) or "RemoteProtocolError" in str(exc)
+            # an engine busy exporting may also refuse the connection (seen in CI: ConnectError
+            # while its log showed the earlier window's export): wait while it is alive
+            refused = "ConnectError" in str(exc) and engine.alive
+            busy = (
+                "still being exported" in str(exc) or "RemoteProtocolError" in str(exc) or refused
+            )
             if not busy or time.monotonic() > deadline:
                 raise
         await asyncio.sleep(0.5)

@@ -32,6 +32,13 @@ def step():
 TICK_MS = 10  # /proc's on-CPU counters move in 10 ms ticks (USER_HZ 100)
 
 
+# Two samplers (py-spy for the GIL, /proc for the states) each see the 0.4 s spin ~80 times (200 Hz):
+# a share near 0.9 has a standard error of ~0.034 in each, ~0.05 in their difference; three of
+# those (0.15) bound the honest difference.
+# CI read 1.0 against 0.898 (running + cpu_wait) once: 0.1 was too tight.
+SAMPLING_ERROR = 0.15
+
+
 async def test_thread_on_cpu_and_gil_shares_stay_within_the_window(profile_client):
     out = await call(profile_client, "profile", source=BUSY, entry="step", gil_sample_hz=200)
     window = out["window_ms"]
@@ -52,7 +59,8 @@ async def test_thread_on_cpu_and_gil_shares_stay_within_the_window(profile_clien
     states = spinner["state_fractions"]
     assert spinner["on_cpu_ms"] > 0, spinner
     assert (
-        spinner["gil_held_fraction"] <= states.get("running", 0) + states.get("cpu_wait", 0) + 0.1
+        spinner["gil_held_fraction"]
+        <= states.get("running", 0) + states.get("cpu_wait", 0) + SAMPLING_ERROR
     ), spinner
     assert set(out["phases_ms"]) >= {"job", "judge"}
 
