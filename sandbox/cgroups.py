@@ -266,7 +266,7 @@ class CgroupManager:
                 m = re.fullmatch(rf"{_PREFIX}(?:server-)?(\d+)(?:-\d+)?", folder.name)
                 if not m or Path(f"/proc/{m.group(1)}").exists():
                     continue  # not ours, or its server (maybe this one) is alive
-                for job in [p for p in folder.iterdir() if p.is_dir()]:
+                for job in _subfolders(folder):
                     JobCgroup({"x": job}, self.v2).kill_all(timeout_s=2.0)
                     JobCgroup({"x": job}, self.v2).remove()
                 JobCgroup({"x": folder}, self.v2).remove()
@@ -276,11 +276,10 @@ class CgroupManager:
     def close(self) -> None:
         """Kill whatever is left in this sandbox's cgroups and remove them."""
         for base in self.bases.values():
-            if base.is_dir():
-                for job in [p for p in base.iterdir() if p.is_dir()]:
-                    JobCgroup({"x": job}, self.v2).kill_all(timeout_s=2.0)
-                    JobCgroup({"x": job}, self.v2).remove()
-                JobCgroup({"x": base}, self.v2).remove()
+            for job in _subfolders(base):
+                JobCgroup({"x": job}, self.v2).kill_all(timeout_s=2.0)
+                JobCgroup({"x": job}, self.v2).remove()
+            JobCgroup({"x": base}, self.v2).remove()
         self._enabled = False
 
 
@@ -289,6 +288,15 @@ def remove_stale_cgroups() -> list[Path]:
     leaves them), before this server's first job rather than at it."""
     manager = CgroupManager()
     return manager.remove_stale() if manager.available else []
+
+
+def _subfolders(folder: Path) -> list[Path]:
+    """The job cgroups under `folder`; none when it is gone. Several sandboxes may sweep the
+    same stale folder at once (Ray starts a node's workers together): the first removes it."""
+    try:
+        return [p for p in folder.iterdir() if p.is_dir()]
+    except FileNotFoundError:
+        return []
 
 
 def _write(path: Path, value: str) -> None:

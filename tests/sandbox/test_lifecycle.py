@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import multiprocessing
+import multiprocessing.synchronize
 import os
 import shutil
 import signal
@@ -254,6 +256,38 @@ def test_cgroup_folders_are_removed_on_close(tmp_path):
 
     for folder in asyncio.run(scenario()):
         assert not folder.exists()
+
+
+def _sweep_stale_cgroups(start: multiprocessing.synchronize.Barrier) -> None:
+    start.wait()
+    CgroupManager().remove_stale()
+
+
+def test_sandboxes_starting_together_sweep_the_same_stale_cgroups(tmp_path):
+    """Ray starts a node's workers together, and each new sandbox removes the cgroups dead
+    servers left: one finding a folder another has just removed goes on (CI once failed a job
+    with ENOENT on a dead worker's cgroup folder)."""
+    manager = CgroupManager()
+    if not manager.available:
+        pytest.skip(f"cgroups not available on this host: {manager.reason}")
+    dead_pid = 4_000_000_000  # above any pid_max: never alive
+    planted = [
+        base.parent / f"infra-agent-{dead_pid + i}-1"
+        for base in manager.bases.values()
+        for i in range(40)
+    ]
+    for folder in planted:
+        for job in ("job-a", "job-b"):
+            (folder / job).mkdir(parents=True)
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(4)
+    sweepers = [ctx.Process(target=_sweep_stale_cgroups, args=(start,)) for _ in range(4)]
+    for p in sweepers:
+        p.start()
+    for p in sweepers:
+        p.join(60)
+    assert [p.exitcode for p in sweepers] == [0] * 4, "a sandbox failed on a folder another removed"
+    assert [f for f in planted if f.exists()] == []
 
 
 def _named(name: str) -> list[int]:
