@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -52,5 +53,5 @@ def prepare_state(workspace: Path, state_dir: Path, gpu_devices: tuple[str, ...]
         hidden_dirs=tuple(hidden),
         workspace_hidden=workspace_hidden,
         gpu_devices=gpu_devices,
-        python=sys.executable,
+        python=os.path.abspath(sys.executable),  # ".." in it would not resolve in the sandbox
     )

@@ -258,6 +258,35 @@ def test_cgroup_folders_are_removed_on_close(tmp_path):
         assert not folder.exists()
 
 
+def test_a_python_started_by_a_path_with_dotdot_runs_jobs_sandboxed(tmp_path):
+    """`cd bench && ../.venv/bin/python x.py`: the interpreter's path names a folder the sandbox
+    does not mount (bench/), so it must travel normalised, not as typed."""
+    if not shutil.which("bwrap"):
+        pytest.skip("bwrap is not installed on this host")
+    ws = make_workspace(tmp_path)
+    outside = tmp_path / "bench"  # a folder no job sees
+    outside.mkdir()
+    detour = os.path.relpath(sys.executable, outside)  # ../../..: Python keeps it as typed
+    script = textwrap.dedent(f"""
+        import asyncio, sys
+        from infra_agent.sandbox import Job, Sandbox
+        async def main():
+            sb = Sandbox({str(ws)!r}, {str(tmp_path / "state")!r})
+            try:
+                res = await sb.run(Job(op="noop", payload={{"echo": sys.executable}}))
+                print(res.status, sb.isolation.level, res.error)
+            finally:
+                await sb.aclose()
+        asyncio.run(main())
+    """)
+    run = subprocess.run(
+        [detour, "-c", script], capture_output=True, text=True, timeout=120, cwd=outside
+    )
+    assert detour.startswith("../") and run.returncode == 0, run.stderr[-2000:]
+    status, level, *_ = run.stdout.split()
+    assert status == "ok" and level.startswith("bwrap"), run.stdout
+
+
 def _sweep_stale_cgroups(start: multiprocessing.synchronize.Barrier) -> None:
     start.wait()
     CgroupManager().remove_stale()
