@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from conftest import call, copy_zoo
-from ray_cluster import TYPE_A, TYPE_B, start_two_nodes
+from ray_cluster import SLOT, TYPE_A, TYPE_B, start_two_nodes
 from stdio_server import StdioServer
 
 pytestmark = pytest.mark.anyio
@@ -98,6 +98,61 @@ async def test_a_sweep_runs_on_both_nodes_and_answers_as_the_local_sandbox(two_n
     assert {json.dumps(c["config"], sort_keys=True): c["stage"] for c in out["configs"]} == {
         json.dumps(c["config"], sort_keys=True): c["stage"] for c in local["configs"]
     }
+
+
+NUMERICS = {
+    "kernel": "rmsnorm",
+    "shapes": [{"M": 3, "N": 40}, {"M": 2, "N": 64}],
+    "dtypes": ["float32", "float16"],
+    "trials": 2,
+}
+
+
+async def _check_numerics(ws: Path) -> dict:
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    srv = build_server(ws)
+    try:
+        async with Client(srv) as client:
+            return await call(client, "check_numerics", **NUMERICS)
+    finally:
+        await srv.aclose()
+
+
+def _comparable(case: dict) -> dict:
+    """What a case answered that does not hang on its seeds (each call draws fresh ones)."""
+    return {
+        "case": case["case"],
+        "verdict": case["verdict"],
+        "aten_ops": case["aten_ops"],
+        "triton_launches": case["triton_launches"],
+        "mismatches": case["errors"]["num_mismatches"],
+        "partition_ok": case["partition"]["is_within_tolerance"],
+    }
+
+
+async def test_check_numerics_cases_fan_out_over_both_nodes_with_the_local_answer(
+    two_nodes, tmp_path
+):
+    """One call's cases are independent jobs: on a cluster they run on both nodes at once, and
+    each case answers as on the local sandbox (verdict, the ops and launches the kernel made)."""
+    ws = _workspace(tmp_path / "cluster", two_nodes.address)
+    with open(ws / "infra-agent.toml", "a") as f:  # a run job holds a node (as a GPU would)
+        f.write(f"\n[cluster.resources.run]\n{SLOT} = 1\n")
+    out = await _check_numerics(ws)
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        (nodes,) = db.execute(
+            "SELECT nodes FROM experiments WHERE id=?", (out["experiment_id"],)
+        ).fetchone()
+    jobs = {n["node_id"]: n["jobs"] for n in json.loads(nodes)}
+    assert set(jobs) == {two_nodes.id_a, two_nodes.id_b}, jobs
+    assert sum(jobs.values()) == 1 + len(out["cases"]), jobs  # the reference, then a job a case
+
+    local = await _check_numerics(_workspace(tmp_path / "local", None))
+    assert out["verdict"] == local["verdict"] == "pass", out["summary"]
+    assert [_comparable(c) for c in out["cases"]] == [_comparable(c) for c in local["cases"]]
 
 
 def test_the_stdio_server_on_a_cluster_writes_only_protocol_to_stdout(two_nodes, tmp_path):
