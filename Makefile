@@ -90,7 +90,9 @@ test: setup node vllm
 	@mkdir -p $(MYPY_SRC) && for d in sandbox tools server kernels serving; do \
 	  ln -sfn ../../../../$$d $(MYPY_SRC)/$$d; done
 	$(PY) -m mypy
-	$(PY) -m pytest -q --durations=25  # the slowest tests, against the suite's ~20 min budget
+	# pytest's own script, not `python -m pytest`: that puts the repository root on sys.path,
+	# where kernels/ (the zoo) would stand in for any installed package named `kernels`
+	$(VENV)/bin/pytest -q --durations=25  # the slowest tests, against the suite's ~20 min budget
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
