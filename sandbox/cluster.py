@@ -7,9 +7,11 @@
     await cluster.aclose()
 
 Ray places each job (a task with the job's resources, spread over the nodes), accounts
-its slots, retries it once on another eligible node when its node dies (every job is
-idempotent: it writes only its own folder), and gives a GPU job its GPU. We never schedule:
-we only say what a job needs. What stays on the server: the judge (the tool that reads the
+its slots and gives a GPU job its GPU; we never schedule, we only say what a job needs. A job
+streams its progress lines back as it runs (a Ray streaming generator), and one whose node
+dies is started once more on an eligible node (every job is idempotent: it writes only its
+own folder); that retry is ours, as Ray replays a streaming task only when it yields the same
+number of items again. What stays on the server: the judge (the tool that reads the
 result), the ledger, the code snapshots, and the jobs the server watches from outside
 (`Job.host_bound`: profile's samplers), which run on the local sandbox. Services (engines)
 run on the server's host too.
@@ -40,6 +42,7 @@ from .node import (
     JobWire,
     ManifestEntry,
     NodeConfig,
+    NodeProgress,
     ResultWire,
     WorkspaceVersion,
     run_on_node,
@@ -48,6 +51,8 @@ from .node import (
 from .policy import WORKSPACE_MOUNT, Limits
 from .runner import KEEP_JOB_DIRS, Sandbox, prune_oldest
 from .streams import Progress, report
+
+log = logging.getLogger(__name__)
 
 INSTALL_HINT = "pip install 'ray[default]==2.60.0' (on the server and on every node)"
 FEASIBILITY_CHECK_S = 2.0  # how often a waiting job checks that a live node can still run it
@@ -167,43 +172,82 @@ class RayExecutor:
         if job.host_bound:
             return await self.local.run(job, progress)
         resources = dict(job.resources or self.resources[job.kind])
-        self._check_feasible(resources)
-        workspace = await asyncio.to_thread(self._mirror.version, self._ray)
         wire = JobWire.pack(job)
-        options = _ray_options(resources)
-        ref = self._task.options(
-            **options, max_retries=self.retries, scheduling_strategy="SPREAD"
+        for attempt in range(self.retries + 1):
+            self._check_feasible(resources)
+            workspace = await asyncio.to_thread(self._mirror.version, self._ray)
+            try:
+                return await self._run_once(wire, workspace, resources, progress)
+            except _NodeDied as died:
+                if attempt == self.retries:
+                    raise SandboxError(_node_failure(died.cause, self.retries)) from None
+                log.warning(
+                    "a job's node failed (%s); starting it again (attempt %d of %d)",
+                    _first_line(died.cause),
+                    attempt + 2,
+                    self.retries + 1,
+                )
+                await report(progress, 0.0, None, "its node failed; starting it again")
+        raise AssertionError("unreachable")
+
+    async def _run_once(
+        self,
+        wire: JobWire,
+        workspace: WorkspaceVersion,
+        resources: dict[str, float],
+        progress: Progress | None,
+    ) -> JobResult:
+        """One start of the job on a node: its progress lines relayed as they come, its result
+        unpacked. Ray's own retry is off: it replays a streaming task expecting the same number
+        of items, and a job's progress lines are not (run() starts it again instead)."""
+        stream = self._task.options(
+            **_ray_options(resources),
+            num_returns="streaming",
+            max_retries=0,
+            scheduling_strategy="SPREAD",
         ).remote(wire, workspace, self._node)
         sent = time.monotonic()
         await report(progress, 0.0, None, f"sent to the cluster (needs {_words(resources)})")
         try:
-            future = asyncio.ensure_future(_as_future(ref))
+            future = asyncio.ensure_future(_relay(stream, progress))
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
             while True:
                 done, _ = await asyncio.wait({future}, timeout=FEASIBILITY_CHECK_S)
                 if done:
-                    wire_back: ResultWire = future.result()
+                    wire_back = future.result()
                     break
                 try:
                     self._check_feasible(resources, fresh=True)
                 except SandboxError:
-                    self._ray.cancel(ref, force=True)
+                    self._ray.cancel(stream, force=True)
                     raise
         except asyncio.CancelledError:
-            self._ray.cancel(ref, force=True)  # the worker dies, and its zygote and job with it
+            self._ray.cancel(stream, force=True)  # the worker dies, and its zygote and job with it
             raise
         except self._ray.exceptions.RayTaskError as exc:  # raised by our code on the node
             cause = exc.cause if isinstance(exc.cause, Exception) else exc
             raise SandboxError(str(cause)) from None
-        except self._ray.exceptions.RayError as exc:  # the node, its worker or Ray failed
-            raise SandboxError(_node_failure(exc, self.retries)) from None
+        except (
+            self._ray.exceptions.WorkerCrashedError,
+            self._ray.exceptions.NodeDiedError,
+            self._ray.exceptions.ObjectLostError,
+        ) as exc:  # the node or its worker died: the job can start again elsewhere
+            raise _NodeDied(exc) from None
+        except self._ray.exceptions.RayError as exc:  # Ray failed otherwise
+            raise SandboxError(
+                f"Ray could not run the job ({_first_line(exc)}); look at device_info's "
+                "cluster view, then call again"
+            ) from None
         return self._unpack(wire_back, time.monotonic() - sent)
 
     def _unpack(self, wire: ResultWire, elapsed_s: float) -> JobResult:
         result = wire.result
         if wire.out_tar is not None:
             folder = self._results_dir / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
-            untar_folder(wire.out_tar, folder / "out")
+            if wire.out_tar:
+                untar_folder(wire.out_tar, folder / "out")
+            else:  # the job wrote nothing into out/
+                (folder / "out").mkdir(parents=True)
             result = replace(result, out_dir=folder / "out")
             self._num_results += 1
             if self._num_results % 32 == 0:
@@ -342,8 +386,19 @@ def _ray_options(resources: dict[str, float]) -> dict:
     }
 
 
-async def _as_future(ref: Any) -> ResultWire:
-    return await ref
+class _NodeDied(Exception):
+    def __init__(self, cause: Exception):
+        self.cause = cause
+
+
+async def _relay(stream: Any, progress: Progress | None) -> ResultWire:
+    """The node's items in order: progress lines to `progress`, then the result."""
+    async for ref in stream:
+        item: NodeProgress | ResultWire = await ref
+        if isinstance(item, ResultWire):
+            return item
+        await report(progress, item.done, item.total, item.message)
+    raise SandboxError("the node ended the job's stream without a result; call again")
 
 
 def _available_per_node(ray: Any) -> dict[str, dict[str, float]]:
@@ -364,12 +419,16 @@ def _words(resources: dict[str, float]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in sorted(shown.items())) or "nothing"
 
 
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:400] if text else ''}"
+
+
 def _node_failure(exc: Exception, retries: int) -> str:
-    first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return (
-        f"the job's node failed ({type(exc).__name__}: {first[:400]}); it was started "
-        f"{retries + 1} time(s), on another eligible node after a node died. Look at "
-        "device_info's cluster view for the nodes alive now, then call again"
+        f"the job's node failed ({_first_line(exc)}); it was started {retries + 1} time(s), "
+        "on another eligible node after a node died. Look at device_info's cluster view for "
+        "the nodes alive now, then call again"
     )
 
 

@@ -15,8 +15,9 @@ which the node's Ray worker runs with this module. The argument, step by step:
    manifest before each job: only files whose hash changed are fetched (Ray's object store
    keeps a fetched file on the node for the next worker). The job sees the workspace as it
    was when the server sent the task, as a local job sees the live one.
-4. What comes back is raw (the JobResult's fields and a tar of the job's out/ folder): the
-   server unpacks it with tarfile's "data" filter and judges it; a node holds no ledger, no
+4. What comes back is raw: the job's progress lines as it runs (`NodeProgress`, the task being
+   a Ray streaming generator), then the JobResult's fields and a tar of the job's out/ folder,
+   which the server unpacks with tarfile's "data" filter and judges; a node holds no ledger, no
    snapshots and no verdicts.
 
 Ray accounts the resources a job asked for (a task holds them while it runs: this worker
@@ -31,6 +32,7 @@ import glob
 import io
 import os
 import platform
+import queue
 import shutil
 import tarfile
 import threading
@@ -38,7 +40,7 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from .errors import SandboxError
 from .job import Job, JobResult, Placement, check_input_names
@@ -103,7 +105,16 @@ class ResultWire:
     """A JobResult as it travels back: out/ as a tar."""
 
     result: JobResult  # out_dir is None here
-    out_tar: bytes | None
+    out_tar: bytes | None  # None: the job had no out/ folder; b"": an empty one
+
+
+@dataclass(frozen=True)
+class NodeProgress:
+    """A progress line of the running job (streams.Progress's arguments), sent as it comes."""
+
+    done: float
+    total: float | None
+    message: str
 
 
 @dataclass(frozen=True)
@@ -116,9 +127,12 @@ class WorkspaceVersion:
     manifest: list  # [ObjectRef of dict[str, ManifestEntry]]
 
 
-def run_on_node(wire: JobWire, workspace: WorkspaceVersion, config: NodeConfig) -> ResultWire:
-    """The Ray task's body (cluster.py wraps it with ray.remote)."""
-    return _host(config).run(wire, workspace)
+def run_on_node(
+    wire: JobWire, workspace: WorkspaceVersion, config: NodeConfig
+) -> Iterator[NodeProgress | ResultWire]:
+    """The Ray task's body (cluster.py runs it as a streaming generator): the job's progress
+    lines, then its result, last."""
+    yield from _host(config).run(wire, workspace)
 
 
 _HOST: "NodeHost | None" = None
@@ -166,7 +180,9 @@ class NodeHost:
             device_fingerprint=config.fingerprint(facts),
         )
 
-    def run(self, wire: JobWire, workspace: WorkspaceVersion) -> ResultWire:
+    def run(
+        self, wire: JobWire, workspace: WorkspaceVersion
+    ) -> Iterator[NodeProgress | ResultWire]:
         import ray
 
         if not self.sandbox.isolation.sandboxed:
@@ -183,24 +199,34 @@ class NodeHost:
         gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
         if gpu_ids:
             job = replace(job, env={**job.env, "CUDA_VISIBLE_DEVICES": ",".join(gpu_ids)})
-        future = asyncio.run_coroutine_threadsafe(self.sandbox.run(job), self.loop)
+        lines: queue.SimpleQueue[NodeProgress | None] = queue.SimpleQueue()  # None: finished
+
+        async def progress(done: float, total: float | None, message: str) -> None:
+            lines.put(NodeProgress(done, total, message))
+
+        future = asyncio.run_coroutine_threadsafe(self.sandbox.run(job, progress), self.loop)
+        future.add_done_callback(lambda _: lines.put(None))
         try:
             while True:  # short waits: a cancel (KeyboardInterrupt) lands between them
                 try:
-                    result = future.result(timeout=0.25)
-                    break
-                except TimeoutError:
+                    line = lines.get(timeout=0.25)
+                except queue.Empty:
                     continue
-        except BaseException:
+                if line is None:
+                    break
+                yield line
+            result = future.result()
+        except BaseException:  # a cancel, or the server dropped the stream (GeneratorExit)
             future.cancel()  # the sandbox kills the job and everything in its cgroup
             raise
         finally:
             shutil.rmtree(inputs, ignore_errors=True)
         out_tar = None
         if result.out_dir is not None and result.out_dir.is_dir():
-            out_tar = tar_folder(result.out_dir, limit=RESULT_TAR_LIMIT)
+            empty = next(result.out_dir.iterdir(), None) is None
+            out_tar = b"" if empty else tar_folder(result.out_dir, limit=RESULT_TAR_LIMIT)
         placement = replace(self.placement, gpu_ids=gpu_ids)
-        return ResultWire(replace(result, out_dir=None, placement=placement), out_tar)
+        yield ResultWire(replace(result, out_dir=None, placement=placement), out_tar)
 
     def _sync(self, manifest: dict[str, ManifestEntry]) -> None:
         """Bring the workspace copy to the manifest: fetch what changed, drop what is gone."""

@@ -114,6 +114,45 @@ def test_jobs_spread_over_both_nodes_and_answer_as_the_local_sandbox_does(cluste
     assert {r.result["value"]["hello"] for r in results} == {here.result["value"]["hello"]}
 
 
+# a progress line as a job's context writes it (worker/context.py), then a job still running
+PROGRESS_SOURCE = """
+import json, time
+def main():
+    with open("progress.jsonl", "a") as f:
+        f.write(json.dumps({"t": time.time(), "done": 1, "total": 2, "message": "half way"}) + "\\n")
+    time.sleep(3)
+    return "done"
+"""
+
+
+def test_a_jobs_progress_comes_from_its_node_while_it_runs(cluster):
+    """A long job on a node is not silent: its progress lines reach the caller as the job writes
+    them (the call still running), as they do from the local sandbox."""
+    import asyncio
+
+    _, executor, runner, local, _ = cluster
+
+    async def with_progress(where) -> tuple:
+        lines: list[tuple] = []
+        call: asyncio.Future | None = None
+
+        async def progress(done, total, message) -> None:
+            lines.append((done, total, message, call is not None and call.done()))
+
+        job = Job(op="probe", payload={"source": PROGRESS_SOURCE, "entry": "main"}, timeout_s=60)
+        call = asyncio.ensure_future(where.run(job, progress))
+        return await call, lines
+
+    on_node, node_lines = runner.call(with_progress(executor), timeout_s=120)
+    assert on_node.ok and on_node.placement is not None, on_node.error
+    assert (1, 2, "half way", False) in node_lines, node_lines  # before the call ended
+    here, local_lines = runner.call(with_progress(local), timeout_s=120)
+    assert here.ok and here.placement is None
+    assert [x for x in node_lines if x[2] == "half way"] == [
+        x for x in local_lines if x[2] == "half way"
+    ]
+
+
 def test_a_resource_no_node_has_is_refused_with_the_reason(cluster):
     _, executor, runner, _, _ = cluster
     with pytest.raises(SandboxError, match="no live node of the cluster has accelerator_type:B200"):
