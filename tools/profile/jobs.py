@@ -315,6 +315,13 @@ async def _post(client, path: str, engine) -> dict:
     try:
         resp = await client.post(path)
     except httpx.HTTPError as exc:
+        if not await engine.settled(timeout_s=0.5):
+            raise AgentError(
+                f"the {engine.adapter.name} engine {engine.handle} died before it answered {path} "
+                f"({engine.death_cause()}); {engine.log_excerpt(1500)}. Launch it again "
+                "(launch_serve); a profile window's trace is held in the engine's memory until it "
+                "is exported: a shorter duration_s or load_concurrency needs less"
+            ) from None
         raise AgentError(
             f"the engine did not answer {path} ({type(exc).__name__}); {engine.log_excerpt(1500)}"
         ) from None

@@ -3,10 +3,12 @@ where the call's time went, a thread table within physical bounds, and a window 
 however the call ends (a cancel mid-window leaves the engine profilable)."""
 
 import asyncio
+import os
+import signal
 from pathlib import Path
 
 import pytest
-from conftest import call
+from conftest import ToolCallError, call
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
@@ -90,3 +92,39 @@ async def test_a_cancelled_window_is_closed_and_the_next_profile_runs(engine_ser
     out = await call(c, "profile", handle=handle, duration_s=0.5, load_concurrency=1, timeout_s=300)
     assert out["window_ms"] > 0  # not "a profile is already running"
     await call(c, "stop_serve", handle=handle)
+
+
+async def test_an_engine_that_died_is_named_with_its_cause(engine_client):
+    """Not "the engine did not answer (ConnectError)": the engine died, how, and what to do."""
+    c = engine_client
+    launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    folder = Path(launched["socket"]).resolve().parent
+    engines = [pid for pid in _working_in(folder.name) if b"serving.engine" in _cmdline(pid)]
+    assert len(engines) == 1, engines
+    os.kill(engines[0], signal.SIGKILL)
+    with pytest.raises(ToolCallError) as err:
+        await call(c, "profile", handle=launched["handle"], duration_s=0.5, load_concurrency=1)
+    assert "died before it answered /start_profile (killed by signal 9)" in str(err.value), (
+        err.value
+    )
+    assert "Launch it again" in str(err.value)
+    await call(c, "stop_serve", handle=launched["handle"])
+
+
+def _working_in(folder_name: str) -> list[int]:
+    """Host pids of the processes whose working folder is the engine's."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if os.readlink(proc / "cwd").endswith("/" + folder_name):
+                found.append(int(proc.name))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
