@@ -72,7 +72,9 @@ class Window:
         """The closed window as raw data (any thread may call it: the engine does, off its loop)."""
         trace_file = keep_trace or Path(scratch) / "torch_trace.json"
         self.prof.export_chrome_trace(str(trace_file))
-        events = _trace_events(trace_file, self.offset_ns, self.limits["max_events"])
+        events = _trace_events(
+            trace_file, self.offset_ns, self.limits["max_events"], self.limits["max_ops"]
+        )
         if keep_trace is None:
             trace_file.unlink(missing_ok=True)
         recorded = self.recorded
@@ -80,7 +82,6 @@ class Window:
             "pid": os.getpid(),
             "main_tid": threading.get_native_id(),
             "window": {"start_ns": self.start_ns, "end_ns": self.end_ns},
-            "ops": _op_rows(self.prof, self.limits["max_ops"]),
             **events,
             "ranges": _columns(recorded["ranges"], self.limits["max_ranges"]),
             "ranges_dropped": recorded["dropped"],
@@ -101,32 +102,16 @@ def _profiler(device: str):
     )
 
 
-def _op_rows(prof, max_ops: int) -> list[dict]:
-    """One row per (op name, input shapes): count, self and total CPU time (µs)."""
-    rows = []
-    for avg in prof.key_averages(group_by_input_shape=True):
-        if avg.device_type != torch.autograd.DeviceType.CPU:
-            continue
-        rows.append(
-            {
-                "name": avg.key,
-                "input_shapes": str(avg.input_shapes),
-                "count": avg.count,
-                "self_us": avg.self_cpu_time_total,
-                "total_us": avg.cpu_time_total,
-            }
-        )
-    by_self = sorted(rows, key=lambda r: -r["self_us"])[:max_ops]
-    by_total = sorted(rows, key=lambda r: -r["total_us"])[:max_ops]
-    keep = {id(r): r for r in by_self + by_total}
-    return list(keep.values())
+Span = tuple  # (thread id, start µs, duration µs, name, input shapes): one CPU op or range
 
 
-def _trace_events(trace_file: Path, offset_ns: int, max_events: int) -> dict:
-    """CPU ops and record_function ranges with system thread ids, in perf_counter ns; GPU kernel rows."""
+def _trace_events(trace_file: Path, offset_ns: int, max_events: int, max_ops: int) -> dict:
+    """From the exported trace: CPU ops and record_function ranges with system thread ids, in
+    perf_counter ns; the op table (op_rows); GPU kernel rows."""
     trace = json.loads(trace_file.read_text())
     base = int(trace.get("baseTimeNanoseconds", 0))
     annotations, ops, kernels = [], [], {}
+    spans: list[Span] = []  # every CPU op and range, for the op table
     for e in trace.get("traceEvents", []):
         if e.get("ph") != "X":
             continue
@@ -137,10 +122,12 @@ def _trace_events(trace_file: Path, offset_ns: int, max_events: int) -> dict:
             "start_ns": start,
             "end_ns": start + int(float(e.get("dur", 0)) * 1000),
         }
-        if cat == "user_annotation":
-            annotations.append(item)
-        elif cat == "cpu_op":
-            ops.append(item)
+        if cat in ("user_annotation", "cpu_op"):
+            (annotations if cat == "user_annotation" else ops).append(item)
+            shapes = (e.get("args") or {}).get("Input Dims", [])
+            spans.append(
+                (item["tid"], float(e["ts"]), float(e.get("dur", 0)), item["name"], shapes)
+            )
         elif cat == "kernel":
             row = kernels.setdefault(
                 item["name"], {"name": item["name"], "count": 0, "total_us": 0.0}
@@ -149,11 +136,50 @@ def _trace_events(trace_file: Path, offset_ns: int, max_events: int) -> dict:
             row["total_us"] += float(e.get("dur", 0))
     ops.sort(key=lambda o: o["start_ns"])
     return {
+        "ops": op_rows(spans, max_ops),
         "torch_ranges": annotations[:max_events],
         "op_events": ops[:max_events],
         "op_events_total": len(ops),
         "gpu_kernels": sorted(kernels.values(), key=lambda k: -k["total_us"])[:200],
     }
+
+
+def op_rows(spans: list[Span], max_ops: int) -> list[dict]:
+    """One row per (name, input shapes): count, self and total CPU time (µs), as torch's
+    key_averages(group_by_input_shape=True) counts them (tests/tools/profile/test_op_rows.py),
+    in one pass over the trace instead of its Python event tree (a minute on a busy 2 s window):
+    an event's self time is its duration less that of the events it directly encloses on its
+    thread. The `max_ops` rows with the most self time and those with the most total time."""
+    rows: dict[tuple[str, str], list[float]] = {}  # key -> [count, self µs, total µs]
+    open_: list[list] = []  # enclosing spans of the current thread: [end, dur, children, key]
+
+    def close(span: list) -> None:
+        row = rows.setdefault(span[3], [0, 0.0, 0.0])
+        row[0] += 1
+        row[1] += max(0.0, span[1] - span[2])
+        row[2] += span[1]
+
+    thread = None
+    for tid, start, dur, name, shapes in sorted(spans, key=lambda s: (str(s[0]), s[1], -s[2])):
+        if tid != thread:
+            while open_:
+                close(open_.pop())
+            thread = tid
+        while open_ and open_[-1][0] <= start:
+            close(open_.pop())
+        if open_:
+            open_[-1][2] += dur
+        open_.append([start + dur, dur, 0.0, (name, str(shapes))])
+    while open_:
+        close(open_.pop())
+    table = [
+        {"name": name, "input_shapes": shapes, "count": c, "self_us": s, "total_us": t}
+        for (name, shapes), (c, s, t) in rows.items()
+    ]
+    by_self = sorted(table, key=lambda r: -r["self_us"])[:max_ops]
+    by_total = sorted(table, key=lambda r: -r["total_us"])[:max_ops]
+    keep = {id(r): r for r in by_self + by_total}
+    return list(keep.values())
 
 
 def _columns(rows: list[dict], limit: int) -> dict:
