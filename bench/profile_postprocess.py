@@ -6,7 +6,7 @@ model is that), `--seconds` long, recorded as the profile op and the built-in en
 (every thread, shapes recorded). Prints each step after the window ends: torch.profiler's stop,
 the trace's export and parse (the events the judge reads, now with the op table), and torch's
 key_averages over the same window (what the op table cost before); the ratio of the whole
-post-processing before and after.
+post-processing before and after, and the process's peak memory after each.
 
     .venv/bin/python bench/profile_postprocess.py [--seconds 2]
 """
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import tempfile
 import threading
 import time
@@ -51,12 +52,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         raw = window.export(Path(scratch))
     t2 = time.perf_counter()
+    peak_now = _peak_gib()
     torch_rows = [
         a
         for a in window.prof.key_averages(group_by_input_shape=True)
         if a.device_type == torch.autograd.DeviceType.CPU
     ]
     t3 = time.perf_counter()
+    peak_before = _peak_gib()
     stop_s, export_s, torch_s = t1 - t0, t2 - t1, t3 - t2
     print(
         f"{args.seconds:g} s window, 2 busy threads, {raw['op_events_total']} op events; "
@@ -70,6 +73,11 @@ def main() -> None:
         f"post-processing: before {before:.1f} s, now {after:.1f} s: {before / after:.2f}x less "
         f"({len(raw['ops'])} of {len(torch_rows)} op rows kept)"
     )
+    print(f"peak resident memory: {peak_now:.2f} GiB now, {peak_before:.2f} GiB with key_averages")
+
+
+def _peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # ru_maxrss is in KiB
 
 
 if __name__ == "__main__":
