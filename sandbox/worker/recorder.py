@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from . import ranges
+from .shared import nested_self_times
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 LIMITS = {"max_ops": 400, "max_events": 20000, "max_ranges": 100_000}
@@ -147,31 +148,17 @@ def _trace_events(trace_file: Path, offset_ns: int, max_events: int, max_ops: in
 def op_rows(spans: list[Span], max_ops: int) -> list[dict]:
     """One row per (name, input shapes): count, self and total CPU time (µs), as torch's
     key_averages(group_by_input_shape=True) counts them (tests/tools/profile/test_op_rows.py),
-    in one pass over the trace instead of its Python event tree (a minute on a busy 2 s window):
-    an event's self time is its duration less that of the events it directly encloses on its
-    thread. The `max_ops` rows with the most self time and those with the most total time."""
+    from the trace instead of its Python event tree (a minute on a busy 2 s window). The
+    `max_ops` rows with the most self time and those with the most total time."""
     rows: dict[tuple[str, str], list[float]] = {}  # key -> [count, self µs, total µs]
-    open_: list[list] = []  # enclosing spans of the current thread: [end, dur, children, key]
-
-    def close(span: list) -> None:
-        row = rows.setdefault(span[3], [0, 0.0, 0.0])
+    spans_by_key = (
+        (tid, start, dur, name, (name, str(shapes))) for tid, start, dur, name, shapes in spans
+    )
+    for key, self_us, total_us in nested_self_times(spans_by_key):
+        row = rows.setdefault(key, [0, 0.0, 0.0])
         row[0] += 1
-        row[1] += max(0.0, span[1] - span[2])
-        row[2] += span[1]
-
-    thread = None
-    for tid, start, dur, name, shapes in sorted(spans, key=lambda s: (str(s[0]), s[1], -s[2])):
-        if tid != thread:
-            while open_:
-                close(open_.pop())
-            thread = tid
-        while open_ and open_[-1][0] <= start:
-            close(open_.pop())
-        if open_:
-            open_[-1][2] += dur
-        open_.append([start + dur, dur, 0.0, (name, str(shapes))])
-    while open_:
-        close(open_.pop())
+        row[1] += self_us
+        row[2] += total_us
     table = [
         {"name": name, "input_shapes": shapes, "count": c, "self_us": s, "total_us": t}
         for (name, shapes), (c, s, t) in rows.items()

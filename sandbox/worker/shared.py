@@ -51,3 +51,33 @@ def meminfo_bytes(key: str) -> int | None:
     except (OSError, ValueError, IndexError):
         pass
     return None
+
+
+def nested_self_times(spans) -> list[tuple]:
+    """(key, self time, total time) of each span of a trace, from (thread, start, duration,
+    name, key) tuples, as torch's key_averages counts them: a span's self time is its duration
+    less that of the spans directly inside it on its thread (the trace nests them by time), and
+    a span whose only child has its own name (a dispatch to an overload: aten::div_ inside
+    aten::div_) counts once (torch's EventList._remove_dup_nodes). Times in the spans' unit."""
+    by_thread: dict = {}
+    for span in spans:
+        by_thread.setdefault(span[0], []).append(span)
+    out = []
+    for events in by_thread.values():
+        events.sort(key=lambda e: (e[1], -e[2]))
+        roots: list[list] = []
+        stack: list[list] = []  # open spans: [name, end, duration, children, key]
+        for _, start, duration, name, key in events:
+            while stack and stack[-1][1] <= start:
+                stack.pop()
+            node = [name, start + duration, duration, [], key]
+            (stack[-1][3] if stack else roots).append(node)
+            stack.append(node)
+        todo = roots
+        while todo:
+            node = todo.pop()
+            while len(node[3]) == 1 and node[3][0][0] == node[0]:
+                node[3] = node[3][0][3]
+            out.append((node[4], max(0.0, node[2] - sum(c[2] for c in node[3])), node[2]))
+            todo += node[3]
+    return out

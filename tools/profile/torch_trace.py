@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...sandbox.worker.shared import nested_self_times
 from ..base import AgentError
 
 OP_CATEGORIES = ("cpu_op",)
@@ -126,29 +127,5 @@ def window(traces: list[Trace], window: tuple[int, int]) -> dict:
 
 
 def _self_times(ops: list[tuple[str, int, int, float, float]]) -> list[tuple[str, float, float]]:
-    """(name, self µs, total µs) per op, as torch's key_averages counts them: an op's duration
-    less that of the ops directly inside it on the same thread (the trace nests them by time),
-    and an op whose only child has its own name (a dispatch to an overload: aten::div_ inside
-    aten::div_) counted once, as torch's EventList._remove_dup_nodes does."""
-    out = []
-    by_thread: dict[tuple[int, int], list] = {}
-    for op in ops:
-        by_thread.setdefault((op[1], op[2]), []).append(op)
-    for events in by_thread.values():
-        events.sort(key=lambda e: (e[3], -e[4]))
-        roots: list[list] = []
-        stack: list[list] = []  # open nodes: [name, end µs, duration µs, children]
-        for name, _, _, ts, dur in events:
-            while stack and stack[-1][1] <= ts:
-                stack.pop()
-            node = [name, ts + dur, dur, []]
-            (stack[-1][3] if stack else roots).append(node)
-            stack.append(node)
-        todo = roots
-        while todo:
-            node = todo.pop()
-            while len(node[3]) == 1 and node[3][0][0] == node[0]:
-                node[3] = node[3][0][3]
-            out.append((node[0], max(0.0, node[2] - sum(c[2] for c in node[3])), node[2]))
-            todo += node[3]
-    return out
+    """(name, self µs, total µs) per op of (name, pid, tid, start µs, duration µs)."""
+    return nested_self_times(((pid, tid), ts, dur, name, name) for name, pid, tid, ts, dur in ops)
