@@ -20,6 +20,7 @@ from ...sandbox.worker.shared import median_rel_se
 Verdict = Literal["faster", "slower", "inconclusive"]
 
 CONFIDENCE = 0.95
+MIN_BLOCKS = 20  # a paired bootstrap resamples at least this many blocks (compare())
 # The minimal detectable effect is quoted at 80% power: an effect of that size is found
 # (its 95% interval excludes 1) four times out of five at this noise level.
 POWER = 0.80
@@ -82,7 +83,12 @@ def compare(
     correlation and the interval does not pay for drift twice. Outside load also comes
     in bursts longer than one pair, so pairs are resampled in contiguous blocks
     (`block_len`, default ~sqrt(n)): a burst stays inside one block instead of being
-    counted as many independent observations.
+    counted as many independent observations. But never fewer than MIN_BLOCKS blocks: a
+    bootstrap over a handful of blocks has a handful of distinct resamples, and its
+    interval is far too narrow (A/A pairs of 5-8 calls, as the Triton interpreter's A/Bs
+    on CPU often are, were called faster or slower half the time with sqrt(n) blocks;
+    tests/tools/common/test_stats.py); below 2 x MIN_BLOCKS pairs, pairs are resampled
+    one by one.
     """
     from scipy import stats  # ~1 s to import: only when a comparison is made, not at server start
 
@@ -93,7 +99,7 @@ def compare(
         raise ValueError(f"need at least 4 interleaved pairs to compare, got {n}")
     a, b = a[:n], b[:n]
     ratio = float(np.median(b) / np.median(a))
-    block = block_len or max(1, int(round(np.sqrt(n))))
+    block = block_len or max(1, min(int(round(np.sqrt(n))), n // MIN_BLOCKS))
     # Blocks of `block` consecutive pairs; the bootstrap resamples whole blocks.
     num_blocks = n // block
     a_blocks = a[: num_blocks * block].reshape(num_blocks, block)
