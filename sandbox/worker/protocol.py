@@ -146,6 +146,7 @@ class MicrobenchPayload(TypedDict, total=False):
     min_timed_calls: int  # an arm with fewer at budget_ms's end keeps timing, up to max_budget_ms
     max_budget_ms: float
     target_rel_se: float
+    decide_margin: float | None  # two arms: stop once their ratio is decided (racing), a fraction
     max_samples: int
     num_spot_checks: int
     order_seed: int

@@ -282,6 +282,7 @@ def timing_payload(
         ],
         "budget_ms": inp.budget_ms,
         "target_rel_se": inp.target_rel_se_pct / 100,
+        "decide_margin": None if inp.decide_margin_pct is None else inp.decide_margin_pct / 100,
         "min_timed_calls": MIN_TIMED_CALLS,
         "max_budget_ms": inp.max_budget_ms(),
         "num_spot_checks": NUM_SPOT_CHECKS,

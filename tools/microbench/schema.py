@@ -107,6 +107,16 @@ class Input(ToolInput):
         description="Stop when the standard error of each "
         "median is below this percentage of the median.",
     )
+    decide_margin_pct: float | None = Field(
+        default=None,
+        ge=0,
+        le=50,
+        description="Racing (sweep_kernel passes its tie_margin_pct): with a baseline, also stop "
+        "as soon as the candidate/baseline ratio of medians is decided, i.e. lies, within 3 "
+        "standard errors, wholly above 1, wholly below 1, or wholly within this many percent of "
+        "1 (stop_reason 'decided'). The answer's ratio CI is still the bootstrap over every "
+        "sample. null: stop on target_rel_se_pct, the budget or max_samples only.",
+    )
     flops_per_call: float | None = Field(
         default=None,
         ge=0,
@@ -197,9 +207,10 @@ class ShapeResult(BaseModel):
     flops_per_call: float = Field(description="FLOPs per call used for the roofline.")
     bytes_per_call: float = Field(description="Bytes moved per call used for the roofline.")
     stop_reason: str = Field(
-        description="'target_se' (medians known to the target), 'budget' (time ran out "
-        "first), 'min_calls' (the default budget ran out before every arm had "
-        f"{MIN_TIMED_CALLS} timed calls, and timing went on until it had) or 'max_samples'."
+        description="'target_se' (medians known to the target), 'decided' (the ratio was "
+        "decided: decide_margin_pct), 'budget' (time ran out first), 'min_calls' (the default "
+        f"budget ran out before every arm had {MIN_TIMED_CALLS} timed calls, and timing went on "
+        "until it had) or 'max_samples'."
     )
     warmup_calls: int = Field(description="Untimed warm-up calls per arm.")
     warmup_stable: bool = Field(

@@ -179,6 +179,8 @@ async def _time_pair(
             "shapes": [shape],
             "dtype": dtype,
             "budget_ms": budget_ms,
+            # a race stops a pair once it is decided; the grid times every pair to the budget
+            **({"decide_margin_pct": inp.tie_margin_pct} if inp.strategy == "race" else {}),
         }
         trial = await trials.call("microbench", args)
         challenger.trials.append(trial.outcome.experiment_id)

@@ -46,6 +46,11 @@ _now_ns = now_ns
 _getrusage = resource.getrusage
 
 MIN_SAMPLES = 10
+# Racing's early stop (payload decide_margin) looks at the ratio's interval after every check, so
+# the interval is wider than a 95% one (3 standard errors): repeated looks then seldom stop on
+# noise. What the answer reports is the judge's bootstrap CI over every sample, not this.
+DECIDE_Z = 3.0
+MIN_DECIDE_CALLS = 5  # per arm, before the early stop is looked at (the judge's minimum)
 WARMUP_WINDOW = 5  # calls per arm compared window against window
 WARMUP_STABLE = 0.10  # a window's median within 10% of the previous one: warmed up
 WARMUP_MAX_FRACTION = 0.25  # of the budget
@@ -200,6 +205,19 @@ def _warm_up(arms, sets, timer, deadline_ns: float) -> dict:
             return {"calls_per_arm": calls, "stable": False}
 
 
+def _decided(arms, margin: float) -> bool:
+    """Racing (sweep_kernel): the first arm's median / the second's is known to lie above 1, below
+    1, or within `margin` of 1 (DECIDE_Z standard errors of the log-ratio, from each median's)."""
+    first, second = (float(np.median(arm.samples)) for arm in arms)
+    if first <= 0 or second <= 0:
+        return False
+    se = math.hypot(median_rel_se(arms[0].samples), median_rel_se(arms[1].samples))
+    if not math.isfinite(se):
+        return False
+    low, high = first / second * math.exp(-DECIDE_Z * se), first / second * math.exp(DECIDE_Z * se)
+    return low > 1 or high < 1 or (1 - margin <= low and high <= 1 + margin)
+
+
 def _stable(t: list[int]) -> bool:
     last = float(np.median(t[-WARMUP_WINDOW:]))
     prev = float(np.median(t[-2 * WARMUP_WINDOW : -WARMUP_WINDOW]))
@@ -221,6 +239,8 @@ def _measure(
     target = float(payload.get("target_rel_se", 0.005))
     max_samples = int(payload.get("max_samples", 50_000))
     min_calls = int(payload.get("min_timed_calls", 0))
+    decide = payload.get("decide_margin")
+    deciding = decide is not None and len(arms) == 2
     deadline_ns, last_ns = deadlines_ns
     extended = False  # the budget ran out before min_calls: timing went on
     pick = random.Random(rng.random())  # spot-check draws independent of the order flips
@@ -259,6 +279,13 @@ def _measure(
                 next_check = iteration + max(MIN_SAMPLES, iteration // 10)
                 if all(median_rel_se(arm.samples) < target for arm in arms):
                     return "target_se"
+                if deciding and _decided(arms, float(decide)):
+                    return "decided"
+            elif deciding and max(min_calls, MIN_DECIDE_CALLS) <= iteration < MIN_SAMPLES:
+                # a ratio far from 1 is decided after a few calls per arm (a config 20x slower
+                # costs five of its calls, not the ten the precision checks start at)
+                if _decided(arms, float(decide)):
+                    return "decided"
             if now >= next_progress:
                 next_progress = now + 250_000_000
                 ctx.progress(iteration, None, f"{iteration} timed calls per arm")

@@ -84,6 +84,30 @@ async def test_precomputed_output_is_under_the_physical_floor(client):
     assert out["verdict"] == "invalid" and "INVALID" in out["summary"]
 
 
+SLOWER_ADD = "import time\ndef add(x, y):\n    time.sleep(0.003)\n    return x + y\n"
+
+
+async def test_racing_stops_a_pair_once_its_ratio_is_decided(client):
+    """sweep_kernel's races pass decide_margin_pct: a candidate far slower than its baseline is
+    decided after a few calls per arm, not timed to a 5 s budget; the judge's own interval over
+    those calls says slower."""
+    out = await call(
+        client,
+        "microbench",
+        kernel="vector_add",
+        source=SLOWER_ADD,
+        entry="add",
+        baseline_source=TORCH_ADD,
+        shapes=[{"N": 4096}],
+        budget_ms=5000,
+        decide_margin_pct=2,
+    )
+    shape = out["shapes"][0]
+    assert shape["stop_reason"] == "decided", shape["stop_reason"]
+    assert 5 <= shape["candidate"]["n"] < 10 and shape["baseline"]["n"] == shape["candidate"]["n"]
+    assert shape["verdict"] == "slower" and shape["ci_low"] > 1, shape
+
+
 async def test_correct_only_on_first_calls_fails_the_spot_check(client):
     out = await call(
         client,
