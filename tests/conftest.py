@@ -111,3 +111,18 @@ def in_forked_child(fn, *args):
         1
     ) as pool:  # a fresh interpreter: fork would inherit torch threads
         return pool.apply(fn, args)
+
+
+def processes_working_in(folder_name: str, comm: str | None = None) -> list[int]:
+    """Host pids of the processes working in a sandboxed engine's folder (their cwd, as the
+    sandbox shows it, ends with its name), optionally only those named `comm`."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cwd = os.readlink(proc / "cwd")
+            name = (proc / "comm").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        if cwd.endswith("/" + folder_name) and (comm is None or name == comm):
+            found.append(int(proc.name))
+    return found

@@ -53,6 +53,19 @@ def meminfo_bytes(key: str) -> int | None:
     return None
 
 
+def ratio_decision(low: float, high: float, margin: float) -> str | None:
+    """What a ratio's interval [low, high] (time / a leader's) decides in a race: "slower" (wholly
+    above 1), "faster" (wholly below), "tie" (wholly within `margin` of 1), else None. One rule for
+    the race's judge (tools/sweep_kernel/race.py) and microbench's early stop (the worker's loop)."""
+    if low > 1.0:
+        return "slower"
+    if high < 1.0:
+        return "faster"
+    if 1 - margin <= low and high <= 1 + margin:
+        return "tie"
+    return None
+
+
 def nested_self_times(spans) -> list[tuple]:
     """(key, self time, total time) of each span of a trace, from (thread, start, duration,
     name, key) tuples, as torch's key_averages counts them: a span's self time is its duration

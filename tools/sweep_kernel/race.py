@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from ...sandbox.worker.shared import ratio_decision
 from ..common.sweep import Budget, Trials
 from ..microbench.schema import MAX_BUDGET_MS, MIN_TIMED_CALLS
 from .schema import MAX_ROUNDS, Contender, Input
@@ -114,11 +115,12 @@ class Race:
 
     def judge(self, c: Candidate, pair: Pair, margin: float) -> None:
         self.last[id(c)] = pair
-        if pair.ci_low > 1.0:  # slower than a leader, and leaders only get faster
+        decision = ratio_decision(pair.ci_low, pair.ci_high, margin)
+        if decision == "slower":  # slower than a leader, and leaders only get faster
             self.contenders.remove(c)
-        elif pair.ci_high < 1.0:
+        elif decision == "faster":
             self.crown(c, pair)
-        elif 1 - margin <= pair.ci_low and pair.ci_high <= 1 + margin:
+        elif decision == "tie":
             self.contenders.remove(c)
             self.equivalent.append(c)
 

@@ -38,7 +38,7 @@ import numpy as np
 
 from ..context import JobContext
 from ..protocol import MicrobenchPayload
-from ..shared import median_rel_se, meminfo_bytes
+from ..shared import median_rel_se, meminfo_bytes, ratio_decision
 from ..timing import Arm, CpuTimer, CudaTimer, now_ns
 
 # Captured before any candidate code is imported (the op module is imported first).
@@ -215,7 +215,7 @@ def _decided(arms, margin: float) -> bool:
     if not math.isfinite(se):
         return False
     low, high = first / second * math.exp(-DECIDE_Z * se), first / second * math.exp(DECIDE_Z * se)
-    return low > 1 or high < 1 or (1 - margin <= low and high <= 1 + margin)
+    return ratio_decision(low, high, margin) is not None
 
 
 def _stable(t: list[int]) -> bool:
@@ -275,17 +275,16 @@ def _measure(
                 extended = True
             if iteration >= max_samples:
                 return "max_samples"
-            if iteration >= next_check:
+            checking = iteration >= next_check
+            if checking:
                 next_check = iteration + max(MIN_SAMPLES, iteration // 10)
                 if all(median_rel_se(arm.samples) < target for arm in arms):
                     return "target_se"
-                if deciding and _decided(arms, float(decide)):
-                    return "decided"
-            elif deciding and max(min_calls, MIN_DECIDE_CALLS) <= iteration < MIN_SAMPLES:
-                # a ratio far from 1 is decided after a few calls per arm (a config 20x slower
-                # costs five of its calls, not the ten the precision checks start at)
-                if _decided(arms, float(decide)):
-                    return "decided"
+            # racing: also after every call from MIN_DECIDE_CALLS to the first check, so a ratio
+            # far from 1 (a config 20x slower) costs five of its calls, not ten
+            early = max(min_calls, MIN_DECIDE_CALLS) <= iteration < MIN_SAMPLES
+            if deciding and (checking or early) and _decided(arms, float(decide)):
+                return "decided"
             if now >= next_progress:
                 next_progress = now + 250_000_000
                 ctx.progress(iteration, None, f"{iteration} timed calls per arm")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ToolCallError, call
+from conftest import ToolCallError, call, processes_working_in
 from serve_helpers import VLLM_PYTHON, vllm_client, vllm_workspace  # noqa: F401  (fixtures)
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
@@ -140,7 +140,7 @@ async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
         call(c, "serve_benchmark", handle=handle, workload={**WORKLOAD, "num_requests": 400})
     )
     await asyncio.sleep(5)
-    (core,) = _processes(folder_name, "VLLM::EngineCor")
+    (core,) = processes_working_in(folder_name, "VLLM::EngineCor")
     os.kill(core, signal.SIGKILL)
     try:
         out = await asyncio.wait_for(long_run, 120)
@@ -156,7 +156,7 @@ async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
     assert not serve["alive"] and serve["exit_cause"], serve
     await call(c, "stop_serve", handle=handle)
     assert (await call(c, "list_serves"))["serves"] == []
-    assert _processes(folder_name) == [], "a vLLM process outlived stop_serve"
+    assert processes_working_in(folder_name) == [], "a vLLM process outlived stop_serve"
 
 
 # Ours and `vllm bench serve` (vLLM's own benchmark client, from the same venv), alternating on
@@ -296,21 +296,6 @@ async def _vllm_bench_serve(port: int, tokenizer: Path, workspace: Path, seed: i
     return out
 
 
-def _processes(folder_name: str, comm: str | None = None) -> list[int]:
-    """Host pids of the processes working in the engine's folder (their cwd, as the sandbox
-    shows it, ends with its name), optionally only those named `comm`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cwd = os.readlink(proc / "cwd")
-            name = (proc / "comm").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        if cwd.endswith("/" + folder_name) and (comm is None or name == comm):
-            found.append(int(proc.name))
-    return found
-
-
 @pytest.mark.anyio
 async def test_vllm_bad_inputs_are_clear_errors(vllm_client, vllm_workspace):
     c = vllm_client
@@ -350,4 +335,4 @@ async def test_vllm_bad_inputs_are_clear_errors(vllm_client, vllm_workspace):
         assert "first error" in str(err.value) and "head_dim=16" in str(err.value), err.value
     finally:
         await call(c, "stop_serve", handle=bad["handle"])
-    assert _processes(folder_name) == [], "a vLLM process outlived stop_serve"
+    assert processes_working_in(folder_name) == [], "a vLLM process outlived stop_serve"

@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import ToolCallError, call
+from conftest import ToolCallError, call, processes_working_in
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
@@ -99,7 +99,9 @@ async def test_an_engine_that_died_is_named_with_its_cause(engine_client):
     c = engine_client
     launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     folder = Path(launched["socket"]).resolve().parent
-    engines = [pid for pid in _working_in(folder.name) if b"serving.engine" in _cmdline(pid)]
+    engines = [
+        pid for pid in processes_working_in(folder.name) if b"serving.engine" in _cmdline(pid)
+    ]
     assert len(engines) == 1, engines
     os.kill(engines[0], signal.SIGKILL)
     with pytest.raises(ToolCallError) as err:
@@ -109,18 +111,6 @@ async def test_an_engine_that_died_is_named_with_its_cause(engine_client):
     )
     assert "Launch it again" in str(err.value)
     await call(c, "stop_serve", handle=launched["handle"])
-
-
-def _working_in(folder_name: str) -> list[int]:
-    """Host pids of the processes whose working folder is the engine's."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if os.readlink(proc / "cwd").endswith("/" + folder_name):
-                found.append(int(proc.name))
-        except (OSError, ValueError):
-            continue
-    return found
 
 
 def _cmdline(pid: int) -> bytes:
