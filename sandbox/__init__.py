@@ -9,6 +9,7 @@
 
     ex = RayExecutor(sb, "auto", node=NodeConfig(...))  # cluster.py: the same run(), on Ray's nodes
     res = await ex.run(Job(op="noop"))          # res.placement: the node and its device fingerprint
+    actor = await ex.start_actor(Cls, resources)  # Cls(NodeConfig, WorkspaceVersion) on a node
 
 Layers (each probed; a missing one is reported, never silently skipped): bwrap
 namespaces around a warm zygote (policy.py, launcher.py, worker/zygote.py); per job,
@@ -39,6 +40,7 @@ from .triton_cache import TRUSTED_ZOO
 PUBLIC_MODULES = (
     "job",
     "cluster",  # the Ray executor (imports ray only when one is made)
+    "node",  # its node side: NodeHost, a Ray worker's sandbox (an engine's actor holds one)
     "worker.protocol",
     "worker.shared",
     "worker.tensors",

@@ -24,10 +24,7 @@ is cancelled and fails with that reason.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
-import os
-import stat
 import tempfile
 import time
 import uuid
@@ -38,9 +35,9 @@ from typing import Any
 from .errors import SandboxError
 from .isolation import Isolation
 from .job import Job, JobKind, JobResult
+from .mirror import WorkspaceMirror
 from .node import (
     JobWire,
-    ManifestEntry,
     NodeConfig,
     NodeProgress,
     ResultWire,
@@ -57,8 +54,6 @@ log = logging.getLogger(__name__)
 INSTALL_HINT = "pip install 'ray[default]==2.60.0' (on the server and on every node)"
 FEASIBILITY_CHECK_S = 2.0  # how often a waiting job checks that a live node can still run it
 LIVE_NODES_TTL_S = 1.0  # a new job trusts Ray's list of live nodes this long
-WORKSPACE_LIMIT = 256 << 20  # bytes of workspace mirrored to the nodes
-SKIPPED_DIRS = {".git", "__pycache__", ".pytest_cache", ".venv", "node_modules"}
 
 
 @dataclass(frozen=True)
@@ -183,7 +178,7 @@ class RayExecutor:
                     raise SandboxError(_node_failure(died.cause, self.retries)) from None
                 log.warning(
                     "a job's node failed (%s); starting it again (attempt %d of %d)",
-                    _first_line(died.cause),
+                    first_line(died.cause),
                     attempt + 2,
                     self.retries + 1,
                 )
@@ -207,7 +202,9 @@ class RayExecutor:
             scheduling_strategy="SPREAD",
         ).remote(wire, workspace, self._node)
         sent = time.monotonic()
-        await report(progress, 0.0, None, f"sent to the cluster (needs {_words(resources)})")
+        await report(
+            progress, 0.0, None, f"sent to the cluster (needs {resource_words(resources)})"
+        )
         try:
             future = asyncio.ensure_future(_relay(stream, progress))
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
@@ -235,10 +232,29 @@ class RayExecutor:
             raise _NodeDied(exc) from None
         except self._ray.exceptions.RayError as exc:  # Ray failed otherwise
             raise SandboxError(
-                f"Ray could not run the job ({_first_line(exc)}); look at device_info's "
+                f"Ray could not run the job ({first_line(exc)}); look at device_info's "
                 "cluster view, then call again"
             ) from None
         return self._unpack(wire_back, time.monotonic() - sent)
+
+    # --- actors: what lives on a node between calls (an engine) ------------------------------
+
+    async def start_actor(self, cls: type, resources: dict[str, float], *args: Any) -> Any:
+        """An actor of `cls` on a node that has `resources` (held for the actor's life; a node's
+        death ends it, Ray never restarts it), made with `cls(NodeConfig, WorkspaceVersion,
+        *args)`: its node's sandbox, and the workspace as it is now."""
+        self._check_feasible(resources)
+        workspace = await asyncio.to_thread(self._mirror.version, self._ray)
+        return (
+            self._ray.remote(cls)
+            .options(
+                **_ray_options(resources),
+                max_restarts=0,
+                max_concurrency=16,  # its requests and its load runs at once (an async actor)
+                scheduling_strategy="SPREAD",
+            )
+            .remote(self._node, workspace, *args)
+        )
 
     def _unpack(self, wire: ResultWire, elapsed_s: float) -> JobResult:
         result = wire.result
@@ -260,9 +276,9 @@ class RayExecutor:
         live = self._live_nodes(fresh)
         if any(all(n.get(k, 0.0) >= v for k, v in resources.items()) for n in live.values()):
             return
-        have = "; ".join(f"{a} {_words(r)}" for a, r in live.items()) or "no live node"
+        have = "; ".join(f"{a} {resource_words(r)}" for a, r in live.items()) or "no live node"
         raise SandboxError(
-            f"no live node of the cluster has {_words(resources)} (nodes: {have}); "
+            f"no live node of the cluster has {resource_words(resources)} (nodes: {have}); "
             "add such a node, or ask for what the cluster has"
         )
 
@@ -295,70 +311,6 @@ class RayExecutor:
     async def aclose(self) -> None:
         if self._owns_ray and self._ray.is_initialized():
             await asyncio.to_thread(self._ray.shutdown)
-
-
-class WorkspaceMirror:
-    """The workspace as a manifest the nodes sync to: each file's hash and a Ray object of
-    its bytes, made once per content (a file is re-read only when its size or mtime moved)."""
-
-    def __init__(self, root: Path, hidden: tuple[str, ...]):
-        self.root = root
-        self.hidden = tuple(Path(h) for h in hidden)
-        self._known: dict[str, tuple[int, int, ManifestEntry]] = {}  # rel -> (size, mtime, entry)
-        self._version: WorkspaceVersion | None = None
-
-    def version(self, ray: Any) -> WorkspaceVersion:
-        """The workspace now; its manifest is put into Ray's object store once per version."""
-        manifest = self.manifest(ray)
-        digest = hashlib.sha256(
-            "\n".join(
-                f"{rel}\0{e.sha256}\0{e.mode}" for rel, e in sorted(manifest.items())
-            ).encode()
-        ).hexdigest()
-        if self._version is None or self._version.digest != digest:
-            self._version = WorkspaceVersion(digest, [ray.put(manifest)])
-        return self._version
-
-    def manifest(self, ray: Any) -> dict[str, ManifestEntry]:
-        out: dict[str, ManifestEntry] = {}
-        total = 0
-        for dirpath, dirnames, filenames in os.walk(self.root):
-            rel_dir = Path(dirpath).relative_to(self.root)
-            dirnames[:] = [
-                d
-                for d in dirnames
-                if d not in SKIPPED_DIRS
-                and not any((rel_dir / d).is_relative_to(h) for h in self.hidden)
-            ]
-            for name in filenames:
-                path = Path(dirpath) / name
-                try:
-                    st = path.stat()
-                except OSError:
-                    continue
-                if not stat.S_ISREG(st.st_mode):
-                    continue
-                rel = str(rel_dir / name)
-                total += st.st_size
-                if total > WORKSPACE_LIMIT:
-                    raise SandboxError(
-                        f"the workspace holds more than {WORKSPACE_LIMIT >> 20} MiB of files to "
-                        "send to the cluster's nodes; move data out of it (checkpoints, traces)"
-                    )
-                known = self._known.get(rel)
-                if known is None or known[:2] != (st.st_size, st.st_mtime_ns):
-                    data = path.read_bytes()
-                    entry = ManifestEntry(
-                        sha256=hashlib.sha256(data).hexdigest(),
-                        mode=st.st_mode & 0o755,
-                        blob=ray.put(data),
-                    )
-                    known = (st.st_size, st.st_mtime_ns, entry)
-                    self._known[rel] = known
-                out[rel] = known[2]
-        for rel in [r for r in self._known if r not in out]:
-            del self._known[rel]
-        return out
 
 
 def _errors_to_stderr(ray: Any) -> None:
@@ -414,19 +366,21 @@ def _available_per_node(ray: Any) -> dict[str, dict[str, float]]:
     }
 
 
-def _words(resources: dict[str, float]) -> str:
+def resource_words(resources: dict[str, float]) -> str:
+    """Resources in words: "GPU=1, accelerator_type:H200=0.001"."""
     shown = {k: v for k, v in resources.items() if k not in ("memory", "object_store_memory")}
     return ", ".join(f"{k}={v:g}" for k, v in sorted(shown.items())) or "nothing"
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception as its type and its first line, for messages."""
     text = str(exc).strip()
     return f"{type(exc).__name__}: {text.splitlines()[0][:400] if text else ''}"
 
 
 def _node_failure(exc: Exception, retries: int) -> str:
     return (
-        f"the job's node failed ({_first_line(exc)}); it was started {retries + 1} time(s), "
+        f"the job's node failed ({first_line(exc)}); it was started {retries + 1} time(s), "
         "on another eligible node after a node died. Look at device_info's cluster view for "
         "the nodes alive now, then call again"
     )
@@ -436,4 +390,11 @@ def default_base_dir() -> str:
     return str(Path(tempfile.gettempdir()) / "infra-agent-nodes")
 
 
-__all__ = ["NodeConfig", "NodeView", "RayExecutor", "default_base_dir"]
+__all__ = [
+    "NodeConfig",
+    "NodeView",
+    "RayExecutor",
+    "default_base_dir",
+    "first_line",
+    "resource_words",
+]

@@ -185,15 +185,7 @@ class NodeHost:
     ) -> Iterator[NodeProgress | ResultWire]:
         import ray
 
-        if not self.sandbox.isolation.sandboxed:
-            raise SandboxError(
-                f"node {self.placement.address} ({self.node_id[:12]}) runs no sandbox "
-                f"({self.sandbox.isolation.missing.get('bwrap')}): install bubblewrap there; "
-                "a cluster node never runs agents' code unsandboxed"
-            )
-        if workspace.digest != self.version:
-            self._sync(ray.get(workspace.manifest[0]))
-            self.version = workspace.digest
+        self.prepare(workspace)
         inputs = self.inputs / f"{time.time_ns()}-{uuid.uuid4().hex[:8]}"
         job = replace(wire.job, inputs=wire.unpack(inputs))
         gpu_ids = tuple(str(g) for g in ray.get_gpu_ids())
@@ -227,6 +219,21 @@ class NodeHost:
             out_tar = b"" if empty else tar_folder(result.out_dir, limit=RESULT_TAR_LIMIT)
         placement = replace(self.placement, gpu_ids=gpu_ids)
         yield ResultWire(replace(result, out_dir=None, placement=placement), out_tar)
+
+    def prepare(self, workspace: WorkspaceVersion) -> None:
+        """Before agents' code runs here (a job, an engine): refuse without a complete sandbox,
+        bring the workspace copy to the version the server sent."""
+        import ray
+
+        if not self.sandbox.isolation.sandboxed:
+            raise SandboxError(
+                f"node {self.placement.address} ({self.node_id[:12]}) runs no sandbox "
+                f"({self.sandbox.isolation.missing.get('bwrap')}): install bubblewrap there; "
+                "a cluster node never runs agents' code unsandboxed"
+            )
+        if workspace.digest != self.version:
+            self._sync(ray.get(workspace.manifest[0]))
+            self.version = workspace.digest
 
     def _sync(self, manifest: dict[str, ManifestEntry]) -> None:
         """Bring the workspace copy to the manifest: fetch what changed, drop what is gone."""

@@ -215,7 +215,11 @@ class ServerState:
         if self._engines is None:
             from ..serving.lifecycle import Engines
 
-            self._engines = Engines(self.sandbox, pythons=self.engine_pythons)
+            self._engines = Engines(
+                self.sandbox,
+                pythons=self.engine_pythons,
+                cluster=(lambda: self.executor) if self.cluster is not None else None,
+            )
         return self._engines
 
     async def aclose(self) -> None:
@@ -307,6 +311,9 @@ class CallContext:
             )
             entry["jobs"] += 1
         return list(by_node.values())
+
+    def ran_on(self, placement: Placement) -> None:
+        self.placements.append(placement)
 
     def record_code(self, kernel: str | None, arguments: dict) -> None:
         """What the call names before any job runs: its kernel's folder and its inline code."""

@@ -2,7 +2,8 @@
 
     engines = Engines(sandbox)                       # one per server
     eng = await engines.launch(adapter, args)        # ready, or EngineError with the log tail
-    eng.endpoint(...)                                # what the load generator talks to
+    eng.client()                                     # httpx to its API (health, /metrics)
+    await eng.run_load(ep, requests, arrivals)       # the load generator, where the engine runs
     await engines.stop(eng.handle)                   # the whole process tree, always
     await engines.aclose()                           # every engine this server started
 
@@ -12,6 +13,8 @@ bubblewrap, cgroup and folder, confined before it starts). This module says what
 engine needs (`_service_spec`: its command line, the model folder read-only at /model,
 our serving and kernel packages for the built-in engine), when it is ready (it answers
 its adapter's health path), and keeps the bookkeeping `list_serves` and `stop_serve` read.
+With a Ray cluster, `launch(..., resources=)` places an engine on a node that has them
+(remote.py: the engine and its load generator both run there).
 """
 
 from __future__ import annotations
@@ -21,14 +24,18 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 import anyio
 import httpx
 
 from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, free_port
+from ..sandbox.job import Placement
 from .adapters import EngineAdapter, EngineArgs
 from .engine_log import first_error_line
 from .interpreters import Interpreter
+from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult, no_gc_pauses, run_benchmark
+from .remote import RemoteService
 from .unix_http import UnixSocketTransport
 
 __all__ = ["Engine", "EngineError", "Engines", "StoppedEngine", "free_port"]
@@ -53,14 +60,25 @@ class Engine:
     handle: str
     adapter: EngineAdapter
     args: EngineArgs
-    service: Service  # the sandboxed process tree, its folder and log
+    service: Service | RemoteService  # the sandboxed process tree, its folder and log
     started_at: float = field(default_factory=time.time)
     ready_s: float | None = None
     stopped: bool = False  # stop() was called (maybe by another call, while it was still starting)
 
     @property
+    def node(self) -> str | None:
+        """The cluster node it runs on, in words (address and node id); None: this host."""
+        return self.service.node if isinstance(self.service, RemoteService) else None
+
+    @property
+    def placement(self) -> Placement | None:
+        """Its cluster node with that node's device fingerprint; None: this host."""
+        return self.service.placement if isinstance(self.service, RemoteService) else None
+
+    @property
     def folder(self) -> Path:
-        """Host path of the engine's own folder (its log, caches, the profiles it records)."""
+        """Path of the engine's own folder (its log, caches, the profiles it records), on the
+        host that runs it."""
         return self.service.folder
 
     @property
@@ -82,7 +100,11 @@ class Engine:
         (e.g. `RuntimeError: Unsupported CPU attention configuration: head_dim=16`) lies
         ~100 lines higher."""
         tail = self.log_tail(num_bytes)
-        first = first_error_line(self.log_path)
+        service = self.service
+        if isinstance(service, RemoteService):
+            first = service.first_error()
+        else:
+            first = first_error_line(service.log_path)
         if first is None or first[1] in tail:
             return f"its log ends:\n{tail}"
         line_no, text = first
@@ -110,11 +132,24 @@ class Engine:
         return self.alive
 
     def client(self, timeout_s: float = 30.0) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
-            base_url="http://engine",
-            transport=UnixSocketTransport(self.socket_path),
-            timeout=timeout_s,
-        )
+        """httpx to the engine's API, for requests outside a timed run (health, /metrics): its
+        bridge socket here, or relayed by its node."""
+        service = self.service
+        if isinstance(service, RemoteService):
+            transport: httpx.AsyncBaseTransport = service.transport()
+        else:
+            transport = UnixSocketTransport(service.socket_path)
+        return httpx.AsyncClient(base_url="http://engine", transport=transport, timeout=timeout_s)
+
+    async def run_load(
+        self, ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, **options
+    ) -> RunResult:
+        """run_benchmark (its keyword arguments in `options`) where the engine runs: in this
+        process, or on the engine's node, so that no network hop enters a latency."""
+        if isinstance(self.service, RemoteService):
+            return await self.service.run_load(ep, requests, arrivals, **options)
+        with no_gc_pauses():
+            return await run_benchmark(ep, requests, arrivals, **options)
 
     def describe(self) -> dict:
         alive = self.alive
@@ -125,6 +160,7 @@ class Engine:
             "alive": alive,
             "ready_s": self.ready_s,
             "started_at": self.started_at,
+            "node": self.node,
             "socket": self.socket_path,
             "log": str(self.log_path),
             "exit_cause": None if alive else f"{self.death_cause()}; {self.log_excerpt(1500)}",
@@ -142,9 +178,16 @@ class StoppedEngine:
 
 class Engines:
     def __init__(
-        self, sandbox, *, memory_bytes: int | None = None, pythons: dict[str, str] | None = None
+        self,
+        sandbox,
+        *,
+        memory_bytes: int | None = None,
+        pythons: dict[str, str] | None = None,
+        cluster: Callable[[], Any] | None = None,
     ):
         self.sandbox = sandbox
+        # the server's Ray executor (sandbox/cluster.py), joined on first use; None: no cluster
+        self.cluster = cluster
         # engine -> its interpreter, from the server's command line (--engine-python): these win
         # over the workspace's [engines.<name>] python (serving/interpreters.py)
         self.pythons = dict(pythons or {})
@@ -186,9 +229,12 @@ class Engines:
         interpreter: Interpreter | None = None,
         ready_timeout_s: float = 300.0,
         progress=None,
+        resources: dict[str, float] | None = None,
     ) -> Engine:
         """Start an engine and wait until it answers its health path. `interpreter`: the Python
-        of an engine with an install of its own (adapter.package); None: this server's."""
+        of an engine with an install of its own (adapter.package); None: this server's.
+        `resources`: on a node of the Ray cluster that has them (Ray resource names: GPU,
+        accelerator_type:H200, ...); None: on this host."""
         sb = self.sandbox
         if not sb.isolation.sandboxed and not sb.allow_unsandboxed:
             raise EngineError(
@@ -197,12 +243,24 @@ class Engines:
             )
         adapter.check(args)
         handle = f"serve-{uuid.uuid4().hex[:8]}"
-        site = sb.service_site(f"engine-{handle}")
-        spec = self._service_spec(adapter, args, site, interpreter)
+        name = f"engine-{handle}"
         try:
-            eng = Engine(handle, adapter, args, await sb.start_service(spec))
+            if resources is None:
+                site = sb.service_site(name)
+                service = await sb.start_service(
+                    self._service_spec(adapter, args, site, interpreter)
+                )
+            else:
+                service = await RemoteService.start(
+                    self._executor(),
+                    resources,
+                    name,
+                    lambda site: self._service_spec(adapter, args, site, interpreter),
+                    place_timeout_s=ready_timeout_s,
+                )
         except SandboxError as exc:
             raise EngineError(f"the {adapter.name} engine could not be started: {exc}") from None
+        eng = Engine(handle, adapter, args, service)
         self._engines[handle] = eng
         try:
             await self._wait_ready(eng, ready_timeout_s, progress)
@@ -223,6 +281,15 @@ class Engines:
                 ) from None
             raise
         return eng
+
+    def _executor(self) -> Any:
+        if self.cluster is None:
+            raise EngineError(
+                "resources= places an engine on a node of a Ray cluster, and this server runs "
+                "on none: start it with --cluster auto|HOST:PORT (or a [cluster] table in "
+                "infra-agent.toml), or drop resources= to run the engine on this host"
+            )
+        return self.cluster()
 
     def _service_spec(
         self,

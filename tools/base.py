@@ -300,6 +300,10 @@ class ToolContext(Protocol):
         """With a Ray cluster configured, its nodes (sandbox/cluster.py NodeView.to_json());
         empty when jobs run on the server's own host."""
 
+    def ran_on(self, placement: Any) -> None:
+        """Count work this call did on a cluster node outside its jobs (a load run on an engine's
+        node; a sandbox.job.Placement) in the ledger's `nodes`, as a job there counts."""
+
     def read_artifact(self, experiment_id: str, name: str) -> str | None:
         """A text artifact a previous experiment stored (a baseline's records), or None."""
 

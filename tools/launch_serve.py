@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ..serving.adapters import ADAPTERS, EngineArgs
 from .base import Tool, ToolContext, ToolInput, ToolOutput
-from .common.engines import engine_label, start_engine
+from .common.engines import engine_label, resources_field, start_engine
 from .common.expect import answer
 
 
@@ -30,6 +30,7 @@ class Input(ToolInput):
         le=3600,
         description="How long to wait for the engine to answer its health check, s.",
     )
+    resources: dict[str, float] | None = resources_field()
 
 
 class Output(ToolOutput):
@@ -48,10 +49,17 @@ class Output(ToolOutput):
         description="Whether it exports Prometheus /metrics (needed for phase attribution)."
     )
     profiling: bool = Field(description="Whether it has /start_profile and /stop_profile.")
+    node: str | None = Field(
+        None,
+        description="The cluster node it runs on (address and Ray node id); null: the server's "
+        "host. The socket path is then the node's.",
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
-    eng = await start_engine(ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s)
+    eng = await start_engine(
+        ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s, resources=inp.resources
+    )
     ctx.artifact("engine.log", eng.log_tail(200_000))
     out = Output(
         handle=eng.handle,
@@ -61,7 +69,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         extensions=sorted(eng.adapter.extensions),
         metrics=eng.adapter.metrics_path is not None,
         profiling=eng.adapter.profile_paths is not None,
-        summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args)} ready in "
+        node=eng.node,
+        summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args, eng.node)} ready in "
         f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
         "exits)",
     )

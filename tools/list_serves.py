@@ -17,6 +17,11 @@ class Serve(BaseModel):
     alive: bool = Field(description="Whether its process still runs.")
     ready_s: float | None = Field(description="Start-up time to its first healthy answer, s.")
     started_at: float = Field(description="Unix time it was started, s.")
+    node: str | None = Field(
+        None,
+        description="The cluster node it runs on (address and Ray node id); null: the "
+        "server's host. An engine whose node died is not alive, and exit_cause says so.",
+    )
     exit_cause: str | None = Field(
         None,
         description="When it is no longer alive: why (exit code, signal, "
@@ -42,7 +47,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     ]
     now = time.time()
     running = [
-        f"{engine_label(e.adapter.name, e.handle, e.args)}, up {now - e.started_at:.0f} s"
+        f"{engine_label(e.adapter.name, e.handle, e.args, e.node)}, up {now - e.started_at:.0f} s"
         for e, s in zip(engines, serves)
         if s.alive
     ]

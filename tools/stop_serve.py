@@ -48,7 +48,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     tail = await ctx.engines.stop(inp.handle)
     ctx.artifact("engine.log", tail)
     uptime = time.time() - eng.started_at
-    label = engine_label(eng.adapter.name, inp.handle, eng.args)
+    label = engine_label(eng.adapter.name, inp.handle, eng.args, eng.node)
     return Output(
         handle=inp.handle,
         engine=eng.adapter.name,

@@ -19,7 +19,7 @@ from .datasets import (
     sharegpt_requests,
 )
 from .metrics import TTFT_RULE, Distribution, Metrics, RequestRecord, compute
-from .runner import MAX_IN_FLIGHT, RunResult, run_benchmark, sleep_until
+from .runner import MAX_IN_FLIGHT, RunResult, no_gc_pauses, run_benchmark, sleep_until
 
 __all__ = [
     "Arrivals",
@@ -32,6 +32,7 @@ __all__ = [
     "RunResult",
     "TTFT_RULE",
     "compute",
+    "no_gc_pauses",
     "random_requests",
     "run_benchmark",
     "sharegpt_requests",

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -65,12 +67,13 @@ async def _sweep(ws: Path, during=None) -> dict:
         async with Client(srv) as client:
             sweep = asyncio.ensure_future(call(client, "sweep_kernel", **SWEEP))
             if during is not None:
-                await during()
+                await during(client)
             out = await sweep
             info = await call(client, "device_info")
+            serves = await call(client, "list_serves")
     finally:
         await srv.aclose()
-    return {"sweep": out, "device_info": info}
+    return {"sweep": out, "device_info": info, "serves": serves}
 
 
 async def test_a_sweep_runs_on_both_nodes_and_answers_as_the_local_sandbox(two_nodes, tmp_path):
@@ -180,13 +183,106 @@ def test_the_stdio_server_on_a_cluster_writes_only_protocol_to_stdout(two_nodes,
     assert json.loads(nodes)[0]["node_id"] in (two_nodes.id_a, two_nodes.id_b)  # ran on a node
 
 
+WORKLOAD = {"num_requests": 16, "input_len": 16, "output_len": 6, "max_concurrency": 4, "seed": 5}
+
+
+async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two_nodes, tmp_path):
+    """launch_serve with node B's resource: the engine runs in node B's sandbox (a child of an
+    actor Ray placed on B, by Ray's own actor table and the process tree), its model folder
+    the node's copy of the workspace's; serve_benchmark's load runs there too (Ray's record of
+    the actor's tasks), and the engine's own /metrics agree with what the client measured."""
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+    from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+    ws = _workspace(tmp_path / "cluster", two_nodes.address)
+    build_tiny_checkpoint(ws / "tiny")
+    srv = build_server(ws)
+    try:
+        async with Client(srv) as client:
+            eng = await call(
+                client,
+                "launch_serve",
+                engine="builtin",
+                args={"model": "tiny"},
+                resources={TYPE_B: 0.001},
+            )
+            actor = _engine_actor()
+            children = _child_commands(actor["pid"])
+            bench = await call(
+                client, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD, repeats=2
+            )
+            listed = await call(client, "list_serves")
+            stopped = await call(client, "stop_serve", handle=eng["handle"])
+    finally:
+        await srv.aclose()
+    assert eng["node"] == f"127.0.0.1 ({two_nodes.id_b[:12]})", eng
+    assert actor["node_id"] == two_nodes.id_b
+    assert "bwrap" in children, children  # the engine's sandbox, started by that actor
+    assert f"on node 127.0.0.1 ({two_nodes.id_b[:12]})" in eng["summary"]
+    m = bench["metrics"]
+    assert (m["completed"], m["failed"]) == (16, 0), bench["summary"]
+    # the engine's own account (its /metrics, relayed by the node) agrees with the client's
+    assert m["prefill_ms"] is not None and m["decode_ms"] is not None
+    assert not [f for f in bench["findings"] if "disagree" in f], bench["findings"]
+    assert [s["node"] for s in listed["serves"]] == [eng["node"]]
+    assert "on node 127.0.0.1" in stopped["summary"]
+    # every load the call ran (the cost probes, then the repeats) ran on B, by Ray's own record
+    loads = _task_nodes("EngineNode.run_load")
+    assert len(loads) >= 2 and set(loads) == {two_nodes.id_b}, loads
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        (nodes,) = db.execute(
+            "SELECT nodes FROM experiments WHERE id=?", (bench["experiment_id"],)
+        ).fetchone()
+    assert [(n["node_id"], n["jobs"]) for n in json.loads(nodes)] == [(two_nodes.id_b, 2)]
+
+
+def _engine_actor() -> dict:
+    """The live EngineNode actor, from Ray's own actor table (the GCS): its node and pid."""
+    import ray
+
+    live = [
+        a
+        for a in ray._private.state.actors().values()
+        if a["ActorClassName"].endswith("EngineNode") and a["State"] == "ALIVE"
+    ]
+    assert len(live) == 1, live
+    return {"node_id": live[0]["Address"]["NodeID"], "pid": live[0]["Pid"]}
+
+
+def _task_nodes(name: str) -> list[str]:
+    """The node of each task named `name` Ray ran, from the task events its GCS keeps."""
+    import ray
+
+    for _ in range(50):  # workers report their task events about once a second
+        events = [
+            e for e in ray._private.state.state._get_all_task_events() if e.task_info.name == name
+        ]
+        nodes = [e.state_updates.node_id.hex() for e in events]
+        if events and all(nodes):
+            return nodes
+        time.sleep(0.1)
+    return nodes
+
+
+def _child_commands(pid: int) -> list[str]:
+    out = subprocess.run(["ps", "--ppid", str(pid), "-o", "comm="], capture_output=True, text=True)
+    return out.stdout.split()
+
+
 async def test_node_b_killed_mid_sweep_the_sweep_completes_and_every_row_closes(
     two_nodes, tmp_path
 ):
-    """Last in the module: node B does not come back."""
+    """An engine runs on B too: once B is gone, list_serves reports it lost, naming B. Last in
+    the module: node B does not come back."""
     ws = _workspace(tmp_path / "cluster", two_nodes.address)
+    engine = {}
 
-    async def kill_b_once_trials_ran() -> None:
+    async def kill_b_once_trials_ran(client) -> None:
+        engine.update(
+            await call(client, "launch_serve", engine="builtin", resources={TYPE_B: 0.001})
+        )
         db = ws / ".infra-agent" / "ledger.sqlite"
         for _ in range(600):
             await asyncio.sleep(0.1)
@@ -200,7 +296,12 @@ async def test_node_b_killed_mid_sweep_the_sweep_completes_and_every_row_closes(
                     break
         await asyncio.to_thread(two_nodes.kill_b)
 
-    out = (await _sweep(ws, during=kill_b_once_trials_ran))["sweep"]
+    answers = await _sweep(ws, during=kill_b_once_trials_ran)
+    out = answers["sweep"]
+    (lost,) = answers["serves"]["serves"]
+    assert lost["handle"] == engine["handle"] and not lost["alive"], lost
+    assert f"its node 127.0.0.1 ({two_nodes.id_b[:12]}) is lost" in lost["exit_cause"], lost
+    assert f"{engine['handle']} (builtin) is dead: its node" in answers["serves"]["summary"]
     trials = _children(ws, out["experiment_id"])
     assert trials and all(t["status"] in ("ok", "error") for t in trials), trials
     # a failure names its cause: the node, or (any sweep) a race round too short for microbench

@@ -5,15 +5,40 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
+
+from pydantic import Field
 
 from ...kernels.workspace import WorkspaceError
+from ...sandbox.cluster import resource_words
 from ...serving.adapters import AdapterError, EngineArgs, adapter_for
 from ...serving.interpreters import InterpreterError, find_interpreter
 from ...serving.lifecycle import Engine, EngineError
 from .errors import AgentError
 
 
-async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: float) -> Engine:
+def resources_field(whose: str = "the engine") -> Any:
+    """The `resources` field of the tools that start an engine: where it runs."""
+    return Field(
+        None,
+        description=f"On a server with a Ray cluster (serve --cluster): run {whose} on a node "
+        'that has these Ray resources, held while it runs, e.g. {"GPU": 1, '
+        '"accelerator_type:H200": 0.001} (device_info lists each node\'s). serve_benchmark '
+        "then runs its load generator on that node too, so no network hop enters the "
+        "latencies. null: on the server's own host.",
+    )
+
+
+async def start_engine(
+    ctx,
+    engine: str,
+    args: EngineArgs,
+    *,
+    ready_timeout_s: float,
+    resources: dict[str, float] | None = None,
+) -> Engine:
+    """An engine ready to serve: on this host, or with `resources` on a cluster node that has
+    them."""
     if args.model:
         try:
             args = args.model_copy(update={"model": str(ctx.workspace.folder(args.model))})
@@ -33,7 +58,8 @@ async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: f
             )
         except (InterpreterError, WorkspaceError) as exc:
             raise AgentError(str(exc)) from None
-    await ctx.progress(0, None, f"starting the {engine} engine")
+    where = f" on a cluster node with {resource_words(resources)}" if resources else ""
+    await ctx.progress(0, None, f"starting the {engine} engine{where}")
     try:
         return await ctx.engines.launch(
             adapter,
@@ -41,6 +67,7 @@ async def start_engine(ctx, engine: str, args: EngineArgs, *, ready_timeout_s: f
             interpreter=interpreter,
             ready_timeout_s=ready_timeout_s,
             progress=ctx.progress,
+            resources=resources,
         )
     except EngineError as exc:
         raise AgentError(str(exc)) from None
@@ -76,10 +103,10 @@ def engine_tokenizer(engine: Engine):
     return PlainTokenizer(model_dir)
 
 
-def engine_label(engine: str, handle: str, args: EngineArgs) -> str:
+def engine_label(engine: str, handle: str, args: EngineArgs, node: str | None = None) -> str:
     """'builtin engine serve-1a2b (model tiny, kernels rmsnorm=triton, max_num_seqs=8)': what
     runs, for summaries (the model folder by name; only the arguments that differ from the
-    defaults)."""
+    defaults; the cluster node it runs on, if not this host)."""
     if args.model:
         what = [f"model {Path(args.model).name}"]
     else:
@@ -92,4 +119,5 @@ def engine_label(engine: str, handle: str, args: EngineArgs) -> str:
             what.append("command " + " ".join(value)[:120])
         else:
             what.append(f"{key}={' '.join(value) if isinstance(value, list) else value}")
-    return f"{engine} engine {handle}" + (f" ({', '.join(what)})" if what else "")
+    label = f"{engine} engine {handle}" + (f" ({', '.join(what)})" if what else "")
+    return label + (f" on node {node}" if node else "")

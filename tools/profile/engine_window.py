@@ -51,6 +51,13 @@ class WindowReader(Protocol):
 
 
 def reader_for(engine) -> WindowReader:
+    if engine.node is not None:  # py-spy, /proc and the traces are the engine's host's
+        raise AgentError(
+            f"profile(handle=) samples the engine's processes and reads its traces on the "
+            f"server's host, and {engine.handle} runs on cluster node {engine.node}: launch_serve "
+            "the same engine without resources= to profile it here, or profile a workload (a "
+            "job, which runs on the cluster's nodes)"
+        )
     kind = getattr(engine.adapter, "profile_kind", None)
     if kind not in READERS:
         raise AgentError(

@@ -76,6 +76,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             baseline=base_engine,
         )
         elapsed_s = time.monotonic() - started
+        for eng, side in ((engine, runs.this), (base_engine, runs.baseline)):
+            if eng is not None and eng.placement is not None:
+                for _ in side:  # each repeat's load ran on the engine's node
+                    ctx.ran_on(eng.placement)
     finally:
         if launched:
             await ctx.engines.stop(
@@ -99,7 +103,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         latencies=latency_table(metrics, spread),
         output_tokens_source=sources.pop() if len(sources) == 1 else "mixed",
         target=report.target(
-            engine_label(engine.adapter.name, engine.handle, engine.args),
+            engine_label(engine.adapter.name, engine.handle, engine.args, engine.node),
             inp.workload,
             inp.repeats,
             launched,
@@ -155,7 +159,11 @@ async def _engine(inp: Input, ctx: ToolContext):
         return live_engine(ctx, inp.handle), False
     if inp.engine:
         return await start_engine(
-            ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s
+            ctx,
+            inp.engine,
+            inp.args,
+            ready_timeout_s=inp.ready_timeout_s,
+            resources=inp.resources,
         ), True
     raise AgentError(
         "name the engine: handle= from launch_serve, or engine= with args= to start one for this call"

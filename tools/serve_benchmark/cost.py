@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass
 
 from ...serving.lifecycle import Engine
-from ...serving.loadgen import Arrivals, Endpoint, random_requests, run_benchmark
+from ...serving.loadgen import Arrivals, Endpoint, random_requests
 from ..base import AgentError
 from .plan import Plan
 from .schema import Workload
@@ -111,7 +111,8 @@ async def _timed(
     t0 = time.perf_counter()
     try:
         result = await asyncio.wait_for(
-            run_benchmark(ep, requests, Arrivals(), timeout_s=max(left, 1.0)), max(left, 0.001)
+            engine.run_load(ep, requests, Arrivals(), timeout_s=max(left, 1.0)),
+            max(left, 0.001),
         )
     except asyncio.TimeoutError:
         raise AgentError(

@@ -1,22 +1,21 @@
 """Running the workload against an engine: repeats, each between two scrapes of /metrics.
 
-The load generator runs in the server process (the judge's side) and reaches the
-sandboxed engine through its bridge socket; nothing the engine says is trusted beyond
-being measured.
+The load generator runs where the engine runs (Engine.run_load): in the server process for an
+engine on the server's host, on its node for one a cluster runs; it reaches the sandboxed engine
+through its bridge socket, and its records come back to the judge here. Nothing the engine says
+is trusted beyond being measured.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import gc
 import time
 from dataclasses import dataclass
 
 import httpx
 
 from ...serving.lifecycle import Engine
-from ...serving.loadgen import BenchRequest, Endpoint, RunResult, run_benchmark
+from ...serving.loadgen import BenchRequest, Endpoint, RunResult
 from ..base import AgentError
 from . import cost
 from .engine_truth import disagreement, engine_side
@@ -211,20 +210,19 @@ async def _one_repeat(
 
     before = await _scrape(engine)
     try:
-        with _no_gc_pauses():
-            result = await asyncio.wait_for(
-                run_benchmark(
-                    ep,
-                    requests,
-                    plan.arrivals,
-                    warmup=warmup,
-                    tokenizer=plan.tokenizer,
-                    slos_ms=plan.slos_ms,
-                    timeout_s=timeout_s,
-                    progress=tick,
-                ),
-                timeout_s,
-            )
+        result = await asyncio.wait_for(
+            engine.run_load(  # where the engine runs: no network hop in the latencies
+                ep,
+                requests,
+                plan.arrivals,
+                warmup=warmup,
+                tokenizer=plan.tokenizer,
+                slos_ms=plan.slos_ms,
+                timeout_s=timeout_s,
+                progress=tick,
+            ),
+            timeout_s,
+        )
     except asyncio.TimeoutError:
         state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
         raise AgentError(
@@ -245,25 +243,6 @@ async def _one_repeat(
         else window(before, after) | engine_side(before, after)
     )
     return Repeat(result, repeat_metrics(result, phases))
-
-
-@contextlib.contextmanager
-def _no_gc_pauses():
-    """The load generator shares this process with the MCP server, whose heap (pydantic models, the ledger,
-    matplotlib) makes a full collection take hundreds of ms: one landing mid-run stalls every request in
-    flight and reads as engine latency (measured: a 459 ms gen-2 pause in a 2 s run). So the heap as it is
-    is frozen out of collection and the collector is off while requests are timed, as timeit does; the
-    garbage of a run is collected at the start of the next one (or by the collector, back on)."""
-    was_enabled = gc.isenabled()
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.unfreeze()
-        if was_enabled:
-            gc.enable()
 
 
 SETTLE_S = 5.0  # how long an engine's own counts may lag the last response the client read

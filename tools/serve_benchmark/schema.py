@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ...serving.adapters import ADAPTERS, EngineArgs
 from ...serving.loadgen import MAX_IN_FLIGHT, TTFT_RULE
 from ..base import ToolInput, ToolOutput
+from ..common.engines import resources_field
 from ..common.expect import HypothesisAnswer
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
@@ -169,6 +170,7 @@ class Input(ToolInput):
         le=3600,
         description="With engine=: how long to wait for the engine to answer its health check, s.",
     )
+    resources: dict[str, float] | None = resources_field("the engine engine= starts")
     time_budget_s: float = Field(
         300.0,
         gt=0,

@@ -58,13 +58,19 @@ def configs(inp: Input) -> list[Planned]:
             else:
                 args[name] = value
         launch = {"engine": inp.engine, "args": args, "ready_timeout_s": inp.ready_timeout_s}
+        if inp.resources is not None:
+            launch["resources"] = inp.resources
         out.append(Planned(config, label(config), launch))
     return out
 
 
 def config_key(launch: dict) -> str:
-    """A config as launched: its engine and arguments (not the ready timeout)."""
-    return json.dumps({"engine": launch.get("engine"), "args": launch.get("args")}, sort_keys=True)
+    """A config as launched: its engine, its arguments and the resources of the node it ran on
+    (not the ready timeout)."""
+    key = {"engine": launch.get("engine"), "args": launch.get("args")}
+    if launch.get("resources") is not None:  # another kind of node measures another config
+        key["resources"] = launch["resources"]
+    return json.dumps(key, sort_keys=True)
 
 
 def bench_arguments(inp: Input, kind: str, load: float, handle: str) -> dict:

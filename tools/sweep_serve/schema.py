@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ...serving.adapters import ADAPTERS, EngineArgs
 from ...serving.loadgen import MAX_IN_FLIGHT
 from ..base import ToolInput, ToolOutput
+from ..common.engines import resources_field
 from ..common.sweep import SPACE_DESCRIPTION, BudgetInput, Range, Scalar
 from ..serve_benchmark.schema import LATENCIES, STATS, Workload
 
@@ -123,6 +124,7 @@ class Input(ToolInput):
     ready_timeout_s: float = Field(
         300.0, gt=0, le=3600, description="Per config: how long launch_serve waits for health, s."
     )
+    resources: dict[str, float] | None = resources_field("each config's engine")
 
     @field_validator("slo")
     @classmethod
