@@ -5,7 +5,8 @@ server's own zygote; through Ray a task on a one-node cluster on 127.0.0.1 whose
 warm zygote of its own (sandbox/node.py), with the workspace manifest and the result's tar on
 the way. Prints, for each: the median and p90 of one job at a time (a short pause between jobs,
 as between an agent's calls), the added latency (Ray minus local, medians; the issue's goal:
-under 5 ms), and jobs per second with 40 submitted at once (both with two job slots).
+under 5 ms), Ray's own round trip for a no-op streamed task in the same rhythm (the floor under
+any executor on Ray), and jobs per second with 40 submitted at once (both with two job slots).
 
     python bench/fanout_overhead.py [--jobs N] [--burst N]
 """
@@ -38,6 +39,26 @@ async def one_at_a_time(executor, num_jobs: int, pause_s: float) -> list[float]:
         result = await executor.run(Job(op="noop"))
         samples.append(time.perf_counter() - t0)
         assert result.ok, (result.status, result.error)
+    return samples
+
+
+def _ray_nop():
+    yield None
+
+
+async def ray_floor(num_jobs: int, pause_s: float) -> list[float]:
+    """Ray's own round trip for a task that does nothing, streamed as the executor's are: the
+    floor under any executor on Ray, on this host, in the same rhythm."""
+    import ray
+
+    task = ray.remote(_ray_nop).options(num_returns="streaming", num_cpus=1)
+    samples = []
+    for _ in range(num_jobs):
+        await asyncio.sleep(pause_s)
+        t0 = time.perf_counter()
+        async for ref in task.remote():
+            await ref
+        samples.append(time.perf_counter() - t0)
     return samples
 
 
@@ -75,6 +96,7 @@ async def measure(num_jobs: int, burst_size: int, pause_s: float, ray_tmp: Path)
             for name, executor in (("local", local), ("ray", cluster)):
                 out[name] = await one_at_a_time(executor, num_jobs, pause_s)
                 out[f"{name}_jobs_per_s"] = await burst(executor, burst_size)
+            out["ray_floor"] = await ray_floor(num_jobs, pause_s)
             return out
         finally:
             await local.aclose()
@@ -106,9 +128,12 @@ def main() -> None:
     print(f"one no-op job at a time ({args.jobs} each, {args.pause:g} s apart), ms:")
     print(f"  local sandbox   p50 {l50:7.2f}  p90 {l90:7.2f}")
     print(f"  through Ray     p50 {r50:7.2f}  p90 {r90:7.2f}")
+    f50, f90 = quantiles(out["ray_floor"])
     print(
         f"  added by Ray    {r50 - l50:+.2f} ms at the median (goal: < 5 ms); ratio {r50 / l50:.2f}x"
     )
+    print(f"  Ray's own no-op streamed task: p50 {f50:7.2f}  p90 {f90:7.2f} (the floor under it)")
+    print(f"  the executor's part beyond that floor: {r50 - l50 - f50:+.2f} ms")
     print(f"{args.burst} jobs at once, jobs/s:")
     print(
         f"  local {out['local_jobs_per_s']:.1f}, Ray {out['ray_jobs_per_s']:.1f}: "

@@ -109,6 +109,7 @@ class RayExecutor:
                 ) from None
         _errors_to_stderr(ray)
         self._task = ray.remote(run_on_node)
+        self._tasks: dict[tuple, Any] = {}  # resources -> the task with their options
         self._live: dict[str, dict[str, float]] = {}
         self._live_at = -1e9
         live = self._live_nodes(fresh=True).values()
@@ -195,12 +196,7 @@ class RayExecutor:
         """One start of the job on a node: its progress lines relayed as they come, its result
         unpacked. Ray's own retry is off: it replays a streaming task expecting the same number
         of items, and a job's progress lines are not (run() starts it again instead)."""
-        stream = self._task.options(
-            **_ray_options(resources),
-            num_returns="streaming",
-            max_retries=0,
-            scheduling_strategy="SPREAD",
-        ).remote(wire, workspace, self._node)
+        stream = self._task_for(resources).remote(wire, workspace, self._node)
         sent = time.monotonic()
         await report(
             progress, 0.0, None, f"sent to the cluster (needs {resource_words(resources)})"
@@ -255,6 +251,20 @@ class RayExecutor:
             )
             .remote(self._node, workspace, *args)
         )
+
+    def _task_for(self, resources: dict[str, float]) -> Any:
+        """The node task with a job's resources, made once per kind of resources (Ray's
+        `.options()` costs ~0.1 ms a call)."""
+        key = tuple(sorted(resources.items()))
+        task = self._tasks.get(key)
+        if task is None:
+            task = self._tasks[key] = self._task.options(
+                **_ray_options(resources),
+                num_returns="streaming",
+                max_retries=0,
+                scheduling_strategy="SPREAD",
+            )
+        return task
 
     def _unpack(self, wire: ResultWire, elapsed_s: float) -> JobResult:
         result = wire.result
