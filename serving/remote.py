@@ -44,7 +44,11 @@ from .engine_log import first_error_line
 from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult, no_gc_pauses, run_benchmark
 from .unix_http import UnixSocketTransport
 
-STATE_TIMEOUT_S = 10.0  # a node that answers nothing within this is counted as lost for now
+# Engine's readers (alive, the log) are synchronous, so a call to the node blocks the server's
+# loop: at most this long, and a node that did not answer is not asked again for QUIET_S (Ray
+# notices a dead node only after its health checks: ~15 s by default)
+STATE_TIMEOUT_S = 5.0
+QUIET_S = 30.0
 STOP_TIMEOUT_S = 60.0
 _BODY_FRAMING = {"content-encoding", "content-length", "transfer-encoding"}
 
@@ -154,13 +158,16 @@ class EngineNode:
             run = asyncio.ensure_future(
                 run_benchmark(ep, requests, arrivals, progress=progress, **options)
             )
-            while not run.done() or not lines.empty():
-                getter = asyncio.ensure_future(lines.get())
-                await asyncio.wait({run, getter}, return_when=asyncio.FIRST_COMPLETED)
-                if getter.done():
-                    yield getter.result()
-                else:
-                    getter.cancel()
+            try:
+                while not run.done() or not lines.empty():
+                    getter = asyncio.ensure_future(lines.get())
+                    await asyncio.wait({run, getter}, return_when=asyncio.FIRST_COMPLETED)
+                    if getter.done():
+                        yield getter.result()
+                    else:
+                        getter.cancel()
+            finally:  # the server cancelled, or dropped the stream: the requests end too
+                run.cancel()
         yield run.result()
 
     async def stop(self) -> str:
@@ -190,6 +197,7 @@ class RemoteService:
         self.log_path = Path(log_path)  # on the node
         self.started_at = time.time()
         self.lost: str | None = None  # why the node can no longer be reached (its death)
+        self._quiet_until = 0.0  # monotonic time before which the node is not asked
         self.final_log: str | None = None
 
     @classmethod
@@ -240,12 +248,13 @@ class RemoteService:
     def _call(self, method: str, *args: Any) -> Any:
         """A method of the actor, waited for here (Engine's readers are synchronous); None once
         the node is lost, with `lost` saying why."""
-        if self.lost is not None:
+        if self.lost is not None or time.monotonic() < self._quiet_until:
             return None
         try:
             return self._ray.get(getattr(self.actor, method).remote(*args), timeout=STATE_TIMEOUT_S)
         except self._ray.exceptions.GetTimeoutError:
-            return None  # not lost for good: a later call asks again
+            self._quiet_until = time.monotonic() + QUIET_S  # not lost for good: asked again later
+            return None
         except self._ray.exceptions.RayActorError as exc:
             self.lost = f"its node {self.node} is lost ({first_line(exc)})"
             return None
@@ -253,7 +262,10 @@ class RemoteService:
     def state(self) -> EngineState:
         state = self._call("state")
         if state is None:
-            why = self.lost or f"its node {self.node} did not answer within {STATE_TIMEOUT_S:g} s"
+            why = self.lost or (
+                f"its node {self.node} did not answer within {STATE_TIMEOUT_S:g} s (asked again "
+                f"after {QUIET_S:g} s; device_info says whether the node is alive)"
+            )
             return EngineState(False, None, why)
         return state
 

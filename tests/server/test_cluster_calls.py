@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import call, copy_zoo
+from conftest import ToolCallError, call, copy_zoo
 from ray_cluster import SLOT, TYPE_A, TYPE_B, start_two_nodes
 from stdio_server import StdioServer
 
@@ -210,6 +210,12 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
             )
             actor = _engine_actor()
             children = _child_commands(actor["pid"])
+            with pytest.raises(ToolCallError, match="no live node of the cluster has"):
+                await call(  # Ray would leave it pending: refused, with what the nodes have
+                    client, "launch_serve", engine="builtin", resources={"accelerator_type:B200": 1}
+                )
+            with pytest.raises(ToolCallError, match="runs on cluster node 127.0.0.1"):
+                await call(client, "profile", handle=eng["handle"], duration_s=1)
             bench = await call(
                 client, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD, repeats=2
             )

@@ -175,6 +175,11 @@ async def test_bad_arguments(client, echo_workspace):
     # no interpreter configured and no `vllm` on this PATH: where it looked and what to set
     with pytest.raises(ToolCallError, match=r"no `vllm` on PATH.*\[engines.vllm\] python"):
         await call(client, "launch_serve", engine="vllm", args={"model": "vector_add"})
+    # a place on a cluster, on a server that has none: how to start it with one
+    with pytest.raises(ToolCallError, match=r"runs on none: start it with --cluster"):
+        await call(
+            client, "launch_serve", engine="command", args=command("ok"), resources={"GPU": 1}
+        )
     assert engine_processes() == []
 
 
