@@ -64,7 +64,11 @@ async def one_run(
         rtt = await http_round_trip_ms(http)
         before = parse((await http.get("/metrics")).text)
         result = await run_benchmark(
-            ep, requests, Arrivals(max_concurrency=concurrency), warmup=2, tokenizer=tokenizer
+            ep,
+            requests,
+            Arrivals(max_concurrency=concurrency),
+            warmup=random_requests(2, 32, output_len, seed=seed + 1_000_003, tokenizer=tokenizer),
+            tokenizer=tokenizer,
         )
         after = parse((await http.get("/metrics")).text)
     m, engine = result.metrics, engine_side(before, after)

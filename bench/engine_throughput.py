@@ -120,7 +120,7 @@ async def load(
         Endpoint(url, model=model, extra_body=extra),
         requests,
         Arrivals(max_concurrency=concurrency),
-        warmup=1,
+        warmup=requests[:1],
         tokenizer=tokenizer,
         timeout_s=600,
     )

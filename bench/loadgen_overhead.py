@@ -131,7 +131,7 @@ async def generator(url: str, offsets_s: list[float], arrivals: Arrivals, spin_s
         Endpoint(url, model="m"),
         [BenchRequest("x", 1, 4)] * len(offsets_s),
         arrivals,
-        warmup=5,
+        warmup=[BenchRequest("x", 1, 4)] * 5,
         **kwargs,
     )
     if result.metrics.failed:

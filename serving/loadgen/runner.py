@@ -13,7 +13,7 @@ import contextlib
 import gc
 import time
 from dataclasses import dataclass
-from typing import Awaitable, Callable
+from typing import Awaitable, Callable, Sequence
 
 from .arrivals import Arrivals
 from .client import Endpoint, stream_one
@@ -46,7 +46,7 @@ async def run_benchmark(
     requests: list[BenchRequest],
     arrivals: Arrivals,
     *,
-    warmup: int = 0,
+    warmup: Sequence[BenchRequest] = (),
     tokenizer: Tokenizer | None = None,
     slos_ms: dict[str, float] | None = None,
     timeout_s: float = 300.0,
@@ -54,7 +54,11 @@ async def run_benchmark(
     spin_s: float = SPIN_S,
     send_for_s: float | None = None,
 ) -> RunResult:
-    """`send_for_s` (closed loop only): instead of sending each request once, keep sending them
+    """`warmup`: requests sent first, one at a time, excluded from the metrics. Give prompts the
+    measured requests do not share: a measured request whose prompt a warm-up sent finds it in
+    the engine's prefix cache (a fast TTFT, and a hit rate that reads as an earlier call's).
+
+    `send_for_s` (closed loop only): instead of sending each request once, keep sending them
     in turn, `max_concurrency` in flight, until that many seconds have passed (those in flight
     then finish): a steady load for a fixed time, as a profiling window needs.
 
@@ -73,9 +77,9 @@ async def run_benchmark(
         )
     width = min(arrivals.max_concurrency or len(requests), MAX_IN_FLIGHT)
     async with ep.client(max_connections=max(width, 1), timeout_s=timeout_s) as client:
-        for i in range(warmup):
+        for i, req in enumerate(warmup):
             rec = RequestRecord(index=-1 - i, scheduled_s=time.perf_counter(), is_warmup=True)
-            await stream_one(client, ep, requests[i % len(requests)], rec, tokenizer)
+            await stream_one(client, ep, req, rec, tokenizer)
         waited_before = cpu_wait_s()
         if arrivals.is_closed_loop:
             records, t0 = await _closed_loop(

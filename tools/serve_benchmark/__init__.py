@@ -69,7 +69,6 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             the_plan,
             api=work.api,
             ignore_eos=work.ignore_eos,
-            warmup=work.warmup,
             repeats=inp.repeats,
             timeout_s=inp.timeout_s,
             progress=progress,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import httpx
 
 from ...serving.lifecycle import Engine
-from ...serving.loadgen import BenchRequest, Endpoint, RunResult
+from ...serving.loadgen import Endpoint, RunResult
 from ..base import AgentError
 from . import cost
 from .engine_truth import disagreement, engine_side
@@ -72,7 +72,6 @@ async def run_repeats(
     *,
     api: str,
     ignore_eos: bool,
-    warmup: int,
     repeats: int,
     timeout_s: float,
     progress,
@@ -97,17 +96,17 @@ async def run_repeats(
     same = baseline is not None and baseline.handle == engine.handle
     total = repeats * len(sides)
 
-    async def measure(side: int, label: str, requests: list[BenchRequest], done: int) -> Repeat:
+    async def measure(side: int, label: str, draw: int, done: int) -> Repeat:
+        """One repeat on `side` with the plan's prompt set `draw` (and the warm-up before it)."""
         eng, ep = sides[side]
         return await _one_repeat(
             eng,
             ep,
             plan,
-            requests,
+            draw,
             done=done,
             total=total,
             label=label,
-            warmup=warmup,
             timeout_s=timeout_s,
             progress=progress,
         )
@@ -115,8 +114,8 @@ async def run_repeats(
     for i in range(repeats):
         for side in range(len(sides)) if i % 2 == 0 else reversed(range(len(sides))):
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
-            requests = plan.requests_for(i + repeats * side * same)
-            runs[side].append(await measure(side, label, requests, len(runs[0]) + len(runs[1])))
+            draw = i + repeats * side * same
+            runs[side].append(await measure(side, label, draw, len(runs[0]) + len(runs[1])))
 
     remeasured: list[RemeasuredRepeat] = []
     spare = repeats * (1 + same)  # the first prompt set no repeat has sent
@@ -130,7 +129,7 @@ async def run_repeats(
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
             total += 1
             await progress(total - 1, total, f"{label} disagreed with the engine ({why}): again")
-            again = await measure(side, f"{label} again", plan.requests_for(spare), total - 1)
+            again = await measure(side, f"{label} again", spare, total - 1)
             spare += 1
             agreed = disagreement(again.metrics) is None
             kept, set_aside = (again, runs[side][i]) if agreed else (runs[side][i], again)
@@ -192,15 +191,15 @@ async def _one_repeat(
     engine: Engine,
     ep: Endpoint,
     plan: Plan,
-    requests: list[BenchRequest],
+    draw: int,
     *,
     done: int,
     total: int,
     label: str,
-    warmup: int,
     timeout_s: float,
     progress,
 ) -> Repeat:
+    requests, warmup = plan.requests_for(draw), plan.warmup_for(draw)
     n = len(requests)
     finished = [0]  # measured requests that ended, for the time-out message
 
@@ -215,7 +214,7 @@ async def _one_repeat(
                 ep,
                 requests,
                 plan.arrivals,
-                warmup=warmup,
+                warmup=warmup,  # prompts of its own: none measured is in the cache from it
                 tokenizer=plan.tokenizer,
                 slos_ms=plan.slos_ms,
                 timeout_s=timeout_s,
@@ -227,7 +226,7 @@ async def _one_repeat(
         state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
         raise AgentError(
             f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: "
-            f"{finished[0]} of {n} measured requests had ended (after {warmup} warm-up); the rest "
+            f"{finished[0]} of {n} measured requests had ended (after {len(warmup)} warm-up); the rest "
             f"were abandoned and the engine is {state}. Lower num_requests, raise max_concurrency "
             "or rate, or raise timeout_s"
         ) from None
@@ -236,7 +235,7 @@ async def _one_repeat(
             f"the {engine.adapter.name} engine {engine.handle} died during the benchmark ({label}; "
             f"{engine.death_cause()}); {engine.log_excerpt(2500)}"
         )
-    after = await _settled_scrape(engine, before, warmup + result.metrics.completed)
+    after = await _settled_scrape(engine, before, len(warmup) + result.metrics.completed)
     phases = (
         {}
         if before is None or after is None

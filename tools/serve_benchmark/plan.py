@@ -33,6 +33,10 @@ class Plan:
     slos_ms: dict[str, float]
     tokenizer: PlainTokenizer | None
     exact_lengths: bool
+    # the warm-up before each prompt set: the workload's shape, prompts of their own (seeds no
+    # repeat uses), so that no measured request finds its prompt in the prefix cache, and no
+    # warm-up finds an earlier warm-up's
+    warmup_requests: list[list[BenchRequest]]
 
     @property
     def requests(self) -> list[BenchRequest]:
@@ -42,9 +46,14 @@ class Plan:
     def requests_for(self, repeat: int) -> list[BenchRequest]:
         return self.repeat_requests[repeat % len(self.repeat_requests)]
 
+    def warmup_for(self, repeat: int) -> list[BenchRequest]:
+        """What to send before requests_for(repeat), excluded from the metrics."""
+        return self.warmup_requests[repeat % len(self.warmup_requests)]
+
 
 def repeat_seed(seed: int, repeat: int) -> int:
-    """The prompts' seed of repeat `repeat` (0-based): the workload's seed for the first."""
+    """The prompts' seed of repeat `repeat` (0-based): the workload's seed for the first; the
+    warm-up before repeat i draws from repeat -1-i's."""
     return (seed + 1_000_003 * repeat) % (1 << 32)
 
 
@@ -70,7 +79,13 @@ def plan(
         )
         if v is not None
     }
-    return Plan(lists, arrivals, slos, tokenizer, all(r.exact for reqs in lists for r in reqs))
+    shape = work.model_copy(update={"num_requests": max(1, work.warmup)})
+    warmups = [
+        _requests(shape, tokenizer, sharegpt_file, repeat_seed(work.seed, -1 - i))[: work.warmup]
+        for i in range(draws)
+    ]
+    exact = all(r.exact for reqs in lists for r in reqs)
+    return Plan(lists, arrivals, slos, tokenizer, exact, warmups)
 
 
 def _requests(

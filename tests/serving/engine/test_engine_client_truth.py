@@ -132,7 +132,7 @@ def test_client_ttft_and_itl_agree_with_the_engine_own(tiny_engine, concurrency)
                     ep,
                     requests,
                     Arrivals(max_concurrency=concurrency),
-                    warmup=2,
+                    warmup=random_requests(2, 32, 16, seed=99, tokenizer=tokenizer),
                     tokenizer=tokenizer,
                 )
             )

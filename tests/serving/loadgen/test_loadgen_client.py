@@ -135,7 +135,8 @@ async def test_a_finished_stream_leaves_its_connection_open_for_the_next_request
     new TCP connect inside its TTFT."""
     ep = Endpoint(scripted_server, model="tiny", api="chat")
     reqs = [BenchRequest(f"reuse{i}", 5, 3) for i in range(3)]
-    result = await run_benchmark(ep, reqs, Arrivals(max_concurrency=1), warmup=1)
+    warmup = [BenchRequest("reuse-warmup", 5, 3)]
+    result = await run_benchmark(ep, reqs, Arrivals(max_concurrency=1), warmup=warmup)
     assert result.metrics.completed == 3
     assert len({CLIENT_PORTS[r.prompt] for r in reqs}) == 1
 

@@ -39,6 +39,10 @@ async def test_builtin_metrics_regression_and_attribution(serve_client):
     ):
         assert m[name] is not None, name
     assert base["output_tokens_source"] == "usage"
+    # a fresh engine, prompts never sent before (the warm-up's are its own): the engine's own
+    # prefix-cache counters see no hit, and no finding blames an earlier call
+    assert base["prefix_cache_hit_rates"] == [0.0, 0.0], base["findings"]
+    assert not [f for f in base["findings"] if f.startswith("cache_warm")], base["findings"]
     assert base["repeats"][0]["latencies_ms"]["itl_per_token"]  # continuous_usage_stats per chunk
 
     slow = await call(
