@@ -96,7 +96,10 @@ def latency_ecdf_png(series: dict[str, tuple[list[float], list[float]]]) -> byte
         ax.set_title(title)
         ax.set_ylabel("fraction of samples")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:  # every request failed, or none streamed a second chunk (no ITL)
+            ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes)
     fig.subplots_adjust(left=0.08, right=0.98, top=0.9, bottom=0.12, wspace=0.25)
     return _png(fig, dpi=100)
 
