@@ -260,11 +260,16 @@ class NodeHost:
 def _remove_dead_workers_folders(base: Path) -> None:
     """What earlier Ray workers on this host left (any server's session, any raylet): a worker's
     folder is <base>/<session>/<host>-<node id>-<pid>, and one of this host whose process is gone
-    is removed with its copy of the workspace and its job folders (`base` may be shared by hosts)."""
+    is removed with its copy of the workspace and its job folders (`base` may be shared by hosts),
+    and a session folder left empty with it."""
     for folder in base.glob(f"*/{glob.escape(platform.node())}-*-*"):
         pid = folder.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(folder, ignore_errors=True)
+            try:  # only if empty: a live worker of the session (any host) keeps it
+                folder.parent.rmdir()
+            except OSError:
+                pass
 
 
 def tar_folder(folder: Path, limit: int | None = None) -> bytes:

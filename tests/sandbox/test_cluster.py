@@ -225,13 +225,16 @@ def _running_probe_pids() -> list[int]:
 
 def test_a_new_worker_removes_what_dead_workers_of_its_host_left(cluster):
     """A worker killed with its job (above: the cancel) leaves its folder (workspace copy, job
-    folders); the next worker to start on the host removes it, and no live worker's."""
+    folders); the next worker to start on the host removes it (and its session's folder, once
+    empty), and no live worker's."""
     nodes, executor, runner, _, _ = cluster
     session = JOB_FOLDERS[-1]
     dead = session.parent / "old-session" / f"{platform.node()}-{nodes.id_b[:12]}-999999999"
     (dead / "ws").mkdir(parents=True)
     other_host = session.parent / "old-session" / f"elsewhere-{nodes.id_b[:12]}-999999999"
     other_host.mkdir(parents=True)
+    gone = session.parent / "gone-session" / f"{platform.node()}-{nodes.id_b[:12]}-999999998"
+    (gone / "state").mkdir(parents=True)
     live = sorted(
         p for p in session.iterdir() if Path(f"/proc/{p.name.rsplit('-', 1)[1]}").exists()
     )
@@ -246,6 +249,8 @@ def test_a_new_worker_removes_what_dead_workers_of_its_host_left(cluster):
     assert all(r.ok for r in runner.call(burst()))
     assert not dead.exists() and other_host.exists()  # another host's folder is not ours to judge
     assert all(p.exists() for p in live)
+    # a session whose last worker is gone leaves no folder; one that still holds one, stays
+    assert not gone.parent.exists() and other_host.parent.exists()
 
 
 def test_only_loopback_listens(cluster):
