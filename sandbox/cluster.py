@@ -150,7 +150,11 @@ class RayExecutor:
     def capacity(self, kind: JobKind) -> int:
         """Jobs of `kind` the live nodes can run at once, from their resources (a 2-GPU node and
         an 8-GPU node: 10 timing jobs); at least 1."""
-        need = {k: v for k, v in self.resources[kind].items() if v > 0}
+        return self.engines_at_once(self.resources[kind])
+
+    def engines_at_once(self, resources: dict[str, float]) -> int:
+        """How many holders of `resources` (engines, jobs) the live nodes fit at once; at least 1."""
+        need = {k: v for k, v in resources.items() if v > 0}
         return max(
             1,
             sum(

@@ -102,6 +102,11 @@ class Sandbox:
             return min(self._slots["compile"].size, os.cpu_count() or 1)
         return max(1, self.num_gpus)
 
+    def engines_at_once(self, resources: dict[str, float]) -> int:
+        """Engines a sweep may measure side by side here: one (two would share this host's cores
+        with each other and with their load generators). On a cluster: cluster.py's."""
+        return 1
+
     def workspace_path(self, host_path: Path) -> str:
         """Where the worker sees a file of the workspace (mounted read-only)."""
         return self.view.workspace_path(host_path)

@@ -272,6 +272,9 @@ class Sandbox(Protocol):
 
     def capacity(self, kind: JobKind) -> int: ...  # jobs of a kind that can run at once
 
+    # engines holding `resources` a sweep may measure side by side (1 on the server's host)
+    def engines_at_once(self, resources: dict[str, float]) -> int: ...
+
 
 class ToolContext(Protocol):
     """What the server hands a tool for one call."""

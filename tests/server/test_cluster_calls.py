@@ -244,6 +244,50 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     assert [(n["node_id"], n["jobs"]) for n in json.loads(nodes)] == [(two_nodes.id_b, 2)]
 
 
+async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_nodes, tmp_path):
+    """Each node has one `slot`: a sweep_serve whose engines ask for one measures its two
+    configs at once, one on each node (Ray's task events of the load runs), their benchmarks in
+    flight at the same time (the ledger's start and end times), and answers both."""
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+    from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
+
+    ws = _workspace(tmp_path / "cluster", two_nodes.address)
+    build_tiny_checkpoint(ws / "tiny")
+    before = set(_task_nodes("EngineNode.run_load", ids=True))
+    srv = build_server(ws)
+    try:
+        async with Client(srv) as client:
+            out = await call(
+                client,
+                "sweep_serve",
+                engine="builtin",
+                base_args={"model": "tiny"},
+                space={"max_num_seqs": [1, 4]},
+                ladder={"concurrencies": [2]},
+                workload={k: v for k, v in WORKLOAD.items() if k != "max_concurrency"},
+                slo={"ttft_p99_ms": 60000},
+                repeats=1,
+                resources={SLOT: 1},
+            )
+    finally:
+        await srv.aclose()
+    assert [c["label"] for c in out["configs"]] == ["max_num_seqs=1", "max_num_seqs=4"], out
+    loads = [
+        node
+        for task, node in _task_nodes("EngineNode.run_load", ids=True)
+        if (task, node) not in before
+    ]
+    assert set(loads) == {two_nodes.id_a, two_nodes.id_b}, loads
+    with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
+        spans = db.execute(
+            "SELECT started_at, ended_at FROM experiments WHERE tool='serve_benchmark'"
+        ).fetchall()
+    (a_start, a_end), (b_start, b_end) = sorted(spans)
+    assert b_start < a_end, spans  # the second started before the first ended
+
+
 def _engine_actor() -> dict:
     """The live EngineNode actor, from Ray's own actor table (the GCS): its node and pid."""
     import ray
@@ -257,8 +301,9 @@ def _engine_actor() -> dict:
     return {"node_id": live[0]["Address"]["NodeID"], "pid": live[0]["Pid"]}
 
 
-def _task_nodes(name: str) -> list[str]:
-    """The node of each task named `name` Ray ran, from the task events its GCS keeps."""
+def _task_nodes(name: str, ids: bool = False) -> list:
+    """The node of each task named `name` Ray ran (with `ids`: (task id, node) pairs), from the
+    task events its GCS keeps."""
     import ray
 
     for _ in range(50):  # workers report their task events about once a second
@@ -267,8 +312,10 @@ def _task_nodes(name: str) -> list[str]:
         ]
         nodes = [e.state_updates.node_id.hex() for e in events]
         if events and all(nodes):
-            return nodes
+            break
         time.sleep(0.1)
+    if ids:
+        return [(e.task_id.hex(), node) for e, node in zip(events, nodes)]
     return nodes
 
 

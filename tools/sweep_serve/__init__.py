@@ -11,11 +11,13 @@ from __future__ import annotations
 
 from functools import partial
 
+import anyio
+
 from ..base import Tool, ToolContext
 from ..common.sweep import Budget, Trials, csv_text
 from . import answer, plan
 from .expect_fields import EXPECT
-from .ladder import climb
+from .ladder import Climb, climb
 from .schema import Dropped, Input, Output
 
 # What a resumed sweep must share with the one it continues (the budget and objective may differ)
@@ -28,16 +30,48 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     trials = Trials.for_sweep(ctx, "sweep_serve", inp.resume, {k: given.get(k) for k in SAME})
     plan.remember_steps(trials)
     budget = Budget.of(inp.budget)
-    configs, dropped, children, cut = [], [], [], False
+    # on a cluster, configs whose engines need `resources` run side by side, as many as the live
+    # nodes hold (one per node or GPU); on the server's host, one at a time
+    width = ctx.sandbox.engines_at_once(inp.resources) if inp.resources else 1
+    climbs: dict[int, Climb] = {}
     not_tried: list = []
     note: str | None = None
-    for i, config in enumerate(planned):
-        if (note := budget.spent()) is not None:
-            not_tried = [p.config for p in planned[i:]]
-            break
-        await ctx.progress(i, len(planned), f"config {i + 1}/{len(planned)}: {config.label}")
-        result = await climb(inp, config, trials, budget)
-        budget.done += result.launch_id is not None  # a config answered from the ledger is free
+    queue = list(enumerate(planned))
+    finished = 0
+
+    async def worker() -> None:
+        nonlocal note, finished
+        while queue:
+            if (why := budget.spent()) is not None:
+                note = note or why
+                return
+            i, config = queue.pop(0)
+            await ctx.progress(
+                finished, len(planned), f"config {i + 1}/{len(planned)}: {config.label}"
+            )
+            result = climbs[i] = await climb(inp, config, trials, budget)
+            budget.done += result.launch_id is not None  # a config answered from the ledger is free
+            finished += 1
+            status = (
+                "dropped: its engine did not start"
+                if result.launch_error is not None
+                else result.stopped
+            )
+            await ctx.progress(
+                finished,
+                len(planned),
+                f"{config.label}: {status}; {budget.eta(len(planned) - finished)}",
+            )
+
+    async with anyio.create_task_group() as group:
+        for _ in range(min(width, len(planned))):
+            group.start_soon(worker)
+    not_tried = [config.config for _, config in queue]
+    configs, dropped, children, cut = [], [], [], False
+    for i, config in enumerate(planned):  # in the plan's order, whatever finished first
+        if i not in climbs:
+            continue
+        result = climbs[i]
         children += result.children
         cut = cut or result.budget_cut
         if result.launch_error is not None:
@@ -49,15 +83,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                     experiment_id=result.launch_id,
                 )
             )
-            status = "dropped: its engine did not start"
         else:
             configs.append(answer.config_answer(config, result))
-            status = result.stopped
-        await ctx.progress(
-            i + 1,
-            len(planned),
-            f"{config.label}: {status}; {budget.eta(len(planned) - i - 1)}",
-        )
     front = answer.front(configs)
     best = answer.best(inp, configs)
     out = Output(
