@@ -271,8 +271,23 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
                 repeats=1,
                 resources={SLOT: 1},
             )
+            # a trial budget of one: one config, though two nodes could take two
+            one = await call(
+                client,
+                "sweep_serve",
+                engine="builtin",
+                base_args={"model": "tiny"},
+                space={"max_num_seqs": [1, 4]},
+                ladder={"concurrencies": [2]},
+                workload={k: v for k, v in WORKLOAD.items() if k != "max_concurrency"},
+                slo={"ttft_p99_ms": 60000},
+                repeats=1,
+                resources={SLOT: 1},
+                budget={"trials": 1},
+            )
     finally:
         await srv.aclose()
+    assert len(one["configs"]) == 1 and len(one["not_tried"]) == 1, one["summary"]
     assert [c["label"] for c in out["configs"]] == ["max_num_seqs=1", "max_num_seqs=4"], out
     loads = [
         node
@@ -282,7 +297,9 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
     assert set(loads) == {two_nodes.id_a, two_nodes.id_b}, loads
     with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
         spans = db.execute(
-            "SELECT started_at, ended_at FROM experiments WHERE tool='serve_benchmark'"
+            "SELECT started_at, ended_at FROM experiments WHERE tool='serve_benchmark' AND "
+            "parent_id=?",
+            (out["experiment_id"],),
         ).fetchall()
     (a_start, a_end), (b_start, b_end) = sorted(spans)
     assert b_start < a_end, spans  # the second started before the first ended

@@ -9,6 +9,7 @@ the best config, CSV and plot).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 
 import anyio
@@ -34,24 +35,26 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     # nodes hold (one per node or GPU); on the server's host, one at a time
     width = ctx.sandbox.engines_at_once(inp.resources) if inp.resources else 1
     climbs: dict[int, Climb] = {}
-    not_tried: list = []
     note: str | None = None
     queue = list(enumerate(planned))
-    finished = 0
+    finished = in_flight = 0
 
     async def worker() -> None:
-        nonlocal note, finished
+        nonlocal note, finished, in_flight
         while queue:
-            if (why := budget.spent()) is not None:
+            # the configs still climbing count against a trial budget (they may yet be free)
+            ahead = replace(budget, done=budget.done + in_flight)
+            if (why := ahead.spent()) is not None:
                 note = note or why
                 return
             i, config = queue.pop(0)
+            in_flight += 1
             await ctx.progress(
                 finished, len(planned), f"config {i + 1}/{len(planned)}: {config.label}"
             )
             result = climbs[i] = await climb(inp, config, trials, budget)
             budget.done += result.launch_id is not None  # a config answered from the ledger is free
-            finished += 1
+            finished, in_flight = finished + 1, in_flight - 1
             status = (
                 "dropped: its engine did not start"
                 if result.launch_error is not None
