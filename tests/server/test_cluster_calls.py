@@ -246,8 +246,8 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
 
 async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_nodes, tmp_path):
     """Each node has one `slot`: a sweep_serve whose engines ask for one measures its two
-    configs at once, one on each node (Ray's task events of the load runs), their benchmarks in
-    flight at the same time (the ledger's start and end times), and answers both."""
+    configs at once, one on each node (Ray's task events of the load runs), both engines up at
+    the same time (the ledger's times of the launches and stops), and answers both."""
     from mcp import Client
 
     from infra_agent.server.app import build_server
@@ -296,13 +296,15 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
     ]
     assert set(loads) == {two_nodes.id_a, two_nodes.id_b}, loads
     with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
-        spans = db.execute(
-            "SELECT started_at, ended_at FROM experiments WHERE tool='serve_benchmark' AND "
-            "parent_id=?",
+        calls = db.execute(
+            "SELECT tool, started_at FROM experiments WHERE parent_id=? ORDER BY started_at",
             (out["experiment_id"],),
         ).fetchall()
-    (a_start, a_end), (b_start, b_end) = sorted(spans)
-    assert b_start < a_end, spans  # the second started before the first ended
+    launched = [t for tool, t in calls if tool == "launch_serve"]
+    stopped = [t for tool, t in calls if tool == "stop_serve"]
+    # both engines were launched before either was stopped (one at a time: launch, measure,
+    # stop, then the next launch)
+    assert len(launched) == len(stopped) == 2 and max(launched) < min(stopped), calls
 
 
 def _engine_actor() -> dict:
