@@ -219,6 +219,7 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
             bench = await call(
                 client, "serve_benchmark", handle=eng["handle"], workload=WORKLOAD, repeats=2
             )
+            loads = await _task_nodes("EngineNode.run_load")  # while its actor lives
             listed = await call(client, "list_serves")
             stopped = await call(client, "stop_serve", handle=eng["handle"])
     finally:
@@ -235,7 +236,6 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     assert [s["node"] for s in listed["serves"]] == [eng["node"]]
     assert "on node 127.0.0.1" in stopped["summary"]
     # every load the call ran (the cost probes, then the repeats) ran on B, by Ray's own record
-    loads = _task_nodes("EngineNode.run_load")
     assert len(loads) >= 2 and set(loads) == {two_nodes.id_b}, loads
     with sqlite3.connect(ws / ".infra-agent" / "ledger.sqlite") as db:
         (nodes,) = db.execute(
@@ -255,7 +255,7 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
 
     ws = _workspace(tmp_path / "cluster", two_nodes.address)
     build_tiny_checkpoint(ws / "tiny")
-    before = set(_task_nodes("EngineNode.run_load", ids=True))
+    before = set(await _task_nodes("EngineNode.run_load", ids=True))
     srv = build_server(ws)
     try:
         async with Client(srv) as client:
@@ -291,7 +291,7 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
     assert [c["label"] for c in out["configs"]] == ["max_num_seqs=1", "max_num_seqs=4"], out
     loads = [
         node
-        for task, node in _task_nodes("EngineNode.run_load", ids=True)
+        for task, node in await _task_nodes("EngineNode.run_load", ids=True)
         if (task, node) not in before
     ]
     assert set(loads) == {two_nodes.id_a, two_nodes.id_b}, loads
@@ -320,19 +320,23 @@ def _engine_actor() -> dict:
     return {"node_id": live[0]["Address"]["NodeID"], "pid": live[0]["Pid"]}
 
 
-def _task_nodes(name: str, ids: bool = False) -> list:
+async def _task_nodes(name: str, ids: bool = False) -> list:
     """The node of each task named `name` Ray ran (with `ids`: (task id, node) pairs), from the
-    task events its GCS keeps."""
+    task events its GCS keeps: once each has its node and no new one came for 1.5 s (workers
+    send their events about once a second)."""
     import ray
 
-    for _ in range(50):  # workers report their task events about once a second
+    seen, stable_since = -1, time.monotonic()
+    for _ in range(100):
         events = [
             e for e in ray._private.state.state._get_all_task_events() if e.task_info.name == name
         ]
         nodes = [e.state_updates.node_id.hex() for e in events]
-        if events and all(nodes):
+        if len(events) != seen or not all(nodes):
+            seen, stable_since = len(events), time.monotonic()
+        elif time.monotonic() - stable_since > 1.5:
             break
-        time.sleep(0.1)
+        await asyncio.sleep(0.1)
     if ids:
         return [(e.task_id.hex(), node) for e, node in zip(events, nodes)]
     return nodes
