@@ -206,7 +206,7 @@ class RayExecutor:
             progress, 0.0, None, f"sent to the cluster (needs {resource_words(resources)})"
         )
         try:
-            future = asyncio.ensure_future(_relay(stream, progress))
+            future = asyncio.ensure_future(relay(stream, progress))
             future.add_done_callback(lambda f: f.cancelled() or f.exception())  # retrieved
             while True:
                 done, _ = await asyncio.wait({future}, timeout=FEASIBILITY_CHECK_S)
@@ -357,14 +357,15 @@ class _NodeDied(Exception):
         self.cause = cause
 
 
-async def _relay(stream: Any, progress: Progress | None) -> ResultWire:
-    """The node's items in order: progress lines to `progress`, then the result."""
+async def relay(stream: Any, progress: Progress | None) -> Any:
+    """A node's streamed items in order (a job's, an engine's load run): each NodeProgress to
+    `progress`, then the first other item, the result, returned."""
     async for ref in stream:
-        item: NodeProgress | ResultWire = await ref
-        if isinstance(item, ResultWire):
+        item = await ref
+        if not isinstance(item, NodeProgress):
             return item
         await report(progress, item.done, item.total, item.message)
-    raise SandboxError("the node ended the job's stream without a result; call again")
+    raise SandboxError("the node ended its stream without a result; call again")
 
 
 def _available_per_node(ray: Any) -> dict[str, dict[str, float]]:
@@ -410,5 +411,6 @@ __all__ = [
     "RayExecutor",
     "default_base_dir",
     "first_line",
+    "relay",
     "resource_words",
 ]

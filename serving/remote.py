@@ -38,8 +38,9 @@ from typing import Any, AsyncIterator, Callable
 import httpx
 
 from ..sandbox import Mount, SandboxError, ServiceSite, ServiceSpec
-from ..sandbox.cluster import first_line, resource_words
+from ..sandbox.cluster import first_line, relay, resource_words
 from ..sandbox.job import Placement
+from ..sandbox.node import NodeProgress
 from .engine_log import first_error_line
 from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult, no_gc_pauses, run_benchmark
 from .unix_http import UnixSocketTransport
@@ -68,15 +69,6 @@ class EngineState:
     alive: bool
     exit_code: int | None
     death_cause: str  # in words (Service.death_cause); "" while alive
-
-
-@dataclass(frozen=True)
-class LoadProgress:
-    """A progress line of the load generator (its Progress's arguments), as it comes."""
-
-    done: float
-    total: float | None
-    message: str
 
 
 class EngineNode:
@@ -147,12 +139,12 @@ class EngineNode:
 
     async def run_load(
         self, ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, options: dict
-    ) -> AsyncIterator[LoadProgress | RunResult]:
+    ) -> AsyncIterator[NodeProgress | RunResult]:
         """run_benchmark here: its progress lines as they come, then its result, last."""
-        lines: asyncio.Queue[LoadProgress] = asyncio.Queue()
+        lines: asyncio.Queue[NodeProgress] = asyncio.Queue()
 
         async def progress(done: float, total: float | None, message: str) -> None:
-            lines.put_nowait(LoadProgress(done, total, message))
+            lines.put_nowait(NodeProgress(done, total, message))
 
         with no_gc_pauses():
             run = asyncio.ensure_future(
@@ -320,12 +312,7 @@ class RemoteService:
             ep, requests, arrivals, options
         )
         try:
-            async for ref in stream:
-                item = await ref
-                if isinstance(item, RunResult):
-                    return item
-                if progress is not None:
-                    await progress(item.done, item.total, item.message)
+            return await relay(stream, progress)
         except asyncio.CancelledError:
             self._ray.cancel(stream)
             raise
@@ -336,7 +323,6 @@ class RemoteService:
             raise SandboxError(
                 f"the load generator on node {self.node} failed ({first_line(exc)})"
             ) from None
-        raise SandboxError(f"the load generator on node {self.node} ended without a result")
 
 
 class _RelayTransport(httpx.AsyncBaseTransport):

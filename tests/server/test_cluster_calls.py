@@ -244,6 +244,18 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     assert [(n["node_id"], n["jobs"]) for n in json.loads(nodes)] == [(two_nodes.id_b, 2)]
 
 
+SWEEP_SERVE = {  # two configs whose engines each hold a node's one slot
+    "engine": "builtin",
+    "base_args": {"model": "tiny"},
+    "space": {"max_num_seqs": [1, 4]},
+    "ladder": {"concurrencies": [2]},
+    "workload": {k: v for k, v in WORKLOAD.items() if k != "max_concurrency"},
+    "slo": {"ttft_p99_ms": 60000},
+    "repeats": 1,
+    "resources": {SLOT: 1},
+}
+
+
 async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_nodes, tmp_path):
     """Each node has one `slot`: a sweep_serve whose engines ask for one measures its two
     configs at once, one on each node (Ray's task events of the load runs), both engines up at
@@ -262,27 +274,13 @@ async def test_sweep_serve_measures_its_configs_side_by_side_one_per_node(two_no
             out = await call(
                 client,
                 "sweep_serve",
-                engine="builtin",
-                base_args={"model": "tiny"},
-                space={"max_num_seqs": [1, 4]},
-                ladder={"concurrencies": [2]},
-                workload={k: v for k, v in WORKLOAD.items() if k != "max_concurrency"},
-                slo={"ttft_p99_ms": 60000},
-                repeats=1,
-                resources={SLOT: 1},
+                **SWEEP_SERVE,
             )
             # a trial budget of one: one config, though two nodes could take two
             one = await call(
                 client,
                 "sweep_serve",
-                engine="builtin",
-                base_args={"model": "tiny"},
-                space={"max_num_seqs": [1, 4]},
-                ladder={"concurrencies": [2]},
-                workload={k: v for k, v in WORKLOAD.items() if k != "max_concurrency"},
-                slo={"ttft_p99_ms": 60000},
-                repeats=1,
-                resources={SLOT: 1},
+                **SWEEP_SERVE,
                 budget={"trials": 1},
             )
     finally:
