@@ -76,21 +76,31 @@ async def launch(client, *extra) -> str:
 
 
 async def judged(client, handle: str, baseline: str) -> dict:
-    out = await call(
-        client,
-        "serve_benchmark",
-        handle=handle,
-        baseline_handle=baseline,
-        workload=WORKLOAD,
-        repeats=3,
-        criteria=[CRITERION],
-    )
-    print(
-        "TTFT p50 per repeat:",
-        [r["latencies_ms"]["ttft"]["median"] for r in out["repeats"]],
-        "baseline:",
-        [r["latencies_ms"]["ttft"]["median"] for r in out["baseline_repeats"]],
-    )
+    """The criterion judged against the baseline, as an agent would: where the answer is
+    inconclusive, once more with the remedy the answer names (more requests per repeat; twice as
+    many here). CI saw it once at 120: one of the held engine's repeats read 117 ms against its
+    others' 142-143 and the baseline's 102-111, straddling the 1.05x threshold."""
+    workload = WORKLOAD
+    for _ in range(2):
+        out = await call(
+            client,
+            "serve_benchmark",
+            handle=handle,
+            baseline_handle=baseline,
+            workload=workload,
+            repeats=3,
+            criteria=[CRITERION],
+        )
+        print(
+            "TTFT p50 per repeat:",
+            [r["latencies_ms"]["ttft"]["median"] for r in out["repeats"]],
+            "baseline:",
+            [r["latencies_ms"]["ttft"]["median"] for r in out["baseline_repeats"]],
+        )
+        if out["criteria"]["answer"] != "inconclusive":
+            return out
+        assert "requests per repeat would" in out["undecided"][0], out["undecided"]
+        workload = {**WORKLOAD, "num_requests": 2 * WORKLOAD["num_requests"]}
     return out
 
 

@@ -232,7 +232,13 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     assert (m["completed"], m["failed"]) == (16, 0), bench["summary"]
     # the engine's own account (its /metrics, relayed by the node) agrees with the client's
     assert m["prefill_ms"] is not None and m["decode_ms"] is not None
-    assert not [f for f in bench["findings"] if "disagree" in f], bench["findings"]
+    assert all(r["phases_ms"].get("engine_ttft_p50_ms") for r in bench["repeats"]), bench["repeats"]
+    # a repeat's TTFT far above the engine's histogram, or its tokens in bursts, would be the relay
+    # (client_engine_gap, or a repeat_remeasured for it); a load generator that waited for a CPU is
+    # the loaded host, read off the client's own clock: CI once saw a repeat wait 31% of its run
+    # with two Ray nodes and the engine on 2 cores (remeasured, a finding, not the relay's)
+    gaps = [f for f in bench["findings"] if "above the engine's own" in f or "burst" in f]
+    assert not gaps, bench["findings"]
     assert [s["node"] for s in listed["serves"]] == [eng["node"]]
     assert "on node 127.0.0.1" in stopped["summary"]
     # every load the call ran (the cost probes, then the repeats) ran on B, by Ray's own record
