@@ -15,6 +15,7 @@ from .datasets import (
     BenchRequest,
     PlainTokenizer,
     random_requests,
+    read_sharegpt,
     shared_prefix_requests,
     sharegpt_requests,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "no_gc_pauses",
     "random_requests",
     "run_benchmark",
+    "read_sharegpt",
     "sharegpt_requests",
     "shared_prefix_requests",
     "sleep_until",

@@ -158,14 +158,9 @@ def shared_prefix_requests(
     return [g[i] for i in range(per_prefix) for g in groups]
 
 
-def sharegpt_requests(
-    path: str | Path,
-    n: int,
-    tokenizer: Tokenizer | None = None,
-    seed: int = 0,
-    max_output_len: int | None = None,
-) -> list[BenchRequest]:
-    """The first human turn of each conversation as the prompt, the reply's length as max_tokens."""
+def read_sharegpt(path: str | Path) -> list[tuple[str, str]]:
+    """(first human turn, its reply) of each conversation of a ShareGPT-format file with at
+    least two turns; read once, sampled by sharegpt_requests as often as needed."""
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
@@ -192,6 +187,18 @@ def sharegpt_requests(
             f"{path} has no conversations with at least two turns (ShareGPT format: "
             '[{"conversations": [{"from": "human", "value": ...}, {"from": "gpt", "value": ...}]}])'
         )
+    return pairs
+
+
+def sharegpt_requests(
+    pairs: list[tuple[str, str]],
+    n: int,
+    tokenizer: Tokenizer | None = None,
+    seed: int = 0,
+    max_output_len: int | None = None,
+) -> list[BenchRequest]:
+    """n conversations of read_sharegpt's `pairs` in a seeded order (all of them if fewer): the
+    first human turn as the prompt, the reply's length as max_tokens."""
     order = np.random.default_rng(seed).permutation(len(pairs))[:n]
 
     def count(text: str) -> int:

@@ -17,6 +17,7 @@ from ...serving.loadgen import (
     BenchRequest,
     PlainTokenizer,
     random_requests,
+    read_sharegpt,
     shared_prefix_requests,
     sharegpt_requests,
 )
@@ -61,8 +62,9 @@ def plan(
     work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, repeats: int = 1
 ) -> Plan:
     draws = 1 if work.reuse_prompts else repeats
+    conversations = _read_sharegpt(sharegpt_file) if work.dataset == "sharegpt" else None
     lists = [
-        _requests(work, tokenizer, sharegpt_file, repeat_seed(work.seed, i)) for i in range(draws)
+        _requests(work, tokenizer, conversations, repeat_seed(work.seed, i)) for i in range(draws)
     ]
     arrivals = Arrivals(
         rate=work.rate or math.inf,
@@ -79,17 +81,46 @@ def plan(
         )
         if v is not None
     }
-    shape = work.model_copy(update={"num_requests": max(1, work.warmup)})
-    warmups = [
-        _requests(shape, tokenizer, sharegpt_file, repeat_seed(work.seed, -1 - i))[: work.warmup]
-        for i in range(draws)
-    ]
+    warmups = _warmups(work, tokenizer, conversations, lists)
     exact = all(r.exact for reqs in lists for r in reqs)
     return Plan(lists, arrivals, slos, tokenizer, exact, warmups)
 
 
+def _warmups(
+    work: Workload,
+    tokenizer: PlainTokenizer | None,
+    conversations: list[tuple[str, str]] | None,
+    lists: list[list[BenchRequest]],
+) -> list[list[BenchRequest]]:
+    """The warm-up before each prompt set in `lists`: the workload's shape, prompts of their own
+    (seeds no repeat uses), so that no measured request finds its prompt in the prefix cache."""
+    if not work.warmup:
+        return [[] for _ in lists]
+    shape = work.model_copy(update={"num_requests": work.warmup})
+    return [
+        _requests(shape, tokenizer, conversations, repeat_seed(work.seed, -1 - i))
+        for i in range(len(lists))
+    ]
+
+
+def _read_sharegpt(sharegpt_file: Path | None) -> list[tuple[str, str]]:
+    """The file's conversations, read once for every prompt set and warm-up."""
+    if sharegpt_file is None:
+        raise AgentError(
+            "dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
+            "workspace"
+        )
+    try:
+        return read_sharegpt(sharegpt_file)
+    except ValueError as exc:
+        raise AgentError(str(exc)) from None
+
+
 def _requests(
-    work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, seed: int
+    work: Workload,
+    tokenizer: PlainTokenizer | None,
+    conversations: list[tuple[str, str]] | None,
+    seed: int,
 ) -> list[BenchRequest]:
     if work.dataset == "random":
         return random_requests(
@@ -111,14 +142,8 @@ def _requests(
             seed=seed,
             tokenizer=tokenizer,
         )[: work.num_requests]
-    if sharegpt_file is None:
-        raise AgentError(
-            "dataset 'sharegpt' needs workload.sharegpt_path, a ShareGPT-format JSON file in the "
-            "workspace"
-        )
-    try:  # each repeat a different sample of the file's conversations (the same ones if it has too few)
-        return sharegpt_requests(
-            sharegpt_file, work.num_requests, tokenizer, seed=seed, max_output_len=work.output_len
-        )
-    except ValueError as exc:
-        raise AgentError(str(exc)) from None
+    assert conversations is not None  # plan() read them for dataset 'sharegpt'
+    # each repeat a different sample of the file's conversations (the same ones if it has too few)
+    return sharegpt_requests(
+        conversations, work.num_requests, tokenizer, seed=seed, max_output_len=work.output_len
+    )

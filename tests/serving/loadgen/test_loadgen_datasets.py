@@ -10,6 +10,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from infra_agent.serving.loadgen import (
     PlainTokenizer,
     random_requests,
+    read_sharegpt,
     shared_prefix_requests,
     sharegpt_requests,
 )
@@ -78,8 +79,8 @@ def test_sharegpt_file(tmp_path, tokenizer):
     ]
     path = tmp_path / "sg.json"
     path.write_text(json.dumps(data))
-    reqs = sharegpt_requests(path, 10, tokenizer=tokenizer, max_output_len=3)
+    reqs = sharegpt_requests(read_sharegpt(path), 10, tokenizer=tokenizer, max_output_len=3)
     assert len(reqs) == 1 and reqs[0].prompt == TEXT[0] and reqs[0].max_tokens == 3
     path.write_text("[]")
     with pytest.raises(ValueError, match="ShareGPT format"):
-        sharegpt_requests(path, 1)
+        read_sharegpt(path)
