@@ -93,9 +93,13 @@ def _warmups(
     lists: list[list[BenchRequest]],
 ) -> list[list[BenchRequest]]:
     """The warm-up before each prompt set in `lists`: the workload's shape, prompts of their own
-    (seeds no repeat uses), so that no measured request finds its prompt in the prefix cache."""
+    (seeds no repeat uses; for ShareGPT, conversations no prompt set sends while the file has
+    such), so that no measured request finds its prompt in the prefix cache."""
     if not work.warmup:
         return [[] for _ in lists]
+    if conversations is not None:
+        sent = {r.prompt for reqs in lists for r in reqs}
+        conversations = [c for c in conversations if c[0] not in sent] or conversations
     shape = work.model_copy(update={"num_requests": work.warmup})
     return [
         _requests(shape, tokenizer, conversations, repeat_seed(work.seed, -1 - i))

@@ -95,7 +95,12 @@ class Workload(BaseModel):
         "repeats then find them in the prefix cache (a cache-warm measurement).",
     )
     warmup: int = Field(
-        2, ge=0, le=100, description="Requests sent first and excluded from the metrics."
+        2,
+        ge=0,
+        le=100,
+        description="Requests sent first, one at a time, and excluded from the metrics; of "
+        "the workload's shape with prompts no measured request sends (none then finds its "
+        "prompt in the prefix cache from them).",
     )
     api: Literal["completions", "chat"] = Field(
         "completions", description="/v1/completions or /v1/chat/completions."

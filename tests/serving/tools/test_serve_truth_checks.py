@@ -4,6 +4,8 @@ findings, and fresh prompts per repeat (issue 21)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
@@ -164,3 +166,24 @@ def test_the_warm_up_shares_no_prompt_prefix_with_any_measured_request(tiny_chec
     assert all(r.prompt_tokens == 24 for i in range(3) for r in p.warmup_for(i))
     none = plan.plan(work.model_copy(update={"warmup": 0}), tok, None, repeats=3)
     assert [none.warmup_for(i) for i in range(3)] == [[], [], []]
+
+
+def test_a_sharegpt_warm_up_sends_conversations_no_repeat_measures(tmp_path, tiny_checkpoint):
+    """ShareGPT prompts come from a file's conversations, so a warm-up drawn by another seed may
+    still pick one a repeat measures (then in the prefix cache). It draws from the conversations
+    no prompt set sends, while the file has such; from any when it has none to spare."""
+    conversations = [
+        {"conversations": [{"value": f"question {i} " * 4}, {"value": f"answer {i}"}]}
+        for i in range(10)
+    ]
+    path = tmp_path / "sg.json"
+    path.write_text(json.dumps(conversations))
+    tok = PlainTokenizer(tiny_checkpoint)
+    work = Workload(dataset="sharegpt", num_requests=4, seed=5, warmup=2)
+    p = plan.plan(work, tok, path, repeats=2)
+    measured = {r.prompt for i in range(2) for r in p.requests_for(i)}
+    warm = [r.prompt for i in range(2) for r in p.warmup_for(i)]
+    assert len(warm) == 4 and not measured & set(warm), (measured, warm)
+    # every conversation measured: the warm-up still runs, on some of them
+    full = plan.plan(work.model_copy(update={"num_requests": 10}), tok, path, repeats=1)
+    assert len(full.warmup_for(0)) == 2
