@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 
 from ..kernels.snapshots import BlobStore, Manifest
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
+from .common import provenance
 from .common.code_diff import FileChange, code_changes
 from .common.diff import Change, change, diff, flatten, is_number
 
@@ -54,10 +55,17 @@ class CodeDiff(BaseModel):
 
 class DeviceDiff(BaseModel):
     same_device: bool = Field(
-        description="True when the device fingerprints (hardware + versions) match."
+        description="True when both ran on devices with the same fingerprints (hardware + "
+        "versions): the cluster nodes their jobs or engines ran on, else the server's host."
     )
+    fingerprints_a: list[str] = Field(
+        description="The device fingerprints a ran on (sha256, 16 hex): its cluster nodes', "
+        "else the server's host's."
+    )
+    fingerprints_b: list[str] = Field(description="The same for b.")
     changes: list[Change] = Field(
-        description="Device facts that differ (CPU, GPUs, package versions...)."
+        description="Facts of the server's host that differ (CPU, GPUs, package versions...); "
+        "work on cluster nodes differs by fingerprints_a/b, whose facts stay on the nodes."
     )
 
 
@@ -184,6 +192,13 @@ def _code_words(code: CodeDiff) -> str:
     return f"code differs: {files}{more}"
 
 
+def _device_words(device: DeviceDiff) -> str:
+    if device.same_device:
+        return "device same"
+    a, b = ", ".join(device.fingerprints_a), ", ".join(device.fingerprints_b)
+    return f"device differs (a ran on {a or 'unknown'}, b on {b or 'unknown'})"
+
+
 async def run(inp: Input, ctx: ToolContext) -> Output:
     ea, eb = _get(ctx, inp.a), _get(ctx, inp.b)
     ra, rb = ea.get("result") or {}, eb.get("result") or {}
@@ -193,8 +208,11 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         if len(results[key]) > MAX_ROWS:
             results[key], truncated = results[key][:MAX_ROWS], True
     code = code_diff(ctx, ea, eb)
+    on_a, on_b = provenance.devices_ran_on(ea), provenance.devices_ran_on(eb)
     device = DeviceDiff(
-        same_device=ea.get("device_fingerprint") == eb.get("device_fingerprint"),
+        same_device=on_a == on_b,
+        fingerprints_a=on_a,
+        fingerprints_b=on_b,
         changes=diff_mappings(ea.get("device") or {}, eb.get("device") or {}, skip=("hostname",)),
     )
     inputs = diff_mappings(
@@ -210,7 +228,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         [
             *(w for w in lead if w),
             inputs_words,
-            f"device {'same' if device.same_device else 'differs'}",
+            _device_words(device),
             f"{len(results['numeric_changes'])} numeric and {len(results['changed_strings'])} other "
             "result field(s) moved",
         ]

@@ -80,6 +80,19 @@ def fingerprint(facts: dict) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def devices_ran_on(row: dict) -> list[str]:
+    """The device fingerprints an experiment's work ran on, sorted: its cluster nodes' (the
+    ledger's `nodes`) when its jobs or its engine ran there, else the server's host's (the row's
+    own `device_fingerprint`; the facts recorded with a row are always the server's host's)."""
+    on_nodes = {
+        n["device_fingerprint"] for n in row.get("nodes") or [] if n.get("device_fingerprint")
+    }
+    if on_nodes:
+        return sorted(on_nodes)
+    host = row.get("device_fingerprint")
+    return [host] if host else []
+
+
 def package_version(dist: str) -> str | None:
     try:
         return metadata.version(dist)

@@ -59,3 +59,39 @@ def test_device_fingerprint_ignores_hostname_only():
 
 def test_not_a_git_repository(tmp_path):
     assert provenance.git_state(tmp_path) == (None, None)
+
+
+async def test_work_on_a_cluster_node_is_compared_by_that_nodes_device(workspace):
+    """A row's own device facts are the server's host's; work placed on a cluster node ran on
+    that node's device (the ledger's `nodes`, as the executor records each placement). Two
+    experiments on nodes of different hardware must not read "device same" because one server
+    recorded both. The second node is written into the ledger as a cluster call records it:
+    this host has one kind of device only (tests/server/test_cluster_calls.py checks that real
+    nodes' fingerprints reach `nodes`)."""
+    import json
+    import sqlite3
+
+    from mcp import Client
+
+    from infra_agent.server.app import build_server
+
+    server = build_server(workspace)
+    async with Client(server) as client:
+        a, b, c = [(await call(client, "list_kernels"))["experiment_id"] for _ in range(3)]
+        host = provenance.fingerprint(provenance.device_facts())
+        h200 = "ffff0000ffff0000"  # another node's device
+        with sqlite3.connect(workspace / ".infra-agent" / "ledger.sqlite") as db:
+            for eid, fp in ((b, host), (c, h200)):
+                node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b"}
+                nodes = [{**node, "device_fingerprint": fp, "jobs": 1}]
+                db.execute("UPDATE experiments SET nodes=? WHERE id=?", (json.dumps(nodes), eid))
+        same = await call(client, "compare_experiments", a=a, b=b)
+        other = await call(client, "compare_experiments", a=a, b=c)
+    await server.aclose()
+    # a node with the host's device is the same device; the server's facts are equal throughout
+    assert same["device"]["same_device"] is True, same["device"]
+    assert same["device"]["fingerprints_b"] == [host] and "device same" in same["summary"]
+    assert other["device"]["same_device"] is False, other["device"]
+    assert other["device"]["fingerprints_a"] == [host]
+    assert other["device"]["fingerprints_b"] == [h200]
+    assert f"device differs (a ran on {host}, b on {h200})" in other["summary"], other["summary"]
