@@ -88,7 +88,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if base_engine is not None:
         base_jsonl = report.records_jsonl([r.result.records for r in runs.baseline])
         base_rows = [r.metrics for r in runs.baseline]
-        base = baseline.measured(base_engine.handle, base_rows, base_jsonl)
+        base = baseline.measured(base_engine, base_rows, base_jsonl)
     repeats = runs.this
     rows = [r.metrics for r in repeats]
     metrics, spread = aggregate(rows)
@@ -111,15 +111,18 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         estimated_s=round(estimate_s, 1),
         elapsed_s=round(elapsed_s, 1),
     )
+    out.device_fingerprint = baseline.engine_device(engine)
     if base is not None:
         out.baseline_metrics, out.baseline_spread = base.metrics, base.spread
         out.baseline_source, out.baseline_repeats = base.source, list(base.repeats)
+        out.baseline_device_fingerprint = base.device_fingerprint
         focus = " ".join(
             inp.criteria + (inp.expect or [])
         )  # the metrics the caller asked about come first
         out.phases, out.findings = attribution(
             metrics, base.metrics, focus=focus, spread=spread, base_spread=base.spread
         )
+        out.findings += baseline.other_device_finding(out.device_fingerprint, base)
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine (on both sides), the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)

@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from ...serving.lifecycle import Engine
 from ..base import AgentError, ToolContext
+from ..common import provenance
 from .judge import aggregate
 from .schema import Input, RepeatMetrics
 
@@ -21,6 +23,7 @@ class Baseline:
         list[dict] | None
     )  # its last repeat's requests (requests.jsonl rows, ms): the latency plot
     source: str  # "experiment <id>" (measured earlier) or "handle <h>, alternating" (in this call)
+    device_fingerprint: str | None  # where its engine ran (engine_device); None: not known
     repeats: list[RepeatMetrics] = field(default_factory=list)  # measured in this call only
 
 
@@ -50,17 +53,47 @@ def recorded(inp: Input, ctx: ToolContext) -> Baseline | None:
         spread=result.get("spread", {}),
         records=None if text is None else last_repeat(text),
         source=f"experiment {inp.baseline}",
+        device_fingerprint=result.get("device_fingerprint") or _one_device(row),
     )
 
 
-def measured(handle: str, repeats: list[RepeatMetrics], records_jsonl: str) -> Baseline:
+def _one_device(row: dict) -> str | None:
+    """A recorded benchmark's device from where its work ran, when that is one device (a row
+    from before serve_benchmark recorded device_fingerprint)."""
+    devices = provenance.devices_ran_on(row)
+    return devices[0] if len(devices) == 1 else None
+
+
+def engine_device(engine: Engine) -> str:
+    """The device fingerprint of the host an engine runs on: its cluster node's, or this one's."""
+    if engine.placement is not None:
+        return engine.placement.device_fingerprint
+    return provenance.fingerprint(provenance.device_facts())
+
+
+def other_device_finding(this: str | None, base: Baseline) -> list[str]:
+    """other_device, when the two sides' engines ran on devices with different fingerprints: a
+    difference between them is then the device's as well as the change's."""
+    if this is None or base.device_fingerprint is None or this == base.device_fingerprint:
+        return []
+    return [
+        f"other_device: this engine ran on device {this}, the baseline ({base.source}) on "
+        f"{base.device_fingerprint} (device fingerprints: hardware and package versions; "
+        "compare_experiments shows both): every difference between them includes the "
+        "device's, not only the change's; to measure the change alone, run both on one kind "
+        "of device (the same resources= with an accelerator type, or both on the server's host)"
+    ]
+
+
+def measured(engine: Engine, repeats: list[RepeatMetrics], records_jsonl: str) -> Baseline:
     """The baseline engine's repeats of this call (`baseline_handle=`)."""
     metrics, spread = aggregate(repeats)
     return Baseline(
         metrics=metrics,
         spread=spread,
         records=last_repeat(records_jsonl),
-        source=f"handle {handle}, alternating",
+        source=f"handle {engine.handle}, alternating",
+        device_fingerprint=engine_device(engine),
         repeats=repeats,
     )
 

@@ -331,6 +331,17 @@ class Output(ToolOutput):
         description="Where the baseline numbers come from: 'experiment <id>' "
         "(measured earlier) or 'handle <h>, alternating' (measured in this call).",
     )
+    device_fingerprint: str | None = Field(
+        None,
+        description="The device the benchmarked engine ran on: sha256 (16 hex) of its host's "
+        "device facts, a cluster node's when resources= placed it there (compare_experiments "
+        "and the other_device finding read it).",
+    )
+    baseline_device_fingerprint: str | None = Field(
+        None,
+        description="The device the baseline ran on, the same way (null: a recorded baseline "
+        "whose device is not known, e.g. one measured on two nodes before this field existed).",
+    )
     baseline_repeats: list[RepeatMetrics] = Field(
         default_factory=list,
         description="baseline_handle: the "
@@ -368,9 +379,9 @@ class Output(ToolOutput):
         "client_starved (the load generator waited for a CPU for much of a run), "
         "client_engine_gap (the client's TTFT far above the engine's own, or its chunks "
         "arriving in bursts; 'on the baseline engine' for the baseline's repeats), "
-        "repeat_remeasured (one repeat disagreed with the engine and was run again) and "
+        "repeat_remeasured (one repeat disagreed with the engine and was run again), "
         "cache_warm_repeats (the repeats' prefix-cache hit "
-        "rates differ).",
+        "rates differ) and other_device (the baseline ran on another kind of device).",
     )
     prefix_cache_hit_rates: list[float | None] = Field(
         default_factory=list,

@@ -108,6 +108,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         reused_steps=sum(s.reused for c in configs for s in c.steps),
         remeasured_steps=trials.changed_code,
         num_configs=len(planned),
+        mixed_devices=answer.mixed_devices(configs),
     )
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
     if rows:
@@ -151,6 +152,8 @@ def _summary(inp: Input, out: Output) -> str:
         head += (
             f"; {out.remeasured_steps} recorded call(s) measured again: their code changed since"
         )
+    if out.mixed_devices:
+        head += f"; {out.mixed_devices}"
     return head
 
 

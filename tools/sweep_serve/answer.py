@@ -64,6 +64,23 @@ def best(inp: Input, configs: list[ConfigAnswer]) -> ConfigAnswer | None:
     return configs[-max(scored)[2]] if scored else None
 
 
+def mixed_devices(configs: list[ConfigAnswer]) -> str | None:
+    """Which configs ran on which device, when that is more than one device (a cluster whose
+    nodes differ): their numbers then differ by device as well as by config."""
+    by_device: dict[str, list[str]] = {}
+    for c in configs:
+        for device in sorted({s.device_fingerprint for s in c.steps if s.device_fingerprint}):
+            by_device.setdefault(device, []).append(c.label)
+    if len(by_device) < 2:
+        return None
+    where = "; ".join(f"device {d}: {', '.join(labels)}" for d, labels in by_device.items())
+    return (
+        f"the configs ran on {len(by_device)} devices ({where}): the best config and the front "
+        "compare devices as well as configs; give resources= an accelerator type to measure "
+        "them all on one kind of device"
+    )
+
+
 def csv_rows(configs: list[ConfigAnswer], front_ids: set[str]) -> list[dict]:
     rows = []
     for c in configs:

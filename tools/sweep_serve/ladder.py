@@ -130,6 +130,7 @@ def _step(inp: Input, load: float, experiment_id: str, reused: bool, result: dic
         ttft_p50_ms=metrics.get("ttft_p50"),
         slo_values=values,
         failed=failed,
+        device_fingerprint=result.get("device_fingerprint"),
     )
 
 

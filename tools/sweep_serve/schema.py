@@ -171,6 +171,12 @@ class Step(BaseModel):
         description="Per SLO metric: [min, max] over repeats, ms."
     )
     failed: int | None = Field(description="Failed requests (median over repeats).")
+    device_fingerprint: str | None = Field(
+        None,
+        description="The device its engine ran on (serve_benchmark's device_fingerprint: a "
+        "cluster node's with resources=, else the server's host's); null for a step recorded "
+        "before benchmarks named it.",
+    )
 
 
 class ConfigAnswer(BaseModel):
@@ -245,3 +251,9 @@ class Output(ToolOutput):
         "because a file they ran has changed since (their code snapshot no longer matches).",
     )
     num_configs: int = Field(description="Configs in the space.")
+    mixed_devices: str | None = Field(
+        None,
+        description="Set when the configs' engines ran on devices with different fingerprints "
+        "(nodes of a cluster): which configs ran on which device. The best config and the "
+        "front then compare devices as well as configs.",
+    )

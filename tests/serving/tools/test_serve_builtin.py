@@ -8,9 +8,14 @@ What a person should look at: the `findings` of the regressed run ("TTFT p50 +N%
 
 from __future__ import annotations
 
+import json
+import sqlite3
+
 import pytest
 from conftest import ToolCallError, call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
+
+from infra_agent.tools.common import provenance
 
 pytestmark = pytest.mark.slow
 
@@ -98,6 +103,62 @@ async def test_builtin_metrics_regression_and_attribution(serve_client):
     assert "the prefill phase moved most" in paired["findings"][0], paired["findings"]
     for h in (normal["handle"], slow["handle"]):
         await call(c, "stop_serve", handle=h)
+
+
+@pytest.mark.anyio
+async def test_a_baseline_measured_on_another_device_is_named(serve_client, tiny_workspace):
+    """serve_benchmark records the device its engine ran on (this host's fingerprint, as the
+    ledger's; a cluster node's for an engine placed there), and a baseline measured on another
+    device is a finding: the difference is then the device's too. This host has one device, so
+    the recorded baseline is moved to another one in the ledger, as a benchmark of an engine on
+    another node records it: in its result (now), or only in its `nodes` (rows from before)."""
+    c = serve_client
+    host = provenance.fingerprint(provenance.device_facts())
+    other = "ffff0000ffff0000"
+    small = {"num_requests": 8, "input_len": 16, "output_len": 4, "warmup": 1}
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    first = await call(c, "serve_benchmark", handle=eng["handle"], workload=small, repeats=1)
+    assert first["device_fingerprint"] == host, first["device_fingerprint"]
+    same = await call(
+        c,
+        "serve_benchmark",
+        handle=eng["handle"],
+        workload=small,
+        repeats=1,
+        baseline=first["experiment_id"],
+    )
+    assert same["baseline_device_fingerprint"] == host
+    assert not [f for f in same["findings"] if f.startswith("other_device")], same["findings"]
+
+    ledger = tiny_workspace / ".infra-agent" / "ledger.sqlite"
+    node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b", "jobs": 1}
+    for recorded_in in ("result", "nodes"):
+        with sqlite3.connect(ledger) as db:
+            (text,) = db.execute(
+                "SELECT result FROM experiments WHERE id=?", (first["experiment_id"],)
+            ).fetchone()
+            result = json.loads(text)
+            result["device_fingerprint"] = other if recorded_in == "result" else None
+            nodes = [{**node, "device_fingerprint": other}] if recorded_in == "nodes" else None
+            db.execute(
+                "UPDATE experiments SET result=?, nodes=? WHERE id=?",
+                (json.dumps(result), nodes and json.dumps(nodes), first["experiment_id"]),
+            )
+        moved = await call(
+            c,
+            "serve_benchmark",
+            handle=eng["handle"],
+            workload=small,
+            repeats=1,
+            baseline=first["experiment_id"],
+        )
+        assert moved["baseline_device_fingerprint"] == other, recorded_in
+        (finding,) = [f for f in moved["findings"] if f.startswith("other_device")]
+        assert finding.startswith(
+            f"other_device: this engine ran on device {host}, the baseline (experiment "
+            f"{first['experiment_id']}) on {other}"
+        ), finding
+    await call(c, "stop_serve", handle=eng["handle"])
 
 
 @pytest.mark.anyio

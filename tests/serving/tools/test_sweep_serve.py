@@ -56,6 +56,7 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
     assert out["hypothesis_answer"]["answer"] == "supported", out["hypothesis_answer"]
     assert len(out["configs"]) == 4 and not out["dropped"] and not out["partial"], out["summary"]
     assert out["front"] and out["best"] in {cfg["label"] for cfg in out["configs"]}
+    assert out["mixed_devices"] is None  # one device
     assert out["best_value"] == max(cfg["goodput"] for cfg in out["configs"] if cfg["goodput"])
 
     # every trial is a child experiment: a launch, its steps, a stop, per config
@@ -68,7 +69,9 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
     # the numbers are the serve_benchmark children's own, read from the ledger
     for cfg in out["configs"]:
         for s in cfg["steps"]:
-            m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+            row = server.state.ledger.get(s["experiment_id"])
+            m = row["result"]["metrics"]
+            assert s["device_fingerprint"] == row["device_fingerprint"]  # the engines ran here
             assert s["output_throughput"] == m["output_throughput"]
             assert s["goodput"] == m["goodput"] and s["ttft_p50_ms"] == m["ttft_p50"]
             assert s["output_throughput_per_user"] == pytest.approx(
@@ -173,6 +176,25 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
     )
     assert measured == {(2, 1): 1, (2, 2): 1, (4, 1): 1, (4, 2): 1}
     assert sum(r["tool"] == "launch_serve" for r in rows) == 3  # config 2 relaunched for its rest
+
+    # Config 4's steps moved to another device in the ledger, as benchmarks of an engine on
+    # another cluster node record them (this host has one device): resumed again, every step is
+    # reused, and the answer says the configs' numbers differ by device as well
+    other = "ffff0000ffff0000"
+    moved = [s["experiment_id"] for s in second["configs"][1]["steps"]]
+    with sqlite3.connect(server.state.workspace.state_dir / "ledger.sqlite") as db:
+        for eid in moved:
+            (text,) = db.execute("SELECT result FROM experiments WHERE id=?", (eid,)).fetchone()
+            result = {**json.loads(text), "device_fingerprint": other}
+            db.execute("UPDATE experiments SET result=? WHERE id=?", (json.dumps(result), eid))
+    third = await call(c, "sweep_serve", **args, resume=second["experiment_id"])
+    assert third["measured_steps"] == 0 and third["reused_steps"] == 4, third["summary"]
+    here = second["configs"][0]["steps"][0]["device_fingerprint"]
+    assert third["mixed_devices"].startswith(
+        f"the configs ran on 2 devices (device {here}: max_num_seqs=2; device {other}: "
+        "max_num_seqs=4)"
+    ), third["mixed_devices"]
+    assert third["mixed_devices"] in third["summary"]
 
 
 @pytest.mark.parametrize(
@@ -364,6 +386,8 @@ async def test_the_same_sweep_runs_on_transformers_serve(serve_client, server):
             == cfg["config"]["max_num_batched_tokens"]
         )
         for s in cfg["steps"]:
-            m = server.state.ledger.get(s["experiment_id"])["result"]["metrics"]
+            row = server.state.ledger.get(s["experiment_id"])
+            m = row["result"]["metrics"]
+            assert s["device_fingerprint"] == row["device_fingerprint"]  # the engines ran here
             assert s["output_throughput"] == m["output_throughput"] > 0
             assert m["completed"] == 8 and m["failed"] == 0
