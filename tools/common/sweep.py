@@ -34,6 +34,7 @@ from typing import Any
 from pydantic import BaseModel, Field, model_validator
 
 from ..base import AgentError, CallOutcome, ToolContext
+from . import provenance
 
 MAX_GRID_POINTS = 256
 Scalar = int | float | bool | str
@@ -158,6 +159,23 @@ def label(config: Config) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items())
 
 
+def mixed_devices(devices_of: dict[str, set[str]], compared: str, remedy: str) -> str | None:
+    """Which configs (by label) were measured on which device fingerprints, when that is more
+    than one device (nodes of a cluster that differ): the sweep's `compared` answer then compares
+    devices as well as configs, and `remedy` says how to measure them on one kind."""
+    by_device: dict[str, list[str]] = {}
+    for config_label, devices in devices_of.items():
+        for device in sorted(devices):
+            by_device.setdefault(device, []).append(config_label)
+    if len(by_device) < 2:
+        return None
+    where = "; ".join(f"device {d}: {', '.join(labels)}" for d, labels in by_device.items())
+    return (
+        f"the configs ran on {len(by_device)} devices ({where}): {compared} compare devices as "
+        f"well as configs; {remedy}"
+    )
+
+
 # ---- trials: child calls, reused on resume -------------------------------------------------
 
 
@@ -217,6 +235,11 @@ class Trials:
         trial = Trial(await self.ctx.call(tool, arguments), reused=False)
         await self._report(tool, arguments, trial)
         return trial
+
+    def devices(self, trial: Trial) -> list[str]:
+        """The device fingerprints a trial's work ran on (provenance.devices_ran_on)."""
+        row = self.ctx.experiment(trial.outcome.experiment_id)
+        return provenance.devices_ran_on(row) if row else []
 
     async def _report(self, tool: str, arguments: dict, trial: Trial) -> None:
         """One progress line per call when the sweep set an expected count: what ran, how it

@@ -18,7 +18,7 @@ from typing import Literal
 from ...kernels.coderef import default_impl
 from ..base import AgentError, Tool, ToolContext
 from ..common.expect import ExpectError, check
-from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials
+from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials, label, mixed_devices
 from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
 from ..compile_kernel.plan import resolve_target
 from ..microbench.plan import candidate_code, dtype_of, kernel_of, shapes_of
@@ -162,6 +162,14 @@ def _answer(
         out.summary += (
             f" {trials.changed_code} recorded trial(s) measured again: their code changed since."
         )
+    out.mixed_devices = mixed_devices(
+        {label(c.config): c.devices for c in candidates if c.devices},
+        "the medians, the winners and the best config",
+        "pin timing jobs to one kind ([cluster.resources] timing with an accelerator type in "
+        "infra-agent.toml) to time them all on one kind of device",
+    )
+    if out.mixed_devices:
+        out.summary += f" Mixed devices: {out.mixed_devices}."
     out.artifacts.append(ctx.artifact("sweep.csv", csv_rows(rows, winners)))
     panels = plot_panels(rows, winners)
     if any(p["bars"] for p in panels):

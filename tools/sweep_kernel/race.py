@@ -203,6 +203,9 @@ async def _time_pair(
             )
             challenger.timed(shape, pair.challenger_ms)
             leader.timed(shape, pair.leader_ms)
+            ran_on = trials.devices(trial)  # one job: both arms on one device
+            challenger.devices.update(ran_on)
+            leader.devices.update(ran_on)
             return pair
         too_few = TOO_FEW.search(trial.outcome.error or "")
         if too_few is None:
@@ -237,6 +240,7 @@ async def time_alone(
         c.dropped = f"timing failed: {t.outcome.error or t.result.get('summary', '')}"
         return None
     c.timed(shape, median)
+    c.devices.update(trials.devices(t))
     return median
 
 

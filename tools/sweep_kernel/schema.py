@@ -210,3 +210,10 @@ class Output(ToolOutput):
         "because a file they ran has changed since (their code snapshot no longer matches).",
     )
     timing_ms: float = Field(description="Timing budget spent over every race, ms.")
+    mixed_devices: str | None = Field(
+        None,
+        description="Set when the configs were timed on devices with different fingerprints "
+        "(nodes of a cluster): which configs ran on which device. Each A/B pair is one job on "
+        "one device, but the medians, the winners across rounds and the best config's geometric "
+        "mean then mix devices.",
+    )

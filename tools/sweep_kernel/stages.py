@@ -41,6 +41,7 @@ class Candidate:
         self.times.setdefault(shape_key(shape), []).append(median_ms)
 
     trials: list[str] = field(default_factory=list)  # child experiment ids
+    devices: set[str] = field(default_factory=set)  # fingerprints of the devices that timed it
 
     @property
     def alive(self) -> bool:

@@ -108,7 +108,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         reused_steps=sum(s.reused for c in configs for s in c.steps),
         remeasured_steps=trials.changed_code,
         num_configs=len(planned),
-        mixed_devices=answer.mixed_devices(configs),
+        mixed_devices=answer.devices(configs),
     )
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
     if rows:

@@ -4,7 +4,7 @@ objective, the CSV rows and the plot's data."""
 
 from __future__ import annotations
 
-from ..common.sweep import pareto_front
+from ..common.sweep import mixed_devices, pareto_front
 from .ladder import Climb
 from .plan import Planned
 from .schema import ConfigAnswer, FrontPoint, Input, Step
@@ -64,20 +64,12 @@ def best(inp: Input, configs: list[ConfigAnswer]) -> ConfigAnswer | None:
     return configs[-max(scored)[2]] if scored else None
 
 
-def mixed_devices(configs: list[ConfigAnswer]) -> str | None:
-    """Which configs ran on which device, when that is more than one device (a cluster whose
-    nodes differ): their numbers then differ by device as well as by config."""
-    by_device: dict[str, list[str]] = {}
-    for c in configs:
-        for device in sorted({s.device_fingerprint for s in c.steps if s.device_fingerprint}):
-            by_device.setdefault(device, []).append(c.label)
-    if len(by_device) < 2:
-        return None
-    where = "; ".join(f"device {d}: {', '.join(labels)}" for d, labels in by_device.items())
-    return (
-        f"the configs ran on {len(by_device)} devices ({where}): the best config and the front "
-        "compare devices as well as configs; give resources= an accelerator type to measure "
-        "them all on one kind of device"
+def devices(configs: list[ConfigAnswer]) -> str | None:
+    """sweep_serve's mixed_devices: which configs' engines ran on which device."""
+    return mixed_devices(
+        {c.label: {s.device_fingerprint for s in c.steps if s.device_fingerprint} for c in configs},
+        "the best config and the front",
+        "give resources= an accelerator type to measure them all on one kind of device",
     )
 
 

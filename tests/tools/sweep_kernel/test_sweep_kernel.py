@@ -316,3 +316,47 @@ async def test_a_resume_measures_again_what_ran_code_that_changed_since(zoo_clie
     )
     assert third["trials_remeasured"] <= len(only_first)
     assert len(_children(zoo_workspace, third["experiment_id"])) == third["trials_made"]
+
+
+async def test_configs_timed_on_different_devices_are_named(zoo_client, zoo_workspace):
+    """Each A/B pair is one microbench job on one device, but a sweep's medians, winners and
+    best config gather pairs from every job; on a cluster whose nodes differ those ran on
+    different devices, and the answer must say which configs ran where. This host has one
+    device: one pair's row is moved to another node's device in the ledger, as the executor
+    records a job there, and the sweep resumed from its record says so."""
+    args = {
+        "kernel": "rmsnorm",
+        "space": {"num_warps": [1, 2, 4]},
+        "shapes": [{"M": 4, "N": 64}],
+        "dtype": "float32",
+        "target": "sm_90a",
+        "round_ms": 100,
+        "strategy": "grid",  # every config against the first, once: two pairs
+    }
+    first = await call(zoo_client, "sweep_kernel", **args)
+    assert first["mixed_devices"] is None, first["mixed_devices"]  # one device
+    pairs = [
+        c
+        for c in _children(zoo_workspace, first["experiment_id"])
+        if c["tool"] == "microbench" and c["status"] == "ok"
+    ]
+    assert len(pairs) == 2, [c["arguments"] for c in pairs]
+    moved = pairs[0]
+    labels = {
+        f"num_warps={moved['arguments'][k]['num_warps']}"
+        for k in ("launch_config", "baseline_launch_config")
+    }
+    other = "ffff0000ffff0000"
+    node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b"}
+    with _ledger(zoo_workspace) as db:
+        db.execute(
+            "UPDATE experiments SET nodes=? WHERE id=?",
+            (json.dumps([{**node, "device_fingerprint": other, "jobs": 1}]), moved["id"]),
+        )
+    again = await call(zoo_client, "sweep_kernel", **args, resume=first["experiment_id"])
+    assert again["trials_made"] == 0, again["summary"]
+    note = again["mixed_devices"]
+    assert note and note.startswith("the configs ran on 2 devices"), note
+    on_other = note.split(f"device {other}: ")[1].split(";")[0].split(")")[0]
+    assert set(on_other.split(", ")) == labels, (note, labels)
+    assert f"Mixed devices: {note}" in again["summary"]
