@@ -73,8 +73,11 @@ class Experiment:
     result: dict  # the tool's output as the ledger holds it ({} when the call failed)
     artifact_names: list[str]
     arguments: dict
-    device: dict
-    device_fingerprint: str | None
+    device: dict  # the server's host's facts (where the call was judged)
+    device_fingerprint: str | None  # the server's host's
+    nodes: list[
+        dict
+    ]  # cluster nodes its work ran on: node_id, address, hostname, device_fingerprint, jobs
     git_commit: str | None
     run_id: str | None
     parent_id: str | None = None  # the sweep that made this call (a trial), else None
@@ -133,6 +136,7 @@ def experiment_from_row(row: dict) -> Experiment:
         arguments=args,
         device=row.get("device") or {},
         device_fingerprint=row.get("device_fingerprint"),
+        nodes=[n for n in row.get("nodes") or [] if isinstance(n, dict)],
         git_commit=row.get("git_commit"),
         run_id=row.get("run_id"),
         parent_id=row.get("parent_id"),

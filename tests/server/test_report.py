@@ -324,6 +324,51 @@ def test_pruned_artifacts_are_named_missing(browser, night, tmp_path):
         assert page.locator("img").count() == 0
 
 
+def test_work_on_cluster_nodes_names_their_devices(browser, night, tmp_path):
+    """A row's own device facts are the server's host's; a call whose jobs ran on cluster nodes
+    shows those nodes and their devices (the ledger's `nodes`, written here as the executor
+    records a microbench on two nodes: this host runs no cluster in the report's tests)."""
+    state = copy_state(night, tmp_path / "state", with_artifacts=False)
+    nodes = [
+        {
+            "node_id": "a1" * 28,
+            "address": "10.0.0.1",
+            "hostname": "gpu-a",
+            "device_fingerprint": "aaaa1111aaaa1111",
+            "jobs": 2,
+        },
+        {
+            "node_id": "b2" * 28,
+            "address": "10.0.0.2",
+            "hostname": "gpu-b",
+            "device_fingerprint": "bbbb2222bbbb2222",
+            "jobs": 1,
+        },
+    ]
+    conn = sqlite3.connect(state / "ledger.sqlite")
+    try:
+        conn.execute(
+            "UPDATE experiments SET nodes = ? WHERE id = ?", (json.dumps(nodes), night.bench_after)
+        )
+        (host,) = conn.execute(
+            "SELECT device_fingerprint FROM experiments WHERE id = ?", (night.bench_after,)
+        ).fetchone()
+        conn.commit()
+    finally:
+        conn.close()
+    build_report(state, tmp_path / "site", Filters())
+    with tab(browser, tmp_path / "site") as page:
+        page.goto((tmp_path / "site" / "experiments" / f"{night.bench_after}.html").as_uri())
+        shown = page.locator("#nodes li").all_inner_texts()
+        assert shown == [
+            f"gpu-a (10.0.0.1, node {'a1' * 6}): device fingerprint aaaa1111aaaa1111, 2 job(s)",
+            f"gpu-b (10.0.0.2, node {'b2' * 6}): device fingerprint bbbb2222bbbb2222, 1 job(s)",
+        ], shown
+        assert page.locator("#fingerprint").inner_text() == host  # the server's host's
+        page.goto((tmp_path / "site" / "experiments" / f"{night.bench_before}.html").as_uri())
+        assert page.locator("#nodes").count() == 0  # ran on the server's host
+
+
 def test_ten_thousand_rows_paginate(browser, night, tmp_path):
     state = copy_state(night, tmp_path / "state", with_artifacts=False)
     total = grow_ledger(state / "ledger.sqlite", 10_000)
