@@ -109,8 +109,28 @@ async def device_peaks(
         if fallback is not None:
             return fallback, why + "; using datasheet numbers"
         return None, why + "; no ceilings, so no roofline"
-    store(state_dir, record)
+    store(state_dir, record)  # right for the device it ran on, whichever that was
+    if fingerprint is not None and fingerprint_key(record["device"]) != fingerprint_key(
+        fingerprint
+    ):
+        # On a cluster whose nodes differ, the peaks job may land on another kind of device than
+        # the job whose fingerprint asked: its ceilings are not this device's.
+        why = (
+            f"the ceilings job ran on another device ({_words(record['device'])}) than this "
+            f"call's ({_words(fingerprint)}): its ceilings are cached for that device, not used here"
+        )
+        fallback = datasheet(fingerprint)
+        if fallback is not None:
+            return fallback, why + "; using datasheet numbers"
+        return None, why + "; no roofline this time (a later call may measure this device)"
     return record, "measured now"
+
+
+def _words(fingerprint: dict) -> str:
+    """A device in a few words: its name (or CPU) and cores."""
+    name = fingerprint.get("name") or fingerprint.get("cpu") or fingerprint.get("device") or "?"
+    cores = fingerprint.get("cpu_cores")
+    return f"{name}, {cores} cores" if cores and fingerprint.get("device") != "cuda" else str(name)
 
 
 def _validated(raw: dict) -> dict | None:

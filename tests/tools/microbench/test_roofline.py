@@ -53,3 +53,37 @@ def test_cache_speed_is_possible_but_beyond_dram():
 
 def test_unknown_dtype_falls_back_to_the_best_measured_rate():
     assert ceilings_for(PEAKS, "float16").flops_tflops == 40.0
+
+
+@pytest.mark.anyio
+async def test_ceilings_measured_on_another_device_are_not_used(client, server):
+    """On a cluster whose nodes differ, the peaks job a microbench starts may land on another
+    kind of device than the microbench's own job. Those ceilings are cached for the device they
+    were measured on and never used for this one: the device's datasheet stands in where there
+    is one, else no roofline. Here the peaks job runs on this CPU host for a call whose job
+    reported an H200 (as a node of a cluster would), then an unknown GPU."""
+    import json
+
+    from conftest import call
+
+    from infra_agent.server.context import CallContext
+    from infra_agent.tools.common import peaks
+
+    eid = (await call(client, "list_kernels"))["experiment_id"]
+    ctx = CallContext(server.state, eid)
+    gpu = {"device": "cuda", "capability": "9.0", "memory_bytes": 150_000_000_000, "cuda": "12.8"}
+    ceilings, note = await peaks.device_peaks(ctx, {**gpu, "name": "NVIDIA H200"})
+    assert note.startswith("the ceilings job ran on another device"), note
+    assert note.endswith("using datasheet numbers"), note
+    assert ceilings is not None and ceilings["copy_gbps"] == 4800.0, ceilings
+    assert ceilings["source"].startswith("datasheet (h200"), ceilings
+    # what was measured is cached under the device it ran on (this host), and answers for it
+    (measured,) = json.loads((server.state.workspace.state_dir / "peaks.json").read_text()).values()
+    assert measured["device"]["device"] == "cpu" and measured["source"] == "measured"
+    here, note_here = await peaks.device_peaks(ctx, measured["device"])
+    assert here == measured and note_here.endswith("cached"), note_here
+
+    unknown, note = await peaks.device_peaks(ctx, {**gpu, "name": "NVIDIA X1"})
+    assert unknown is None and note.endswith(
+        "no roofline this time (a later call may measure this device)"
+    )
