@@ -174,12 +174,12 @@ class RayExecutor:
         resources = dict(job.resources or self.resources[job.kind])
         wire = JobWire.pack(job)
         for attempt in range(self.retries + 1):
-            self._check_feasible(resources)
+            self._check_feasible(resources, job.node)
             workspace = await asyncio.to_thread(self._mirror.version, self._ray)
             try:
-                return await self._run_once(wire, workspace, resources, progress)
+                return await self._run_once(wire, workspace, resources, job.node, progress)
             except _NodeDied as died:
-                if attempt == self.retries:
+                if attempt == self.retries or job.node is not None:  # pinned: nowhere else
                     raise SandboxError(_node_failure(died.cause, self.retries)) from None
                 log.warning(
                     "a job's node failed (%s); starting it again (attempt %d of %d)",
@@ -195,12 +195,13 @@ class RayExecutor:
         wire: JobWire,
         workspace: WorkspaceVersion,
         resources: dict[str, float],
+        node: str | None,
         progress: Progress | None,
     ) -> JobResult:
         """One start of the job on a node: its progress lines relayed as they come, its result
         unpacked. Ray's own retry is off: it replays a streaming task expecting the same number
         of items, and a job's progress lines are not (run() starts it again instead)."""
-        stream = self._task_for(resources).remote(wire, workspace, self._node)
+        stream = self._task_for(resources, node).remote(wire, workspace, self._node)
         sent = time.monotonic()
         await report(
             progress, 0.0, None, f"sent to the cluster (needs {resource_words(resources)})"
@@ -214,7 +215,7 @@ class RayExecutor:
                     wire_back = future.result()
                     break
                 try:
-                    self._check_feasible(resources, fresh=True)
+                    self._check_feasible(resources, node, fresh=True)
                 except SandboxError:
                     self._ray.cancel(stream, force=True)
                     raise
@@ -256,17 +257,23 @@ class RayExecutor:
             .remote(self._node, workspace, *args)
         )
 
-    def _task_for(self, resources: dict[str, float]) -> Any:
-        """The node task with a job's resources, made once per kind of resources (Ray's
-        `.options()` costs ~0.1 ms a call)."""
-        key = tuple(sorted(resources.items()))
+    def _task_for(self, resources: dict[str, float], node: str | None = None) -> Any:
+        """The node task with a job's resources (and its node, when pinned to one), made once
+        per kind (Ray's `.options()` costs ~0.1 ms a call)."""
+        key = (tuple(sorted(resources.items())), node)
         task = self._tasks.get(key)
         if task is None:
+            if node is None:
+                strategy: Any = "SPREAD"
+            else:
+                from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+                strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
             task = self._tasks[key] = self._task.options(
                 **_ray_options(resources),
                 num_returns="streaming",
                 max_retries=0,
-                scheduling_strategy="SPREAD",
+                scheduling_strategy=strategy,
             )
         return task
 
@@ -285,9 +292,19 @@ class RayExecutor:
         # queued: from sending to the job's start on its node (placement, transfer, a worker)
         return replace(result, queued_s=max(0.0, elapsed_s - result.wall_s))
 
-    def _check_feasible(self, resources: dict[str, float], fresh: bool = False) -> None:
-        """Refuse what no live node has (Ray would leave it pending forever)."""
+    def _check_feasible(
+        self, resources: dict[str, float], node: str | None = None, fresh: bool = False
+    ) -> None:
+        """Refuse what no live node has (Ray would leave it pending forever), and a job pinned
+        to a node that is not alive or lacks its resources."""
         live = self._live_nodes(fresh)
+        if node is not None:
+            live = {k: r for k, r in live.items() if k.endswith(f"({node[:12]})")}
+            if not live:
+                raise SandboxError(
+                    f"the job must run on node {node[:12]}, which is not alive now; look at "
+                    "device_info's cluster view, then call again"
+                )
         if any(all(n.get(k, 0.0) >= v for k, v in resources.items()) for n in live.values()):
             return
         have = "; ".join(f"{a} {resource_words(r)}" for a, r in live.items()) or "no live node"

@@ -43,6 +43,10 @@ class Job:
     # {"accelerator_type:H200": 0.001}, a custom resource); empty: the executor's default for
     # the job's kind (sandbox/cluster.py). The local executor runs every job on this host.
     resources: dict[str, float] = field(default_factory=dict)
+    # A cluster node's id (Placement.node_id): the job runs on that node or fails, never
+    # elsewhere (a device's ceilings are measured on the node whose job asked for them). The
+    # local executor runs every job on this host.
+    node: str | None = None
     # The parent watches the job's processes from outside while it runs (profile's /proc and
     # py-spy samplers): it always runs on the server's own host, never on another node.
     host_bound: bool = False

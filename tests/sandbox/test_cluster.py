@@ -153,6 +153,22 @@ def test_a_jobs_progress_comes_from_its_node_while_it_runs(cluster):
     ]
 
 
+def test_a_job_pinned_to_a_node_runs_there_or_is_refused(cluster):
+    """Job.node: a device's ceilings are measured on the node whose job asked for them. Pinned
+    jobs run on their node every time (unpinned ones spread over both); a node that is not alive,
+    or one without the job's resources, is refused with the reason instead of left pending."""
+    nodes, executor, runner, _, _ = cluster
+    for node_id in (nodes.id_b, nodes.id_a):
+        for _ in range(3):
+            res = runner.call(executor.run(probe_job(node=node_id)))
+            assert res.ok, (res.status, res.error, res.stderr_tail)
+            assert res.placement is not None and res.placement.node_id == node_id
+    with pytest.raises(SandboxError, match=r"must run on node 0123456789ab, which is not alive"):
+        runner.call(executor.run(probe_job(node="0123456789ab" * 4 + "0" * 8)))
+    with pytest.raises(SandboxError, match="no live node of the cluster has accelerator_type:H200"):
+        runner.call(executor.run(probe_job(node=nodes.id_a, resources={TYPE_B: 0.001})))
+
+
 def test_a_resource_no_node_has_is_refused_with_the_reason(cluster):
     _, executor, runner, _, _ = cluster
     with pytest.raises(SandboxError, match="no live node of the cluster has accelerator_type:B200"):

@@ -83,12 +83,17 @@ def datasheet(fingerprint: dict) -> dict | None:
 
 
 async def device_peaks(
-    ctx: ToolContext, fingerprint: dict | None = None, *, refresh: bool = False
+    ctx: ToolContext,
+    fingerprint: dict | None = None,
+    *,
+    node: str | None = None,
+    refresh: bool = False,
 ) -> tuple[dict | None, str]:
     """The ceilings for the device jobs run on, and a note on where they came from.
 
     With a `fingerprint` (from a job that already ran) the cache answers without a
-    job. Otherwise, or with `refresh`, the peaks op runs (a few seconds on a CPU).
+    job. Otherwise, or with `refresh`, the peaks op runs (a few seconds on a CPU): on `node`,
+    the cluster node that job ran on, when it ran on one.
     """
     state_dir = ctx.workspace.state_dir
     if fingerprint is not None and not refresh:
@@ -100,7 +105,8 @@ async def device_peaks(
             )
     await ctx.progress(0, 1, "measuring this device's ceilings once (copy bandwidth, matmul rate)")
     res = await ctx.sandbox.run(
-        Job(op=OP_PEAKS, kind="timing", timeout_s=PEAKS_TIMEOUT_S), progress=ctx.progress
+        Job(op=OP_PEAKS, kind="timing", timeout_s=PEAKS_TIMEOUT_S, node=node),
+        progress=ctx.progress,
     )
     record = _validated(res.result) if res.ok else None
     if record is None:
@@ -113,8 +119,8 @@ async def device_peaks(
     if fingerprint is not None and fingerprint_key(record["device"]) != fingerprint_key(
         fingerprint
     ):
-        # On a cluster whose nodes differ, the peaks job may land on another kind of device than
-        # the job whose fingerprint asked: its ceilings are not this device's.
+        # Not this device's ceilings (a job on a cluster whose nodes differ, not pinned to the
+        # node that asked, landed on another kind): cached for theirs, not used here.
         why = (
             f"the ceilings job ran on another device ({_words(record['device'])}) than this "
             f"call's ({_words(fingerprint)}): its ceilings are cached for that device, not used here"

@@ -31,8 +31,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     ceilings, peaks_note = None, ""
     for i in range(count):
         shape_run = await measure_shape(ctx, bench, i)
-        if i == 0:  # the first job's device fingerprint finds the cached peaks
-            ceilings, peaks_note = await device_peaks(ctx, shape_run.timing.device)
+        if i == 0:  # the first job's device fingerprint finds the cached peaks, or its node
+            ceilings, peaks_note = await device_peaks(  # measures them
+                ctx, shape_run.timing.device, node=shape_run.timing.node
+            )
         runs.append(shape_run)
         await ctx.progress(i + 1, count, f"shape {i + 1}/{count} measured ({_checked(shape_run)})")
     after = cpu_counters()

@@ -55,6 +55,7 @@ class TimingRun:
     threads: int | None  # torch threads in the worker
     compiles: int  # Triton cache entries compiled: the sandbox's count, not the worker's
     out_dir: Path | None  # the saved outputs of the spot-checked calls
+    node: str | None  # the cluster node it ran on (Placement.node_id); None: this host
     # by arm name, the arms that had a config (the worker's echo, for the answer only)
     launch_config_applied: dict[str, LaunchConfigApplied] = field(default_factory=dict)
 
@@ -93,7 +94,8 @@ async def time_shape(
     )  # one cache for this call's code under test, shapes share it
     if not res.ok:
         raise AgentError(_job_failure(res, shape, timeout_s, inp.budget_ms))
-    run = _parsed(dict(res.result), arms, res.num_compiles, res.out_dir)
+    node = res.placement.node_id if res.placement is not None else None
+    run = _parsed(dict(res.result), arms, res.num_compiles, res.out_dir, node)
     _check_enough_calls(run, arms, shape, inp.max_budget_ms())
     return run
 
@@ -106,7 +108,9 @@ def timing_timeout_s(inp) -> float:
     return TIMEOUT_BASE_S + TIMEOUT_PER_BUDGET * inp.max_budget_ms() / 1e3
 
 
-def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) -> TimingRun:
+def _parsed(
+    raw: dict, arms: list[Code], compiles: int, out_dir: Path | None, node: str | None
+) -> TimingRun:
     try:
         return TimingRun(
             arms={a.name: _arm_times(raw["arms"][a.name]) for a in arms},
@@ -124,6 +128,7 @@ def _parsed(raw: dict, arms: list[Code], compiles: int, out_dir: Path | None) ->
             threads=raw["threads"] if isinstance(raw.get("threads"), int) else None,
             compiles=compiles,
             out_dir=out_dir,
+            node=node,
             launch_config_applied=_applied(raw.get("launch_config_applied"), arms),
         )
     except (KeyError, TypeError, ValueError) as exc:

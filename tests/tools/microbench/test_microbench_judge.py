@@ -51,6 +51,7 @@ def _timing(candidate_ns: float, baseline_ns: float, seed: int, threads: int = 1
         threads=threads,
         compiles=seed,
         out_dir=None,
+        node=None,
     )
 
 
@@ -124,7 +125,7 @@ def _answer(**changes) -> dict:
 
 
 def test_the_timing_answer_is_parsed_once_at_the_boundary():
-    run = _parsed(_answer(), list(ARMS), compiles=3, out_dir=None)
+    run = _parsed(_answer(), list(ARMS), compiles=3, out_dir=None, node=None)
     assert run.arms["candidate"] == ArmTimes((5, 6, 7, 8, 9), 2)
     assert run.arms["baseline"].minor_faults is None  # not a count: not reported
     assert (run.warmup_calls, run.warmup_stable, run.clocks, run.compiles) == (3, True, {}, 3)
@@ -139,4 +140,10 @@ def test_the_timing_answer_is_parsed_once_at_the_boundary():
         {"arms": {"candidate": {"samples_ns": [0]}, "baseline": {"samples_ns": [1]}}},
     ):
         with pytest.raises(AgentError, match="malformed"):
-            _parsed({k: v for k, v in _answer(**bad).items() if v is not None}, list(ARMS), 0, None)
+            _parsed(
+                {k: v for k, v in _answer(**bad).items() if v is not None},
+                list(ARMS),
+                0,
+                None,
+                None,
+            )
