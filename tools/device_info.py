@@ -104,6 +104,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     facts: dict[str, Any] = {}
     isolation: dict[str, Any] = {}
     level, error = "unavailable", None
+    node = None  # the cluster node the probe ran on: its ceilings are measured there too
     try:
         sandbox = ctx.sandbox
         level = str(sandbox.isolation.level)
@@ -112,6 +113,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         result = await sandbox.run(Job(op=OP_DEVICE_PROBE, kind="run", timeout_s=120.0))
         if result.ok:
             facts = dict(result.result)
+            node = result.placement.node_id if result.placement is not None else None
         else:
             error = f"device_probe job {result.status}: {result.error or result.stderr_tail[-500:]}"
     except Exception as exc:  # the sandbox missing or failing is an answer here, not an error
@@ -121,7 +123,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     on_cluster = _cluster_words(cluster)
 
     if facts:
-        measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"))
+        measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"), node)
         devices = [Device(**d) for d in facts.get("devices", [])]
         versions = {
             k: facts.get(k)
@@ -194,9 +196,11 @@ def _cluster_words(nodes: list[ClusterNode]) -> str:
     )
 
 
-async def _peaks(inp: Input, ctx: ToolContext, fingerprint: dict | None) -> tuple[dict | None, str]:
+async def _peaks(
+    inp: Input, ctx: ToolContext, fingerprint: dict | None, node: str | None
+) -> tuple[dict | None, str]:
     if inp.measure_peaks:
-        return await peaks.device_peaks(ctx, fingerprint, refresh=True)
+        return await peaks.device_peaks(ctx, fingerprint, node=node, refresh=True)
     cached = peaks.load_cached(ctx.workspace.state_dir, fingerprint) if fingerprint else None
     if cached is None:
         return (
