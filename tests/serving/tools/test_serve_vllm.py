@@ -50,28 +50,16 @@ async def test_vllm_benchmark_engine_metrics_and_a_planted_queue(vllm_client, vl
 
 
 async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
-    # Both engines start at once (each takes ~37 s alone on 2 cores; nothing is measured while
-    # they start): the normal one, and one that runs one sequence at a time, so that the other
-    # three of a benchmark's four streams wait in vLLM's queue, and its own metrics say so.
-    normal, one = await asyncio.gather(
-        call(
-            c,
-            "launch_serve",
-            engine="vllm",
-            args={"model": "tiny32", "extra_args": EAGER},
-            ready_timeout_s=400,
-        ),
-        call(
-            c,
-            "launch_serve",
-            engine="vllm",
-            args={"model": "tiny32", "max_num_seqs": 1, "extra_args": EAGER},
-            ready_timeout_s=400,
-        ),
+    normal = await call(
+        c,
+        "launch_serve",
+        engine="vllm",
+        args={"model": "tiny32", "extra_args": EAGER},
+        ready_timeout_s=400,
     )
     assert normal["metrics"] and normal["profiling"] and "ignore_eos" in normal["extensions"]
     listed = await call(c, "list_serves")
-    assert [s["engine"] for s in listed["serves"]] == ["vllm", "vllm"]
+    assert [s["engine"] for s in listed["serves"]] == ["vllm"]
 
     base = await call(c, "serve_benchmark", handle=normal["handle"], workload=WORKLOAD, repeats=1)
     m = base["metrics"]
@@ -86,6 +74,14 @@ async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
     # every response arrived in one burst (client TTFT ~240 ms against vLLM's 15 ms)
     assert _client_checks(base) == [], base["findings"]
 
+    # one sequence at a time: the other three wait in vLLM's queue, and its own metrics say so
+    one = await call(
+        c,
+        "launch_serve",
+        engine="vllm",
+        args={"model": "tiny32", "max_num_seqs": 1, "extra_args": EAGER},
+        ready_timeout_s=400,
+    )
     paired = await call(
         c,
         "serve_benchmark",
