@@ -88,7 +88,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if base_engine is not None:
         base_jsonl = report.records_jsonl([r.result.records for r in runs.baseline])
         base_rows = [r.metrics for r in runs.baseline]
-        base = baseline.measured(base_engine, base_rows, base_jsonl)
+        device = baseline.engine_device(base_engine)
+        base = baseline.measured(base_engine.handle, device, base_rows, base_jsonl)
     repeats = runs.this
     rows = [r.metrics for r in repeats]
     metrics, spread = aggregate(rows)

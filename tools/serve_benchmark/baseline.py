@@ -85,15 +85,17 @@ def other_device_finding(this: str | None, base: Baseline) -> list[str]:
     ]
 
 
-def measured(engine: Engine, repeats: list[RepeatMetrics], records_jsonl: str) -> Baseline:
-    """The baseline engine's repeats of this call (`baseline_handle=`)."""
+def measured(
+    handle: str, device_fingerprint: str, repeats: list[RepeatMetrics], records_jsonl: str
+) -> Baseline:
+    """The baseline engine's repeats of this call (`baseline_handle=`), on its device."""
     metrics, spread = aggregate(repeats)
     return Baseline(
         metrics=metrics,
         spread=spread,
         records=last_repeat(records_jsonl),
-        source=f"handle {engine.handle}, alternating",
-        device_fingerprint=engine_device(engine),
+        source=f"handle {handle}, alternating",
+        device_fingerprint=device_fingerprint,
         repeats=repeats,
     )
 

@@ -57,6 +57,7 @@ def test_an_experiment_baseline_carries_its_numbers_records_and_source():
         spread={"ttft_p50": [11.0, 13.0]},
         records=[json.loads(line) for line in JSONL.splitlines()[-2:]],
         source="experiment exp-1",
+        device_fingerprint=None,  # the row names no device: no other_device finding either
     )
     assert base.repeats == []  # measured earlier: none in this call
     no_spread = Ledger(
@@ -87,9 +88,10 @@ def test_a_baseline_that_cannot_be_one_is_refused_before_anything_runs():
 
 def test_a_live_baseline_is_its_repeats_aggregated():
     repeats = [_repeat(10.0), _repeat(14.0), _repeat(12.0)]
-    base = baseline.measured("serve-2", repeats, JSONL)
+    base = baseline.measured("serve-2", "abcd0123abcd0123", repeats, JSONL)
     metrics, spread = aggregate(repeats)
     assert (base.metrics, base.spread) == (metrics, spread)
     assert base.metrics["ttft_p50"] == 12.0 and base.spread["ttft_p50"] == [10.0, 14.0]
     assert base.source == "handle serve-2, alternating" and base.repeats == repeats
+    assert base.device_fingerprint == "abcd0123abcd0123"
     assert [r["repeat"] for r in base.records] == [2, 2]
