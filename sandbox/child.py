@@ -21,10 +21,9 @@ from pathlib import Path
 from .cgroups import CgroupManager, JobCgroup
 from .launcher import Zygote, ZygoteDied
 
-# A forked child says hello within milliseconds, and confines itself as fast. One silent for this
-# long is stuck: about once per suite run a spare child hung before its hello (cause not found yet;
-# a fork of a process with threads is the suspect), and the job waiting for it paid the whole
-# timeout (30 s until 2026-12-02) before the runner replaced it with a fresh child.
+# A forked child says hello within milliseconds, and confines itself as fast: one silent for this
+# long is stuck. (The "spare that hung before its hello" seen about once per suite run until
+# 2026-12-04 was not the child: its hello went unheard, see recv.)
 HANDSHAKE_TIMEOUT_S = 10.0
 
 
@@ -50,14 +49,25 @@ async def recv(
         if not future.done():
             future.set_result((data, pid) if data else None)
 
-    fd = sock.fileno()  # kept: a cancelled job closes the socket meanwhile, and fileno() is then -1
-    loop.add_reader(fd, on_readable)
-    try:
-        return await asyncio.wait_for(future, timeout_s)
-    except asyncio.TimeoutError:
+    # The reader watches a descriptor of this call's own (a dup), never the socket's: a caller
+    # may close the socket while this call is still being cancelled (supervise cancels wait_done,
+    # then the job's child is discarded), and the next socket made (the next spare's) gets the
+    # same number. Watching that number, this call's cleanup removed the new socket's reader,
+    # and the event loop, still holding the old registration, never watched the new socket
+    # either: the spare's hello went unheard for HANDSHAKE_TIMEOUT_S, about once per suite run.
+    if sock.fileno() < 0:  # closed already
         return None
+    fd = os.dup(sock.fileno())
+    try:
+        loop.add_reader(fd, on_readable)
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except asyncio.TimeoutError:
+            return None
+        finally:
+            loop.remove_reader(fd)
     finally:
-        loop.remove_reader(fd)
+        os.close(fd)
 
 
 async def wait_done(sock: socket.socket) -> bool:

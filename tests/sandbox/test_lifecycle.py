@@ -9,6 +9,7 @@ import multiprocessing.synchronize
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -401,3 +402,36 @@ def test_survives_a_change_of_event_loop(tmp_path):
             assert res.ok and res.result["echo"] == i, res.error
     finally:
         asyncio.run(sb.aclose())
+
+
+def test_a_socket_closed_while_its_recv_is_cancelled_leaves_the_next_one_heard():
+    """The spare job child whose hello went unheard for 10 s, about once per suite run: a job's
+    `wait_done` recv is cancelled and its socket closed before the cancellation has run its
+    cleanup (supervise, then the runner discarding the child); the next spare's socket takes the
+    same descriptor number, and its recv must still hear its child. Deterministic here: the
+    order of those steps is forced."""
+    from infra_agent.sandbox.child import recv
+
+    async def scenario() -> tuple[bool, tuple[bytes, int] | None]:
+        old, old_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        old.setblocking(False)
+        pending = asyncio.ensure_future(recv(old, timeout_s=float("inf")))
+        await asyncio.sleep(0)  # its reader is registered
+        pending.cancel()  # supervise: done.cancel() ...
+        number = old.fileno()
+        old.close()  # ... then the child is discarded, before the cancellation has run
+        new, new_peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        new.setblocking(False)
+        reused = new.fileno() == number  # the case that went unheard
+        heard = asyncio.ensure_future(recv(new, timeout_s=3.0))  # the next spare's handshake
+        await asyncio.sleep(0)
+        new_peer.send(b"hello")
+        got = await heard
+        assert pending.cancelled()
+        for s in (old_peer, new, new_peer):
+            s.close()
+        return reused, got
+
+    reused, got = asyncio.run(scenario())
+    assert reused  # the descriptor number was the closed socket's
+    assert got is not None and got[0] == b"hello", got
