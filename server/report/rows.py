@@ -75,9 +75,8 @@ class Experiment:
     arguments: dict
     device: dict  # the server's host's facts (where the call was judged)
     device_fingerprint: str | None  # the server's host's
-    nodes: list[
-        dict
-    ]  # cluster nodes its work ran on: node_id, address, hostname, device_fingerprint, jobs
+    # the cluster nodes its work ran on: node_id, address, hostname, device_fingerprint, jobs
+    nodes: list[dict]
     git_commit: str | None
     run_id: str | None
     parent_id: str | None = None  # the sweep that made this call (a trial), else None

@@ -111,10 +111,7 @@ async def device_peaks(
     record = _validated(res.result) if res.ok else None
     if record is None:
         why = f"the peaks job {res.status}: {res.error or 'malformed result'}"
-        fallback = datasheet(fingerprint) if fingerprint else None
-        if fallback is not None:
-            return fallback, why + "; using datasheet numbers"
-        return None, why + "; no ceilings, so no roofline"
+        return _unmeasured(fingerprint, why, "no ceilings, so no roofline")
     store(state_dir, record)  # right for the device it ran on, whichever that was
     if fingerprint is not None and fingerprint_key(record["device"]) != fingerprint_key(
         fingerprint
@@ -125,11 +122,19 @@ async def device_peaks(
             f"the ceilings job ran on another device ({_words(record['device'])}) than this "
             f"call's ({_words(fingerprint)}): its ceilings are cached for that device, not used here"
         )
-        fallback = datasheet(fingerprint)
-        if fallback is not None:
-            return fallback, why + "; using datasheet numbers"
-        return None, why + "; no roofline this time (a later call may measure this device)"
+        return _unmeasured(
+            fingerprint, why, "no roofline this time (a later call may measure this device)"
+        )
     return record, "measured now"
+
+
+def _unmeasured(fingerprint: dict | None, why: str, otherwise: str) -> tuple[dict | None, str]:
+    """No measured ceilings for this device (`why`): its datasheet's where there is one, else
+    none, and the note says which."""
+    fallback = datasheet(fingerprint) if fingerprint else None
+    if fallback is not None:
+        return fallback, why + "; using datasheet numbers"
+    return None, f"{why}; {otherwise}"
 
 
 def _words(fingerprint: dict) -> str:
