@@ -10,8 +10,10 @@ agent would see.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -30,6 +32,24 @@ class ToolCallError(Exception):
 @pytest.fixture(scope="session")
 def anyio_backend():
     return "asyncio"  # session-wide, so module-scoped async fixtures (zoo_client) can use it
+
+
+OTHER_DEVICE = "ffff0000ffff0000"  # a device fingerprint no host of the tests has
+
+
+def record_on_node(workspace: Path, experiment_id: str, fingerprint: str = OTHER_DEVICE) -> None:
+    """Rewrite an experiment's ledger `nodes` as the Ray executor records a call whose work ran
+    on one cluster node with the device `fingerprint`: this host has one kind of device, so the
+    tests of what differs by device move a recorded call to another one."""
+    node = {
+        "node_id": "ab" * 28,
+        "address": "10.0.0.2",
+        "hostname": "node-b",
+        "device_fingerprint": fingerprint,
+        "jobs": 1,
+    }
+    with sqlite3.connect(workspace / ".infra-agent" / "ledger.sqlite") as db:
+        db.execute("UPDATE experiments SET nodes=? WHERE id=?", (json.dumps([node]), experiment_id))
 
 
 def copy_zoo(parent: Path) -> Path:

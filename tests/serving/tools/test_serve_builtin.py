@@ -12,7 +12,7 @@ import json
 import sqlite3
 
 import pytest
-from conftest import ToolCallError, call
+from conftest import OTHER_DEVICE, ToolCallError, call, record_on_node
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 from infra_agent.tools.common import provenance
@@ -114,7 +114,7 @@ async def test_a_baseline_measured_on_another_device_is_named(serve_client, tiny
     another node records it: in its result (now), or only in its `nodes` (rows from before)."""
     c = serve_client
     host = provenance.fingerprint(provenance.device_facts())
-    other = "ffff0000ffff0000"
+    other = OTHER_DEVICE
     small = {"num_requests": 8, "input_len": 16, "output_len": 4, "warmup": 1}
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     first = await call(c, "serve_benchmark", handle=eng["handle"], workload=small, repeats=1)
@@ -131,7 +131,6 @@ async def test_a_baseline_measured_on_another_device_is_named(serve_client, tiny
     assert not [f for f in same["findings"] if f.startswith("other_device")], same["findings"]
 
     ledger = tiny_workspace / ".infra-agent" / "ledger.sqlite"
-    node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b", "jobs": 1}
     for recorded_in in ("result", "nodes"):
         with sqlite3.connect(ledger) as db:
             (text,) = db.execute(
@@ -139,11 +138,12 @@ async def test_a_baseline_measured_on_another_device_is_named(serve_client, tiny
             ).fetchone()
             result = json.loads(text)
             result["device_fingerprint"] = other if recorded_in == "result" else None
-            nodes = [{**node, "device_fingerprint": other}] if recorded_in == "nodes" else None
             db.execute(
-                "UPDATE experiments SET result=?, nodes=? WHERE id=?",
-                (json.dumps(result), nodes and json.dumps(nodes), first["experiment_id"]),
+                "UPDATE experiments SET result=? WHERE id=?",
+                (json.dumps(result), first["experiment_id"]),
             )
+        if recorded_in == "nodes":  # the engine's node, as the row's `nodes` alone names it
+            record_on_node(tiny_workspace, first["experiment_id"], other)
         moved = await call(
             c,
             "serve_benchmark",

@@ -26,7 +26,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from conftest import ToolCallError, call
+from conftest import OTHER_DEVICE, ToolCallError, call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = [pytest.mark.slow, pytest.mark.anyio]
@@ -180,7 +180,7 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
     # Config 4's steps moved to another device in the ledger, as benchmarks of an engine on
     # another cluster node record them (this host has one device): resumed again, every step is
     # reused, and the answer says the configs' numbers differ by device as well
-    other = "ffff0000ffff0000"
+    other = OTHER_DEVICE
     moved = [s["experiment_id"] for s in second["configs"][1]["steps"]]
     with sqlite3.connect(server.state.workspace.state_dir / "ledger.sqlite") as db:
         for eid in moved:

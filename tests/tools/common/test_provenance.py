@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from conftest import call
+from conftest import OTHER_DEVICE, call, record_on_node
 
 from infra_agent.tools.common import provenance
 
@@ -68,9 +68,6 @@ async def test_work_on_a_cluster_node_is_compared_by_that_nodes_device(workspace
     recorded both. The second node is written into the ledger as a cluster call records it:
     this host has one kind of device only (tests/server/test_cluster_calls.py checks that real
     nodes' fingerprints reach `nodes`)."""
-    import json
-    import sqlite3
-
     from mcp import Client
 
     from infra_agent.server.app import build_server
@@ -79,12 +76,9 @@ async def test_work_on_a_cluster_node_is_compared_by_that_nodes_device(workspace
     async with Client(server) as client:
         a, b, c = [(await call(client, "list_kernels"))["experiment_id"] for _ in range(3)]
         host = provenance.fingerprint(provenance.device_facts())
-        h200 = "ffff0000ffff0000"  # another node's device
-        with sqlite3.connect(workspace / ".infra-agent" / "ledger.sqlite") as db:
-            for eid, fp in ((b, host), (c, h200)):
-                node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b"}
-                nodes = [{**node, "device_fingerprint": fp, "jobs": 1}]
-                db.execute("UPDATE experiments SET nodes=? WHERE id=?", (json.dumps(nodes), eid))
+        h200 = OTHER_DEVICE  # another node's device
+        record_on_node(workspace, b, host)
+        record_on_node(workspace, c, h200)
         same = await call(client, "compare_experiments", a=a, b=b)
         other = await call(client, "compare_experiments", a=a, b=c)
     await server.aclose()

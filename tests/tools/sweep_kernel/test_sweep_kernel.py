@@ -12,7 +12,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import ToolCallError, call
+from conftest import OTHER_DEVICE, ToolCallError, call, record_on_node
 
 pytestmark = pytest.mark.anyio
 
@@ -346,13 +346,8 @@ async def test_configs_timed_on_different_devices_are_named(zoo_client, zoo_work
         f"num_warps={moved['arguments'][k]['num_warps']}"
         for k in ("launch_config", "baseline_launch_config")
     }
-    other = "ffff0000ffff0000"
-    node = {"node_id": "ab" * 28, "address": "10.0.0.2", "hostname": "node-b"}
-    with _ledger(zoo_workspace) as db:
-        db.execute(
-            "UPDATE experiments SET nodes=? WHERE id=?",
-            (json.dumps([{**node, "device_fingerprint": other, "jobs": 1}]), moved["id"]),
-        )
+    other = OTHER_DEVICE
+    record_on_node(zoo_workspace, moved["id"], other)
     again = await call(zoo_client, "sweep_kernel", **args, resume=first["experiment_id"])
     assert again["trials_made"] == 0, again["summary"]
     note = again["mixed_devices"]
