@@ -13,6 +13,7 @@ with the server even on SIGKILL.
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import shutil
@@ -144,12 +145,13 @@ class Zygote:
         raise ZygoteDied("the sandbox zygote is not reading its requests")
 
     def host_pids(self) -> list[int]:
-        """The zygote's process tree as host pids (bwrap, its init, the zygote, live jobs)."""
+        """The zygote's process tree as host pids (bwrap, its init, the zygote, live jobs). A job
+        may exit mid-walk: the glob module skips its /proc folder (Path.glob in 3.11 raises)."""
         pids, todo = [], [self.proc.pid]
         while todo:
             pid = todo.pop()
             pids.append(pid)
-            for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            for task in map(Path, glob.glob(f"/proc/{pid}/task/*/children")):
                 try:
                     todo += [int(c) for c in task.read_text().split()]
                 except OSError:

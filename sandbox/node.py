@@ -261,8 +261,10 @@ def _remove_dead_workers_folders(base: Path) -> None:
     """What earlier Ray workers on this host left (any server's session, any raylet): a worker's
     folder is <base>/<session>/<host>-<node id>-<pid>, and one of this host whose process is gone
     is removed with its copy of the workspace and its job folders (`base` may be shared by hosts),
-    and a session folder left empty with it."""
-    for folder in base.glob(f"*/{glob.escape(platform.node())}-*-*"):
+    and a session folder left empty with it. Workers starting together sweep at once, so a folder
+    may vanish mid-walk: the glob module skips it (Path.glob in 3.11 raises FileNotFoundError)."""
+    pattern = os.path.join(glob.escape(str(base)), "*", f"{glob.escape(platform.node())}-*-*")
+    for folder in map(Path, glob.glob(pattern)):
         pid = folder.name.rsplit("-", 1)[-1]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
             shutil.rmtree(folder, ignore_errors=True)

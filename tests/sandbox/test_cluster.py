@@ -333,3 +333,23 @@ def _started_on(node_id: str) -> set[float]:
         for spec in JOB_FOLDERS[-1].glob(f"*-{node_id[:12]}-*/state/jobs/*/job.json")
         if json.loads(spec.read_text())["payload"].get("args")
     }
+
+
+def test_two_workers_sweeping_at_once_each_finish(tmp_path, monkeypatch):
+    """Workers that start together sweep the same dead folders: a session folder the other one
+    removed while this one walked the base is skipped, not an error that fails the job."""
+    from infra_agent.sandbox import node
+
+    host = platform.node()
+    for session in ("s1", "s2", "s3"):
+        (tmp_path / session / f"{host}-abc-999999999" / "ws").mkdir(parents=True)
+    real_rmtree = node.shutil.rmtree
+
+    def rmtree_racing_the_other_worker(path, *args, **kwargs):
+        real_rmtree(path, *args, **kwargs)
+        for other in tmp_path.iterdir():  # the other worker emptied and removed the rest
+            real_rmtree(other, ignore_errors=True)
+
+    monkeypatch.setattr(node.shutil, "rmtree", rmtree_racing_the_other_worker)
+    node._remove_dead_workers_folders(tmp_path)
+    assert list(tmp_path.iterdir()) == []
