@@ -90,6 +90,17 @@ def _stall_the_client_during(prefix: str, stall_s: float):
     return on_progress, seen
 
 
+def _another_baseline_repeat_read_late(out: dict) -> bool:
+    """Whether a baseline repeat besides the stalled second disagreed with the engine: a 2-core
+    host under other load starves the load generator now and then (CI: 34% of a run), and with
+    two of three repeats late the harness rightly measures none again (the setup, not a moment)."""
+    return not [r for r in out["remeasured"] if r["side"] == "baseline"] and any(
+        engine_truth.disagreement(RepeatMetrics(**r))
+        for i, r in enumerate(out["baseline_repeats"])
+        if i != 1
+    )
+
+
 @pytest.mark.anyio
 async def test_a_repeat_the_client_read_late_is_measured_again_and_a_stalled_side_is_named(
     serve_client,
@@ -106,10 +117,17 @@ async def test_a_repeat_the_client_read_late_is_measured_again_and_a_stalled_sid
         "repeats": 3,
         "workload": WORKLOAD | {"seed": 4, "output_len": 8},
     }
-    on_progress, seen = _stall_the_client_during("repeat 2/3 (baseline):", 0.08)
-    result = await c.call_tool("serve_benchmark", args, progress_callback=on_progress)
-    assert not result.is_error, result.content
-    out = result.structured_content
+    for seed in (4, 6):  # once more when the host, not the stall, read a second repeat late
+        on_progress, seen = _stall_the_client_during("repeat 2/3 (baseline):", 0.08)
+        result = await c.call_tool(
+            "serve_benchmark",
+            args | {"workload": WORKLOAD | {"seed": seed, "output_len": 8}},
+            progress_callback=on_progress,
+        )
+        assert not result.is_error, result.content
+        out = result.structured_content
+        if not _another_baseline_repeat_read_late(out):
+            break
     # (a repeat of the host's own may be measured again too: only the planted one must be)
     (again,) = [r for r in out["remeasured"] if (r["side"], r["repeat"]) == ("baseline", 2)]
     assert again["agreed"], again
