@@ -237,13 +237,19 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     # (client_engine_gap, or a repeat_remeasured for it); a load generator that waited for a CPU is
     # the loaded host, read off the client's own clock: CI once saw a repeat wait 31% of its run
     # with two Ray nodes and the engine on 2 cores (remeasured, a finding, not the relay's), and
-    # client_starved's own words say "bursts": findings are told apart by their codes
+    # client_starved's own words say "bursts": findings are told apart by their codes. The relay
+    # is in every repeat's path: a repeat that disagreed once and agreed when measured again was
+    # a moment of the host (seen beside a busy loop: client TTFT 11.5 ms above the engine's)
     relay = ("above the engine's own", "tokens arrived in bursts")  # a remeasured repeat's why
     gaps = [
         f
         for f in bench["findings"]
         if f.startswith("client_engine_gap")
-        or (f.startswith("repeat_remeasured") and any(why in f for why in relay))
+        or (
+            f.startswith("repeat_remeasured")
+            and "disagreed again" in f
+            and any(why in f for why in relay)
+        )
     ]
     assert not gaps, bench["findings"]
     assert [s["node"] for s in listed["serves"]] == [eng["node"]]
