@@ -67,7 +67,7 @@ TOOL = Tool(
     title="Microbenchmark a kernel",
     description="How fast, how sure, and how far from the hardware limit: times a kernel implementation (or "
     "your source) per shape with adaptive repetition, optionally against a baseline interleaved in the same "
-    "process (ratio of medians with a 95% bootstrap CI, verdict faster/slower/inconclusive, minimal detectable "
+    "process (the median of the paired ratios with its 95% CI, verdict faster/slower/inconclusive, minimal detectable "
     "effect), and places it on the roofline (achieved GB/s and GFLOP/s vs measured device peaks, bound class, "
     "physically-impossible flag). Outputs of randomly chosen timed calls are checked against the reference; "
     "a failed check voids the timing. Several shapes give a sweep table and a plot.",

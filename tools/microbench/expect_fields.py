@@ -61,7 +61,10 @@ CATALOGUE = Catalogue(
             + (_MEDIAN_NOTE if name == "median_ms" else "")
             for name in ARM_FIELDS
         },
-        "ratio": "median(candidate) / median(baseline), < 1 faster; carries its paired 95% bootstrap CI.",
+        "ratio": (
+            "median of the paired ratios candidate/baseline, < 1 faster; carries its 95% CI (of "
+            "the same statistic)."
+        ),
         "min_detectable_effect_pct": ShapeResult.model_fields[
             "min_detectable_effect_pct"
         ].description,

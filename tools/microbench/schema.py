@@ -222,10 +222,16 @@ class ShapeResult(BaseModel):
     candidate: ArmResult
     baseline: ArmResult | None = None
     ratio: float | None = Field(
-        default=None, description="median(candidate) / median(baseline): < 1 faster."
+        default=None,
+        description="Median over the interleaved pairs of candidate time / baseline time (the "
+        "two calls of a pair ran back to back): < 1 faster, unitless. The CI is of this same "
+        "statistic, so it holds the ratio; it can differ a little from candidate.median_ms / "
+        "baseline.median_ms.",
     )
     ci_low: float | None = Field(
-        default=None, description="95% CI of the ratio, lower end (paired block bootstrap)."
+        default=None,
+        description="95% CI of the ratio, lower end (a circular block bootstrap of "
+        "the pairs; under 40 pairs the exact sign-test interval of the median).",
     )
     ci_high: float | None = Field(default=None, description="95% CI of the ratio, upper end.")
     min_detectable_effect_pct: float | None = Field(
