@@ -110,7 +110,10 @@ def amd_kernels(raw: dict, out_dir: Path, target: Target) -> list[KernelResource
     text = (out_dir / "kernel.amdgcn").read_text()
     md = parse_amdgcn_metadata(text)
     meta = raw["kernel"]
-    vgprs = md.get("vgpr_count", 0) + md.get("agpr_count", 0)
+    # gfx90a and later (gfx942, gfx950: every AMD target here) have one unified register file:
+    # .vgpr_count is the total the wave allocates, AGPRs included (the compiler's
+    # TotalNumVgprs = NumVgprs rounded up to 4, plus NumAgprs), so .agpr_count is not added again
+    vgprs = md.get("vgpr_count", 0)
     dynamic = int(meta.get("shared_dynamic_bytes") or 0)
     smem = md.get("lds_static_bytes", 0) + dynamic
     num_warps = meta["num_warps"]

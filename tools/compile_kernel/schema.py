@@ -184,7 +184,8 @@ class KernelResources(BaseModel):
     name: str = Field(description="Kernel function name as the compiler emitted it.")
     registers_per_thread: int = Field(
         description="NVIDIA: 32-bit registers per thread (cuobjdump REG). AMD: "
-        "VGPRs per lane (arch + accumulation)."
+        "VGPRs per lane, arch + accumulation (AGPRs) together: the compiler's .vgpr_count "
+        "(TotalNumVgprs), the unified register file of gfx942/gfx950."
     )
     shared_memory_bytes: int = Field(
         description="Shared memory (AMD: LDS) per block, static + dynamic, bytes."
