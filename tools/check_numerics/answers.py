@@ -10,6 +10,59 @@ from pathlib import Path
 
 from ..common.launch_config import LaunchConfigApplied, parse_applied
 
+# Ops a Triton wrapper legitimately dispatches: allocation, views, copies, dtype moves.
+MEMORY_OPS = frozenset(
+    f"aten::{op}"
+    for op in (
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "new_empty",
+        "new_empty_strided",
+        "zeros",
+        "zeros_like",
+        "new_zeros",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "fill_",
+        "zero_",
+        "set_",
+        "copy_",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "as_strided",
+        "t",
+        "transpose",
+        "permute",
+        "contiguous",
+        "clone",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "slice",
+        "select",
+        "unsqueeze",
+        "squeeze",
+        "expand",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "narrow",
+        "_to_copy",
+        "resize_",
+        "unbind",
+        "_local_scalar_dense",
+        "is_nonzero",
+        "arange",
+        "lift_fresh_copy",
+        "flatten",
+        "unflatten",
+    )
+)
+
 
 @dataclass(frozen=True)
 class RefFacts:

@@ -2,8 +2,9 @@
 case's error numbers (a per-case condition must hold in every case).
 
 An error number the evidence does not define is null, so a condition on it is inconclusive: the
-relative L2 error of an all-zero reference, or any error of a case whose candidate left no usable
-output (its verdict still fails).
+relative L2 error of an all-zero reference, any error of an output with NaN/Inf where the reference
+is finite (an unwritten element: the error is unbounded, not that of the finite elements), or any
+error of a case whose candidate left no usable output (its verdict still fails).
 """
 
 from __future__ import annotations

@@ -20,62 +20,9 @@ from ...sandbox.worker.protocol import (
 )
 from ..common.error_metrics import representable_fraction, round_to
 from ..common.tolerance import LOWER_PRECISION
-from .answers import RefFacts
+from .answers import MEMORY_OPS, RefFacts
 from .evidence import CaseEvidence
 from .schema import CHECKS, Finding
-
-# Ops a Triton wrapper legitimately dispatches: allocation, views, copies, dtype moves.
-MEMORY_OPS = frozenset(
-    f"aten::{op}"
-    for op in (
-        "empty",
-        "empty_like",
-        "empty_strided",
-        "new_empty",
-        "new_empty_strided",
-        "zeros",
-        "zeros_like",
-        "new_zeros",
-        "ones",
-        "ones_like",
-        "full",
-        "full_like",
-        "fill_",
-        "zero_",
-        "set_",
-        "copy_",
-        "view",
-        "_unsafe_view",
-        "reshape",
-        "as_strided",
-        "t",
-        "transpose",
-        "permute",
-        "contiguous",
-        "clone",
-        "detach",
-        "alias",
-        "lift_fresh",
-        "slice",
-        "select",
-        "unsqueeze",
-        "squeeze",
-        "expand",
-        "split",
-        "split_with_sizes",
-        "chunk",
-        "narrow",
-        "_to_copy",
-        "resize_",
-        "unbind",
-        "_local_scalar_dense",
-        "is_nonzero",
-        "arange",
-        "lift_fresh_copy",
-        "flatten",
-        "unflatten",
-    )
-)
 
 
 def case_findings(
@@ -131,48 +78,68 @@ def _unwritten(ev, _):
     """An element still holding the pre-fill (the sentinel NaN's exact bits, a payload no
     arithmetic produces: protocol.UNWRITTEN_FLOAT_BITS; an integer dtype's max) where the
     reference differs was never written; any other NaN/Inf where the reference is finite,
-    canonical NaNs included, was computed (garbage arithmetic, overflow)."""
-    for key in ev.keys:
+    canonical NaNs included, was computed (garbage arithmetic, overflow). Every output is
+    named, each at the first trial it showed in: one finding per code."""
+    unwritten: dict[int, str] = {}  # output index -> what showed, first trial only
+    computed: dict[int, str] = {}
+    for t, key in enumerate(ev.keys):
         outs = ev.outputs.get((key, CALL_FIRST)) or []
         for j, err in enumerate(ev.errors.get((key, CALL_FIRST), [])):
-            if not err or j >= len(outs) or outs[j] is None or outs[j].dtype == torch.bool:
+            if j in unwritten or not err or j >= len(outs) or outs[j] is None:
                 continue
             out, ref = outs[j], ev.refs[key][j]
-            sentinel = UNWRITTEN_FLOAT_BITS.get(str(out.dtype).removeprefix("torch."))
-            if out.is_floating_point():
-                if not err["nonfinite_mismatches"] or sentinel is None:
-                    continue
-                unwritten = (_bits(out) == _signed(sentinel, out.element_size())) & torch.isfinite(
-                    ref
+            if out.dtype == torch.bool:
+                continue
+            held = _unwritten_elements(out, ref, err)
+            if held is not None and bool(held.any()):
+                first = [int(i) for i in held.nonzero()[0]]
+                unwritten[j] = (
+                    f"output {j} has {int(held.sum())} elements still holding the pre-fill "
+                    f"({'a sentinel NaN' if out.is_floating_point() else 'the dtype max'}) where the "
+                    f"reference differs (trial {t}, first at {first})"
                 )
-            else:
-                top = torch.iinfo(out.dtype).max
-                unwritten = (out == top) & (ref != top)
-            if bool(unwritten.any()):
-                first = [int(i) for i in unwritten.nonzero()[0]]
-                return [
-                    _f(
-                        ev,
-                        "unwritten_output",
-                        "error",
-                        f"output {j} has {int(unwritten.sum())} elements still holding the pre-fill "
-                        f"({'a sentinel NaN' if out.is_floating_point() else 'the dtype max'}) where the "
-                        f"reference differs (first at {first}): never written (e.g. torch.empty_like returned "
-                        "as is, or a store mask that misses elements)",
-                    )
-                ]
-            if out.is_floating_point():
-                return [
-                    _f(
-                        ev,
-                        "nonfinite_output",
-                        "error",
-                        f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the reference is "
-                        f"finite (first at {err['worst_index']}), not the pre-fill sentinel: computed, e.g. "
-                        "overflow, 0/0, or arithmetic on misread data",
-                    )
-                ]
-    return []
+                computed.pop(j, None)
+            elif out.is_floating_point() and err["nonfinite_mismatches"] and j not in computed:
+                computed[j] = (
+                    f"output {j} has {err['nonfinite_mismatches']} NaN/Inf elements where the "
+                    f"reference is finite (trial {t}, first at {err['worst_index']})"
+                )
+    found = []
+    if unwritten:
+        found.append(
+            _f(
+                ev,
+                "unwritten_output",
+                "error",
+                "; ".join(unwritten[j] for j in sorted(unwritten))
+                + ": never written (e.g. torch.empty_like returned as is, or a store mask that "
+                "misses elements)",
+            )
+        )
+    if computed:
+        found.append(
+            _f(
+                ev,
+                "nonfinite_output",
+                "error",
+                "; ".join(computed[j] for j in sorted(computed))
+                + ": not the pre-fill sentinel, so computed, e.g. overflow, 0/0, or arithmetic on "
+                "misread data",
+            )
+        )
+    return found
+
+
+def _unwritten_elements(out, ref, err: dict):
+    """Where `out` still holds the pre-fill and the reference differs (None: no sentinel for
+    this dtype, or nothing non-finite to look at)."""
+    if not out.is_floating_point():
+        top = torch.iinfo(out.dtype).max
+        return (out == top) & (ref != top)
+    sentinel = UNWRITTEN_FLOAT_BITS.get(str(out.dtype).removeprefix("torch."))
+    if not err["nonfinite_mismatches"] or sentinel is None:
+        return None
+    return (_bits(out) == _signed(sentinel, out.element_size())) & torch.isfinite(ref)
 
 
 def _signed(bits: int, size: int) -> int:

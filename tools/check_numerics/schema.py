@@ -181,21 +181,35 @@ class Input(ToolInput):
     )
 
 
+UNDEFINED = (
+    " Null when the candidate has NaN/Inf elements where the reference is finite (an unwritten "
+    "element, an overflow) or the reverse: the error there is unbounded, so this number is "
+    "undefined, never the error of the finite elements alone (nonfinite_mismatches counts them; "
+    "the case fails; an `expect` on it is inconclusive)."
+)
+
+
 class ErrorStats(BaseModel):
-    max_abs_error: float = Field(description="Largest |cand - ref| over finite elements.")
-    max_rel_error: float = Field(
-        description="Largest |cand - ref| / |ref| over finite nonzero-reference elements."
+    max_abs_error: float | None = Field(
+        description="Largest |cand - ref|, in the output's units." + UNDEFINED
+    )
+    max_rel_error: float | None = Field(
+        description="Largest |cand - ref| / |ref| over nonzero-reference elements, unitless."
+        + UNDEFINED
     )
     rel_l2_error: float | None = Field(
-        description="||cand - ref|| / ||ref|| over elements finite in both (the "
-        "verdict's metric; NaN/Inf mismatches are counted apart and always fail), "
-        "unitless; null when undefined (an all-zero reference)."
+        description="||cand - ref|| / ||ref|| over the output (the verdict's metric), unitless; "
+        "null when undefined: an all-zero reference." + UNDEFINED
     )
-    ulp_p50: float = Field(
-        description="Median error in ULPs of the output dtype at the reference value."
+    ulp_p50: float | None = Field(
+        description="Median error in ULPs of the output dtype at the reference value." + UNDEFINED
     )
-    ulp_p99: float = Field(description="99th-percentile error in ULPs of the output dtype.")
-    ulp_max: float = Field(description="Largest error in ULPs of the output dtype.")
+    ulp_p99: float | None = Field(
+        description="99th-percentile error in ULPs of the output dtype." + UNDEFINED
+    )
+    ulp_max: float | None = Field(
+        description="Largest error in ULPs of the output dtype." + UNDEFINED
+    )
     num_mismatches: int = Field(
         description="Elements whose error exceeds tolerance x (|ref| + rms(ref)), or NaN/Inf "
         "where ref is finite."
@@ -272,7 +286,8 @@ class CaseReport(BaseModel):
         "unpredictable)."
     )
     trial_rel_l2: list[float | None] = Field(
-        description="Each trial's rel L2 error (null: unusable output)."
+        description="Each trial's rel L2 error, the worst of its outputs (null: an unusable "
+        "output, or NaN/Inf where the reference is finite: see ErrorStats.rel_l2_error)."
     )
     errors: ErrorStats | None = Field(
         description="The worst trial's error numbers (null: no usable output)."

@@ -23,10 +23,14 @@ _INTEGER_DTYPES = {"int8", "uint8", "int16", "int32", "int64", "bool"}  # spacin
 # which would turn the percentiles into NaN.
 ULP_CEILING = torch.finfo(torch.float64).max
 NUM_FIRST_MISMATCHES = 5
+# The error numbers of an output; each is inf where the candidate and the reference disagree on
+# which elements are finite (the agent-facing models carry it as null: JSON has no inf).
+ERROR_FIELDS = ("max_abs_error", "max_rel_error", "rel_l2_error", "ulp_p50", "ulp_p99", "ulp_max")
 
 
 def compare(candidate, reference, out_dtype: str, rel_l2_tol: float) -> dict:
-    """All the error numbers for one output of one trial (plain floats and lists)."""
+    """All the error numbers for one output of one trial (plain floats and lists). The
+    ERROR_FIELDS are inf when any element is NaN/Inf in one and finite in the other."""
     c, r = candidate.double(), reference.double()
     c_finite, r_finite = torch.isfinite(c), torch.isfinite(r)
     both = c_finite & r_finite
@@ -55,16 +59,25 @@ def compare(candidate, reference, out_dtype: str, rel_l2_tol: float) -> dict:
     worst_flat = _worst_index(nonfinite, score)
     mismatch_idx = mismatch.reshape(-1).nonzero()[:NUM_FIRST_MISMATCHES, 0].tolist()
     ulp_p50, ulp_p99 = _quantiles(ulp_both, (0.5, 0.99))
-    return {
+    errors = {
         "max_abs_error": float(diff.max()) if c.numel() else 0.0,
         "max_rel_error": _max_rel_error(diff, r_abs, both),
         "rel_l2_error": _ratio_of_norms(diff_norm, ref_norm),
         "ulp_p50": ulp_p50,
         "ulp_p99": ulp_p99,
         "ulp_max": float(ulp_both.max()) if ulp_both.numel() else 0.0,
+    }
+    num_nonfinite = 0 if nonfinite is None else int(nonfinite.sum())
+    if num_nonfinite:
+        # NaN/Inf where the reference is finite (an unwritten element, overflow) or the reverse:
+        # the error there is unbounded, so the error over the whole output is too, never the
+        # error of the finite elements alone (an output left fully unwritten would score 0)
+        errors = dict.fromkeys(ERROR_FIELDS, float("inf"))
+    return {
+        **errors,
         "num_mismatches": int(mismatch.sum()),
         "first_mismatch_indices": [unravel(i, c.shape) for i in mismatch_idx],
-        "nonfinite_mismatches": 0 if nonfinite is None else int(nonfinite.sum()),
+        "nonfinite_mismatches": num_nonfinite,
         "candidate_nan_count": 0 if nonfinite is None else int(torch.isnan(c).sum()),
         "candidate_inf_count": 0 if nonfinite is None else int(torch.isinf(c).sum()),
         "reference_nonfinite_count": 0 if nonfinite is None else int((~r_finite).sum()),

@@ -122,10 +122,10 @@ async def test_bf16_arithmetic_in_the_interpreter_is_named_as_a_suspect(zoo_clie
         return
     bf16, fp16 = native["cases"]
     # measured: the interpreter multiplies and adds bf16 bit patterns; its fp16 arithmetic is right
+    # (bit-pattern sums may be NaN/Inf too: then the error is unbounded, null; issue 34)
+    rel_l2 = bf16["errors"]["rel_l2_error"]
     assert (
-        bf16["verdict"] == "fail"
-        and bf16["errors"]["rel_l2_error"] > 1
-        and fp16["verdict"] == "pass"
+        bf16["verdict"] == "fail" and (rel_l2 is None or rel_l2 > 1) and fp16["verdict"] == "pass"
     )
     suspects = [f for f in native["findings"] if f["code"] == "interpreter_bf16_suspect"]
     assert [f["case"] for f in suspects] == ["N=300 bfloat16"] and suspects[0][
