@@ -12,6 +12,7 @@ from pydantic import BaseModel, Field
 from ..kernels.schema import ITEMSIZE, KernelSpec
 from ..kernels.workspace import Kernel
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
+from .common.tolerance import DTYPE_TOLERANCES, resolve_tolerance
 
 
 class Input(ToolInput):
@@ -62,6 +63,11 @@ class ToleranceInfo(BaseModel):
     why: str = Field(
         description="Why the tolerance is this size (error analysis of the reference)."
     )
+    source: str = Field(
+        default="spec",
+        description="'spec' (the spec sets it) or 'dtype default' (the spec sets none for this "
+        "dtype: check_numerics applies the default table's, as shown).",
+    )
 
 
 class PartitionInfo(BaseModel):
@@ -84,7 +90,10 @@ class Output(ToolOutput):
     shapes: list[ShapeCost] = Field(
         description="Every shape of every set, with its cost model evaluated."
     )
-    tolerances: list[ToleranceInfo] = Field(description="Numerics acceptance per dtype.")
+    tolerances: list[ToleranceInfo] = Field(
+        description="Numerics acceptance per dtype: every listed dtype (the spec's own, else "
+        "the default check_numerics applies), then any other dtype the spec sets one for."
+    )
     partition: PartitionInfo | None = Field(
         description="Tensor-parallel split, or null if none is declared."
     )
@@ -121,6 +130,19 @@ def cost_rows(spec: KernelSpec) -> list[ShapeCost]:
     return rows
 
 
+def tolerance_rows(spec: KernelSpec) -> list[ToleranceInfo]:
+    """The tolerance check_numerics applies at each listed dtype (resolve_tolerance: the spec's,
+    else the dtype default), then the spec's for dtypes it does not list."""
+    dtypes = [d for d in spec.dtypes if d in spec.tolerances or d in DTYPE_TOLERANCES]
+    rows = []
+    for d in dict.fromkeys([*dtypes, *spec.tolerances]):
+        t = resolve_tolerance(d, spec.tolerances, None)
+        rows.append(
+            ToleranceInfo(dtype=d, rel_l2=t.rel_l2, max_abs=t.max_abs, why=t.why, source=t.source)
+        )
+    return rows
+
+
 def sources_of(kernel: Kernel) -> dict[str, str]:
     spec = kernel.spec
     out = {}
@@ -152,10 +174,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ],
         dtypes=list(spec.dtypes),
         shapes=shapes,
-        tolerances=[
-            ToleranceInfo(dtype=d, rel_l2=t.rel_l2, max_abs=t.max_abs, why=t.why)
-            for d, t in spec.tolerances.items()
-        ],
+        tolerances=tolerance_rows(spec),
         partition=PartitionInfo(
             args=dict(p.args), num_parts=p.num_parts, combine=p.combine, out_dim=p.out_dim
         )

@@ -105,8 +105,11 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
         raise AgentError("no shapes: pass shapes=[{...}] naming every dimension of the arguments")
     dtypes = distinct(inp.dtypes or (list(spec.dtypes) if spec else ["float32"]))
     check_case_count(len(shapes) * len(dtypes), MAX_NUMERICS_CASES, "cases (shapes x dtypes)")
+    # sizes the spec's own shapes name beyond the arguments' (e.g. one only its cost model or
+    # make_inputs reads, such as Hk when q and k are views of one fused qkv)
+    spec_sizes = {k for s in (spec.shapes.values() if spec else ()) for shape in s for k in shape}
     for shape in shapes:
-        _check_shape(shape, args)
+        _check_shape(shape, args, spec_sizes)
         total = (
             sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args)
             * inp.trials
@@ -229,15 +232,16 @@ def _reference(inp, kernel, workspace, sandbox) -> dict:
     return code.payload(sandbox.workspace_path)
 
 
-def _check_shape(shape: dict, args: list[dict]) -> None:
+def _check_shape(shape: dict, args: list[dict], spec_sizes: set[str]) -> None:
     needed = {d for a in args for d in a["shape"] if isinstance(d, str)}
-    missing, unknown = sorted(needed - set(shape)), sorted(set(shape) - needed)
+    missing, unknown = sorted(needed - set(shape)), sorted(set(shape) - needed - spec_sizes)
     if missing or unknown:
         raise AgentError(
             f"shape {shape} does not match the arguments "
             f"{[(a['name'], list(a['shape'])) for a in args]}: "
             + (f"missing {missing}" if missing else "")
             + (f" unknown {unknown}" if unknown else "")
+            + f" (known sizes: {sorted(needed | spec_sizes)})"
         )
     for a in args:
         dims = [d if isinstance(d, int) else shape[d] for d in a["shape"]]

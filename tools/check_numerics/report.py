@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+from .answers import MEMORY_OPS
+
 
 def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
     """`what_ran`: the candidate, shapes and dtypes (Plan.what_ran)."""
@@ -27,6 +29,8 @@ def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
             f"worst case {worst.case}: {nonfinite}rel L2 {rel} vs tolerance {worst.tolerance_rel_l2:.3g} "
             f"({worst.tolerance_source}), worst element {e.worst_index}"
         )
+    if (torch_only := _torch_only(cases, findings)) is not None:
+        parts.append(torch_only)
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
     if any(f.code == "interpreter_bf16_suspect" for f in findings):
@@ -35,6 +39,18 @@ def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
             "float32 in the kernel or run on a GPU to confirm (finding interpreter_bf16_suspect)"
         )
     return "; ".join(parts)
+
+
+def _torch_only(cases: list, findings: list) -> str | None:
+    """What computed the result when no case launched a Triton kernel (a torch-only impl, which
+    no finding names unless it declared itself Triton: then no_triton_launch says it)."""
+    ran = [c for c in cases if c.error is None]
+    if not ran or any(c.triton_launches for c in ran):
+        return None
+    if any(f.code == "no_triton_launch" for f in findings):
+        return None
+    ops = sorted({op for c in ran for op in c.aten_ops if op not in MEMORY_OPS})
+    return "no Triton launch: computed by " + (", ".join(ops) if ops else "code outside torch ops")
 
 
 def _badness(case) -> tuple:
