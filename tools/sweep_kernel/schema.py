@@ -14,7 +14,12 @@ from ..base import ToolInput, ToolOutput
 from ..common.sweep import MAX_GRID_POINTS, SPACE_DESCRIPTION, BudgetInput, Range, Scalar
 
 MAX_SWEEP_SHAPES = 8
-DEFAULT_ROUND_MS = 200.0  # the first racing round's timing budget per pair (doubles each round)
+# The first racing round's timing budget per pair (doubles each round): microbench's own default
+# budget. A pair needs about 2 x (5 timed + 6 warm-up) calls; interpreted Triton on a 2-core CPU
+# host took 25-160 ms a call at the zoo's CPU shapes (rmsnorm, loaded host), so 200 ms left
+# 9 of 24 race timings too short (retried larger); 2 s fits calls up to ~90 ms. A GPU pair
+# stops once decided (decide_margin_pct), so the larger budget costs only undecided pairs.
+DEFAULT_ROUND_MS = 2000.0
 MAX_ROUNDS = 5
 
 
@@ -77,7 +82,10 @@ class Input(ToolInput):
         gt=0,
         le=10_000,
         description="Timing budget of the first racing round per (challenger, leader) pair and "
-        f"shape, ms; it doubles each round, for at most {MAX_ROUNDS} rounds.",
+        f"shape, ms; it doubles each round, for at most {MAX_ROUNDS} rounds. The default fits "
+        "about 22 calls of up to ~90 ms (interpreted Triton on a CPU host: tens of ms a call); a "
+        "pair stops early once decided. Raise it for slower calls; lower it on a GPU to spend "
+        "less on pairs that stay undecided.",
     )
     tie_margin_pct: float = Field(
         default=2.0,
