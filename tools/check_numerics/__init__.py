@@ -24,6 +24,7 @@ from ..common.seeds import trial_seed
 from . import jobs
 from .answers import RefFacts
 from .expect_fields import EXPECT
+from .layouts import layout_findings
 from .plan import Plan, make_plan
 from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -64,6 +65,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         partition_rows[case.label] = judgement.partition_row
         if judgement.errors is not None:
             series[case.label] = judgement.errors
+    findings += layout_findings(plan, reports)
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if (
@@ -87,6 +89,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         artifacts=artifacts,
         triton_compiles=ref.compiles + compiles,
         launch_config_applied=applied,
+        layout_notes=plan.layout_notes,
         summary=summary(plan.what_ran, verdict, reports, findings),
     )
 

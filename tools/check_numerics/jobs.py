@@ -66,6 +66,8 @@ def _reference_payload(plan: Plan) -> ReferencePayload:
             "dtype": c.storage_dtype,
             "seed": seed,
             "distribution": plan.distribution,
+            "layout": c.layout,
+            "layout_args": c.layout_args,
         }
         for c in plan.cases
         for key, seed in zip(c.keys, c.seeds)
@@ -93,7 +95,8 @@ async def run_case(
         "candidate": plan.candidate,
         "keys": case.keys,
         "repeat": "determinism" in enabled,
-        "partition": plan.partition,
+        # a layout variant is checked whole; its shards would be cut contiguous anyway
+        "partition": plan.partition if case.base is None else None,
         "launch_config": plan.launch_config,
     }
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}
