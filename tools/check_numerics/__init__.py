@@ -59,8 +59,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         judged, compiles, applied = await _run_cases(
             ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total
         )
+    seen: dict[int, set[str]] = {}  # finding codes per as-made case
     for case, judgement in zip(plan.cases, judged, strict=True):
-        findings += judgement.findings
+        if case.base is None:
+            seen[case.index] = {f.code for f in judgement.findings}
+            findings += judgement.findings
+        else:  # a layout case says only what its as-made case did not
+            findings += [f for f in judgement.findings if f.code not in seen.get(case.base, ())]
         reports.append(judgement.report)
         partition_rows[case.label] = judgement.partition_row
         if judgement.errors is not None:
@@ -172,7 +177,10 @@ TOOL = Tool(
     "mismatch indices, NaN/Inf) against a documented tolerance, and reports integrity findings: unwritten output, "
     "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, a "
     "Triton kernel that launched nothing, lower precision, bfloat16 in the CPU interpreter (a suspect), and "
-    "partitioned (simulated tensor-parallel) vs unpartitioned divergence. A case whose candidate raises keeps "
+    "partitioned (simulated tensor-parallel) vs unpartitioned divergence. Inputs reach the candidate exactly as "
+    "the spec makes them (strides, storage offset, views of one storage); the smallest shape of each dtype also "
+    "runs with inputs re-laid out (layouts=, default padded_rows), and a failure only there is layout_sensitive. "
+    "A case whose candidate raises keeps "
     "its error (file:line:col) and the other cases their results. Tolerance (relative "
     "L2): the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 "
     "5e-4, float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser "

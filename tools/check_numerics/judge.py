@@ -131,13 +131,14 @@ def _case_report(
     ops, launches = op_totals(ev)
     worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
-    row = partition_result(ev, plan.partition) if plan.partition else None
-    if plan.partition:
+    partition = plan.partition if case.base is None else None  # layout cases run unpartitioned
+    row = partition_result(ev, partition) if partition else None
+    if partition:
         meta = {
-            "args": plan.partition["names"],
-            "num_parts": plan.partition["num_parts"],
-            "combine": plan.partition["combine"],
-            "sum_order": plan.partition["sum_order"],
+            "args": partition["names"],
+            "num_parts": partition["num_parts"],
+            "combine": partition["combine"],
+            "sum_order": partition["sum_order"],
         }
         if row is None:
             found.append(

@@ -352,7 +352,7 @@ class LockReport(BaseModel):
 class Finding(BaseModel):
     code: str = Field(
         description="What was found, e.g. 'unwritten_output', 'input_mutation', "
-        "'partition_mismatch', 'reference_modified_since_lock'."
+        "'partition_mismatch', 'layout_sensitive', 'reference_modified_since_lock'."
     )
     severity: Literal["error", "warning", "info"] = Field(
         description="'error': the verdict cannot pass; 'warning': worth a look, verdict unaffected."
