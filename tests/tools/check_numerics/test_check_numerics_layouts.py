@@ -144,3 +144,29 @@ async def test_the_sweep_gate_drops_the_stride_bug_config(strided_client):
 
 def _entry(impl: str) -> str:
     return {"good": "fused_scale", "stride_bug": "fused_scale_stride_bug"}[impl]
+
+
+WRITES_INTO_V = """
+import torch
+
+def f(q, k, cos):
+    whole = torch.empty(0, dtype=q.dtype).set_(q.untyped_storage())  # all of qkv
+    whole[-1] = 7.0  # the last element of v: no argument shows it
+    return q * cos[:, None, :], k * cos[:, None, :]
+"""
+
+
+async def test_a_write_into_another_slice_of_the_fused_buffer_is_input_mutation(strided_client):
+    out = await call(
+        strided_client,
+        "check_numerics",
+        kernel="fused_scale",
+        source=WRITES_INTO_V,
+        entry="f",
+        shapes=[SHAPE],
+        trials=1,
+        layouts=[],
+    )
+    (finding,) = [f for f in out["findings"] if f["code"] == "input_mutation"]
+    assert "outside every argument's elements" in finding["message"], finding
+    assert "changed in 4 bytes" in finding["message"] and out["verdict"] == "fail"
