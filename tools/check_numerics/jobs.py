@@ -95,8 +95,7 @@ async def run_case(
         "candidate": plan.candidate,
         "keys": case.keys,
         "repeat": "determinism" in enabled,
-        # a layout variant is checked whole; its shards would be cut contiguous anyway
-        "partition": plan.partition if case.base is None else None,
+        "partition": plan.partition,
         "launch_config": plan.launch_config,
     }
     inputs = {inputs_file(k): ref_dir / inputs_file(k) for k in case.keys}

@@ -131,7 +131,7 @@ def _case_report(
     ops, launches = op_totals(ev)
     worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
-    partition = plan.partition if case.base is None else None  # layout cases run unpartitioned
+    partition = plan.partition  # layout cases too: each rank's shard is cut contiguous
     row = partition_result(ev, partition) if partition else None
     if partition:
         meta = {

@@ -335,9 +335,11 @@ async def test_progress_per_case_and_artifacts_are_readable(zoo_client, zoo_work
     assert png.mime_type == "image/png" and base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
     files = {p.name: p for p in (zoo_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
     worst = json.loads(files["worst_cases.json"].read_text())
-    assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"][
-        "worst_index"
-    ]
+    assert [c["case"] for c in worst] == [
+        "N=32 float32",
+        "N=48 float32",
+        "N=32 float32 padded_rows",
+    ] and worst[0]["worst"]["worst_index"]
 
 
 async def test_output_dtype_follows_the_reference_not_the_inputs(zoo_client):
