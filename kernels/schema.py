@@ -39,6 +39,12 @@ class Arg:
     distribution: Literal["normal", "uniform", "positive", "int"] = "normal"
     low: int = 0
     high: int = 2**16
+    # The layouts the kernel accepts for this argument (sandbox/worker/layouts.py), which
+    # check_numerics tries besides the layout as made: "last_dim_contiguous" (default, as
+    # most serving kernels assert: padded rows, a storage offset, a slice of a fused
+    # projection), "contiguous" (only as made: say why in a comment), or "any" (strided
+    # and transposed last dimensions too).
+    layout: Literal["any", "last_dim_contiguous", "contiguous"] = "last_dim_contiguous"
 
     def dims(self, shape: Shape) -> tuple[int, ...]:
         return tuple(d if isinstance(d, int) else shape[d] for d in self.shape)

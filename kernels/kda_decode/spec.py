@@ -14,15 +14,18 @@ SPEC = KernelSpec(
         "fused": "kda_decode_triton.py:kda_decode_fused",
         "vtiled": "kda_decode_triton.py:kda_decode_vtiled",
     },
+    # Every argument "contiguous": the kernels index each tensor as a packed [B*H, ...] block
+    # (pid_bh * K, pid_bh * K * V) instead of taking strides, and _check asserts it; a padded
+    # or sliced input would be misread, so no other layout is tried (check_numerics' layouts).
     args=(
-        Arg("q", ("B", "H", "K")),
-        Arg("k", ("B", "H", "K")),
-        Arg("v", ("B", "H", "V")),
-        Arg("g", ("B", "H", "K"), dtype="float32"),  # log-decay, <= 0
-        Arg("beta", ("B", "H"), dtype="float32"),  # delta-rule step size in (0, 1)
-        Arg("state", ("B", "H", "K", "V"), dtype="float32"),
-        Arg("norm_weight", ("V",), distribution="positive"),
-        Arg("gate", ("B", "H", "V")),
+        Arg("q", ("B", "H", "K"), layout="contiguous"),
+        Arg("k", ("B", "H", "K"), layout="contiguous"),
+        Arg("v", ("B", "H", "V"), layout="contiguous"),
+        Arg("g", ("B", "H", "K"), dtype="float32", layout="contiguous"),  # log-decay, <= 0
+        Arg("beta", ("B", "H"), dtype="float32", layout="contiguous"),  # step size in (0, 1)
+        Arg("state", ("B", "H", "K", "V"), dtype="float32", layout="contiguous"),
+        Arg("norm_weight", ("V",), distribution="positive", layout="contiguous"),
+        Arg("gate", ("B", "H", "V"), layout="contiguous"),
     ),
     make_inputs="inputs.py:make_inputs",
     shapes={

@@ -47,6 +47,7 @@ class ArgPayload(TypedDict):
     distribution: str
     low: int
     high: int
+    layout: str  # what the kernel accepts: "any" | "last_dim_contiguous" | "contiguous"
 
 
 # ---- reference: seeded inputs and the reference's outputs -----------------------------
@@ -58,6 +59,8 @@ class ReferenceItem(TypedDict, total=False):
     dtype: str
     seed: int
     distribution: str | None
+    layout: str  # sandbox/worker/layouts.py; absent: as made
+    layout_args: list[int]  # the argument indices re-laid out in `layout`
 
 
 class ReferencePayload(TypedDict):

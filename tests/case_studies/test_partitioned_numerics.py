@@ -56,6 +56,7 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
         kernel="tp_linear",
         impl="tf32",
         shapes=SHAPE,
+        layouts=[],  # the episode as it ran: inputs as made
         trials=2,
         hypothesis="the TF32 shards' all-reduced result diverges from the FP32 linear",
         expect=SHARDS_DIVERGE,
@@ -87,6 +88,7 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
         kernel="tp_linear",
         impl="tf32",
         shapes=SHAPE,
+        layouts=[],  # the episode as it ran: inputs as made
         trials=2,
         partition={
             "args": {"x": 1, "w": 1},
@@ -109,6 +111,7 @@ async def test_tf32_shards_are_located_as_the_fault_and_3xtf32_fixes_them(agent)
         kernel="tp_linear",
         impl="tf32x3",
         shapes=SHAPE,
+        layouts=[],  # the episode as it ran: inputs as made
         trials=2,
         hypothesis="3xTF32 shards still diverge from the FP32 linear",
         expect=SHARDS_DIVERGE,

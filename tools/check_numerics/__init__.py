@@ -24,6 +24,7 @@ from ..common.seeds import trial_seed
 from . import jobs
 from .answers import RefFacts
 from .expect_fields import EXPECT
+from .layouts import layout_findings
 from .plan import Plan, make_plan
 from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -58,12 +59,18 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         judged, compiles, applied = await _run_cases(
             ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total
         )
+    seen: dict[int, set[str]] = {}  # finding codes per as-made case
     for case, judgement in zip(plan.cases, judged, strict=True):
-        findings += judgement.findings
+        if case.base is None:
+            seen[case.index] = {f.code for f in judgement.findings}
+            findings += judgement.findings
+        else:  # a layout case says only what its as-made case did not
+            findings += [f for f in judgement.findings if f.code not in seen.get(case.base, ())]
         reports.append(judgement.report)
         partition_rows[case.label] = judgement.partition_row
         if judgement.errors is not None:
             series[case.label] = judgement.errors
+    findings += layout_findings(plan, reports)
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if (
@@ -87,6 +94,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         artifacts=artifacts,
         triton_compiles=ref.compiles + compiles,
         launch_config_applied=applied,
+        layout_notes=plan.layout_notes,
         summary=summary(plan.what_ran, verdict, reports, findings),
     )
 
@@ -169,7 +177,10 @@ TOOL = Tool(
     "mismatch indices, NaN/Inf) against a documented tolerance, and reports integrity findings: unwritten output, "
     "input mutation, aliasing, tensor subclasses, nondeterminism, result caching, forbidden/library ops, a "
     "Triton kernel that launched nothing, lower precision, bfloat16 in the CPU interpreter (a suspect), and "
-    "partitioned (simulated tensor-parallel) vs unpartitioned divergence. A case whose candidate raises keeps "
+    "partitioned (simulated tensor-parallel) vs unpartitioned divergence. Inputs reach the candidate exactly as "
+    "the spec makes them (strides, storage offset, views of one storage); the smallest shape of each dtype also "
+    "runs with inputs re-laid out (layouts=, default padded_rows), and a failure only there is layout_sensitive. "
+    "A case whose candidate raises keeps "
     "its error (file:line:col) and the other cases their results. Tolerance (relative "
     "L2): the tolerance argument, else the kernel spec's, else the dtype table (float64 1e-12, float32 1e-5, tf32 "
     "5e-4, float16 1e-3, bfloat16 1e-2); a human-locked kernel cannot pass with a changed reference or a looser "

@@ -171,7 +171,31 @@ def _mutation(ev, _):
                         "not write its inputs (the caller's tensors, and later calls, see the damage)",
                     )
                 ]
+        outside = _written_outside_views(ev.inputs[key], after)
+        if outside:
+            return [_f(ev, "input_mutation", "error", outside)]
     return []
+
+
+def _written_outside_views(before: list, after: list) -> str:
+    """Inputs that are views (a slice of a fused qkv, padded rows) let a kernel reach bytes
+    no argument shows: the storages are compared whole, padding and unused parts too."""
+    for j, (b, a) in enumerate(zip(before, after)):
+        if a is None:
+            continue
+        sb, sa = b.untyped_storage(), a.untyped_storage()
+        if sb.nbytes() != sa.nbytes():
+            continue  # a storage of another size: the candidate's worker saved something else
+        raw = [torch.empty(0, dtype=torch.uint8).set_(s) for s in (sb, sa)]
+        if not torch.equal(*raw):
+            changed = int((raw[0] != raw[1]).sum())
+            return (
+                f"the storage under argument {j} ({tuple(b.shape)}, strides {tuple(b.stride())}, "
+                f"offset {b.storage_offset()}) changed in {changed} bytes outside every argument's "
+                "elements: the kernel wrote past its view (padding, or another slice of the same "
+                "buffer); compute addresses from the strides and mask the row's end"
+            )
+    return ""
 
 
 def _output_facts(ev, _):

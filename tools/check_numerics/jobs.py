@@ -66,6 +66,8 @@ def _reference_payload(plan: Plan) -> ReferencePayload:
             "dtype": c.storage_dtype,
             "seed": seed,
             "distribution": plan.distribution,
+            "layout": c.layout,
+            "layout_args": c.layout_args,
         }
         for c in plan.cases
         for key, seed in zip(c.keys, c.seeds)

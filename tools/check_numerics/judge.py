@@ -18,7 +18,7 @@ from .evidence import CaseEvidence, case_errors, load_evidence, op_totals, parti
 from .findings import call_findings, case_findings
 from .plan import Case, Plan
 from .report import json_safe
-from .schema import CaseReport, ErrorStats, Finding, PartitionReport
+from .schema import CaseReport, ErrorStats, Finding, InputLayout, PartitionReport
 from .verdict import case_verdict
 
 
@@ -52,15 +52,18 @@ def judge_case(
         declared_triton=plan.triton_by_name,
     )
     load_evidence(ev, ref_dir, run)
+    layouts = input_layouts(ev.inputs[case.keys[0]], ev.arg_names)
     first = next((c for c in ev.calls if c.kind == CALL_FIRST), None)
     if first is None or first.error is not None:
         report = _raised_report(case, first)
+        report.layout, report.input_layouts = case.layout, layouts
         raised = Finding(
             code="candidate_raised", severity="error", case=case.label, message=report.error
         )
         return CaseJudgement(report, None, [raised], None)
     found = case_findings(ev, plan.forbidden_ops, enabled) + call_findings(ev)
     report, row = _case_report(plan, case, ev, found)
+    report.layout, report.input_layouts = case.layout, layouts
     if report.verdict == "fail" and device == "cpu" and "precision" in enabled:
         found += _interpreter_suspect(ev)
     errors = None
@@ -128,13 +131,14 @@ def _case_report(
     ops, launches = op_totals(ev)
     worst, per_trial = json_safe(worst), [json_safe(v) for v in per_trial]
     part = None
-    row = partition_result(ev, plan.partition) if plan.partition else None
-    if plan.partition:
+    partition = plan.partition  # layout cases too: each rank's shard is cut contiguous
+    row = partition_result(ev, partition) if partition else None
+    if partition:
         meta = {
-            "args": plan.partition["names"],
-            "num_parts": plan.partition["num_parts"],
-            "combine": plan.partition["combine"],
-            "sum_order": plan.partition["sum_order"],
+            "args": partition["names"],
+            "num_parts": partition["num_parts"],
+            "combine": partition["combine"],
+            "sum_order": partition["sum_order"],
         }
         if row is None:
             found.append(
@@ -191,6 +195,25 @@ def _case_report(
         triton_launches=launches,
     )
     return report, row
+
+
+def input_layouts(inputs: list[torch.Tensor], names: list[str]) -> list[InputLayout]:
+    """Each input's layout as the saved file holds it (the candidate's worker loads that
+    file with these strides): the parent's own reading, not the worker's word."""
+    named = [names[j] if j < len(names) else str(j) for j in range(len(inputs))]
+    storages = [(t.untyped_storage().data_ptr(), t.untyped_storage().nbytes()) for t in inputs]
+    return [
+        InputLayout(
+            name=named[j],
+            shape=list(t.shape),
+            stride=list(t.stride()),
+            storage_offset=int(t.storage_offset()),
+            shares_storage_with=[
+                named[i] for i in range(len(inputs)) if i != j and storages[i] == storages[j]
+            ],
+        )
+        for j, t in enumerate(inputs)
+    ]
 
 
 MAX_HISTOGRAM_ELEMENTS = 1 << 20

@@ -20,6 +20,7 @@ from ...kernels.coderef import (
     split_ref,
 )
 from ...kernels.workspace import WorkspaceError
+from ...sandbox.worker.layouts import ACCEPTS, AS_MADE
 from ..base import AgentError, as_agent_error
 from ..common.cases import MAX_NUMERICS_CASES, check_case_count, distinct
 from ..common.tolerance import DTYPE_TOLERANCES, ResolvedTolerance, resolve_tolerance
@@ -43,10 +44,14 @@ class Case:
     tol: ResolvedTolerance
     seeds: list[int]
     keys: list[str]
+    layout: str = AS_MADE  # sandbox/worker/layouts.py
+    layout_args: list[int] = field(default_factory=list)  # argument indices re-laid out
+    base: int | None = None  # the as-made case of the same shape and dtype (same seeds)
 
     @property
     def label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.shape.items()) + f" {self.dtype}"
+        named = " ".join(f"{k}={v}" for k, v in self.shape.items()) + f" {self.dtype}"
+        return named if self.layout == AS_MADE else f"{named} {self.layout}"
 
 
 @dataclass
@@ -69,6 +74,7 @@ class Plan:
     # the worker adds "its module imports triton" (judge.py)
     triton_by_name: str = ""
     launch_config: dict | None = None  # the candidate's (sandbox/worker/launch_config.py)
+    layout_notes: list[str] = field(default_factory=list)  # layouts not tried, and why
 
     @property
     def what_ran(self) -> str:
@@ -76,11 +82,13 @@ class Plan:
         shapes = list(
             dict.fromkeys(" ".join(f"{k}={v}" for k, v in c.shape.items()) for c in self.cases)
         )
+        layouts = list(dict.fromkeys(c.layout for c in self.cases if c.layout != AS_MADE))
         more = f"; +{len(shapes) - SUMMARY_SHAPES} more" if len(shapes) > SUMMARY_SHAPES else ""
         dtypes = ", ".join(dict.fromkeys(c.dtype for c in self.cases))
         config = f" under launch_config {self.launch_config}" if self.launch_config else ""
         named = "; ".join(shapes[:SUMMARY_SHAPES])
-        return f"{self.candidate_name}{config} on shapes [{named}{more}] x dtypes [{dtypes}]"
+        tried = f" + layouts [{', '.join(layouts)}]" if layouts else ""
+        return f"{self.candidate_name}{config} on shapes [{named}{more}] x dtypes [{dtypes}]{tried}"
 
 
 def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
@@ -141,6 +149,7 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
                     [f"c{i}t{t}" for t in range(inp.trials)],
                 )
             )
+    layout_notes = _layout_cases(cases, args, inp)
     lock = check_lock(workspace, spec.name) if spec else None
     notes = _lock_notes(inp, lock)
     make_inputs = None
@@ -161,7 +170,63 @@ def make_plan(inp, workspace, sandbox, device: str, seed_of) -> Plan:
         notes,
         triton_by_name,
         dict(inp.launch_config) if inp.launch_config else None,
+        layout_notes,
     )
+
+
+def _layout_cases(cases: list[Case], args: list[dict], inp) -> list[str]:
+    """Append a case per asked layout on the smallest shape of each dtype (or every shape),
+    with the as-made case's seeds: the same values, other strides. Only arguments whose
+    declared layout accepts it are re-laid out; a layout no argument accepts is not tried.
+    Returns what was not tried, and why."""
+    notes = []
+    for layout in dict.fromkeys(getattr(inp, "layouts", None) or ()):
+        chosen = [j for j, a in enumerate(args) if layout in ACCEPTS[_accepts(a)]]
+        refused = [a["name"] for j, a in enumerate(args) if j not in chosen]
+        if refused:
+            notes.append(
+                f"{layout} not tried on {', '.join(refused)}: the spec declares "
+                + ", ".join(f"{a['name']}: {_accepts(a)}" for a in args if a["name"] in refused)
+                + " (Arg.layout)"
+            )
+        if not chosen:
+            continue
+        for base in _layout_bases(cases, args, inp.layout_shapes):
+            i = len(cases)
+            cases.append(
+                dataclasses.replace(
+                    base,
+                    index=i,
+                    keys=[f"c{i}t{t}" for t in range(len(base.seeds))],
+                    layout=layout,
+                    layout_args=chosen,
+                    base=base.index,
+                )
+            )
+    return notes
+
+
+def _accepts(arg: dict) -> str:
+    return arg.get("layout") or "last_dim_contiguous"
+
+
+def _layout_bases(cases: list[Case], args: list[dict], which: str) -> list[Case]:
+    """The as-made cases a layout is tried on: all, or the smallest shape of each dtype
+    (fewest input elements)."""
+    made = [c for c in cases if c.layout == AS_MADE]
+    if which == "all":
+        return made
+    smallest: dict[str, Case] = {}
+    for c in made:
+        if c.dtype not in smallest or _elements(c.shape, args) < _elements(
+            smallest[c.dtype].shape, args
+        ):
+            smallest[c.dtype] = c
+    return list(smallest.values())
+
+
+def _elements(shape: dict, args: list[dict]) -> int:
+    return sum(_numel(d if isinstance(d, int) else shape[d] for d in a["shape"]) for a in args)
 
 
 def _default_shapes(spec, device: str) -> list[dict]:

@@ -68,6 +68,12 @@ class ArgInput(BaseModel):
         le=2**62,
         description="Integer arguments: one past the largest value drawn.",
     )
+    layout: Literal["any", "last_dim_contiguous", "contiguous"] = Field(
+        default="last_dim_contiguous",
+        description="What the kernel accepts for this argument, so which `layouts` are tried on "
+        "it: 'last_dim_contiguous' (padded_rows), 'any' (also strided_last_dim, transposed), "
+        "'contiguous' (only as made).",
+    )
 
 
 class PartitionInput(BaseModel):
@@ -171,6 +177,21 @@ class Input(ToolInput):
         default=None,
         description="Integrity checks to run (default all): " + ", ".join(CHECKS) + ".",
     )
+    layouts: list[Literal["padded_rows", "strided_last_dim", "transposed"]] = Field(
+        default=["padded_rows"],
+        max_length=3,
+        description="Input layouts tried besides each case as made (values unchanged, a case "
+        "of its own, labelled with the layout): 'padded_rows' (each tensor a view into a "
+        "larger buffer: dimension 0's stride padded by 16 elements, storage offset 16, last "
+        "dimension contiguous: a slice of a fused projection), 'strided_last_dim' (elements 2 "
+        "apart), 'transposed' (last two dimensions swapped in memory). Padding holds NaN. Only "
+        "arguments whose declared layout accepts it are re-laid out. [] tries none.",
+    )
+    layout_shapes: Literal["smallest", "all"] = Field(
+        default="smallest",
+        description="Which shapes `layouts` are tried on: the smallest shape of each dtype "
+        "(default: catches a stride bug at little cost) or all.",
+    )
     launch_config: LaunchConfig | None = launch_config_field()
     timeout_s: float = Field(
         default=300,
@@ -270,10 +291,32 @@ class PartitionReport(BaseModel):
     )
 
 
+class InputLayout(BaseModel):
+    name: str = Field(description="Argument name (or its index).")
+    shape: list[int] = Field(description="Sizes, in elements.")
+    stride: list[int] = Field(description="Strides the kernel got, in elements.")
+    storage_offset: int = Field(description="Offset into its storage, in elements.")
+    shares_storage_with: list[str] = Field(
+        default_factory=list, description="Other arguments that are views of the same storage."
+    )
+
+
 class CaseReport(BaseModel):
-    case: str = Field(description="Shape and dtype, e.g. 'M=4 N=64 float32'.")
+    case: str = Field(
+        description="Shape and dtype, e.g. 'M=4 N=64 float32', then the layout unless as made."
+    )
     shape: dict[str, int] = Field(description="Named sizes.")
     dtype: str = Field(description="Case dtype.")
+    layout: str = Field(
+        default="as_made",
+        description="Input layout this case ran with: 'as_made' (exactly as the spec makes the "
+        "inputs), 'padded_rows', 'strided_last_dim' or 'transposed' (see the `layouts` input).",
+    )
+    input_layouts: list[InputLayout] = Field(
+        default_factory=list,
+        description="Each input as the candidate got it (trial 0): shape, strides, storage "
+        "offset, shared storage.",
+    )
     verdict: Literal["pass", "fail", "inconclusive"] = Field(
         description="This case's verdict (numerics and error findings)."
     )
@@ -324,7 +367,7 @@ class LockReport(BaseModel):
 class Finding(BaseModel):
     code: str = Field(
         description="What was found, e.g. 'unwritten_output', 'input_mutation', "
-        "'partition_mismatch', 'reference_modified_since_lock'."
+        "'partition_mismatch', 'layout_sensitive', 'reference_modified_since_lock'."
     )
     severity: Literal["error", "warning", "info"] = Field(
         description="'error': the verdict cannot pass; 'warning': worth a look, verdict unaffected."
@@ -364,4 +407,9 @@ class Output(ToolOutput):
         default=None,
         description="Where launch_config's names went (the first case's candidate job); null "
         "without a launch_config.",
+    )
+    layout_notes: list[str] = Field(
+        default_factory=list,
+        description="Layouts asked for but not tried on some argument (its declared layout "
+        "excludes them), and why.",
     )

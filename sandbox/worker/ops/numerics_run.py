@@ -12,7 +12,8 @@ Per trial, in this order (the call index counts across the whole job):
 
 1. ``first``: the inputs copied INTO THE SAME BUFFERS every trial (same data pointers,
    same shapes, new values), so a result cached by pointer or shape shows up as a
-   stale output; outputs the candidate allocates are pre-filled with a sentinel NaN
+   stale output; every call gets the inputs in the layout they were saved in (strides,
+   storage offset, views of one storage: tensors.py); outputs the candidate allocates are pre-filled with a sentinel NaN
    no arithmetic produces (protocol.UNWRITTEN_FLOAT_BITS; ints: max).
 2. ``repeat``: fresh copies of the same inputs, for bitwise determinism.
 3. ``rank<r>``: the inputs split as simulated tensor-parallel ranks, one call each.
@@ -51,7 +52,7 @@ from ..protocol import (
     inputs_file,
     output_file,
 )
-from ..tensors import load_tensors, save_tensors
+from ..tensors import clone_shared, copy_shared, load_tensors, save_tensors, to_device
 from .numerics_watch import (
     SentinelFill,
     call_diagnostic,
@@ -92,16 +93,15 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
 
     calls: list[dict] = []
     partition = payload.get("partition")
-    buffers = [t.clone() for t in trials[0]]
+    buffers = clone_shared(trials[0])
     for i, (key, inputs) in enumerate(zip(keys, trials)):
-        for buf, t in zip(buffers, inputs):
-            buf.copy_(t)
+        copy_shared(buffers, inputs)
         calls.append(
             _call(fn, buffers, key, CALL_FIRST, len(calls), launches, ctx, inputs_after=True)
         )
         if payload.get("repeat", True):
             calls.append(
-                _call(fn, [t.clone() for t in inputs], key, CALL_REPEAT, len(calls), launches, ctx)
+                _call(fn, clone_shared(inputs), key, CALL_REPEAT, len(calls), launches, ctx)
             )
         if partition:
             for rank, shard in enumerate(_shards(inputs, partition)):
@@ -111,9 +111,7 @@ def run(payload: NumericsRunPayload, ctx: JobContext) -> dict:
         # the first trial's inputs once more, last: a kernel right at first and wrong
         # later fails here, on inputs it already got right (an input-dependent bug cannot)
         calls.append(
-            _call(
-                fn, [t.clone() for t in trials[0]], keys[0], CALL_RECHECK, len(calls), launches, ctx
-            )
+            _call(fn, clone_shared(trials[0]), keys[0], CALL_RECHECK, len(calls), launches, ctx)
         )
     after = _watched()
     tampered = sorted(name for name, obj in watched_before.items() if after.get(name) is not obj)
@@ -232,15 +230,16 @@ def _plain_view(o) -> torch.Tensor | None:
 
 
 def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tensor]]:
-    """Rank r's inputs: split arguments cut into contiguous pieces, the rest replicated."""
+    """Rank r's inputs: split arguments cut into contiguous pieces (each rank of a
+    tensor-parallel stack holds its own shard), the rest replicated in their layout."""
     parts = int(partition["num_parts"])
     split = {int(k): int(v) for k, v in partition["args"].items()}
     ranks = []
     for r in range(parts):
         ranks.append(
             [
-                t.tensor_split(parts, dim=split[j])[r].contiguous() if j in split else t.clone()
-                for j, t in enumerate(inputs)
+                t.tensor_split(parts, dim=split[j])[r].contiguous() if j in split else c
+                for j, (t, c) in enumerate(zip(inputs, clone_shared(inputs)))
             ]
         )
     return ranks
@@ -248,7 +247,7 @@ def _shards(inputs: list[torch.Tensor], partition: dict) -> list[list[torch.Tens
 
 def _load_inputs(ctx: JobContext, key: str) -> list[torch.Tensor]:
     data = load_tensors(ctx.in_dir / inputs_file(key))
-    return [data[str(j)].to(ctx.device) for j in range(len(data))]
+    return to_device([data[str(j)] for j in range(len(data))], ctx.device)
 
 
 def _source_file(fn) -> Path | None:

@@ -6,8 +6,13 @@ Payload::
      "args": [{"name", "shape", "dtype", "distribution", "low", "high"}, ...],   # kernels/schema.py Arg
      "make_inputs": {"entry", "path"} | None,  # spec's custom generator, (shape, dtype, generator) -> list
      "items": [{"key": "c0t1", "shape": {"M": 4}, "dtype": "float32", "seed": 123,
-                "distribution": None}],
+                "distribution": None,
+                "layout": "padded_rows", "layout_args": [0, 2]}],  # layouts.py; default as made
      "float64": true}
+
+Inputs keep the layout they were made in (strides, storage offset, views of one storage:
+tensors.save_tensors); a layout other than as_made re-lays the named arguments out
+(layouts.py), the values unchanged. The reference gets its own copies (float64 where it can).
 
 Writes ``<key>.inputs.pt`` (the inputs in the case dtype, keys "0", "1", ...) and
 ``<key>.ref.pt`` (the reference outputs, keys "0", ...) to out_dir. Returns raw facts
@@ -22,9 +27,10 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..context import JobContext
+from ..layouts import AS_MADE, relayout
 from ..loader import load_entry
 from ..protocol import ReferencePayload, inputs_file, reference_file
-from ..tensors import dtype_of, make_inputs, save_tensors
+from ..tensors import dtype_of, make_inputs, save_tensors, to_device
 
 
 def run(payload: ReferencePayload, ctx: JobContext) -> dict:
@@ -76,9 +82,11 @@ def run(payload: ReferencePayload, ctx: JobContext) -> dict:
 
 
 def generate(item: dict, args: list[dict], generator_fn, device: str) -> list[torch.Tensor]:
-    """The inputs of one trial; bit-identical for the same (args, shape, dtype, seed)."""
+    """The inputs of one trial, in the layout the spec makes them (views of one storage
+    stay views of one storage) or in item["layout"] for the arguments item["layout_args"]
+    names; values bit-identical for the same (args, shape, dtype, seed) in every layout."""
     if generator_fn is None:
-        return make_inputs(
+        tensors = make_inputs(
             args,
             item["shape"],
             item["dtype"],
@@ -86,11 +94,15 @@ def generate(item: dict, args: list[dict], generator_fn, device: str) -> list[to
             device=device,
             distribution=item.get("distribution"),
         )
-    gen = torch.Generator(device="cpu").manual_seed(item["seed"])
-    tensors = generator_fn(item["shape"], dtype_of(item["dtype"]), gen)
-    if not all(isinstance(t, torch.Tensor) for t in tensors):
-        raise TypeError("the spec's make_inputs must return a list of tensors")
-    return [t.to(device).contiguous() for t in tensors]
+    else:
+        gen = torch.Generator(device="cpu").manual_seed(item["seed"])
+        made = generator_fn(item["shape"], dtype_of(item["dtype"]), gen)
+        if not all(isinstance(t, torch.Tensor) for t in made):
+            raise TypeError("the spec's make_inputs must return a list of tensors")
+        tensors = to_device(list(made), device)
+    layout = item.get("layout") or AS_MADE
+    chosen = set(item.get("layout_args") or ())
+    return [relayout(t, layout) if j in chosen else t for j, t in enumerate(tensors)]
 
 
 def call_reference(
@@ -140,6 +152,8 @@ def _native_outputs(fn, inputs: list[torch.Tensor]) -> list[dict] | None:
 def _describe(t: torch.Tensor) -> dict:
     return {
         "shape": list(t.shape),
+        "stride": list(t.stride()),
+        "storage_offset": int(t.storage_offset()),
         "dtype": str(t.dtype).removeprefix("torch."),
         "all_zero": bool(t.numel() > 0 and not bool(t.ne(0).any())),
         "is_constant": bool(t.numel() > 1 and bool((t == t.reshape(-1)[0]).all())),

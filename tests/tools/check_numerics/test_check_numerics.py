@@ -33,7 +33,13 @@ async def test_builtin_kernels_pass_with_tolerance_from_the_spec(zoo_client):
             "len(error_finding_codes) == 0",
         ],
     )
-    assert out["verdict"] == "pass" and len(out["cases"]) == 4
+    assert out["verdict"] == "pass" and len(out["cases"]) == 6  # 4 as made, 2 padded rows
+    padded = [c for c in out["cases"] if c["layout"] == "padded_rows"]
+    assert [(c["shape"], c["dtype"]) for c in padded] == [
+        ({"M": 3, "N": 40}, "float32"),
+        ({"M": 3, "N": 40}, "float16"),
+    ]
+    assert padded[0]["input_layouts"][0]["stride"] == [40 + 16, 1]  # x: padded rows
     case = out["cases"][0]
     assert case["tolerance_source"] == "spec" and case["tolerance_rel_l2"] == 1e-5
     assert case["errors"]["rel_l2_error"] < 1e-6 and case["errors"]["candidate_nan_count"] == 0
@@ -211,6 +217,7 @@ async def test_a_candidate_that_raises_is_a_case_error_at_its_line(zoo_client):
         source="def f(x, y):\n    raise KeyError('nope')\n",
         entry="f",
         shapes=[{"N": 16}],
+        layouts=[],  # one case: the raise as made
         dtypes=["float32"],
         trials=1,
     )
@@ -318,18 +325,21 @@ async def test_progress_per_case_and_artifacts_are_readable(zoo_client, zoo_work
         "reference",
         "case N=32 float32",
         "case N=48 float32",
+        "case N=32 float32 padded_rows",  # the smallest shape, re-laid out
         "verdict pass",
     ]
-    assert all(total == 3 for _, total, _ in seen)
+    assert all(total == 4 for _, total, _ in seen)
     exp = out["experiment_id"]
     # the plot is drawn off the reply's path: read it as an agent does, which waits for it
     png = (await zoo_client.read_resource(f"artifact://{exp}/error_histogram.png")).contents[0]
     assert png.mime_type == "image/png" and base64.b64decode(png.blob)[:8] == b"\x89PNG\r\n\x1a\n"
     files = {p.name: p for p in (zoo_workspace / ".infra-agent" / "artifacts" / exp).iterdir()}
     worst = json.loads(files["worst_cases.json"].read_text())
-    assert [c["case"] for c in worst] == ["N=32 float32", "N=48 float32"] and worst[0]["worst"][
-        "worst_index"
-    ]
+    assert [c["case"] for c in worst] == [
+        "N=32 float32",
+        "N=48 float32",
+        "N=32 float32 padded_rows",
+    ] and worst[0]["worst"]["worst_index"]
 
 
 async def test_output_dtype_follows_the_reference_not_the_inputs(zoo_client):

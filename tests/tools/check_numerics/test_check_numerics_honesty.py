@@ -19,7 +19,14 @@ from infra_agent.kernels.workspace import load_workspace
 
 pytestmark = pytest.mark.anyio
 
-VECTOR = {"kernel": "vector_add", "entry": "vector_add", "shapes": [{"N": 300}], "trials": 2}
+# one case per dtype, as made (layouts: test_check_numerics_layouts.py)
+VECTOR = {
+    "kernel": "vector_add",
+    "entry": "vector_add",
+    "shapes": [{"N": 300}],
+    "trials": 2,
+    "layouts": [],
+}
 
 
 async def test_a_bug_both_runs_share_is_no_partition_mismatch(zoo_client, zoo_workspace):
@@ -187,8 +194,8 @@ async def test_the_summary_names_what_ran(zoo_client):
         trials=1,
     )
     assert re.match(
-        r"PASS: rmsnorm/triton on shapes \[M=3 N=40; M=2 N=64\] x dtypes \[float32, float16\]: "
-        r"4 case\(s\), 0 failed",
+        r"PASS: rmsnorm/triton on shapes \[M=3 N=40; M=2 N=64\] x dtypes \[float32, float16\] "
+        r"\+ layouts \[padded_rows\]: 6 case\(s\), 0 failed",
         out["summary"],
     ), out["summary"]
     path = await call(
