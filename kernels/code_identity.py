@@ -93,7 +93,7 @@ def function_text(source: str, function: str | None) -> str | None:
         return None
     try:
         tree = ast.parse(source)
-    except SyntaxError:
+    except (SyntaxError, ValueError, RecursionError):  # not Python, or nested past the parser
         return None
     for node in tree.body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
@@ -157,7 +157,7 @@ def imported_files(start: Path, root: Path, hidden: Path) -> dict[str, str]:
 def _imports(path: Path, data: bytes) -> list[Path]:
     try:
         tree = ast.parse(data)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError):
         return []
     found: list[Path] = []
     for node in ast.walk(tree):
@@ -201,7 +201,7 @@ def ran_codes(workspace: Workspace, kernel_name: object, args: dict, lookup: Loo
     def add(role: str, make: Callable[[], RanCode | None]) -> None:
         try:
             code = make()
-        except (WorkspaceError, OSError, ValueError):
+        except (WorkspaceError, OSError, ValueError, RecursionError):
             return
         if code is not None:
             roles[role] = code
