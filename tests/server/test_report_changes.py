@@ -199,3 +199,31 @@ def test_the_error_list_shows_the_error(browser, night, site):
         error = item.locator(".error-message").inner_text()
         assert "SyntaxError" in error and HYPOTHESIS_OF_BROKEN not in error, error
         assert HYPOTHESIS_OF_BROKEN in item.locator(".muted").inner_text()
+
+
+def test_what_an_ab_is_from_its_arguments():
+    """The rule the summary applies (numbers.ab_relation): an A/B of one impl under two launch
+    configs (BLOCK=256 against BLOCK=16) is a comparison; baseline=<an experiment> is a change
+    unless the candidate is another function or file than the one that experiment ran."""
+    from infra_agent.kernels.code_identity import RanCode
+    from infra_agent.server.report.numbers import ab_relation
+
+    configs = {
+        "impl": "triton",
+        "baseline": "triton",
+        "launch_config": {"BLOCK": 256},
+        "baseline_launch_config": {"BLOCK": 16},
+    }
+    assert ab_relation(configs, {}) == "comparison"
+    assert ab_relation({"impl": "triton", "baseline": "reference"}, {}) == "comparison"
+    assert ab_relation({"impl": "triton", "baseline_source": "def f(x): ..."}, {}) == "comparison"
+    assert ab_relation({"impl": "triton"}, {}) is None
+    earlier = {"impl": "triton", "baseline": "e00012-3f9a"}
+    assert ab_relation(earlier, {}) == "change"  # a row recorded before roles: as before
+    good = RanCode("good", "k/good.py", "rowscale", None, {"k/good.py": "1" * 64})
+    edited = RanCode("good", "k/good.py", "rowscale", None, {"k/good.py": "2" * 64})
+    other = RanCode(
+        "stride_bug", "k/stride_bug.py", "rowscale", None, {"k/stride_bug.py": "3" * 64}
+    )
+    assert ab_relation(earlier, {"candidate": edited, "baseline": good}) == "change"
+    assert ab_relation(earlier, {"candidate": other, "baseline": good}) == "comparison"
