@@ -21,6 +21,7 @@ import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path, PurePosixPath
 
+from .code_identity import RanCode, inline_name
 from .workspace import Workspace, WorkspaceError
 
 BLOBS_FOLDER = "blobs"  # <state>/blobs/<sha256>
@@ -51,6 +52,9 @@ class Manifest:
     inline: dict[str, FileEntry] = field(default_factory=dict)
     # kernel name -> its folder, workspace-relative
     kernels: dict[str, str] = field(default_factory=dict)
+    # role (candidate, baseline, reference) -> the code it ran (code_identity.py); empty for a
+    # row written before calls recorded it, and for tools that run no code
+    ran: dict[str, RanCode] = field(default_factory=dict)
 
     @property
     def total_bytes(self) -> int:
@@ -63,7 +67,8 @@ class Manifest:
     def to_json(self) -> dict:
         return {"files": {k: asdict(v) for k, v in sorted(self.files.items())},
                 "inline": {k: asdict(v) for k, v in sorted(self.inline.items())},
-                "kernels": dict(sorted(self.kernels.items())), "total_bytes": self.total_bytes}
+                "kernels": dict(sorted(self.kernels.items())), "total_bytes": self.total_bytes,
+                "ran": {role: code.to_json() for role, code in self.ran.items()}}
 
     @classmethod
     def from_json(cls, data: dict | None) -> Manifest | None:
@@ -72,11 +77,9 @@ class Manifest:
             return None
         return cls(files={k: FileEntry(**v) for k, v in (data.get("files") or {}).items()},
                    inline={k: FileEntry(**v) for k, v in (data.get("inline") or {}).items()},
-                   kernels=dict(data.get("kernels") or {}))
-
-
-def inline_name(argument: str) -> str:
-    return f"{argument}= (inline)"
+                   kernels=dict(data.get("kernels") or {}),
+                   ran={role: code for role, raw in (data.get("ran") or {}).items()
+                        if (code := RanCode.from_json(raw)) is not None})
 
 
 class BlobStore:
@@ -138,7 +141,7 @@ class SnapshotRecorder:
     def manifest(self) -> Manifest:
         with self._lock:
             m = self._manifest
-            return Manifest(dict(m.files), dict(m.inline), dict(m.kernels))
+            return Manifest(dict(m.files), dict(m.inline), dict(m.kernels), dict(m.ran))
 
     def add_kernel(self, name: str, folder: Path) -> None:
         with self._lock:
@@ -154,6 +157,17 @@ class SnapshotRecorder:
                 return
             self._add(host)
             self._add_folder(host.parent)
+
+    def add_ran(self, ran: dict[str, RanCode]) -> None:
+        """What each role of the call runs; the workspace files it imports join the snapshot
+        (a rerun needs them too)."""
+        with self._lock:
+            self._manifest.ran.update(ran)
+            for code in ran.values():
+                for rel in code.files:
+                    host = self.root / rel
+                    if host.is_file():
+                        self._add(host.resolve())
 
     def add_inline(self, argument: str, text: str) -> None:
         data = text.encode("utf-8", "surrogatepass")

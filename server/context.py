@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import anyio
 
+from ..kernels.code_identity import ran_codes
 from ..kernels.coderef import looks_like_source
 from ..kernels.snapshots import SnapshotRecorder
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
@@ -316,7 +317,8 @@ class CallContext:
         self.placements.append(placement)
 
     def record_code(self, kernel: str | None, arguments: dict) -> None:
-        """What the call names before any job runs: its kernel's folder and its inline code."""
+        """What the call names before any job runs: its kernel's folder, its inline code, and
+        the code each role runs (its identity: kernels/code_identity.py)."""
         if isinstance(kernel, str) and kernel in self.workspace.kernels:
             self.snapshot.add_kernel(kernel, self.workspace.kernels[kernel].folder)
         for name, value in arguments.items():
@@ -329,6 +331,7 @@ class CallContext:
                 or (name in ("reference", "baseline") and looks_like_source(value))
             ):
                 self.snapshot.add_inline(name, value)
+        self.snapshot.add_ran(ran_codes(self.workspace, kernel, arguments, self.experiment))
 
     def code_manifest(self) -> dict:
         return self.snapshot.manifest().to_json()

@@ -1,12 +1,16 @@
 """compare_experiments: what differed between two experiments, and how the results moved.
 
-The answer leads with what decides: the verdicts, the findings, and the code each ran
-(per file, from the experiments' code snapshots, as a unified diff; "same code" when every
-hash agrees; git commit and diff hash when a side has no snapshot). Then inputs and device,
-then the results: both are flattened into dotted paths ('cases.0.max_abs'); numeric leaves
-that changed are reported with their delta and ratio, string leaves that changed (verdicts,
-bound classes) with both values. Seeds and element indices are identifiers, not
-measurements: they are left out of the numeric changes.
+The answer leads with the conditions the two ran under (timing_conditions.py: the same code
+timed differently in the two calls, another device) and the in-call evidence (an A/B each call
+timed interleaved, under one set of conditions), then what decides: the verdicts, the findings,
+and the code each ran (per role, the function and files it called: code_identity.py; per file,
+from the experiments' code snapshots, as a unified diff; "same code" when both ran the same
+functions of the same files; git commit and diff hash when a side has no snapshot). Then inputs
+and device, then the results: both are flattened into dotted paths ('cases.0.max_abs'); numeric
+leaves that changed are reported with their delta and ratio (cross-call: under different
+conditions, they carry the drift), string leaves that changed (verdicts, bound classes) with
+both values. Seeds and element indices are identifiers, not measurements: they are left out of
+the numeric changes.
 """
 
 from __future__ import annotations
@@ -19,8 +23,15 @@ from pydantic import BaseModel, Field
 from ..kernels.snapshots import BlobStore, Manifest
 from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 from .common import provenance
-from .common.code_diff import FileChange, code_changes
+from .common.code_diff import FileChange, RoleCode, code_changes, ran_paths, role_changes
 from .common.diff import Change, change, diff, flatten, is_number
+from .common.timing_conditions import (
+    InCallAB,
+    TimedCall,
+    TimingCondition,
+    in_call_evidence,
+    timing_conditions,
+)
 
 # Fields that differ between any two calls and say nothing about the result.
 IGNORED_PATHS = ("experiment_id", "artifacts", "summary")
@@ -36,16 +47,26 @@ class Input(ToolInput):
 
 class CodeDiff(BaseModel):
     same_code: bool | None = Field(
-        description="True: the same code (every snapshot hash agrees; without snapshots, same commit and "
-        "uncommitted diff); False: it differs; null: unknown (no snapshot and no git)."
+        description="True: the same code: each role both ran (candidate, baseline, reference) "
+        "called the same function of the same files, byte for byte (its entry's file and the "
+        "workspace files it imports; for rows without roles, every snapshot hash agrees; without "
+        "snapshots, same commit and uncommitted diff); False: it differs; null: unknown (no "
+        "snapshot and no git)."
     )
     basis: Literal["snapshot", "git", "unknown"] = Field(
         description="What same_code rests on: the code snapshots both experiments kept, git, or nothing."
     )
+    roles: list[RoleCode] = Field(
+        default_factory=list,
+        description="Per role (candidate, baseline, reference), the code each side ran and "
+        "whether it is the same; empty when neither recorded roles (older rows, tools that run "
+        "no code).",
+    )
     files: list[FileChange] = Field(
         default_factory=list,
         description="Each file (or inline code) whose bytes "
-        "differ between the snapshots, with a unified diff a -> b.",
+        "differ between the snapshots, with a unified diff a -> b; with roles, only files some "
+        "role ran (an edit of another impl in the kernel's folder is not this code).",
     )
     commit_a: str | None = Field(description="Workspace git commit of a.")
     commit_b: str | None = Field(description="Workspace git commit of b.")
@@ -70,6 +91,17 @@ class DeviceDiff(BaseModel):
 
 
 class Output(ToolOutput):
+    conditions: list[TimingCondition] = Field(
+        default_factory=list,
+        description="How the two ran, besides the code, read first: the same code timed "
+        "differently in a and b (the host drifted: cross-call ratios carry that factor), timed "
+        "alike (cross-call ratios are comparable), or another device.",
+    )
+    in_call: list[InCallAB] = Field(
+        default_factory=list,
+        description="Each call's own A/B (microbench with a baseline), timed interleaved in one "
+        "job under one set of conditions: the evidence for an effect, b's first.",
+    )
     tool_a: str = Field(description="Tool of experiment a.")
     tool_b: str = Field(description="Tool of experiment b.")
     status_a: str = Field(description="Status of a (ok, error, interrupted, running).")
@@ -81,7 +113,8 @@ class Output(ToolOutput):
     device: DeviceDiff = Field(description="Whether the machine or its software differed.")
     numeric_changes: list[Change] = Field(
         description="Numeric result fields whose value changed (before: a, "
-        "after: b), with delta and ratio; seeds and indices left out."
+        "after: b), with delta and ratio; seeds and indices left out. Cross-call: when "
+        "`conditions` says the same code timed differently, these ratios carry that drift."
     )
     changed_strings: list[Change] = Field(
         description="Non-numeric result fields that changed (e.g. verdicts)."
@@ -141,8 +174,16 @@ def code_diff(ctx: ToolContext, ea: dict, eb: dict) -> CodeDiff:
     }
     ma, mb = Manifest.from_json(ea.get("code")), Manifest.from_json(eb.get("code"))
     if ma is not None and mb is not None and (ma.entries() or mb.entries()):
-        files = code_changes(BlobStore(ctx.workspace.state_dir), ma, mb)
-        return CodeDiff(same_code=not files, basis="snapshot", files=files, **git)
+        store = BlobStore(ctx.workspace.state_dir)
+        files = code_changes(store, ma, mb)
+        roles = role_changes(store, ma, mb)
+        both = [r for r in roles if r.same_code is not None]
+        if not both:
+            return CodeDiff(same_code=not files, basis="snapshot", files=files, roles=roles, **git)
+        ran = ran_paths(ma, mb)
+        files = [f for f in files if f.path in ran]
+        same = all(r.same_code for r in both)
+        return CodeDiff(same_code=same, basis="snapshot", files=files, roles=roles, **git)
     if git["commit_a"] and git["commit_b"]:
         same = (git["commit_a"], git["diff_sha256_a"]) == (git["commit_b"], git["diff_sha256_b"])
         return CodeDiff(same_code=same, basis="git", **git)
@@ -185,11 +226,29 @@ def _code_words(code: CodeDiff) -> str:
         return "same code" + (" (git)" if code.basis == "git" else "")
     if code.basis == "git":
         return "code differs (git commit or uncommitted diff; no snapshot to show the lines)"
+    differing = [r.words for r in code.roles if r.same_code is False]
+    if differing:
+        return "code differs: " + "; ".join(differing)
     files = ", ".join(
         f"{f.path} {f.change} +{f.lines_added} -{f.lines_removed}" for f in code.files[:4]
     )
     more = f" and {len(code.files) - 4} more" if len(code.files) > 4 else ""
     return f"code differs: {files}{more}"
+
+
+def _conditions_words(conditions: list[TimingCondition]) -> list[str]:
+    """What differed in how the two ran: drift and devices; timed alike, once."""
+    differ = [c for c in conditions if c.code != "same_code_timed_alike"]
+    if differ:
+        return ["conditions differ: " + "; ".join(c.message for c in differ[:3])]
+    if conditions:
+        return ["conditions alike: " + conditions[0].message]
+    return []
+
+
+def _arguments(ctx: ToolContext, experiment_id: str) -> dict | None:
+    row = ctx.experiment(experiment_id)
+    return (row or {}).get("arguments")
 
 
 def _device_words(device: DeviceDiff) -> str:
@@ -209,6 +268,9 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             results[key], truncated = results[key][:MAX_ROWS], True
     code = code_diff(ctx, ea, eb)
     on_a, on_b = provenance.devices_ran_on(ea), provenance.devices_ran_on(eb)
+    call_a, call_b = TimedCall.from_row(ea, on_a), TimedCall.from_row(eb, on_b)
+    conditions = timing_conditions(call_a, call_b, lambda eid: _arguments(ctx, eid))
+    in_call = in_call_evidence(call_b) + in_call_evidence(call_a)
     device = DeviceDiff(
         same_device=on_a == on_b,
         fingerprints_a=on_a,
@@ -220,7 +282,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     )
     moved = sorted(results["numeric_changes"], key=lambda c: -abs((c.ratio or 1.0) - 1.0))
     headline = ", ".join(f"{c.field} x{c.ratio:.3g}" for c in moved[:3] if c.ratio is not None)
-    lead = [_verdict_words(ra, rb, ea, eb), _findings_words(ra, rb), _code_words(code)]
+    lead = [
+        *_conditions_words(conditions),
+        *(f"{e.words}" for e in in_call[:3]),
+        _verdict_words(ra, rb, ea, eb),
+        _findings_words(ra, rb),
+        _code_words(code),
+    ]
     inputs_words = f"{len(inputs)} input change(s)"
     if inputs:
         inputs_words += f" ({', '.join(c.field for c in inputs[:4])})"
@@ -234,8 +302,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ]
     )
     if headline:
-        summary += f": {headline}"
+        drifted = any(c.code == "same_code_timed_differently" for c in conditions)
+        cross = " (cross-call, carrying the drift said first)" if drifted else ""
+        summary += f"{cross}: {headline}"
     return Output(
+        conditions=conditions,
+        in_call=in_call,
         tool_a=ea["tool"],
         tool_b=eb["tool"],
         status_a=ea["status"],

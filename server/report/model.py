@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...kernels.snapshots import Manifest
+from ...tools.common.code_diff import code_relation
 from ...tools.list_experiments import iso
 from ..ledger import read_only_rows
 from .numbers import Claim
@@ -50,8 +51,9 @@ class Chain:
 
 @dataclass
 class Summary:
-    improvements: list[Claim]
-    regressions: list[Claim]
+    improvements: list[Claim]  # faster because of a change of the code
+    regressions: list[Claim]  # slower because of a change of the code
+    comparisons: list[Claim]  # alternatives timed side by side: not a change to the stack
     criteria_pass: list[Experiment]
     criteria_fail: list[Experiment]
     supported: list[Experiment]
@@ -146,6 +148,11 @@ def _compare_code(experiments: list[Experiment], by_id: dict[str, Experiment]) -
         exp.code_against, exp.code_against_why = against.id, why
         if exp.code is None or against.code is None:
             exp.code_state = "no snapshot"
+            continue
+        # the code each role ran (the entry and its imports), else the whole snapshot
+        relation = code_relation(against.code, exp.code)
+        if relation is not None:
+            exp.code_state = relation
         elif _hashes(exp.code) == _hashes(against.code):
             exp.code_state = "same"
         else:
@@ -179,6 +186,7 @@ def _summary(experiments: list[Experiment]) -> Summary:
     return Summary(
         improvements=[c for e in experiments for c in e.claims if c.kind == "improvement"],
         regressions=[c for e in experiments for c in e.claims if c.kind == "regression"],
+        comparisons=[c for e in experiments for c in e.claims if c.kind == "comparison"],
         criteria_pass=[e for e in experiments if e.criteria_answer == "supported"],
         criteria_fail=[e for e in experiments if e.criteria_answer == "contradicted"],
         supported=[e for e in experiments if e.answer == "supported"],

@@ -3,13 +3,21 @@
 Per tool, the number that answers the call's question: microbench's time ratio against its
 baseline with the 95% CI (or the median time without a baseline), serve_benchmark's first
 criterion with its spread over repeats, check_numerics' failed cases, compile_kernel's
-registers; else the first numeric expect comparison with its interval.
+registers, a sweep's winner; else the first numeric expect comparison with its interval.
+
+A microbench A/B is one of two things. A change: the candidate is the code an earlier
+experiment ran (baseline=<its id>, the same function of the same file), edited since: what got
+better or worse because of a change to the stack. A comparison: two alternatives timed side by
+side (an impl against the reference or another impl, one impl under two launch configs, two
+files): what was merely compared, however large the ratio.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Literal
+
+from ...kernels.code_identity import EXPERIMENT_ID, RanCode
 
 
 @dataclass(frozen=True)
@@ -27,11 +35,16 @@ class KeyNumber:
         return value
 
 
+Relation = Literal["change", "comparison"]
+
+
 @dataclass(frozen=True)
 class Claim:
-    """A speed change this experiment proved: the 95% CI of the time ratio excludes 1."""
+    """A speed difference this experiment proved: the 95% CI of the time ratio excludes 1.
+    'improvement'/'regression': because of a change to the code; 'comparison': between two
+    alternatives timed side by side (neither is a change to the stack)."""
 
-    kind: Literal["improvement", "regression"]
+    kind: Literal["improvement", "regression", "comparison"]
     experiment_id: str
     tool: str
     kernel: str | None
@@ -39,15 +52,32 @@ class Claim:
     ratio: float  # candidate / baseline time: < 1 faster
     ci_low: float
     ci_high: float
+    candidate: str = "candidate"  # the arms' code, as microbench names them
+    baseline: str = "baseline"
+
+    @property
+    def faster(self) -> bool:
+        return self.ratio < 1.0
 
     @property
     def words(self) -> str:
-        pct = (1.0 - self.ratio) * 100 if self.kind == "improvement" else (self.ratio - 1.0) * 100
-        faster = "faster" if self.kind == "improvement" else "slower"
-        return (
-            f"{pct:.1f}% {faster} (time ratio {fmt(self.ratio)}, 95% CI "
-            f"[{fmt(self.ci_low)}, {fmt(self.ci_high)}]) at {self.scope}"
-        )
+        interval = f"time ratio {fmt(self.ratio)}, 95% CI [{fmt(self.ci_low)}, {fmt(self.ci_high)}]"
+        if self.kind == "comparison":
+            return (
+                f"{self.candidate} against {self.baseline}: {_how_much(self.ratio)} "
+                f"({interval}) at {self.scope}"
+            )
+        return f"{_how_much(self.ratio)} ({interval}) at {self.scope}"
+
+
+def _how_much(ratio: float) -> str:
+    """Percent for modest changes; 'N times' where a percentage reads absurdly (42114% slower)."""
+    if ratio >= 2.0:
+        return f"{ratio:.3g} times as slow"
+    if 0 < ratio <= 0.5:
+        return f"{1.0 / ratio:.3g} times as fast"
+    pct = abs(1.0 - ratio) * 100
+    return f"{pct:.1f}% {'faster' if ratio < 1.0 else 'slower'}"
 
 
 def fmt(value: object) -> str:
@@ -65,6 +95,8 @@ def key_number(tool: str, result: dict) -> KeyNumber | None:
         "serve_benchmark": _serve_benchmark,
         "check_numerics": _check_numerics,
         "compile_kernel": _compile_kernel,
+        "sweep_kernel": _sweep_kernel,
+        "sweep_serve": _sweep_serve,
     }
     number = by_tool[tool](result) if tool in by_tool else None
     return number or _first_comparison(result.get("hypothesis_answer") or {})
@@ -124,6 +156,38 @@ def _compile_kernel(result: dict) -> KeyNumber | None:
     return None
 
 
+def _sweep_kernel(result: dict) -> KeyNumber | None:
+    """The winner: the best config across shapes, else the first shape's winner."""
+    best = result.get("best")
+    if isinstance(best, dict) and best:
+        config = ", ".join(f"{k}={v}" for k, v in best.items())
+        median = result.get("best_geomean_ms")
+        return KeyNumber(
+            f"winner {config}: geometric-mean median ms across shapes",
+            median if median is not None else config,
+        )
+    for shape in result.get("shapes") or []:
+        if isinstance(shape, dict) and isinstance(shape.get("winner"), dict):
+            config = ", ".join(f"{k}={v}" for k, v in shape["winner"].items())
+            median = shape.get("winner_median_ms")
+            return KeyNumber(
+                f"winner {config} at {shape.get('shape')}: median ms",
+                median if median is not None else config,
+            )
+    return KeyNumber("winner", "none survived") if result.get("configs") else None
+
+
+def _sweep_serve(result: dict) -> KeyNumber | None:
+    best = result.get("best")
+    if not isinstance(best, str):
+        return KeyNumber("winner", "none met the SLO") if result.get("configs") else None
+    value = result.get("best_value")
+    return KeyNumber(
+        f"winner {best}: objective at its highest load meeting the SLO",
+        value if value is not None else best,
+    )
+
+
 def _first_comparison(answer: dict) -> KeyNumber | None:
     for condition in answer.get("conditions") or []:
         for c in condition.get("comparisons") or []:
@@ -143,11 +207,27 @@ def criteria_answer(tool: str, result: dict) -> str | None:
     return criteria.get("answer") if criteria.get("conditions") else None
 
 
+def ab_relation(arguments: dict, ran: dict[str, RanCode]) -> Relation | None:
+    """What a microbench A/B is (see the module's doc); None without a baseline. baseline=<an
+    experiment id> is the earlier version of the code unless the candidate is another function
+    or file than the one that experiment ran (recorded since calls keep their roles)."""
+    baseline = arguments.get("baseline")
+    if not any(arguments.get(k) for k in ("baseline", "baseline_source", "baseline_path")):
+        return None
+    if not (isinstance(baseline, str) and EXPERIMENT_ID.match(baseline)):
+        return "comparison"
+    candidate, rerun = ran.get("candidate"), ran.get("baseline")
+    if candidate is not None and rerun is not None and not candidate.same_entry(rerun):
+        return "comparison"
+    return "change"
+
+
 def improvements_and_regressions(
-    experiment_id: str, tool: str, kernel: str | None, result: dict
+    experiment_id: str, tool: str, kernel: str | None, result: dict, relation: Relation | None
 ) -> list[Claim]:
-    """microbench's per-shape A/B verdicts 'faster' and 'slower' (the CI excludes 1)."""
-    if tool != "microbench":
+    """microbench's per-shape A/B verdicts 'faster' and 'slower' (the CI excludes 1): an
+    improvement or regression when the A/B is a change, a comparison otherwise."""
+    if tool != "microbench" or relation is None:
         return []
     claims = []
     for shape in _shapes(result):
@@ -155,8 +235,15 @@ def improvements_and_regressions(
         ratio, low, high = (shape.get(k) for k in ("ratio", "ci_low", "ci_high"))
         if verdict not in ("faster", "slower") or ratio is None or low is None or high is None:
             continue
-        kind: Literal["improvement", "regression"] = (
-            "improvement" if verdict == "faster" else "regression"
+        kind: Literal["improvement", "regression", "comparison"] = (
+            "comparison"
+            if relation == "comparison"
+            else "improvement"
+            if verdict == "faster"
+            else "regression"
         )
-        claims.append(Claim(kind, experiment_id, tool, kernel, _scope(shape), ratio, low, high))
+        arms = [str((shape.get(arm) or {}).get("code", arm)) for arm in ("candidate", "baseline")]
+        claims.append(
+            Claim(kind, experiment_id, tool, kernel, _scope(shape), ratio, low, high, *arms)
+        )
     return claims

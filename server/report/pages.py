@@ -1,6 +1,8 @@
 """What one experiment's page shows beyond its ledger row: the code diff against the
-experiment it is compared with (from the code snapshots), the result fields that moved
-against its baseline (compare_experiments' diff), and its artifacts, copied into the site
+experiment it is compared with (from the code snapshots: per role, the function and files it
+ran), the conditions it ran under against its baseline (the same code timed differently: the
+host drifted) with the in-call A/B that is the evidence, then the result fields that moved
+against its baseline (compare_experiments' diff, cross-call), and its artifacts, copied into the site
 so the page opens from disk, and each IR or assembly dump diffed against the baseline's
 (compile_kernel's kernel.sass against its baseline's). An artifact whose file is
 gone (pruned, or a plot that was never drawn) is listed as missing, never an error."""
@@ -15,8 +17,23 @@ from pathlib import Path
 from typing import Literal
 
 from ...kernels.snapshots import BlobStore, FileEntry, Manifest
-from ...tools.common.code_diff import MAX_DIFF_CHARS, FileChange, code_changes
+from ...tools.common.code_diff import (
+    MAX_DIFF_CHARS,
+    FileChange,
+    RoleCode,
+    code_changes,
+    ran_paths,
+    role_changes,
+)
 from ...tools.common.diff import Change
+from ...tools.common.provenance import devices_ran_on
+from ...tools.common.timing_conditions import (
+    InCallAB,
+    TimedCall,
+    TimingCondition,
+    in_call_evidence,
+    timing_conditions,
+)
 from ...tools.compare_experiments import diff_results
 from ..resources import is_text, mime_type_of
 from .model import Report
@@ -57,6 +74,9 @@ class ArtifactDiff:
 class ExperimentPage:
     experiment: Experiment
     code_changes: list[FileChange]  # against experiment.code_against; empty when the same
+    code_roles: list[RoleCode]  # per role, the code each ran, against experiment.code_against
+    conditions: list[TimingCondition]  # against its baseline: drift, device; drift first
+    in_call: list[InCallAB]  # its own A/B, interleaved in one job: the evidence
     result_changes: list[Change]  # numeric fields against the baseline, largest ratio first
     num_result_changes: int  # before the cut at MAX_RESULT_CHANGES
     artifacts: list[Artifact]
@@ -85,24 +105,54 @@ def experiment_page(
     report: Report, exp: Experiment, site: Path | None, diffs: DiffCache
 ) -> ExperimentPage:
     changes: list[FileChange] = []
+    roles: list[RoleCode] = []
     against = report.by_id.get(exp.code_against or "")
-    if exp.code_state == "changed" and against is not None:
-        assert exp.code is not None and against.code is not None  # "changed" compares two
+    if exp.code_state in ("changed", "other code") and against is not None:
+        assert exp.code is not None and against.code is not None  # both states compare two
+        store = BlobStore(report.state_dir)
         key = (_items(against.code), _items(exp.code))
         if key not in diffs:
-            diffs[key] = code_changes(BlobStore(report.state_dir), against.code, exp.code)
-        changes = diffs[key]
+            diffs[key] = code_changes(store, against.code, exp.code)
+        ran = ran_paths(against.code, exp.code)
+        changes = [f for f in diffs[key] if not ran or f.path in ran]
+        roles = [r for r in role_changes(store, against.code, exp.code) if r.same_code is False]
     baseline = report.by_id.get(exp.baseline_id or "")
+    conditions, in_call = _conditions(report, baseline, exp)
     moved = _result_changes(baseline, exp)
     artifacts = [_artifact(report.state_dir, exp.id, name, site) for name in exp.artifact_names]
     return ExperimentPage(
         exp,
         changes,
+        roles,
+        conditions,
+        in_call,
         moved[:MAX_RESULT_CHANGES],
         len(moved),
         artifacts,
         _artifact_diffs(report.state_dir, exp, baseline, artifacts),
     )
+
+
+def _conditions(
+    report: Report, baseline: Experiment | None, exp: Experiment
+) -> tuple[list[TimingCondition], list[InCallAB]]:
+    """How it ran against its baseline experiment (timing_conditions.py), and its in-call A/B."""
+    mine = _timed(exp)
+    in_call = in_call_evidence(mine)
+    if baseline is None or not baseline.result or not exp.result:
+        return [], in_call
+
+    def arguments_of(eid: str) -> dict | None:
+        found = report.by_id.get(eid)
+        return found.arguments if found is not None else None
+
+    return timing_conditions(_timed(baseline), mine, arguments_of), in_call
+
+
+def _timed(exp: Experiment) -> TimedCall:
+    devices = devices_ran_on({"nodes": exp.nodes, "device_fingerprint": exp.device_fingerprint})
+    ran = exp.code.ran if exp.code is not None else {}
+    return TimedCall(exp.id, exp.tool, exp.arguments, exp.result, ran, devices)
 
 
 def _result_changes(baseline: Experiment | None, exp: Experiment) -> list[Change]:

@@ -3,20 +3,21 @@ number and claims, read from the row alone (no files). model.py links the rows t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
+from ...kernels.code_identity import EXPERIMENT_ID
 from ...kernels.snapshots import Manifest
 from ...tools.list_experiments import iso
 from .numbers import (
     Claim,
     KeyNumber,
+    Relation,
+    ab_relation,
     criteria_answer,
     improvements_and_regressions,
     key_number,
 )
 
-EXPERIMENT_ID = re.compile(r"^e\d{5,}-[0-9a-f]{4}$")
 FAILED_STATUSES = ("error", "interrupted")
 SWEEP_TOOLS = ("sweep_kernel", "sweep_serve")  # their calls make trials (parent_id)
 
@@ -66,7 +67,8 @@ class Experiment:
     verdict: str | None
     findings: list[Finding]
     key: KeyNumber | None
-    claims: list[Claim]  # proven improvements and regressions this call showed
+    claims: list[Claim]  # proven improvements, regressions and compared differences
+    relation: Relation | None  # a microbench A/B: a change of the code, or a comparison
     baseline_id: str | None  # an experiment id named as baseline=
     baseline_label: str | None  # baseline= as given (an impl name, or that id)
     code: Manifest | None
@@ -106,6 +108,8 @@ def experiment_from_row(row: dict) -> Experiment:
     criteria = _mapping(result.get("criteria"))
     baseline = args.get("baseline")
     status = row["status"]
+    code = Manifest.from_json(row.get("code"))
+    relation = ab_relation(args, code.ran if code else {}) if row["tool"] == "microbench" else None
     return Experiment(
         seq=row["seq"],
         id=row["id"],
@@ -124,12 +128,15 @@ def experiment_from_row(row: dict) -> Experiment:
         verdict=result.get("verdict") if isinstance(result.get("verdict"), str) else None,
         findings=_findings(result.get("findings")),
         key=key_number(row["tool"], result) if status == "ok" else None,
-        claims=improvements_and_regressions(row["id"], row["tool"], row.get("kernel"), result),
+        claims=improvements_and_regressions(
+            row["id"], row["tool"], row.get("kernel"), result, relation
+        ),
+        relation=relation,
         baseline_id=baseline
         if isinstance(baseline, str) and EXPERIMENT_ID.match(baseline)
         else None,
         baseline_label=baseline if isinstance(baseline, str) and len(baseline) < 80 else None,
-        code=Manifest.from_json(row.get("code")),
+        code=code,
         result=result,
         artifact_names=[uri.rsplit("/", 1)[-1] for uri in row.get("artifacts") or []],
         arguments=args,

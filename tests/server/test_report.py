@@ -434,3 +434,50 @@ def test_the_live_ui_behind_the_token(browser, night, tmp_path, screenshots):
     finally:
         stderr = _stop(proc)
     assert "the report, live: http://127.0.0.1:" in stderr
+
+
+def test_a_drifted_host_is_said_before_the_cross_call_numbers(browser, night, tmp_path):
+    """bench_after reran bench_before's code as its baseline arm. Its row is altered the way a
+    host that drifted x1.83 between the two calls makes it: both interleaved arms slowed alike,
+    the in-call ratio unchanged. The page says so before the cross-call table, and leads with
+    the in-call A/B; the drift is checked against the ledger's medians computed here. On a
+    loaded host the medians' noise may exceed x1.83: the drift is then made larger than it."""
+    state = copy_state(night, tmp_path / "state", with_artifacts=False)
+    first = ledger_result(night, night.bench_before)["shapes"][0]["candidate"]
+    before = first["median_ms"]
+    result = ledger_result(night, night.bench_after)
+    shape = result["shapes"][0]
+    noise = 3 * math.hypot(first["median_rel_se_pct"], shape["baseline"]["median_rel_se_pct"])
+    drift = max(1.83, 1.5 * (1 + noise / 100))
+    scale = drift * before / shape["baseline"]["median_ms"]
+    for arm in ("candidate", "baseline"):
+        for name in ("median_ms", "mean_ms", "p10_ms", "p90_ms", "iqr_ms"):
+            shape[arm][name] *= scale
+    conn = sqlite3.connect(state / "ledger.sqlite")
+    with conn:
+        conn.execute(
+            "UPDATE experiments SET result = ? WHERE id = ?",
+            (json.dumps(result), night.bench_after),
+        )
+    conn.close()
+    build_report(state, tmp_path / "site", Filters())
+    with tab(browser, tmp_path / "site") as page:
+        page.goto((tmp_path / "site" / "experiments" / f"{night.bench_after}.html").as_uri())
+        said = page.locator("#conditions-differ li[data-code=same_code_timed_differently]")
+        text = said.inner_text()
+        shown = shape["baseline"]["median_ms"] / before  # drift, up to float rounding
+        assert f"x{shown:.3g}" in text and math.isclose(shown, drift), text
+        assert "the host drifted" in text
+        in_call = page.locator("#in-call li").inner_text()
+        shown = re.search(r"time ratio ([\d.]+) \[([\d.]+), ([\d.]+)\]", in_call)
+        assert shown, in_call
+        for text_value, value in zip(
+            shown.groups(), (shape["ratio"], shape["ci_low"], shape["ci_high"])
+        ):
+            assert math.isclose(float(text_value), value, rel_tol=2e-3), (in_call, shape)
+        headings = page.locator("h2").all_inner_texts()
+        lead = headings.index("How it ran against the baseline")
+        cross = next(
+            i for i, h in enumerate(headings) if h.startswith("Result against the baseline")
+        )
+        assert lead < cross and "carrying the drift above" in headings[cross]

@@ -18,6 +18,7 @@ from test_report import close_to, launched_chromium, numbers_in, runner, tab
 
 from infra_agent.server.app import build_server
 from infra_agent.server.cli import app
+from infra_agent.server.report import Filters, build_report
 
 CONFIGS = [{"BLOCK_N": 64}, {"BLOCK_N": 128}]
 
@@ -241,3 +242,14 @@ def test_the_sweep_flag_limits_the_site(night: SweepNight, tmp_path: Path):
     )
     help_text = runner.invoke(app, ["report", "--help"]).output
     assert "--sweep" in help_text
+
+
+def test_the_sweeps_row_shows_its_winner(browser, night, tmp_path):
+    result = sweep_result(night)
+    build_report(night.state_dir, tmp_path / "site", Filters())
+    with tab(browser, tmp_path / "site") as page:
+        page.goto((tmp_path / "site" / "index.html").as_uri())
+        key = page.locator(f"#row-{night.sweep} td.key").inner_text()
+        config = ", ".join(f"{k}={v}" for k, v in result["best"].items())
+        assert f"winner {config}" in key, key
+        assert close_to(numbers_in(key)[0], result["best_geomean_ms"]), (key, result)
