@@ -264,10 +264,13 @@ TOOL = Tool(
     "drops wrong ones, then races the survivors per shape with microbench (interleaved A/B against the "
     "leader, rounds with doubling budgets drop configs whose ratio CI excludes being as fast). Answers "
     "per shape the winner and the configs it could not be told from, the best config across shapes "
-    "(geometric mean), what was dropped and why, a CSV and a plot. Spaces over "
+    "(geometric mean), what was dropped and why, a CSV and a plot. A winner is always a config timed "
+    "on its shape; a shape the race could not decide (budget, rounds, a pair microbench could not "
+    "time) says why in undecided_because. Spaces over "
     f"{MAX_GRID_POINTS} configs are sampled with Optuna (TPE, successive-halving pruning). Every trial is "
     "an experiment in the ledger (experiment://<sweep id> lists them); resume=<id> continues a sweep "
-    "without re-measuring; a budget ends it with a partial answer.",
+    "without re-measuring; a budget ends it with a partial answer (the wall budget ends the calls "
+    "still running too).",
     input_model=Input,
     output_model=Output,
     run=run,
