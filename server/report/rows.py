@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from ...kernels.code_identity import EXPERIMENT_ID
 from ...kernels.snapshots import Manifest
 from ...tools.list_experiments import iso
+from ...tools.sweep_kernel.race import is_refusal
 from .numbers import (
     Claim,
     KeyNumber,
@@ -99,6 +100,16 @@ class Experiment:
     @property
     def is_sweep(self) -> bool:
         return self.tool in SWEEP_TOOLS
+
+    @property
+    def budget_refusal(self) -> bool:
+        """A sweep's timing call microbench refused as too short for its timed calls: a budget
+        probe, whose estimate the sweep's retry uses (no failure of the sweep's)."""
+        return (
+            self.parent_id is not None
+            and self.status == "error"
+            and is_refusal({"tool": self.tool, "error": self.summary})
+        )
 
 
 def experiment_from_row(row: dict) -> Experiment:

@@ -31,6 +31,32 @@ def test_ranges_and_lists_make_the_product_in_a_fixed_order():
     assert Range(start=1, stop=2, step=0.5).values() == [1, 1.5, 2]
 
 
+@pytest.mark.parametrize(
+    "rule, plain",
+    [
+        # a range of one value, below zero: its stop is its start
+        ({"start": -1, "stop": -1, "step": 1}, [-1]),
+        ({"start": -4, "stop": -1, "step": 1}, list(range(-4, 0))),
+        # the cap's neighbours and past it: a space's size counts every value
+        ({"start": 1, "stop": 257, "step": 1}, list(range(1, 258))),
+        ({"start": 1, "stop": 1000, "step": 1}, list(range(1, 1001))),
+        ({"start": 1, "stop": 2.0**300, "factor": 2}, [2**i for i in range(301)]),
+        ({"start": 0.1, "stop": 0.3, "step": 0.1}, [0.1, 0.2, 0.3]),
+        ({"start": 3, "stop": 3, "factor": 2}, [3]),
+    ],
+)
+def test_a_range_has_every_value_from_start_to_stop(rule, plain):
+    """The sizes checked against a plain-Python enumeration of the same range."""
+    space = Space.of({"A": Range(**rule)}, None)
+    assert list(space.dimensions["A"]) == plain
+    assert space.size == len(plain)
+
+
+def test_a_range_too_long_for_a_dimension_is_refused():
+    with pytest.raises(AgentError, match="raise step or factor"):
+        Space.of({"A": Range(start=0, stop=1e9, step=1)}, None)
+
+
 def test_an_explicit_list_is_kept_as_given_without_repeats():
     configs = [{"A": 1, "B": 2}, {"A": 3, "B": 2}, {"A": 1, "B": 2}]
     space = Space.of(None, configs)

@@ -27,6 +27,7 @@ import itertools
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -64,13 +65,34 @@ class Range(BaseModel):
         return self
 
     def values(self) -> list[Scalar]:
-        out: list[Scalar] = []
-        value, n = self.start, 0
-        while value <= self.stop * (1 + 1e-12) and n <= MAX_GRID_POINTS:
-            out.append(int(value) if float(value).is_integer() else value)
-            n += 1
-            value = self.start + n * self.step if self.step else value * (self.factor or 2)
-        return out
+        """Every value from start to stop (stop included when a step lands on it, within float
+        rounding), however many: the space's size counts them all (the cap applies after)."""
+        if self.step is not None:
+            count = math.floor((self.stop - self.start) / self.step * (1 + 1e-12) + 1e-9) + 1
+            raw = [self.start + i * self.step for i in range(min(count, MAX_RANGE_VALUES + 1))]
+        else:
+            ratio = math.log(self.stop / self.start) / math.log(self.factor or 2)
+            count = math.floor(ratio * (1 + 1e-12) + 1e-9) + 1
+            raw = [
+                self.start * (self.factor or 2) ** i
+                for i in range(min(count, MAX_RANGE_VALUES + 1))
+            ]
+        if count > MAX_RANGE_VALUES:
+            raise AgentError(
+                f"a range of {count} values (start {self.start:g}, stop {self.stop:g}) is over the "
+                f"{MAX_RANGE_VALUES} a dimension may hold: raise step or factor, or narrow it"
+            )
+        return [_clean(v) for v in raw]
+
+
+MAX_RANGE_VALUES = 10_000  # one dimension's values (a sampled space may exceed the grid's cap)
+
+
+def _clean(value: float) -> Scalar:
+    """A range value without float noise (0.1 + 2 * 0.1 is 0.3; 4.0 is 4)."""
+    if not value.is_integer():
+        value = float(f"{value:.12g}")
+    return int(value) if value.is_integer() else value
 
 
 SPACE_DESCRIPTION = (
@@ -197,12 +219,24 @@ class Trials:
     expected: int = 0
 
     @classmethod
-    def for_sweep(cls, ctx: ToolContext, tool: str, resume: str | None, same: dict) -> Trials:
+    def for_sweep(
+        cls,
+        ctx: ToolContext,
+        tool: str,
+        resume: str | None,
+        same: dict,
+        refusal: Callable[[dict], bool] | None = None,
+    ) -> Trials:
+        """`refusal`: which recorded errors answer a resumed call too (a sweep whose next call's
+        arguments come from an error's words, such as a budget refusal's estimate, replays the
+        error so the calls after it are the ones it recorded)."""
         trials = cls(ctx)
         for sweep_id in _resume_chain(ctx, tool, resume, same):
             for row in ctx.children(sweep_id):
                 if row["status"] == "ok" and isinstance(row.get("result"), dict):
                     trials.rows.append(row)
+                    trials.remember(call_key(row["tool"], row["arguments"]), row)
+                elif row["status"] == "error" and refusal is not None and refusal(row):
                     trials.remember(call_key(row["tool"], row["arguments"]), row)
         return trials
 
@@ -227,7 +261,9 @@ class Trials:
             row = rows.pop(0)  # each recorded call answers one call here: exactly once
             if _code_unchanged(self.ctx.workspace.root, row.get("code")):
                 self.reused += 1
-                trial = Trial(CallOutcome(row["id"], row["result"], None), reused=True)
+                error = (row.get("error") or "error") if row["status"] == "error" else None
+                outcome = CallOutcome(row["id"], None if error else row["result"], error)
+                trial = Trial(outcome, reused=True)
                 await self._report(tool, arguments, trial)
                 return trial
             self.changed_code += 1

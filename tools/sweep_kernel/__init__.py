@@ -12,18 +12,22 @@ resumable (tools/common/sweep.py). The budget ends a sweep with a partial answer
 
 from __future__ import annotations
 
+import ast
 from dataclasses import dataclass
 from typing import Literal
 
-from ...kernels.coderef import default_impl
-from ..base import AgentError, Tool, ToolContext
+import anyio
+
+from ...kernels.coderef import default_impl, resolve_code
+from ...kernels.workspace import Kernel, WorkspaceError
+from ..base import AgentError, Tool, ToolContext, as_agent_error
 from ..common.expect import ExpectError, check
 from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials, label, mixed_devices
 from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
 from ..compile_kernel.plan import resolve_target
 from ..microbench.plan import candidate_code, dtype_of, kernel_of, shapes_of
 from .expect_fields import EXPECT
-from .race import Race, race
+from .race import Race, is_refusal, new_race, race
 from .report import best_config, config_results, csv_rows, plot_panels, shape_winners, summary
 from .sample import sample
 from .schema import Input, Output
@@ -56,6 +60,8 @@ def make_plan(inp: Input, ctx: ToolContext) -> Plan:
         )
     except ExpectError as exc:
         raise AgentError(f"constraints: {exc}") from None
+    space = Space.of(inp.space, inp.configs)
+    _refuse_entry_arguments(ctx, kernel, inp, space)
     device = ctx.sandbox.device
     return Plan(
         inp=inp,
@@ -63,26 +69,88 @@ def make_plan(inp: Input, ctx: ToolContext) -> Plan:
         device=device,
         target=resolve_target(inp.target).name,
         shapes=shapes_of(kernel.spec, inp.shapes, device),
-        space=Space.of(inp.space, inp.configs),
+        space=space,
     )
+
+
+def _refuse_entry_arguments(ctx: ToolContext, kernel: Kernel, inp: Input, space: Space) -> None:
+    """A config name the entry already receives as one of the kernel's inputs (passed by
+    position) would reach it twice ("got multiple values for argument"): refused before any call."""
+    with as_agent_error(WorkspaceError):
+        ref = resolve_code(
+            ctx.workspace,
+            kernel=kernel,
+            impl=inp.impl,
+            source=inp.source,
+            path=inp.path,
+            entry=inp.entry,
+            allow_reference=True,
+        )
+    inputs = {a.name for a in kernel.spec.args}
+    try:
+        tree = ast.parse(ref.text())
+    except (SyntaxError, OSError, ValueError):
+        tree = None  # the gates will say what is wrong with the code
+    for node in ast.walk(tree) if tree is not None else ():
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == ref.entry:
+            params = [*node.args.posonlyargs, *node.args.args]
+            inputs |= {a.arg for a in params[: len(kernel.spec.args)]}
+    clash = [n for n in space.names if n in inputs]
+    if clash:
+        raise AgentError(
+            f"the space names {', '.join(map(repr, clash))}: an argument {ref.entry or 'the entry'} "
+            f"already receives as one of {kernel.spec.name}'s inputs, so a config would pass it "
+            "twice; name the tl.constexpr or keyword parameter to vary instead"
+        )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     given = inp.model_dump(mode="json", exclude_unset=True)  # as the agent gave them: for resume
     plan = make_plan(inp, ctx)
-    inp, shapes, dtype = plan.inp, plan.shapes, plan.dtype
     budget = Budget.of(inp.budget)
-    trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given)
+    # a budget refusal is replayed on resume: the retry it estimated is then the recorded call
+    trials = Trials.for_sweep(ctx, "sweep_kernel", inp.resume, given, refusal=is_refusal)
     trials.budget = budget
+    sampler: Literal["grid", "optuna"] = "grid" if plan.space.size <= MAX_GRID_POINTS else "optuna"
+    candidates: list[Candidate] = []  # filled as the sweep goes: a cut sweep answers with them
+    races: list[Race] = []
+    stopped: str | None = None
+    # The wall budget ends the calls still running too (their sandbox jobs are killed, their
+    # ledger rows closed as errors): the answer is partial, never late.
+    with anyio.move_on_after(max(budget.wall_s - budget.elapsed_s, 0.0)) as clock:
+        stopped = await _sweep(plan, ctx, trials, budget, sampler, candidates, races)
+    if clock.cancelled_caught:
+        stopped = (
+            f"the wall-clock budget ({budget.wall_s:g} s) is spent: the calls still running "
+            "were ended (errors in the ledger), and nothing after them started"
+        )
+    for shape in plan.shapes[len(races) :]:  # shapes the budget left unraced
+        races.append(new_race(shape, []))
+    for r in races:
+        if not r.finished:
+            r.stopped = r.stopped or stopped
+    return _answer(plan, ctx, sampler, candidates, races, stopped, trials)
+
+
+async def _sweep(
+    plan: Plan,
+    ctx: ToolContext,
+    trials: Trials,
+    budget: Budget,
+    sampler: Literal["grid", "optuna"],
+    candidates: list[Candidate],
+    races: list[Race],
+) -> str | None:
+    """The gates and the races, appending to `candidates` and `races` as it goes; why it
+    stopped early, or None."""
+    inp, shapes, dtype = plan.inp, plan.shapes, plan.dtype
 
     async def progress(done: float, total: float, message: str) -> None:
         await ctx.progress(done, total, f"{message} · {budget.eta(int(total - done))}")
 
     stopped: str | None = None
-    sampler: Literal["grid", "optuna"]
-    if plan.space.size <= MAX_GRID_POINTS:
-        sampler = "grid"
-        candidates = [Candidate(c) for c in plan.space.grid()]
+    if sampler == "grid":
+        candidates += [Candidate(c) for c in plan.space.grid()]
         chosen = candidates[: budget.trials] if budget.trials else candidates
         if len(chosen) < len(candidates):
             stopped = (
@@ -96,17 +164,16 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         stopped = stopped or budget.wall_spent()
         finalists = [c for c in chosen if c.alive]
     else:
-        sampler = "optuna"
-        candidates, finalists, stopped = await sample(
-            inp, trials, plan.space, shapes, dtype, budget, progress
+        finalists, stopped = await sample(
+            inp, trials, plan.space, shapes, dtype, budget, progress, candidates
         )
     for c in finalists:
         c.stage = "race"
-    races: list[Race] = []
     for shape in shapes:
-        races.append(await race(inp, trials, finalists, shape, dtype, budget))
+        races.append(new_race(shape, finalists))
+        await race(inp, trials, races[-1], dtype, budget)
         stopped = stopped or races[-1].stopped
-    return _answer(plan, ctx, sampler, candidates, races, stopped, trials)
+    return stopped
 
 
 def _answer(
@@ -197,10 +264,13 @@ TOOL = Tool(
     "drops wrong ones, then races the survivors per shape with microbench (interleaved A/B against the "
     "leader, rounds with doubling budgets drop configs whose ratio CI excludes being as fast). Answers "
     "per shape the winner and the configs it could not be told from, the best config across shapes "
-    "(geometric mean), what was dropped and why, a CSV and a plot. Spaces over "
+    "(geometric mean), what was dropped and why, a CSV and a plot. A winner is always a config timed "
+    "on its shape; a shape the race could not decide (budget, rounds, a pair microbench could not "
+    "time) says why in undecided_because. Spaces over "
     f"{MAX_GRID_POINTS} configs are sampled with Optuna (TPE, successive-halving pruning). Every trial is "
     "an experiment in the ledger (experiment://<sweep id> lists them); resume=<id> continues a sweep "
-    "without re-measuring; a budget ends it with a partial answer.",
+    "without re-measuring; a budget ends it with a partial answer (the wall budget ends the calls "
+    "still running too).",
     input_model=Input,
     output_model=Output,
     run=run,

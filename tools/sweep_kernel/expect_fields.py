@@ -34,7 +34,8 @@ CATALOGUE = Catalogue(
         "dropped": "Configs dropped at compile, numerics or timing, count.",
     },
     scoped={
-        "winner": "The shape's fastest config as its label; null when none survived.",
+        "winner": "The shape's fastest config as its label, always one timed on the shape; null "
+        "when none survived or none was timed (undecided).",
         "winner_median_ms": ShapeWinner.model_fields["winner_median_ms"].description or "",
         "decided": ShapeWinner.model_fields["decided"].description or "",
         "tied": "Configs the race could not tell from the winner on this shape, count.",

@@ -15,10 +15,15 @@ ratio of medians and its 95% bootstrap CI, as microbench answers any A/B), and j
 - otherwise it cannot be told from the leader yet and stays for the next round, whose budget is
   twice this one's (a tighter CI), for at most MAX_ROUNDS rounds.
 
-A pair whose calls are too slow for the round's budget gets what it needs for microbench's
-minimum of timed calls (from the call time microbench reports), for that pair only.
+A pair whose calls are too slow for the round's budget is retried once, for that pair only,
+with the budget microbench's refusal itself estimated (at most microbench's cap). A pair still
+refused (the host got busier), or one whose calls are too slow for even the minimum of timed
+calls within the cap, was never compared: the challenger leaves this shape's
+race without being dropped, and the shape is undecided, with why. A winner is only ever a config
+that was timed on the shape: a leader never timed (every pair against it refused) wins nothing.
 
-The race is decided when the leader is the only config left racing. A config is dropped only
+The race is decided when the leader, timed, is the only config left racing and no pair was
+refused. A config is dropped only
 when its own CI excludes it being as fast, so one the noise cannot separate is never dropped,
 only reported as tied. This is racing in the sense of F-Race and Hyperband's successive halving:
 the budget goes where the decision is still open. `strategy="grid"` times every config once
@@ -31,13 +36,21 @@ import re
 from dataclasses import dataclass, field
 
 from ...sandbox.worker.shared import ratio_decision
-from ..common.sweep import Budget, Trials
+from ..common.sweep import Budget, Trial, Trials, label
 from ..microbench.schema import MAX_BUDGET_MS, MIN_TIMED_CALLS
 from .schema import MAX_ROUNDS, Contender, Input
-from .stages import Candidate, code_arguments
+from .stages import Candidate, code_arguments, shape_key
 
 # microbench's refusal when the budget fits too few timed calls, and the call time it measured
 TOO_FEW = re.compile(r"\(about (\d+) ms per call\); raise budget_ms to about (\d+)")
+
+
+def is_refusal(row: dict) -> bool:
+    """A ledger row of microbench refusing a budget too small for its timed calls (its words give
+    the estimate the retry uses: a resumed sweep replays it, so the retry's arguments match)."""
+    return row.get("tool") == "microbench" and TOO_FEW.search(row.get("error") or "") is not None
+
+
 WARMUP_CALLS = 6  # room for microbench's warm-up before its timed calls, per arm
 
 
@@ -76,11 +89,48 @@ class Race:
     rounds: int = 0
     timing_ms: float = 0.0
     failed: dict[int, str] = field(default_factory=dict)  # id(candidate) -> why its timing failed
+    untimed: list[Candidate] = field(default_factory=list)  # left with no pair: never compared
     stopped: str | None = None  # the budget ended it
+    finished: bool = False  # ran to its end (not cut by the wall budget mid-call)
+
+    @property
+    def winner(self) -> Candidate | None:
+        """The leader when it was timed on this shape: a config never timed never wins."""
+        if self.leader is None or shape_key(self.shape) not in self.leader.medians:
+            return None
+        return self.leader
 
     @property
     def decided(self) -> bool:
-        return self.leader is not None and len(self.contenders) == 1 and self.stopped is None
+        return (
+            self.winner is not None
+            and len(self.contenders) == 1
+            and not self.untimed
+            and self.stopped is None
+        )
+
+    def undecided_because(self) -> str | None:
+        """Why the race has no decided winner (None when decided, or when no config survived)."""
+        if self.decided or (self.leader is None and not self.untimed):
+            return None
+        why = [self.stopped] if self.stopped else []
+        lead = label(self.leader.config) if self.leader else "the leader"
+        why += [
+            f"{label(c.config)} was never compared with {lead}: {self.failed.get(id(c), '')}"
+            for c in self.untimed
+        ]
+        if self.stopped is None and len(self.contenders) > 1:
+            why.append(
+                f"{len(self.contenders) - 1} config(s) could not be told from {lead} in "
+                f"{self.rounds} round(s)"
+            )
+        if self.winner is None and self.leader is not None:
+            alone = self.failed.get(id(self.leader))
+            why.append(
+                f"{lead} was never timed on this shape, so it wins nothing"
+                + (f": {alone}" if alone else "")
+            )
+        return "; ".join(why)
 
     def ties(self) -> list[Contender]:
         out = []
@@ -125,13 +175,28 @@ class Race:
             self.equivalent.append(c)
 
 
-async def race(
-    inp: Input, trials: Trials, field_: list[Candidate], shape: dict, dtype: str, budget: Budget
-) -> Race:
-    state = Race(shape, field_[0] if field_ else None, list(field_))
+def new_race(shape: dict, finalists: list[Candidate]) -> Race:
+    """A race on `shape` among the finalists not dropped on a shape before; the first leads."""
+    field_ = [c for c in finalists if c.dropped is None]
+    return Race(shape, field_[0] if field_ else None, list(field_))
+
+
+async def race(inp: Input, trials: Trials, state: Race, dtype: str, budget: Budget) -> None:
+    """Run `state`'s race to its end (or the budget's), in place."""
+    await _race(inp, trials, state, dtype, budget)
+    state.finished = True  # not reached when the wall budget cancels it mid-call
+
+
+async def _race(inp: Input, trials: Trials, state: Race, dtype: str, budget: Budget) -> Race:
+    shape, field_ = state.shape, list(state.contenders)
     if len(field_) == 1:  # nothing to race: its time alone, so the answer has its numbers
-        median = await time_alone(inp, trials, field_[0], shape, dtype)
-        state.timing_ms += inp.round_ms if median is not None else 0.0
+        median, why = await time_alone(inp, trials, field_[0], shape, dtype)
+        if median is not None:
+            state.timing_ms += inp.round_ms
+        elif field_[0].dropped:  # its own timing failed: dropped, with why
+            state.leader, state.contenders = None, []
+        else:  # refused: never timed, so it wins nothing (undecided, with why)
+            state.failed[id(field_[0])] = why or ""
         return state
     if not field_:
         return state
@@ -153,8 +218,9 @@ async def race(
             leader = state.leader
             assert leader is not None
             pair = await _time_pair(inp, trials, c, leader, shape, dtype, round_ms, state)
-            if pair is None:
-                state.contenders.remove(c)  # its timing failed: out, with why
+            if pair is None:  # never compared: out of this shape's race, which is undecided
+                state.contenders.remove(c)
+                state.untimed.append(c)
             else:
                 state.judge(c, pair, margin)
     return state
@@ -170,78 +236,113 @@ async def _time_pair(
     budget_ms: float,
     state: Race,
 ) -> Pair | None:
-    """Time `challenger` against `leader`; a budget too small for the pair's calls is raised once
-    to what microbench's minimum of timed calls needs at the call time it reported."""
-    for _ in range(2):
-        args = {
-            **code_arguments(inp),
-            **_baseline_arguments(inp),
-            "launch_config": challenger.config,
-            "baseline_launch_config": leader.config,
-            "shapes": [shape],
-            "dtype": dtype,
-            "budget_ms": budget_ms,
-            # a race stops a pair once it is decided; the grid times every pair to the budget
-            **({"decide_margin_pct": inp.tie_margin_pct} if inp.strategy == "race" else {}),
-        }
-        trial = await trials.call("microbench", args)
-        challenger.trials.append(trial.outcome.experiment_id)
-        if trial.outcome.ok:
-            state.timing_ms += budget_ms
-            row = (trial.result.get("shapes") or [{}])[0]
-            if row.get("ratio") is None or row.get("verdict") == "invalid":
-                state.failed[id(challenger)] = f"timing invalid: {trial.result.get('summary', '')}"
-                return None
-            pair = Pair(
-                row["ratio"],
-                row["ci_low"],
-                row["ci_high"],
-                row["candidate"]["median_ms"],
-                row["baseline"]["median_ms"],
-                budget_ms,
-                trial.outcome.experiment_id,
-            )
-            challenger.timed(shape, pair.challenger_ms)
-            leader.timed(shape, pair.leader_ms)
-            ran_on = trials.devices(trial)  # one job: both arms on one device
-            challenger.devices.update(ran_on)
-            leader.devices.update(ran_on)
-            return pair
-        too_few = TOO_FEW.search(trial.outcome.error or "")
-        if too_few is None:
-            break
-        per_call_ms = float(too_few.group(1))
-        needed = 2 * per_call_ms * (MIN_TIMED_CALLS + WARMUP_CALLS)  # two arms
-        if needed > MAX_BUDGET_MS:
-            break
-        budget_ms = max(budget_ms * 2, needed)
-    state.failed[id(challenger)] = f"timing failed: {trial.outcome.error}"
-    challenger.dropped = challenger.dropped or state.failed[id(challenger)]
-    return None
+    """Time `challenger` against `leader` (refused, retried once at the refusal's estimate).
+    None when the pair was never timed: `state.failed` says why, and a config whose own timing
+    failed (not a refusal of the budget) is dropped."""
+    args = {
+        **code_arguments(inp),
+        **_baseline_arguments(inp),
+        "launch_config": challenger.config,
+        "baseline_launch_config": leader.config,
+        "shapes": [shape],
+        "dtype": dtype,
+        # a race stops a pair once it is decided; the grid times every pair to the budget
+        **({"decide_margin_pct": inp.tie_margin_pct} if inp.strategy == "race" else {}),
+    }
+    timed = await _timing(trials, args, budget_ms, challenger.trials, "pair", arms=2)
+    if timed.why is not None:
+        state.failed[id(challenger)] = timed.why
+        if not timed.refused:
+            challenger.dropped = challenger.dropped or timed.why
+        return None
+    trial = timed.trial
+    assert trial is not None
+    state.timing_ms += timed.budget_ms
+    row = (trial.result.get("shapes") or [{}])[0]
+    if row.get("ratio") is None or row.get("verdict") == "invalid":
+        state.failed[id(challenger)] = f"timing invalid: {trial.result.get('summary', '')}"
+        return None
+    pair = Pair(
+        row["ratio"],
+        row["ci_low"],
+        row["ci_high"],
+        row["candidate"]["median_ms"],
+        row["baseline"]["median_ms"],
+        timed.budget_ms,
+        trial.outcome.experiment_id,
+    )
+    challenger.timed(shape, pair.challenger_ms)
+    leader.timed(shape, pair.leader_ms)
+    ran_on = trials.devices(trial)  # one job: both arms on one device
+    challenger.devices.update(ran_on)
+    leader.devices.update(ran_on)
+    return pair
 
 
 async def time_alone(
     inp: Input, trials: Trials, c: Candidate, shape: dict, dtype: str
-) -> float | None:
-    """One config timed alone (microbench, no baseline) at round_ms: its median, ms, or None (and
-    the config dropped) when the timing failed."""
-    args = {
-        **code_arguments(inp),
-        "launch_config": c.config,
-        "shapes": [shape],
-        "dtype": dtype,
-        "budget_ms": inp.round_ms,
-    }
-    t = await trials.call("microbench", args)
-    c.trials.append(t.outcome.experiment_id)
-    row = (t.result.get("shapes") or [{}])[0] if t.outcome.ok else {}
+) -> tuple[float | None, str | None]:
+    """One config timed alone (microbench, no baseline) at round_ms, or at the estimate of
+    microbench's refusal: (its median in ms, None), or (None, why it was not timed). A failure of
+    its own code drops the config; a budget refusal does not."""
+    args = {**code_arguments(inp), "launch_config": c.config, "shapes": [shape], "dtype": dtype}
+    timed = await _timing(trials, args, inp.round_ms, c.trials, "call", arms=1)
+    if timed.why is not None:
+        if not timed.refused:
+            c.dropped = timed.why
+        return None, timed.why
+    assert timed.trial is not None
+    row = (timed.trial.result.get("shapes") or [{}])[0]
     median = (row.get("candidate") or {}).get("median_ms")
     if not median or row.get("verdict") == "invalid":
-        c.dropped = f"timing failed: {t.outcome.error or t.result.get('summary', '')}"
-        return None
+        c.dropped = f"timing failed: {timed.trial.result.get('summary', '')}"
+        return None, c.dropped
     c.timed(shape, median)
-    c.devices.update(trials.devices(t))
-    return median
+    c.devices.update(trials.devices(timed.trial))
+    return median, None
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A microbench call that ended well (`trial`, at `budget_ms`), or why none did."""
+
+    trial: Trial | None
+    budget_ms: float
+    why: str | None = None
+    refused: bool = False  # microbench refused the budget: no fault of the code's
+
+
+async def _timing(
+    trials: Trials, args: dict, budget_ms: float, ids: list[str], what: str, arms: int
+) -> Timed:
+    """microbench at `budget_ms`; refused as too short, once more at the refusal's own estimate
+    (a resumed sweep replays the refusal, so the retry's budget is the one recorded)."""
+    for attempt in range(2):
+        trial = await trials.call("microbench", {**args, "budget_ms": budget_ms})
+        ids.append(trial.outcome.experiment_id)
+        error = trial.outcome.error
+        if error is None:
+            return Timed(trial, budget_ms)
+        too_few = TOO_FEW.search(error)
+        if too_few is None:
+            return Timed(None, budget_ms, f"timing failed: {error}")
+        if attempt:
+            why = (
+                f"refused again at the budget the first refusal estimated ({budget_ms:g} ms; "
+                "the host may have got busier)"
+            )
+            return Timed(None, budget_ms, f"{why} (microbench: {error})", refused=True)
+        # the least that could fit microbench's minimum of timed calls, at the call time it saw
+        least_ms = arms * float(too_few.group(1)) * (MIN_TIMED_CALLS + WARMUP_CALLS)
+        if least_ms > MAX_BUDGET_MS:
+            why = (
+                f"the {what} needs at least {least_ms:g} ms of timing, over microbench's cap of "
+                f"{MAX_BUDGET_MS:g} ms"
+            )
+            return Timed(None, budget_ms, f"{why} (microbench: {error})", refused=True)
+        estimate_ms = float(too_few.group(2))
+        budget_ms = min(max(estimate_ms, budget_ms * 2), MAX_BUDGET_MS)
+    raise AssertionError("not reached: the second attempt returns")
 
 
 def _baseline_arguments(inp: Input) -> dict:
@@ -271,6 +372,9 @@ async def _grid(
         if pair is not None:
             pairs[id(c)] = pair
     timed = [c for c in state.contenders[1:] if id(c) in pairs]
+    state.untimed = [
+        c for c in state.contenders[1:] if id(c) not in pairs and id(c) in state.failed
+    ]
     state.contenders = [first, *timed]
     faster = [c for c in timed if pairs[id(c)].ci_high < 1.0]
     best = min(faster, key=lambda c: pairs[id(c)].ratio, default=None)

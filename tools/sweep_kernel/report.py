@@ -14,13 +14,14 @@ from .stages import Candidate, shape_key
 def shape_winners(races: list[Race]) -> list[ShapeWinner]:
     out = []
     for r in races:
-        leader = r.leader
+        winner = r.winner
         out.append(
             ShapeWinner(
                 shape=r.shape,
-                winner=leader.config if leader else None,
-                winner_median_ms=leader.medians.get(shape_key(r.shape)) if leader else None,
+                winner=winner.config if winner else None,
+                winner_median_ms=winner.medians.get(shape_key(r.shape)) if winner else None,
                 decided=r.decided,
+                undecided_because=r.undecided_because(),
                 tied_with=r.ties(),
                 rounds=r.rounds,
                 timing_ms=r.timing_ms,
@@ -73,9 +74,16 @@ def summary(
     for w in winners:
         shape = shape_key(w.shape)
         if w.winner is None:
-            parts.append(f"{shape}: no config survived")
+            why = w.undecided_because
+            parts.append(f"{shape}: undecided ({why})" if why else f"{shape}: no config survived")
             continue
-        how = "decided" if w.decided else f"not decided ({len(w.tied_with)} tied)"
+        how = (
+            "decided"
+            if w.decided
+            else f"undecided: {w.undecided_because}"
+            if w.undecided_because and not w.tied_with
+            else f"not decided ({len(w.tied_with)} tied)"
+        )
         parts.append(f"{shape}: {label(w.winner)} {_ms(w.winner_median_ms)}, {how}")
     if best is not None:
         parts.append(f"best across shapes: {label(best)}")
@@ -85,7 +93,10 @@ def summary(
 
 
 def csv_rows(rows: list[ConfigResult], winners: list[ShapeWinner]) -> str:
-    wins = {label(w.winner): shape_key(w.shape) for w in winners if w.winner is not None}
+    wins: dict[str, list[str]] = {}
+    for w in winners:
+        if w.winner is not None:
+            wins.setdefault(label(w.winner), []).append(shape_key(w.shape))
     table = []
     for r in rows:
         table.append(
@@ -97,7 +108,7 @@ def csv_rows(rows: list[ConfigResult], winners: list[ShapeWinner]) -> str:
                 "spill_stores_bytes": r.spill_stores_bytes,
                 **{f"median_ms[{k}]": v for k, v in r.median_ms.items()},
                 "geomean_ms": r.geomean_ms,
-                "wins": wins.get(label(r.config), ""),
+                "wins": " ".join(wins.get(label(r.config), [])),  # every shape it won
                 "trials": " ".join(r.trials),
             }
         )

@@ -33,8 +33,10 @@ async def sample(
     dtype: str,
     budget: Budget,
     progress,
-) -> tuple[list[Candidate], list[Candidate], str | None]:
-    """(every config tried, the finalists to race, why sampling stopped early or None)."""
+    tried_out: list[Candidate],
+) -> tuple[list[Candidate], str | None]:
+    """(the finalists to race, why sampling stopped early or None); every config tried is
+    appended to `tried_out` as it is proposed (a sweep the wall budget cuts answers with them)."""
     import optuna  # imported on use: only sampled sweeps need it
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)  # its log goes to stderr, never stdout
@@ -66,6 +68,7 @@ async def sample(
                 break
             continue
         c = tried[key] = Candidate(config)
+        tried_out.append(c)
         budget.done += 1
         await compile_all(inp, trials, [c], shapes[0], dtype, budget)
         await numerics_gate(inp, trials, [c], shapes, dtype, budget)
@@ -83,7 +86,7 @@ async def sample(
         )
     ranked = sorted((k for k in scores), key=lambda k: scores[k])
     finalists = [tried[k] for k in ranked[:FINALISTS]]
-    return list(tried.values()), finalists, stopped
+    return finalists, stopped
 
 
 async def _timed_alone(inp, trials, c: Candidate, shapes, dtype, trial) -> float | None:
@@ -91,8 +94,9 @@ async def _timed_alone(inp, trials, c: Candidate, shapes, dtype, trial) -> float
     c.stage = "race"
     logs = []
     for step, shape in enumerate(shapes):
-        median = await time_alone(inp, trials, c, shape, dtype)
-        if median is None:
+        median, why = await time_alone(inp, trials, c, shape, dtype)
+        if median is None:  # not timed: out of the sample (a refused budget says so)
+            c.dropped = c.dropped or f"not timed: {why}"
             return None
         logs.append(math.log(median))
         trial.report(math.exp(sum(logs) / len(logs)), step)

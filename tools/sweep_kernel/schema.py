@@ -159,13 +159,21 @@ class Contender(BaseModel):
 class ShapeWinner(BaseModel):
     shape: dict[str, int] = Field(description="The shape raced.")
     winner: dict[str, Scalar] | None = Field(
-        description="The fastest config (null: none survived)."
+        description="The fastest config, always one timed on this shape (null: none survived, or "
+        "the race is undecided with no config timed: see undecided_because)."
     )
     winner_median_ms: float | None = Field(description="The winner's median time per call, ms.")
     decided: bool = Field(
-        description="True when every other config's ratio CI against the winner either excludes it "
-        "being as fast or lies within tie_margin_pct of 1 (a tie); false when the budget or the "
-        "rounds ran out with configs still undecided."
+        description="True when the winner was timed and every other config's ratio CI against "
+        "the winner either excludes it being as fast or lies within tie_margin_pct of 1 (a tie); "
+        "false (undecided) when the budget or the rounds ran out with configs still undecided, "
+        "or a pair could not be timed (see undecided_because)."
+    )
+    undecided_because: str | None = Field(
+        default=None,
+        description="Why the shape is undecided: the budget, configs not told apart in the "
+        "rounds, or pairs microbench could not time (refused twice, or over its budget cap), "
+        "by name. Null when decided, or when no config survived the gates.",
     )
     tied_with: list[Contender] = Field(
         description="Configs the race could not tell from the winner, with their ratio CIs."

@@ -101,9 +101,29 @@ async def _compile(inp: Input, trials: Trials, c: Candidate, shape: dict, dtype:
         return
     kernels = trial.result.get("kernels") or []
     c.compile_facts = dict(kernels[0]) if kernels else {}
+    if (why := _unlaunchable(kernels, trial.result.get("target"))) is not None:
+        c.dropped = why
+        return
     answer = HypothesisAnswer.model_validate(trial.result.get("hypothesis_answer") or {})
     if answer.answer == "contradicted":
         c.dropped = "breaks a constraint: " + summary_line(answer).removeprefix("Expect: ")
+
+
+def _unlaunchable(kernels: list[dict], target: str | None) -> str | None:
+    """Why the target cannot launch a kernel of this config, from compile_kernel's own occupancy
+    (0 blocks per SM: threads per block, shared memory or registers over the target's limits),
+    or None. Ahead of time, so a CPU host drops it too: it would fail with OutOfResources."""
+    for k in kernels:
+        occupancy = k.get("occupancy") or {}
+        if occupancy.get("blocks_per_sm") == 0:
+            return (
+                f"cannot launch on {target or 'the target'}: {k.get('name')}'s "
+                f"{occupancy.get('limiting_factor')} per block exceeds what one SM/CU offers "
+                f"({k.get('threads_per_block')} threads per block, "
+                f"{k.get('registers_per_thread')} registers per thread, "
+                f"{k.get('shared_memory_bytes')} B shared memory)"
+            )
+    return None
 
 
 async def numerics_gate(

@@ -150,6 +150,40 @@ async def test_planted_slow_and_wrong_configs_never_win(zoo_client, zoo_workspac
         (await zoo_client.read_resource(f"experiment://{out['experiment_id']}")).contents[0].text
     )
     assert [c["id"] for c in listed["children"]] == [c["id"] for c in children]
+    # The CSV's wins name every shape a config won, as the Output's shapes do.
+    for line in table:
+        config = {k[4:]: int(v) for k, v in line.items() if k.startswith("cfg.")}
+        won = {
+            ",".join(f"{k}={v}" for k, v in s["shape"].items())
+            for s in out["shapes"]
+            if s["winner"] == config
+        }
+        assert set(line["wins"].split()) == won, (line, won)
+
+    # Third source: microbench's own interleaved A/B, made outside the sweep, of each shape's
+    # winner against every other config that passed numerics: the winner is never measurably
+    # slower than one (beyond the tie margin), and it beats the planted slow config.
+    for shape in out["shapes"]:
+        for other in (configs[0], configs[1], configs[3]):
+            if other == shape["winner"]:
+                continue
+            ab = await call(
+                zoo_client,
+                "microbench",
+                kernel="rmsnorm",
+                source=PLANTED,
+                entry="rmsnorm",
+                launch_config=shape["winner"],
+                baseline_source=PLANTED,
+                baseline_entry="rmsnorm",
+                baseline_launch_config=other,
+                shapes=[shape["shape"]],
+                dtype="float32",  # the default budget: timing goes on to 5 calls an arm
+            )
+            row = ab["shapes"][0]
+            assert row["ci_low"] <= 1.05, (shape["winner"], other, row)  # never slower
+            if other == slow:
+                assert row["ci_high"] < 1.0, (shape["winner"], row)  # 4x the work: slower
 
 
 async def test_constraints_drop_configs_at_compile_with_the_compilers_numbers(
@@ -198,6 +232,8 @@ async def test_bad_inputs_are_clear_errors(zoo_client):
         ({"space": {"BLOCK_N": [64]}, "constraints": ["no_such_field == 0"]}, "no_such_field"),
         ({"space": {"BLOCK_N": [64]}, "resume": "e99999-0000"}, "no such experiment"),
         ({"space": {"BLOCK_N": {"start": 64, "stop": 32, "factor": 2}}}, "below its start"),
+        # x is rmsnorm's first input, which the entry already receives by position
+        ({"space": {"x": [1, 2]}}, "already receives as one of rmsnorm's inputs"),
     ]
     for extra, says in cases:
         with pytest.raises(ToolCallError, match=says):
