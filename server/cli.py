@@ -545,5 +545,28 @@ def gc(workspace: WorkspaceOpt = None) -> None:
     _print_json({"state_dir": str(server.state.workspace.state_dir), **dataclasses.asdict(report)})
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from ..tools.common import provenance
+
+        sys.stdout.write(f"infra-agent {provenance.package_version('infra-agent') or 'unknown'}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """An MCP tool server for optimising an inference stack."""
+
+
 def main(argv: list[str] | None = None) -> None:
     app(args=argv, prog_name="infra-agent")
