@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -119,8 +120,11 @@ def test_pipx_install_of_the_wheel_serves_every_tool(built_wheel, uv_env, tmp_pa
         "PIP_NO_COMPILE": "1",
         **({} if indexes else {"PIP_NO_INDEX": "1"}),
     }
-    _run([_installer("pipx"), "install", "--python", sys.executable, str(built_wheel)], env)
-    _serves_every_tool(tmp_path / "bin" / "infra-agent", env)
+    try:
+        _run([_installer("pipx"), "install", "--python", sys.executable, str(built_wheel)], env)
+        _serves_every_tool(tmp_path / "bin" / "infra-agent", env)
+    finally:  # pipx copies every dependency into its venv: about 5 GB with torch and triton
+        shutil.rmtree(tmp_path / "pipx", ignore_errors=True)
 
 
 @pytest.mark.slow
