@@ -136,7 +136,8 @@ def discover_tools() -> dict[str, Tool]:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
         except Exception as exc:
             TOOL_IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            log.error(
+            # said once, by the caller: `serve`/`tools` on stderr, device_info to the agent
+            log.debug(
                 "tool module %s failed to import: %s", info.name, TOOL_IMPORT_ERRORS[info.name]
             )
             continue

@@ -238,7 +238,8 @@ TOOL = Tool(
     description="What hardware and software will run agent code: GPUs (name, compute capability, memory) or "
     "CPU, torch/triton/numpy/python versions as the sandboxed worker sees them, and the isolation level "
     "actually in force (and what is missing), and the device's measured ceilings (GB/s, TFLOP/s) when "
-    "known. Says plainly when the sandbox is unavailable.",
+    "known. Says plainly when the sandbox is unavailable, and names any tool of this install that failed "
+    "to load (tools_not_loaded).",
     input_model=Input,
     output_model=Output,
     run=run,
