@@ -72,10 +72,20 @@ class Installed:
         )
 
 
+# the built wheel, once per session: each test module that imports the fixture gets a copy of
+# its definition, and a session-scoped fixture is then made once per copy
+_BUILT: dict[str, Path] = {}
+
+
 @pytest.fixture(scope="session")
 def built_wheel(tmp_path_factory) -> Path:
     """The wheel of a clean copy of this checkout (no stale build/ folder can leak into it)."""
-    base = tmp_path_factory.mktemp("wheel")
+    if "wheel" not in _BUILT:
+        _BUILT["wheel"] = _build_wheel(tmp_path_factory.mktemp("wheel"))
+    return _BUILT["wheel"]
+
+
+def _build_wheel(base: Path) -> Path:
     src = base / "src"
     for name in tracked_files():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
