@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import shutil
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 from sandbox_overhead import quantiles  # p50 and p90, ms
@@ -103,23 +106,40 @@ async def measure(num_jobs: int, burst_size: int, pause_s: float, ray_tmp: Path)
             ray.shutdown()
 
 
+@contextlib.contextmanager
+def ray_folder() -> Iterator[Path]:
+    """A short folder of /tmp for Ray's sockets, logs and object store (AF_UNIX paths: 107 bytes),
+    with Ray on loopback only, no token file in ~/.ray and no usage report (FACTS.md; read at
+    import); removed on the way out, whatever happened. Ray's processes may still write there
+    for a moment after ray.shutdown(), so removal is retried until the folder stays gone."""
+    folder = Path(tempfile.mkdtemp(prefix="iaray-", dir="/tmp"))
+    (folder / "ray").mkdir()
+    os.environ.update(
+        RAY_AUTH_MODE="disabled",
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        RAY_TMPDIR=str(folder),
+        RAY_USAGE_STATS_ENABLED="0",
+    )
+    try:
+        yield folder
+    finally:
+        for _ in range(20):
+            shutil.rmtree(folder, ignore_errors=True)
+            time.sleep(0.25)
+            if not folder.exists():
+                break
+        print(f"Ray's folder {folder}: {'left behind' if folder.exists() else 'removed'}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=60, help="one-at-a-time jobs per executor")
     parser.add_argument("--burst", type=int, default=40, help="jobs submitted at once")
     parser.add_argument("--pause", type=float, default=0.1, help="seconds between jobs")
     args = parser.parse_args()
-    # Ray on loopback only, no token file in ~/.ray, no usage report (FACTS.md); read at import
-    ray_tmp = Path(tempfile.mkdtemp(prefix="iaray-", dir="/tmp"))
-    (ray_tmp / "ray").mkdir()
-    os.environ.update(
-        RAY_AUTH_MODE="disabled",
-        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
-        RAY_TMPDIR=str(ray_tmp),
-        RAY_USAGE_STATS_ENABLED="0",
-    )
     load_before = os.getloadavg()[0]
-    out = asyncio.run(measure(args.jobs, args.burst, args.pause, ray_tmp))
+    with ray_folder() as ray_tmp:
+        out = asyncio.run(measure(args.jobs, args.burst, args.pause, ray_tmp))
     (l50, l90), (r50, r90) = quantiles(out["local"]), quantiles(out["ray"])
     print(
         f"isolation: {out['isolation']}; {os.cpu_count()} cores; 1-min load average "

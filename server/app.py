@@ -116,7 +116,7 @@ class InfraAgentServer(MCPServer):
         await self.state.aclose()
 
 
-# Tool modules that failed to import in this process: module name -> the error.
+# Tool modules that failed to import in the last discover_tools(): module name -> the error.
 TOOL_IMPORT_ERRORS: dict[str, str] = {}
 
 
@@ -124,9 +124,11 @@ def discover_tools() -> dict[str, Tool]:
     """Every module or package in infra_agent.tools with a `TOOL` attribute, by tool name
     (a small tool is one module, a big one a package whose ``__init__`` defines `TOOL`).
 
-    A module that fails to import is skipped (logged, and kept in TOOL_IMPORT_ERRORS),
-    so one broken tool does not take the others down."""
+    A module that fails to import is skipped, so one broken tool does not take the others
+    down; it is kept in TOOL_IMPORT_ERRORS, which `serve` and `tools` print at startup and
+    device_info reports (`tools_not_loaded`)."""
     found: dict[str, Tool] = {}
+    TOOL_IMPORT_ERRORS.clear()
     for info in sorted(pkgutil.iter_modules(tools_package.__path__), key=lambda m: m.name):
         if info.name.startswith("_") or info.name in ("base", "common"):
             continue
@@ -134,11 +136,11 @@ def discover_tools() -> dict[str, Tool]:
             module = importlib.import_module(f"{tools_package.__name__}.{info.name}")
         except Exception as exc:
             TOOL_IMPORT_ERRORS[info.name] = f"{type(exc).__name__}: {exc}"
-            log.error(
+            # said once, by the caller: `serve`/`tools` on stderr, device_info to the agent
+            log.debug(
                 "tool module %s failed to import: %s", info.name, TOOL_IMPORT_ERRORS[info.name]
             )
             continue
-        TOOL_IMPORT_ERRORS.pop(info.name, None)
         tool = getattr(module, "TOOL", None)
         if isinstance(tool, Tool):
             found[tool.name] = tool
@@ -173,6 +175,7 @@ def build_server(
     server.state = state
     server.tools = tools
     state.tools = tools  # what a sweep's trials call (CallContext.call)
+    state.tools_not_loaded = dict(TOOL_IMPORT_ERRORS)
     register_resources(server, state)
     register_prompts(server)
     return server

@@ -146,6 +146,7 @@ def serve(
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = _build(workspace, allow_unsandboxed, engine_python, cluster)
+    _warn_tools_not_loaded(server)
     _remove_stale_cgroups()
     if http:
         from ..serving.tcp import listen_socket
@@ -195,9 +196,8 @@ def list_tools(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """List the tools with their one-line descriptions, or one tool's arguments."""
-    from .app import TOOL_IMPORT_ERRORS
-
     server = _build(workspace)
+    _warn_tools_not_loaded(server)
     if tool is not None:
         spec = server.tools.get(tool)
         if spec is None:
@@ -207,9 +207,17 @@ def list_tools(
         render.tool_arguments(out, spec)
         return
     render.tool_table(out, anyio.run(server.list_tools))
-    for module, why in TOOL_IMPORT_ERRORS.items():
+
+
+def _warn_tools_not_loaded(server) -> None:
+    """Say on stderr (stdout may be the protocol) which tools this install serves without."""
+    for module, why in server.state.tools_not_loaded.items():
         err.print(
-            f"[yellow]warning:[/] tools/{module}.py did not load: {escape(why)}", soft_wrap=True
+            f"[yellow]warning:[/] tool module infra_agent.tools.{module} failed to import, so this "
+            f"server runs without it: {escape(why)}. Reinstall infra-agent or fix what the error "
+            "names; device_info lists it under tools_not_loaded.",
+            soft_wrap=True,
+            highlight=False,
         )
 
 
@@ -535,6 +543,29 @@ def gc(workspace: WorkspaceOpt = None) -> None:
         )
     report = collect_garbage(server.state.workspace.state_dir, ledger.code_shas(), time.time())
     _print_json({"state_dir": str(server.state.workspace.state_dir), **dataclasses.asdict(report)})
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from ..tools.common import provenance
+
+        sys.stdout.write(f"infra-agent {provenance.package_version('infra-agent') or 'unknown'}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_print_version,
+            is_eager=True,
+            help="Print the installed version and exit.",
+        ),
+    ] = False,
+) -> None:
+    """An MCP tool server for optimising an inference stack."""
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -126,6 +126,8 @@ class ServerState:
         self._num_in_flight = 0
         self.late_artifacts = LateArtifacts()  # plots drawn after the reply (late_artifacts.py)
         self.tools: dict[str, Tool] = {}  # set by build_server: what CallContext.call may call
+        # set by build_server: tool module -> why it did not import (app.discover_tools)
+        self.tools_not_loaded: dict[str, str] = {}
 
     @contextlib.contextmanager
     def in_flight(self) -> Iterator[None]:
@@ -340,6 +342,9 @@ class CallContext:
         if self._state.cluster is None:
             return []
         return [n.to_json() for n in self._state.executor.nodes()]  # type: ignore[union-attr]
+
+    def tools_not_loaded(self) -> dict[str, str]:
+        return dict(self._state.tools_not_loaded)
 
     def experiments(self, **filters: Any) -> list[dict]:
         """Ledger rows, newest first (filters: see Ledger.query)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import shlex
 import socket
 
 import uvicorn
@@ -161,4 +162,12 @@ async def _announce(server, host: str, port: int, token: str | None) -> None:
     for name in ("claude-code", "cursor", "vscode"):
         console.print(f"\n[bold]{name}[/]:", highlight=False)
         console.print(clients.snippet(name, url=url, token=token), highlight=False, markup=False)
+    console.print(
+        "\nor let the client start a server of its own over stdio, with this install's command: "
+        f"{shlex.join(clients.launch_command())} (`infra-agent config --client NAME` prints that "
+        "configuration)",
+        highlight=False,
+        markup=False,
+        soft_wrap=True,
+    )
     console.print("\nCtrl-C to stop.")

@@ -303,6 +303,10 @@ class ToolContext(Protocol):
         """With a Ray cluster configured, its nodes (sandbox/cluster.py NodeView.to_json());
         empty when jobs run on the server's own host."""
 
+    def tools_not_loaded(self) -> dict[str, str]:
+        """Tool modules of this install that failed to import, each with its error: the server
+        serves without them (device_info reports them)."""
+
     def ran_on(self, placement: Any) -> None:
         """Count work this call did on a cluster node outside its jobs (a load run on an engine's
         node; a sandbox.job.Placement) in the ledger's `nodes`, as a job there counts."""

@@ -48,6 +48,13 @@ class ClusterNode(BaseModel):
     )
 
 
+class ToolNotLoaded(BaseModel):
+    module: str = Field(
+        description="The tool module of this install that failed to import, e.g. 'sweep_kernel'."
+    )
+    error: str = Field(description="Its import error: exception type and message.")
+
+
 class Output(ToolOutput):
     sandbox_available: bool = Field(description="True when the probe ran inside the sandbox.")
     isolation_level: str = Field(
@@ -97,6 +104,12 @@ class Output(ToolOutput):
         "devices and free slots (the facts above are of the node the probe job ran on); empty when "
         "jobs run on this host only.",
     )
+    tools_not_loaded: list[ToolNotLoaded] = Field(
+        default_factory=list,
+        description="Tool modules of this server's install that failed to import, so the server "
+        "serves without them (tools/list lacks them), each with its error; empty when every tool "
+        "loaded. Fix the install (reinstall the package, or the dependency the error names).",
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -121,6 +134,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     await ctx.progress(1, 1, "done")
     cluster = [ClusterNode(**n) for n in ctx.cluster_nodes()]
     on_cluster = _cluster_words(cluster)
+    not_loaded = [ToolNotLoaded(module=m, error=e) for m, e in ctx.tools_not_loaded().items()]
+    missing = (
+        f"; {len(not_loaded)} tool(s) failed to load: {', '.join(t.module for t in not_loaded)}"
+        if not_loaded
+        else ""
+    )
 
     if facts:
         measured, peaks_note = await _peaks(inp, ctx, facts.get("peaks_fingerprint"), node)
@@ -145,6 +164,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             peaks=measured,
             peaks_note=peaks_note,
             cluster=cluster,
+            tools_not_loaded=not_loaded,
         )
         where = (
             ", ".join(f"{d.name} (sm_{d.capability.replace('.', '')})" for d in devices)
@@ -153,7 +173,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ceilings = f"; ceilings {measured['copy_gbps']:.1f} GB/s copy" if measured else ""
         out.summary = (
             f"{where}; torch {versions['torch']}, triton {versions['triton']}; isolation: {level}"
-            f"{ceilings}{on_cluster}"
+            f"{ceilings}{on_cluster}{missing}"
         )
         return out
 
@@ -170,9 +190,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         versions=versions,
         server_view=server_view,
         cluster=cluster,
+        tools_not_loaded=not_loaded,
         summary=f"sandbox unavailable ({error}); agent code cannot run. The server sees "
         f"{', '.join(gpus) or 'no NVIDIA GPU'}, {server_view['cpu_model']} x{server_view['num_cpus']}, "
-        f"torch {versions.get('torch')} (from package metadata){on_cluster}",
+        f"torch {versions.get('torch')} (from package metadata){on_cluster}{missing}",
     )
 
 
@@ -217,7 +238,8 @@ TOOL = Tool(
     description="What hardware and software will run agent code: GPUs (name, compute capability, memory) or "
     "CPU, torch/triton/numpy/python versions as the sandboxed worker sees them, and the isolation level "
     "actually in force (and what is missing), and the device's measured ceilings (GB/s, TFLOP/s) when "
-    "known. Says plainly when the sandbox is unavailable.",
+    "known. Says plainly when the sandbox is unavailable, and names any tool of this install that failed "
+    "to load (tools_not_loaded).",
     input_model=Input,
     output_model=Output,
     run=run,

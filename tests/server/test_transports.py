@@ -25,6 +25,7 @@ NODE = NODE_MODULES / "node" / "bin" / "node"
 CONFORMANCE = NODE_MODULES / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"
 INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector-cli" / "build" / "index.js"
 TOKEN = "test-token-0123456789"
+ENTRY_POINT = Path(sys.executable).parent / "infra-agent"  # the test venv's own command
 
 # The scenarios that apply to a server with our feature set (see README, "Conformance").
 SCENARIOS = [
@@ -108,6 +109,8 @@ def http_url(module_workspace):
     finally:
         stderr = _stop(proc)
     assert "serving streamable HTTP at" in stderr and "list_kernels" in stderr
+    # and how a client starts its own server: this install's entry point, not `python -m`
+    assert f"over stdio, with this install's command: {ENTRY_POINT} serve" in stderr
 
 
 @pytest.mark.anyio
