@@ -266,15 +266,20 @@ def sweep_stale(jobs_dir: Path) -> int:
     """Remove service folders whose server is gone (a live server's are kept); how many."""
     removed = 0
     for marker in jobs_dir.glob(f"*/{OWNER_FILE}"):
-        try:
-            owner = int(marker.read_text())
-        except (OSError, ValueError):
-            owner = None
-        if owner == os.getpid() or (owner is not None and _alive(owner)):
+        if owned_by_live_server(marker.parent):
             continue
         shutil.rmtree(marker.parent, ignore_errors=True)
         removed += 1
     return removed
+
+
+def owned_by_live_server(folder: Path) -> bool:
+    """Whether `folder` is a service folder (claim()) of a server that is still alive."""
+    try:
+        owner = int((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return owner == os.getpid() or _alive(owner)
 
 
 def _alive(pid: int) -> bool:

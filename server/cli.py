@@ -527,11 +527,29 @@ def lock(
 
 
 @app.command()
-def gc(workspace: WorkspaceOpt = None) -> None:
-    """Delete stored code (blobs) that no experiment in the ledger references, and rebuilt snapshot folders."""
+def gc(
+    workspace: WorkspaceOpt = None,
+    max_age_days: Annotated[
+        float, typer.Option(help="Delete the artifacts of experiments older than this, days.")
+    ] = 30.0,
+    max_gb: Annotated[
+        float,
+        typer.Option(
+            help="Then delete the oldest experiments' artifacts until they total this, GB."
+        ),
+    ] = 20.0,
+    keep_days: Annotated[
+        float,
+        typer.Option(help="Never touch experiments (and job folders) younger than this, days."),
+    ] = 1.0,
+) -> None:
+    """Delete stored code (blobs) that no experiment in the ledger references, rebuilt snapshot
+    folders, and old experiments' artifacts and job folders (never a pinned or recent experiment's,
+    nor what one needs: README, infra-agent gc); prints what it freed."""
     import time
 
     from ..kernels.snapshots import collect_garbage
+    from .retention import Policy, collect
 
     server = _build(workspace)
     ledger = server.state.ledger
@@ -541,8 +559,35 @@ def gc(workspace: WorkspaceOpt = None) -> None:
             f"{len(running)} call(s) still running ({', '.join(running[:5])}); run gc when the server "
             "is idle"
         )
-    report = collect_garbage(server.state.workspace.state_dir, ledger.code_shas(), time.time())
-    _print_json({"state_dir": str(server.state.workspace.state_dir), **dataclasses.asdict(report)})
+    state_dir = server.state.workspace.state_dir
+    now = time.time()
+    policy = Policy(max_age_days=max_age_days, max_bytes=int(max_gb * 2**30), keep_days=keep_days)
+    files = collect(state_dir, ledger, policy, now)
+    report = collect_garbage(state_dir, ledger.code_shas(), now)
+    _print_json(
+        {
+            "state_dir": str(state_dir),
+            **dataclasses.asdict(report),  # bytes_freed: the code blobs'
+            **dataclasses.asdict(files),
+            "total_bytes_freed": report.bytes_freed
+            + files.artifact_bytes_freed
+            + files.job_bytes_freed,
+            "policy": dataclasses.asdict(policy),
+        }
+    )
+
+
+@app.command()
+def pin(
+    experiment_id: Annotated[str, typer.Argument(help="The experiment whose files gc keeps.")],
+    workspace: WorkspaceOpt = None,
+    off: Annotated[bool, typer.Option("--off", help="Unpin: gc's policy applies again.")] = False,
+) -> None:
+    """Keep an experiment's artifacts (and what it needs: its baseline, its sweep) from gc."""
+    server = _build(workspace)
+    if not server.state.ledger.pin(experiment_id, not off):
+        raise _fail(f"no experiment {experiment_id!r} in the ledger (list_experiments shows them)")
+    _print_json({"experiment_id": experiment_id, "pinned": not off})
 
 
 def _print_version(value: bool) -> None:

@@ -373,9 +373,14 @@ class CallContext:
         except Exception:  # progress is advisory: a client that went away must not fail the call
             pass
 
-    def artifact(self, name: str, data: bytes | str | Path) -> str:
+    def artifact(self, name: str, data: bytes | str | Path, *, move: bool = False) -> str:
         target = self._artifact_path(name)
-        if isinstance(data, Path):
+        if isinstance(data, Path) and move:
+            try:
+                shutil.move(data, target)
+            except OSError:  # a folder this process may not write: keep a copy rather than none
+                shutil.copyfile(data, target)
+        elif isinstance(data, Path):
             shutil.copyfile(data, target)
         elif isinstance(data, str):
             target.write_text(data)

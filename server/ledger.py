@@ -56,6 +56,8 @@ CREATE INDEX IF NOT EXISTS experiments_started ON experiments(started_at);
 # `parent_id`: the call that made this one (a sweep's trial names its sweep); NULL for an agent's call.
 # `nodes`: the cluster nodes the call's jobs ran on (sandbox/cluster.py), each with its device
 # fingerprint and how many jobs; NULL when every job ran on the server's own host.
+# `pinned`: 1 when `infra-agent pin` kept the row's files from `infra-agent gc` (server/retention.py).
+# `artifacts_pruned_at`: when gc deleted the row's artifacts (Unix time, s); NULL while they are kept.
 LATER_COLUMNS = {
     "run_id": "TEXT",
     "run_step": "INTEGER",
@@ -63,6 +65,8 @@ LATER_COLUMNS = {
     "code": "TEXT",
     "parent_id": "TEXT",
     "nodes": "TEXT",
+    "pinned": "INTEGER",
+    "artifacts_pruned_at": "REAL",
 }
 
 JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code", "nodes")
@@ -263,6 +267,27 @@ class Ledger:
             for section in ("files", "inline"):
                 shas.update(e["sha256"] for e in (manifest.get(section) or {}).values())
         return shas
+
+    def pin(self, experiment_id: str, pinned: bool = True) -> bool:
+        """Keep (or stop keeping) a row's files from gc; False when there is no such row."""
+        cur = self._write(
+            "UPDATE experiments SET pinned=? WHERE id=?", (1 if pinned else None, experiment_id)
+        )
+        return cur.rowcount > 0
+
+    def retention_rows(self) -> list[dict]:
+        """What gc's policy reads of every row, oldest first: id, started_at, status, pinned,
+        parent_id, artifacts_pruned_at and the baseline its arguments name (or None)."""
+        rows = self._read(
+            "SELECT id, started_at, status, pinned, parent_id, artifacts_pruned_at, "
+            "json_extract(arguments, '$.baseline') AS baseline FROM experiments ORDER BY seq"
+        )
+        return [dict(r) for r in rows]
+
+    def mark_pruned(self, experiment_id: str, when: float) -> None:
+        self._write(
+            "UPDATE experiments SET artifacts_pruned_at=? WHERE id=?", (when, experiment_id)
+        )
 
     def get(self, experiment_id: str) -> dict | None:
         rows = self._read("SELECT * FROM experiments WHERE id=?", (experiment_id,))

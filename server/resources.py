@@ -22,6 +22,7 @@ from mcp_types import Resource
 
 from ..kernels.snapshots import BlobStore, Manifest
 from .context import ARTIFACT_NAME, ServerState
+from .retention import pruned_message
 
 RECENT_EXPERIMENTS = 50
 TEXT_TYPES = {"application/json", "application/xml", "application/x-sh", "application/javascript"}
@@ -153,6 +154,11 @@ async def artifact_path(state: ServerState, experiment_id: str, name: str) -> Pa
             f"the call's other results stand"
         )
     if not path.is_file():
+        row = state.ledger.get(experiment_id)
+        if row is not None and row.get("artifacts_pruned_at"):
+            raise ResourceNotFoundError(
+                pruned_message(experiment_id, name, row["artifacts_pruned_at"])
+            )
         raise ResourceNotFoundError(
             f"no artifact {name!r} for experiment {experiment_id!r}; "
             f"read experiment://{experiment_id} for its artifact list"

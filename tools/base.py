@@ -289,8 +289,9 @@ class ToolContext(Protocol):
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
         """Report progress on a long call (forwarded as MCP progress notifications)."""
 
-    def artifact(self, name: str, data: bytes | str | Path) -> str:
-        """Store a file for this experiment; returns its artifact:// URI."""
+    def artifact(self, name: str, data: bytes | str | Path, *, move: bool = False) -> str:
+        """Store a file for this experiment; returns its artifact:// URI. move=True takes a Path's
+        file away from where it was (an engine's trace: kept once, as the artifact)."""
 
     def artifact_later(self, name: str, make: Callable[[], bytes]) -> str:
         """artifact() with the bytes made in the background, off the reply's path (plots); reads

@@ -67,6 +67,11 @@ class ExperimentSummary(BaseModel):
         description="Workspace git commit at the time (null: not a git repo)."
     )
     num_artifacts: int = Field(description="Number of artifact files the call stored.")
+    artifacts_pruned_at: str | None = Field(
+        default=None,
+        description="When `infra-agent gc` deleted this call's artifacts (ISO-8601 UTC; its "
+        "numbers remain); null while they are kept.",
+    )
     run_id: str | None = Field(
         default=None, description="Agent run that made the call (null: not made by one)."
     )
@@ -124,6 +129,9 @@ def summarise(row: dict) -> ExperimentSummary:
         summary=text[:500],
         git_commit=row.get("git_commit"),
         num_artifacts=len(row.get("artifacts") or []),
+        artifacts_pruned_at=iso(row["artifacts_pruned_at"])
+        if row.get("artifacts_pruned_at")
+        else None,
         run_id=row.get("run_id"),
         run_step=row.get("run_step"),
         run_model=row.get("run_model"),

@@ -56,7 +56,8 @@ async def run(inp: Input, ctx: ToolContext) -> WithEvidence:
         watch.phases_ms["judge"] = 1e3 * (time.monotonic() - started)
     out.phases_ms = {k: round(v, 1) for k, v in watch.phases_ms.items()}
     out.artifacts = [ctx.artifact(name, data) for name, data in files]
-    out.artifacts += [ctx.artifact(name, path) for name, path in traces.items()]
+    # the engine's own traces move into the artifacts: kept once, not also in the engine's folder
+    out.artifacts += [ctx.artifact(name, path, move=True) for name, path in traces.items()]
     out.summary = report.summary(out)
     return WithEvidence(out, ev)  # expect's overlap_fraction() reads any pair from ev
 

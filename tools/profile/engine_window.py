@@ -14,6 +14,7 @@ Everything the engine wrote is untrusted: paths must stay inside its folder, fil
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass
@@ -129,6 +130,10 @@ class BuiltinWindow:
             or not isinstance(raw.get("ranges"), dict)
         ):
             raise AgentError("the engine's profile file is malformed")
+        with contextlib.suppress(
+            OSError
+        ):  # read into the judge: not kept twice in the engine's folder
+            path.unlink()
         trace = inside(engine, stopped.get("trace"))
         return EngineWindow(raw, {"engine-torch-trace.json": trace} if trace else {})
 

@@ -46,7 +46,7 @@ def serve_load(inp: Input, ctx: ToolContext) -> LoadUsed:
             + (" and these arguments" if given else "")
         )
         return LoadUsed(**{**defaults, **given}, source=source)
-    experiment_id, workload = last
+    experiment_id, workload, role = last
     concurrency = workload.max_concurrency or min(workload.num_requests, 256)
     found = {
         "concurrency": min(concurrency, 256),
@@ -54,7 +54,7 @@ def serve_load(inp: Input, ctx: ToolContext) -> LoadUsed:
         "output_len": workload.output_len,
     }
     source = (
-        f"the last serve_benchmark on this handle, experiment {experiment_id} (workload: {workload.dataset}, "
+        f"the last serve_benchmark on this handle{role}, experiment {experiment_id} (workload: {workload.dataset}, "
         f"max_concurrency {workload.max_concurrency}, input_len {workload.input_len}, output_len "
         f"{workload.output_len})"
     )
@@ -64,6 +64,9 @@ def serve_load(inp: Input, ctx: ToolContext) -> LoadUsed:
 
 
 def _last_benchmark(ctx: ToolContext, handle: str):
+    """(experiment id, its workload, the handle's role in words) of the newest successful
+    serve_benchmark that loaded this engine: as the engine benchmarked (handle=) or as the
+    baseline measured alternately with it (baseline_handle=), which sent it the same workload."""
     from ..serve_benchmark.schema import Workload
 
     experiments = getattr(ctx, "experiments", None)
@@ -71,10 +74,16 @@ def _last_benchmark(ctx: ToolContext, handle: str):
         return None
     for row in experiments(tool="serve_benchmark", limit=200):
         args = row.get("arguments") or {}
-        if row.get("status") != "ok" or not isinstance(args, dict) or args.get("handle") != handle:
+        if row.get("status") != "ok" or not isinstance(args, dict):
+            continue
+        if args.get("handle") == handle:
+            role = ""
+        elif args.get("baseline_handle") == handle:
+            role = " (as its baseline_handle)"
+        else:
             continue
         try:
-            return row["id"], Workload.model_validate(args.get("workload") or {})
+            return row["id"], Workload.model_validate(args.get("workload") or {}), role
         except ValueError:
             continue
     return None

@@ -82,7 +82,7 @@ class Input(ToolInput):
         "during the window (random prompts of load_input_len tokens, load_output_len "
         "tokens each); 0 sends none, when you drive the load yourself (e.g. a "
         "serve_benchmark call at the same time). The load_* fields not given come "
-        "from the last serve_benchmark on this handle (its max_concurrency, "
+        "from the last serve_benchmark on this handle (as handle= or baseline_handle=: its max_concurrency, "
         "input_len, output_len), else these defaults; the answer's load says which.",
     )
     load_input_len: int = Field(
@@ -162,8 +162,8 @@ class LoadUsed(BaseModel):
     input_len: int = Field(description="Prompt length of each request, tokens.")
     output_len: int = Field(description="Tokens asked per request.")
     source: str = Field(
-        description="Where this load came from: the last serve_benchmark on this handle "
-        "(its experiment id and workload), these arguments, or the defaults."
+        description="Where this load came from: the last serve_benchmark on this handle (as its "
+        "handle or baseline_handle; its experiment id and workload), these arguments, or the defaults."
     )
 
 

@@ -124,6 +124,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             metrics, base.metrics, focus=focus, spread=spread, base_spread=base.spread
         )
         out.findings += baseline.other_device_finding(out.device_fingerprint, base)
+        out.findings += baseline.cache_warmth_finding(metrics, base)
     out.prefix_cache_hit_rates = [r.phases_ms.get("prefix_cache_hit_rate") for r in rows]
     # the harness checks its own numbers: client vs engine (on both sides), the cache across repeats
     out.findings += engine_truth.findings(rows, work.reuse_prompts, work.dataset)
@@ -131,6 +132,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         out.findings += engine_truth.findings(
             base_rows, work.reuse_prompts, work.dataset, whose="the baseline engine"
         )
+    out.findings += plan.single_wave(work, [r.duration_s for r in rows])
     out.remeasured = runs.remeasured
     out.findings += [engine_truth.remeasured_finding(r) for r in runs.remeasured]
     out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the language and facts of expect

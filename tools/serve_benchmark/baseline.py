@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from ...serving.lifecycle import Engine
 from ..base import AgentError, ToolContext
 from ..common import provenance
+from .engine_truth import CACHE_SPREAD
 from .judge import aggregate
 from .schema import Input, RepeatMetrics
 
@@ -82,6 +83,26 @@ def other_device_finding(this: str | None, base: Baseline) -> list[str]:
         "compare_experiments shows both): every difference between them includes the "
         "device's, not only the change's; to measure the change alone, run both on one kind "
         "of device (the same resources= with an accelerator type, or both on the server's host)"
+    ]
+
+
+def cache_warmth_finding(metrics: dict[str, float | None], base: Baseline) -> list[str]:
+    """baseline_cache_warm, when the baseline's prefix-cache hit rate (median over its repeats,
+    the engine's own counters) and this run's differ by more than CACHE_SPREAD: one side measured
+    prompts its engine had already cached (a baseline that was a sweep step, or a rerun of the same
+    seed on a live engine), so prefill, TTFT and throughput compare a warm cache with a cold one."""
+    this, then = metrics.get("prefix_cache_hit_rate"), base.metrics.get("prefix_cache_hit_rate")
+    if this is None or then is None or abs(this - then) <= CACHE_SPREAD:
+        return []
+    warm, cold = ("the baseline", "this run") if then > this else ("this run", "the baseline")
+    return [
+        f"baseline_cache_warm: the baseline ({base.source}) found {100 * then:.0f}% of its prompt "
+        f"tokens in the prefix cache and this run {100 * this:.0f}% (each engine's own counters, "
+        f"median over repeats): {warm} measured a warm cache, {cold} a cold one, so TTFT, prefill "
+        "and throughput differ by the cache as well as by the change. Next: measure both sides "
+        "cold: a fresh workload.seed (or a restarted engine) for each, or baseline_handle= to "
+        "measure both engines in one call with prompts of their own; or compare against a "
+        "baseline whose hit rate matches this run's"
     ]
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...serving.loadgen import (
+    MAX_IN_FLIGHT,
     Arrivals,
     BenchRequest,
     PlainTokenizer,
@@ -84,6 +85,23 @@ def plan(
     warmups = _warmups(work, tokenizer, conversations, lists)
     exact = all(r.exact for reqs in lists for r in reqs)
     return Plan(lists, arrivals, slos, tokenizer, exact, warmups)
+
+
+def single_wave(work: Workload, durations_s: list[float]) -> list[str]:
+    """single_wave, when every measured request is sent at once (no arrival rate) and all fit in
+    flight together: a repeat is one burst, its percentiles the spread inside one batch (the
+    last request of the wave waits for the others' prefills), not a steady state."""
+    width = min(work.max_concurrency or work.num_requests, MAX_IN_FLIGHT)
+    if work.rate is not None or work.num_requests > width:
+        return []
+    took = f", {sorted(durations_s)[len(durations_s) // 2]:.3g} s a repeat" if durations_s else ""
+    return [
+        f"single_wave: {work.num_requests} requests at {width} in flight ran as one wave{took}: "
+        "every request started at once and none replaced another, so each repeat's percentiles "
+        "describe one burst (TTFT's spread is the queue of one batch's prefills), not a steady "
+        "load. Next: send several waves (num_requests at least 4x max_concurrency, e.g. "
+        f"{4 * width}), or pace the arrivals with workload.rate"
+    ]
 
 
 def _warmups(

@@ -381,7 +381,10 @@ class Output(ToolOutput):
         "arriving in bursts; 'on the baseline engine' for the baseline's repeats), "
         "repeat_remeasured (one repeat disagreed with the engine and was run again), "
         "cache_warm_repeats (the repeats' prefix-cache hit "
-        "rates differ) and other_device (the baseline ran on another kind of device).",
+        "rates differ), baseline_cache_warm (the baseline's prefix-cache hit rate and this "
+        "run's differ: one side measured a warm cache), single_wave (every request sent at once "
+        "and all in flight together: each repeat is one burst) and other_device (the baseline "
+        "ran on another kind of device).",
     )
     prefix_cache_hit_rates: list[float | None] = Field(
         default_factory=list,

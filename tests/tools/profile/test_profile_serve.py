@@ -118,3 +118,26 @@ def _cmdline(pid: int) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+async def test_an_engine_measured_as_a_baseline_is_profiled_under_that_workload(engine_client):
+    """A handle benchmarked only as baseline_handle= received the workload too (issue 36, item 4):
+    profile(handle=) uses it, not the defaults."""
+    c = engine_client
+    this = (await call(c, "launch_serve", engine="builtin", args={"model": "tiny"}))["handle"]
+    launched = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    base = launched["handle"]
+    work = WORKLOAD | {"input_len": 24, "output_len": 3, "max_concurrency": 3}
+    bench = await call(
+        c, "serve_benchmark", handle=this, baseline_handle=base, workload=work, repeats=1
+    )
+    out = await call(c, "profile", handle=base, duration_s=0.5)
+    load = out["load"]
+    assert (load["concurrency"], load["input_len"], load["output_len"]) == (3, 24, 3), load
+    assert bench["experiment_id"] in load["source"] and "baseline_handle" in load["source"]
+    # the engine's window and trace files are kept once: as the artifacts, not also in its folder
+    profiles = Path(launched["socket"]).parent / "profiles"
+    assert not list(profiles.glob("*.json*")), list(profiles.iterdir())
+    assert any(uri.endswith("/engine-torch-trace.json") for uri in out["artifacts"]), out["artifacts"]
+    await call(c, "stop_serve", handle=this)
+    await call(c, "stop_serve", handle=base)

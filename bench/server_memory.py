@@ -1,0 +1,134 @@
+"""What the MCP server keeps over a long session: a scripted in-process session (the fuzzer's
+kinds of call: listings, kernel calls, failing serve calls, odd expect strings, bad arguments)
+with tracemalloc snapshots, the heap's top growers (by allocation site) between the first
+snapshot after warm-up and the last, and the process's RSS (issue 36, item 6).
+
+    python bench/server_memory.py [--calls 1200] [--top 15]
+
+Both sides of a fix are measured by running this on each (the growth per call is the number to
+compare; a bounded server's heap stops growing after the warm-up).
+
+Measured 2026-12-06 on the 2-core host (other helpers' tests beside it):
+- light (listings, clean errors, a /bin/false engine), 270 calls: traced heap +0.07 MB, RSS 108 ->
+  111 MB, flat;
+- --heavy (adds compile_kernel, check_numerics, microbench, profile on vector_add), 202 calls:
+  traced heap +4.08 MB (3.75 MB of it one block, pathlib's interned path parts from
+  sandbox/outcome.py's sanitize_tree walk, a dict that grew once; the rest matplotlib's font
+  and mathtext caches, bounded LRUs); RSS 361 -> 442 MB. The RSS growth is native, not the
+  Python heap: check_numerics alone grows ~3.5 MB a call (329 -> 378 MB over 12 calls), and
+  stops (313 -> 314 MB) when its error histogram is not drawn; MALLOC_ARENA_MAX=2 or
+  malloc_trim(0) after each call do not stop it, and the same plot drawn in a plain process
+  (main thread or a worker thread, 4 K to 1 M elements) does not grow. Cause not yet found.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import resource
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from mcp_session import zoo_session  # noqa: E402
+
+# One round of calls, cheap and deterministic; each kind the fuzzer makes (answers and clean errors)
+ROUND: list[tuple[str, dict]] = [
+    ("list_kernels", {}),
+    ("describe_kernel", {"kernel": "rmsnorm"}),
+    ("describe_kernel", {"kernel": "no_such_kernel"}),
+    ("list_experiments", {"limit": 5}),
+    ("list_serves", {}),
+    ("device_info", {"measure_peaks": False}),
+    ("describe_kernel", {"kernel": "rmsnorm", "expect": ["1/0 > 1"]}),
+    ("list_experiments", {"limit": 5, "expect": ["x =="]}),
+    ("serve_benchmark", {"handle": "serve-none"}),
+    ("profile", {"handle": "serve-none"}),
+    ("stop_serve", {"handle": "serve-none"}),
+    ("compare_experiments", {"experiment_ids": ["e-none-1", "e-none-2"]}),
+    (
+        "launch_serve",
+        {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
+    ),
+    ("check_numerics", {"kernel": "vector_add", "source": "def f(:", "entry": "f"}),
+    ("list_kernels", {"no_such_argument": 1}),
+]
+# --heavy adds calls that run work (a compile, a numerics check, a microbench, a kernel profile)
+HEAVY: list[tuple[str, dict]] = [
+    ("compile_kernel", {"kernel": "vector_add"}),
+    ("check_numerics", {"kernel": "vector_add"}),
+    ("microbench", {"kernel": "vector_add"}),
+    ("profile", {"kernel": "vector_add"}),
+]
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
+
+
+async def session(calls: int, top: int, heavy: bool) -> None:
+    script = ROUND + HEAVY if heavy else ROUND
+    async with zoo_session("ia-mem-") as client:
+        done = 0
+
+        async def some(n: int) -> None:
+            nonlocal done
+            for i in range(n):
+                tool, args = script[(done + i) % len(script)]
+                await client.call_tool(tool, args)
+            done += n
+
+        await some(2 * len(script))  # warm-up: imports, caches filled once, the ledger opened
+        gc.collect()
+        tracemalloc.start(8)
+        first, rss_first, t0 = tracemalloc.take_snapshot(), rss_mb(), time.monotonic()
+        heap_first = tracemalloc.get_traced_memory()[0]  # 0: what the warm-up left is not traced
+        marks = []
+        step = max(calls // 4, 1)
+        while done < calls:
+            await some(min(step, calls - done))
+            gc.collect()
+            marks.append((done, tracemalloc.get_traced_memory()[0] / 2**20, rss_mb()))
+        last = tracemalloc.take_snapshot()
+        heap_last = tracemalloc.get_traced_memory()[0]
+        print(f"{done} calls in {time.monotonic() - t0:.0f} s")
+        print(
+            "calls, traced heap MB, RSS MB:",
+            ", ".join(f"({c}, {h:.2f}, {r:.0f})" for c, h, r in marks),
+        )
+        growth = (heap_last - heap_first) / 1024
+        measured = done - 2 * len(script)
+        print(
+            f"traced heap {heap_first / 2**20:.2f} -> {heap_last / 2**20:.2f} MB "
+            f"({growth / measured:.2f} KB per call over {measured} calls); "
+            f"RSS {rss_first:.0f} -> {rss_mb():.0f} MB"
+        )
+        print(f"top {top} growers (allocation site, size diff, count diff):")
+        for stat in last.compare_to(first, "traceback")[:top]:
+            frames = [
+                f for f in stat.traceback if "infra_agent" in f.filename or "/wt/" in f.filename
+            ]
+            where = frames[-1] if frames else stat.traceback[-1]
+            print(
+                f"  {stat.size_diff / 1024:+9.1f} KB {stat.count_diff:+7d}  "
+                f"{where.filename.split('site-packages/')[-1]}:{where.lineno}"
+                f"  (at {stat.traceback[-1].filename.split('site-packages/')[-1]}:{stat.traceback[-1].lineno})"
+            )
+        tracemalloc.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=1200)
+    parser.add_argument("--top", type=int, default=15)
+    parser.add_argument("--heavy", action="store_true", help="add calls that run work")
+    args = parser.parse_args()
+    asyncio.run(session(args.calls, args.top, args.heavy))
+
+
+if __name__ == "__main__":
+    main()
