@@ -129,9 +129,12 @@ async def _read_events(resp: httpx.Response, ep: Endpoint, rec: RequestRecord) -
             is_done = True
             continue
         msg = json.loads(data)
-        rec.last_chunk_s = now
         chunk_usage = msg.get("usage")
         choices = msg.get("choices") or []
+        if choices or rec.first_choice_s is None:
+            # the end is the last chunk with choices (the finish reason), as vLLM's latency:
+            # the usage-only chunk after it is no generated token
+            rec.last_chunk_s = now
         if choices and rec.first_choice_s is None:
             rec.first_choice_s = now
         text = "".join(_content(c) for c in choices)
