@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import select
 import socket
 import typing
 
@@ -73,7 +74,15 @@ class _Stream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         if info == "is_readable":  # asked of an idle pooled connection: did the server close it?
-            return self._reader.at_eof() or self._writer.is_closing()
+            if self._reader.at_eof() or self._writer.is_closing():
+                return True
+            # the close may still sit unread in the socket (the loop has not run since): ask it
+            sock = self._writer.get_extra_info("socket")
+            if sock is None:
+                return False
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+            return bool(poller.poll(0))
         if info == "socket":
             return self._writer.get_extra_info("socket")
         return None
