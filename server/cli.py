@@ -305,6 +305,53 @@ async def _call(server, tool: str, arguments: dict):
 parse_arguments = cli_call.parse_arguments  # the name tests and scripts import from here
 
 
+@app.command("open-engine")
+def open_engine(
+    engine: Annotated[str, typer.Argument(help="builtin, transformers, vllm, sglang or command.")],
+    args: Annotated[
+        Optional[list[str]],
+        typer.Argument(help="launch_serve's engine args as key=value pairs or one JSON object."),
+    ] = None,
+    port: Annotated[int, typer.Option(help="TCP port on 127.0.0.1; 0: a free one.")] = 0,
+    token: Annotated[
+        Optional[str], typer.Option(help="Require `Authorization: Bearer TOKEN`.")
+    ] = None,
+    workspace: WorkspaceOpt = None,
+    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+) -> None:
+    """Start an engine (launch_serve with expose) and keep it open on 127.0.0.1 for your own
+    clients (curl, vllm bench serve, guidellm) until Ctrl-C; it prints the URL first."""
+    try:
+        engine_args = cli_call.parse_arguments(args or [])
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    server = _build(workspace, allow_unsandboxed)
+    expose = {"port": port} | ({"token": token} if token else {})
+    arguments = {"engine": engine, "args": engine_args, "expose": expose}
+    try:
+        anyio.run(_hold_open, server, arguments)
+    except KeyboardInterrupt:
+        pass
+
+
+async def _hold_open(server, arguments: dict) -> None:
+    from mcp import Client
+
+    try:
+        async with Client(server) as client:
+            result = await client.call_tool("launch_serve", arguments)
+            if result.is_error:
+                text = " ".join(getattr(c, "text", "") for c in result.content)
+                raise _fail(text, code=cli_call.EXIT_TOOL_ERROR)
+            data = result.structured_content or {}
+            print(data["url"], flush=True)  # stdout: the URL alone, for scripts
+            err.print(f"{data['summary']}; Ctrl-C stops it", soft_wrap=True, highlight=False)
+            await anyio.sleep_forever()
+    finally:
+        with anyio.CancelScope(shield=True):
+            await server.aclose()
+
+
 @app.command()
 def experiments(
     workspace: WorkspaceOpt = None,

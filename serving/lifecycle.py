@@ -4,6 +4,7 @@
     eng = await engines.launch(adapter, args)        # ready, or EngineError with the log tail
     eng.client()                                     # httpx to its API (health, /metrics)
     await eng.run_load(ep, requests, arrivals)       # the load generator, where the engine runs
+    await engines.expose(eng.handle, port=0)         # a TCP port on 127.0.0.1 for the user's clients
     await engines.stop(eng.handle)                   # the whole process tree, always
     await engines.aclose()                           # every engine this server started
 
@@ -33,6 +34,7 @@ from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, fr
 from ..sandbox.job import Placement
 from .adapters import EngineAdapter, EngineArgs
 from .engine_log import first_error_line
+from .expose import ExposedPort
 from .interpreters import Interpreter
 from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult, no_gc_pauses, run_benchmark
 from .remote import RemoteService
@@ -64,6 +66,7 @@ class Engine:
     started_at: float = field(default_factory=time.time)
     ready_s: float | None = None
     stopped: bool = False  # stop() was called (maybe by another call, while it was still starting)
+    exposed: ExposedPort | None = None  # its TCP port on 127.0.0.1 (Engines.expose), closed at stop
 
     @property
     def node(self) -> str | None:
@@ -162,6 +165,8 @@ class Engine:
             "started_at": self.started_at,
             "node": self.node,
             "socket": self.socket_path,
+            "url": self.exposed.url if self.exposed else None,
+            "token_required": bool(self.exposed and self.exposed.token),
             "log": str(self.log_path),
             "exit_cause": None if alive else f"{self.death_cause()}; {self.log_excerpt(1500)}",
         }
@@ -367,6 +372,28 @@ class Engines:
                     )
                 await asyncio.sleep(READY_POLL_S)
 
+    async def expose(self, handle: str, port: int = 0, token: str | None = None) -> ExposedPort:
+        """Open the engine to clients on this host: TCP on 127.0.0.1:`port` (0: a free one),
+        relayed to its socket, `token` required as a bearer token when given; closed with the
+        engine. A busy port or an engine on another node is an EngineError."""
+        eng = self.get(handle)
+        if isinstance(eng.service, RemoteService):
+            raise EngineError(
+                f"the engine {handle} runs on the cluster node {eng.node}: its socket is on that "
+                "node, so this host cannot open a port to it; drop expose, or run the client "
+                "there"
+            )
+        if eng.exposed is not None:
+            raise EngineError(f"the engine {handle} is already open at {eng.exposed.url}")
+        try:
+            eng.exposed = await ExposedPort.open(eng.socket_path, port=port, token=token)
+        except OSError as exc:
+            raise EngineError(
+                f"cannot listen on 127.0.0.1:{port} for the engine {handle}: {exc}; pick "
+                "another port, or 0 for a free one"
+            ) from None
+        return eng.exposed
+
     async def stop(self, handle: str, how: str = "by stop_serve") -> str:
         """Stop an engine and everything it started; returns its log tail. `how`: why, for the
         record a later call on the handle is answered with."""
@@ -377,6 +404,8 @@ class Engines:
         self.stopped[handle] = StoppedEngine(
             eng.adapter.name, eng.args.model, eng.started_at, time.time(), how=how
         )
+        if eng.exposed is not None:  # the port first: no client reaches a stopping engine
+            await eng.exposed.aclose()
         return await eng.service.stop()
 
     async def aclose(self) -> None:

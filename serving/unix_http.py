@@ -13,11 +13,22 @@ if it is not cancelled, so the race does not exist here
 A second reason: a transport handed to `httpx.AsyncClient(transport=...)` ignores the client's
 `limits`, so the load generator's `max_connections` never reached the pool, which capped it at
 httpx's default 100 connections; here the limits are the transport's own.
+
+A third: connecting. A non-blocking connect() to a UNIX socket whose accept queue is full fails
+at once with EAGAIN (it never "completes later" as TCP's EINPROGRESS does), and asyncio's
+`sock_connect` (so `open_unix_connection`) takes EAGAIN for EINPROGRESS: it waits for the socket
+to be writable, reads SO_ERROR 0 and hands back a socket that was never connected, whose first
+read fails with "[Errno 22] Invalid argument" (issue 36: 418 of 5,000 requests failed so when
+256 connections opened at once against the relay's accept queue of 100). Here connect() is
+retried until the queue has room or the connect timeout passes (`open_unix_stream`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import select
+import socket
 import typing
 
 import httpcore
@@ -63,7 +74,15 @@ class _Stream(httpcore.AsyncNetworkStream):
 
     def get_extra_info(self, info: str) -> typing.Any:
         if info == "is_readable":  # asked of an idle pooled connection: did the server close it?
-            return self._reader.at_eof() or self._writer.is_closing()
+            if self._reader.at_eof() or self._writer.is_closing():
+                return True
+            # the close may still sit unread in the socket (the loop has not run since): ask it
+            sock = self._writer.get_extra_info("socket")
+            if sock is None:
+                return False
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN | select.POLLHUP | select.POLLERR)
+            return bool(poller.poll(0))
         if info == "socket":
             return self._writer.get_extra_info("socket")
         return None
@@ -80,8 +99,7 @@ class _UnixBackend(httpcore.AsyncNetworkBackend):
 
     async def connect_unix_socket(self, path, timeout=None, socket_options=None):
         try:
-            async with asyncio.timeout(timeout):
-                reader, writer = await asyncio.open_unix_connection(self.path, limit=1 << 20)
+            reader, writer = await open_unix_stream(self.path, timeout)
         except TimeoutError:
             raise httpcore.ConnectTimeout(
                 f"connecting to {self.path} took over {timeout} s"
@@ -92,6 +110,40 @@ class _UnixBackend(httpcore.AsyncNetworkBackend):
 
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(seconds)
+
+
+CONNECT_RETRY_S = (0.001, 0.05)  # first and longest wait between connect() tries on a full queue
+
+
+async def open_unix_stream(
+    path: str, timeout_s: float | None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """asyncio streams on a connection to the UNIX socket at `path`, waiting up to `timeout_s`
+    (TimeoutError) while its accept queue is full, never handed back unconnected."""
+    async with asyncio.timeout(timeout_s):
+        sock = await _connect(path)
+    return await asyncio.open_unix_connection(sock=sock, limit=1 << 20)
+
+
+async def _connect(path: str) -> socket.socket:
+    """A socket connected to `path`, waiting while its accept queue is full (EAGAIN) instead of
+    returning an unconnected one (see the module's docstring). The caller bounds the wait."""
+    wait_s = CONNECT_RETRY_S[0]
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)  # AF_UNIX: connected at once, or EAGAIN while the queue is full
+            return sock
+        except BlockingIOError as exc:
+            sock.close()
+            if exc.errno != errno.EAGAIN:
+                raise
+        except BaseException:
+            sock.close()
+            raise
+        await asyncio.sleep(wait_s)
+        wait_s = min(2 * wait_s, CONNECT_RETRY_S[1])
 
 
 class UnixSocketTransport(httpx.AsyncHTTPTransport):

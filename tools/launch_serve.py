@@ -4,12 +4,26 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 from ..serving.adapters import ADAPTERS, EngineArgs
-from .base import Tool, ToolContext, ToolInput, ToolOutput
+from ..serving.lifecycle import EngineError
+from .base import AgentError, Tool, ToolContext, ToolInput, ToolOutput
 from .common.engines import engine_label, resources_field, start_engine
 from .common.expect import answer
+
+
+class Expose(BaseModel):
+    port: int = Field(
+        0, ge=0, le=65535, description="TCP port on 127.0.0.1 (loopback only); 0: a free one."
+    )
+    token: str | None = Field(
+        None,
+        min_length=8,
+        max_length=256,
+        description="When set, clients must send `Authorization: Bearer TOKEN` (checked on the "
+        "first request of each connection; 401 otherwise); null: any local process may connect.",
+    )
 
 
 class Input(ToolInput):
@@ -31,6 +45,12 @@ class Input(ToolInput):
         description="How long to wait for the engine to answer its health check, s.",
     )
     resources: dict[str, float] | None = resources_field()
+    expose: Expose | None = Field(
+        None,
+        description="Also open the engine to your own clients on this host (curl, `vllm bench "
+        "serve --base-url`, guidellm): an HTTP port on 127.0.0.1 relayed to its socket, closed "
+        "with the engine; its URL is in the answer and in list_serves. null: socket only.",
+    )
 
 
 class Output(ToolOutput):
@@ -54,6 +74,14 @@ class Output(ToolOutput):
         description="The cluster node it runs on (address and Ray node id); null: the server's "
         "host. The socket path is then the node's.",
     )
+    url: str | None = Field(
+        None,
+        description="With expose: the engine's OpenAI-compatible API for clients on this host, "
+        "e.g. http://127.0.0.1:PORT (POST URL/v1/completions); null without expose.",
+    )
+    token_required: bool = Field(
+        False, description="Whether url needs `Authorization: Bearer TOKEN` (expose.token)."
+    )
 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
@@ -61,6 +89,15 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         ctx, inp.engine, inp.args, ready_timeout_s=inp.ready_timeout_s, resources=inp.resources
     )
     ctx.artifact("engine.log", eng.log_tail(200_000))
+    url = None
+    if inp.expose is not None:
+        try:
+            url = (await ctx.engines.expose(eng.handle, inp.expose.port, inp.expose.token)).url
+        except Exception as exc:
+            await ctx.engines.stop(eng.handle, how="after its port could not be opened")
+            if isinstance(exc, EngineError):
+                raise AgentError(str(exc)) from None
+            raise
     out = Output(
         handle=eng.handle,
         engine=eng.adapter.name,
@@ -70,9 +107,11 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         metrics=eng.adapter.metrics_path is not None,
         profiling=eng.adapter.profile_paths is not None,
         node=eng.node,
+        url=url,
+        token_required=bool(url and inp.expose and inp.expose.token),
         summary=f"{engine_label(eng.adapter.name, eng.handle, eng.args, eng.node)} ready in "
         f"{eng.ready_s:.1f} s (sandboxed; it runs until stop_serve or until this server "
-        "exits)",
+        "exits)" + (f"; open to this host's clients at {url}" if url else ""),
     )
     try:  # judged again after this returns; a condition that cannot be judged must not orphan the engine
         answer(inp.expect, TOOL.expect_fields, inp, out)
@@ -88,7 +127,8 @@ TOOL = Tool(
     description="Start a serving engine (builtin, transformers, vllm, sglang, or any OpenAI-compatible command) "
     "inside the sandbox (read-only workspace and model, its own folder, no network beyond its own loopback; the "
     "load generator reaches it through a UNIX socket) and wait until it answers its health check. Returns a "
-    "handle for serve_benchmark, profile and stop_serve; engines stop when the server exits.",
+    "handle for serve_benchmark, profile and stop_serve; engines stop when the server exits. "
+    "expose={} also opens it on 127.0.0.1 for your own clients (curl, vllm bench serve).",
     input_model=Input,
     output_model=Output,
     run=run,

@@ -22,6 +22,14 @@ class Serve(BaseModel):
         description="The cluster node it runs on (address and Ray node id); null: the "
         "server's host. An engine whose node died is not alive, and exit_cause says so.",
     )
+    url: str | None = Field(
+        None,
+        description="Its port for clients on this host (launch_serve's expose), e.g. "
+        "http://127.0.0.1:PORT; null: not exposed.",
+    )
+    token_required: bool = Field(
+        False, description="Whether url needs `Authorization: Bearer TOKEN`."
+    )
     exit_cause: str | None = Field(
         None,
         description="When it is no longer alive: why (exit code, signal, "
@@ -48,6 +56,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     now = time.time()
     running = [
         f"{engine_label(e.adapter.name, e.handle, e.args, e.node)}, up {now - e.started_at:.0f} s"
+        + (f", open at {s.url}" if s.url else "")
         for e, s in zip(engines, serves)
         if s.alive
     ]

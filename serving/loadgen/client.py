@@ -19,6 +19,12 @@ from ..unix_http import UnixSocketTransport
 from .datasets import BenchRequest, Tokenizer
 from .metrics import RequestRecord
 
+# An idle pooled connection is dropped after this long, s: below the servers' own keep-alive
+# timeout (uvicorn's and vLLM's 5 s, httpx's default expiry too), so a request never goes out on
+# a connection the server is closing at that moment ("Server disconnected without sending a
+# response", or a broken pipe).
+KEEPALIVE_EXPIRY_S = 2.0
+
 
 @dataclass(frozen=True)
 class Endpoint:
@@ -56,7 +62,9 @@ class Endpoint:
 
     def client(self, max_connections: int, timeout_s: float) -> httpx.AsyncClient:
         limits = httpx.Limits(
-            max_connections=max_connections, max_keepalive_connections=max_connections
+            max_connections=max_connections,
+            max_keepalive_connections=max_connections,
+            keepalive_expiry=KEEPALIVE_EXPIRY_S,
         )
         transport = UnixSocketTransport(self.uds, limits) if self.uds else None
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
@@ -129,9 +137,12 @@ async def _read_events(resp: httpx.Response, ep: Endpoint, rec: RequestRecord) -
             is_done = True
             continue
         msg = json.loads(data)
-        rec.last_chunk_s = now
         chunk_usage = msg.get("usage")
         choices = msg.get("choices") or []
+        if choices or rec.first_choice_s is None:
+            # the end is the last chunk with choices (the finish reason), as vLLM's latency:
+            # the usage-only chunk after it is no generated token
+            rec.last_chunk_s = now
         if choices and rec.first_choice_s is None:
             rec.first_choice_s = now
         text = "".join(_content(c) for c in choices)

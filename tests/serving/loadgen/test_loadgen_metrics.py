@@ -32,8 +32,9 @@ def test_ttft_tpot_itl_e2el_as_defined():
     m = compute([r0, r1], duration_s=2.0)
     assert m.completed == 2 and m.failed == 0
     assert m.ttft_ms.median == pytest.approx((200 + 100) / 2)
-    # TPOT = (E2EL - TTFT) / (tokens - 1): r0 (700-200)/4 = 125 ms; r1 (100-100)/3 = 0 ms
-    assert m.tpot_ms.mean == pytest.approx((125 + 0) / 2)
+    # TPOT = (E2EL - TTFT) / (tokens - tokens of the first chunk): r0 (700-200)/(5-2) ms; r1
+    # none (every token in its first chunk: no time per token seen, not 0 ms; issue 36)
+    assert m.tpot_ms.n == 1 and m.tpot_ms.mean == pytest.approx(500 / 3)
     assert m.e2el_ms.mean == pytest.approx((700 + 100) / 2)
     # ITL per chunk: r0's gaps 300, 100 ms; r1 has none
     assert m.itl_ms.n == 2 and m.itl_ms.mean == pytest.approx(200)
@@ -42,6 +43,12 @@ def test_ttft_tpot_itl_e2el_as_defined():
     assert m.output_throughput == pytest.approx(9 / 2.0)
     assert m.request_throughput == pytest.approx(1.0)
     assert m.input_throughput == pytest.approx(20 / 2.0)
+
+
+def test_tpot_without_per_chunk_counts_is_vllms_rule():
+    """No per-chunk usage: the first chunk is taken for one token, (E2EL - TTFT) / (tokens - 1)."""
+    m = compute([rec(0, 1.0, [1.2, 1.5, 1.6], 1.6, tokens=5)], duration_s=1.0)
+    assert m.tpot_ms.mean == pytest.approx(400 / 4)
 
 
 def test_single_token_request_has_no_tpot_and_warmup_is_excluded():

@@ -10,6 +10,7 @@ raw-socket stream (what `httpx.AsyncHTTPTransport(uds=...)` uses) turns into an
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import httpx
 import pytest
@@ -118,3 +119,34 @@ async def test_a_missing_socket_is_an_httpx_connect_error(tmp_path):
     async with httpx.AsyncClient(base_url="http://engine", transport=transport) as client:
         with pytest.raises(httpx.ConnectError, match="none.sock"):
             await client.get("/health")
+
+
+async def test_connections_wait_for_a_full_accept_queue_instead_of_failing(tmp_path):
+    """Issue 36: a connect() to a UNIX socket whose accept queue is full fails at once (EAGAIN);
+    asyncio took that for "in progress" and returned an unconnected socket, whose first read
+    failed with "[Errno 22] Invalid argument" (418 of 5,000 requests of one benchmark). A
+    server with a queue of 2 that accepts late: all 40 requests, opened at once, are answered."""
+    path = str(tmp_path / "engine.sock")
+    answered = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal answered
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        await writer.drain()
+        answered += 1
+        writer.close()
+
+    listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listening.bind(path)
+    listening.listen(2)  # queues 2 (+1) connections; accepted only once the server starts serving
+    server = await asyncio.start_unix_server(handle, sock=listening, backlog=2, start_serving=False)
+    ep = Endpoint("http://engine", model="m", uds=path)
+    async with ep.client(max_connections=40, timeout_s=30) as client:
+        tasks = [asyncio.create_task(client.get("/")) for _ in range(40)]
+        await asyncio.sleep(0.3)  # every connect() has been tried: the queue is full
+        await server.start_serving()
+        results = await asyncio.gather(*tasks, return_exceptions=True)
+    server.close()
+    failed = [repr(r) for r in results if isinstance(r, BaseException)]
+    assert failed == [] and answered == 40, failed[:3]
