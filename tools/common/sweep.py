@@ -197,9 +197,18 @@ class Trials:
     expected: int = 0
 
     @classmethod
-    def for_sweep(cls, ctx: ToolContext, tool: str, resume: str | None, same: dict) -> Trials:
+    def for_sweep(
+        cls,
+        ctx: ToolContext,
+        tool: str,
+        resume: str | None,
+        same: dict,
+        may_differ: frozenset[str] = frozenset(),
+    ) -> Trials:
+        """`same`: this call's arguments that must equal the resumed sweep's; `may_differ`:
+        arguments besides NOT_THE_SWEEP a resumed sweep may change (how far to go, not what)."""
         trials = cls(ctx)
-        for sweep_id in _resume_chain(ctx, tool, resume, same):
+        for sweep_id in _resume_chain(ctx, tool, resume, same, may_differ):
             for row in ctx.children(sweep_id):
                 if row["status"] == "ok" and isinstance(row.get("result"), dict):
                     trials.rows.append(row)
@@ -276,7 +285,13 @@ def call_key(tool: str, arguments: dict) -> str:
 NOT_THE_SWEEP = frozenset({"resume", "budget", "hypothesis", "expect"})
 
 
-def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -> list[str]:
+def _resume_chain(
+    ctx: ToolContext,
+    tool: str,
+    resume: str | None,
+    same: dict,
+    may_differ: frozenset[str] = frozenset(),
+) -> list[str]:
     """The earlier sweep and the ones it resumed, after checking it swept the same thing
     (`same`: this call's arguments as the agent gave them)."""
     chain: list[str] = []
@@ -293,7 +308,7 @@ def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -
         differs = sorted(
             k
             for k in set(same) | set(recorded)
-            if k not in NOT_THE_SWEEP and recorded.get(k) != same.get(k)
+            if k not in NOT_THE_SWEEP | may_differ and recorded.get(k) != same.get(k)
         )
         if not chain and differs:
             raise AgentError(
