@@ -92,8 +92,10 @@ def test_every_step_attempt_and_race_round_sends_prompts_of_its_own():
     draws = [plan.step_draw(s, a) for s in range(16) for a in range(plan.ATTEMPTS)]
     draws += [plan.RACE_DRAW + r for r in range(10)]
     assert len(set(draws)) == len(draws)
-    seeds = [plan.bench_arguments(inp, "concurrency", 1, "h", d)["workload"].get("seed", 0)
-             for d in draws]
+    seeds = [
+        plan.bench_arguments(inp, "concurrency", 1, "h", d)["workload"].get("seed", 0)
+        for d in draws
+    ]
     sent = [repeat_seed(s, i) for s in seeds for i in range(-25, 25)]  # repeats and warm-ups
     assert len(set(sent)) == len(sent)
 
@@ -106,7 +108,9 @@ def test_an_unclosed_quote_in_extra_args_is_refused_naming_the_config():
     inp = Input.model_validate(
         {"configs": [{"max_num_seqs": 2, "extra_args": "--seed '1"}], "ladder": {"rates": [1]}}
     )
-    with pytest.raises(AgentError, match="config .max_num_seqs=2 extra_args=--seed '1.*No closing quotation"):
+    with pytest.raises(
+        AgentError, match="config .max_num_seqs=2 extra_args=--seed '1.*No closing quotation"
+    ):
         plan.configs(inp)
 
 
@@ -130,5 +134,9 @@ def test_an_unknown_budget_key_is_refused():
 
     with pytest.raises(ValidationError, match="wall_seconds"):
         Input.model_validate(
-            {"space": {"max_num_seqs": [1]}, "ladder": {"rates": [1]}, "budget": {"wall_seconds": 5}}
+            {
+                "space": {"max_num_seqs": [1]},
+                "ladder": {"rates": [1]},
+                "budget": {"wall_seconds": 5},
+            }
         )

@@ -178,9 +178,7 @@ def serve_sweep_png(
         ax_f.plot([x for x, _ in front], [y for _, y in front], "k--", label="Pareto front")
     if scaled:
         ax_t.axhline(1.0, color="r", linestyle=":", label="SLO limit")
-    metrics = ", ".join(
-        f"{m} <= {v:g} ms" if v else m for m, v in limits.items()
-    )
+    metrics = ", ".join(f"{m} <= {v:g} ms" if v else m for m, v in limits.items())
     ax_f.set(
         xlabel="output tokens/s per user",
         ylabel="output tokens/s in all",

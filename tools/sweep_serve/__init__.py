@@ -57,7 +57,16 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             await ctx.progress(
                 finished, len(planned), f"config {i + 1}/{len(planned)}: {config.label}"
             )
-            result = climbs[i] = await climb(inp, config, trials, budget)
+            before = finished
+
+            async def report(share: float, message: str, i=i, config=config, before=before) -> None:
+                await ctx.progress(
+                    before + share * 0.99,  # under the count a finished config reports
+                    len(planned),
+                    f"config {i + 1}/{len(planned)} {config.label}: {message}",
+                )
+
+            result = climbs[i] = await climb(inp, config, trials, budget, report)
             budget.done += result.launch_id is not None  # a config answered from the ledger is free
             finished, in_flight = finished + 1, in_flight - 1
             status = (
@@ -100,12 +109,17 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if inp.race_rounds and len(ranked) >= 2:
         by_label = {p.label: p for p in planned}
         leader, challenger = ranked[0], ranked[1]
+
+        async def race_report(share: float, message: str) -> None:
+            await ctx.progress(len(planned) + share, len(planned) + 1, message)
+
         contest = await race.race(
             inp,
             (by_label[leader.label], leader),
             (by_label[challenger.label], challenger),
             trials,
             budget,
+            race_report,
         )
         children += contest.experiment_ids
         best = next(c for c in configs if c.label == contest.winner)
@@ -138,7 +152,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         load = "requests in flight" if inp.ladder.kind == "concurrency" else "requests/s"
         series = answer.plot_steps(configs, list(inp.slo))
         front_xy = [(p.output_throughput_per_user, p.output_throughput) for p in front]
-        limits = {k[:-3]: v for k, v in inp.slo.items()} or {"ttft_p50": None}
+        limits: dict[str, float | None] = {k[:-3]: v for k, v in inp.slo.items()}
+        limits = limits or {"ttft_p50": None}
         out.artifacts.append(
             ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, limits))
         )

@@ -16,6 +16,7 @@ will not trust a slope from fewer than a handful of points.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -45,8 +46,19 @@ class Climb:
     budget_cut: bool = False  # the wall budget ended the ladder before its end
 
 
-async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget) -> Climb:
+Report = Callable[[float, str], Awaitable[None]]  # (share of this config done 0-1, message)
+
+
+async def _quiet(done: float, message: str) -> None:
+    return None
+
+
+async def climb(
+    inp: Input, config: plan.Planned, trials: Trials, budget: Budget, report: Report = _quiet
+) -> Climb:
+    """`report`: a progress line per launch and per step, with the share of the ladder done."""
     out = Climb()
+    loads = len(inp.ladder.loads)
     kind, handle = inp.ladder.kind, None
     try:
         for index, load in enumerate(inp.ladder.loads):
@@ -70,7 +82,7 @@ async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget
                         out.launch_error = launched.error
                         return out
                     handle = (launched.result or {})["handle"]
-                    await trials.ctx.progress(0, None, f"{config.label}: engine up ({handle})")
+                    await report(index / loads, f"engine up ({handle})")
                 bench["handle"] = handle or "(reused)"
                 trial = await trials.call("serve_benchmark", bench, key=key)
                 out.children.append(trial.outcome.experiment_id)
@@ -85,9 +97,7 @@ async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget
                 step = steps.build(
                     inp, load, trial.outcome.experiment_id, trial.reused, trial.result
                 )
-                await trials.ctx.progress(
-                    0, None, f"{config.label}: {_load(kind, load)}: {_said(step)}"
-                )
+                await report((index + 1) / loads, f"{_load(kind, load)}: {_said(step)}")
                 if not steps.measure_again(step) or attempt == MEASURES - 1:
                     break
                 set_aside.append(step.experiment_id)  # starved: measured again, new prompts

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -61,7 +62,9 @@ async def race(
     challenger: tuple[Planned, ConfigAnswer],
     trials: Trials,
     budget: Budget,
+    report: Callable[[float, str], Awaitable[None]],
 ) -> Race:
+    """`report`: a progress line per launch and round, with the share of the rounds done."""
     load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
     contest = Contest(leader[0], challenger[0], load, metric_of(inp))
     handles: dict[str, str] = {}
@@ -73,13 +76,11 @@ async def race(
             if (why := budget.wall_spent()) is not None:
                 stopped = why
                 break
-            bench = plan.bench_arguments(
-                inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_
-            )
+            bench = plan.bench_arguments(inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_)
             bench["repeats"] = PAIRS_PER_ROUND
             key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
             if not handles and not trials.has(key):
-                why = await _launch(contest, trials, handles)
+                why = await _launch(contest, trials, handles, report)
                 if why is not None:
                     stopped = why
                     break
@@ -95,9 +96,8 @@ async def race(
             if contest.rounds >= MIN_ROUNDS and len(contest.ratios) >= 2:
                 interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
                 decision = ratio_decision(*interval, inp.tie_margin_pct / 100)
-                await trials.ctx.progress(
-                    0,
-                    None,
+                await report(
+                    contest.rounds / inp.race_rounds,
                     f"race round {contest.rounds}: {contest.leader.label} / "
                     f"{contest.challenger.label} = {geomean(contest.ratios):.3f} "
                     f"[{interval[0]:.3f}, {interval[1]:.3f}]",
@@ -113,10 +113,10 @@ async def race(
     return _answer(inp, contest, decision, interval, stopped)
 
 
-async def _launch(contest: Contest, trials: Trials, handles: dict[str, str]) -> str | None:
+async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
     """Both engines up, or why not."""
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
-        await trials.ctx.progress(0, None, f"race: starting {planned.label}")
+        await report(0.0, f"race: starting {planned.label}")
         launched = await trials.ctx.call("launch_serve", planned.launch)
         contest.children.append(launched.experiment_id)
         if not launched.ok:

@@ -79,8 +79,10 @@ def excluded(inp: Input, step: Step) -> str | None:
     """Why `step` measures something else than a cold engine under load, or None."""
     hits = [h for h in step.prefix_cache_hit_rates if h is not None]
     work = inp.workload
-    if work.dataset in COLD_DATASETS and not work.reuse_prompts and any(
-        h > WARM_HIT_RATE for h in hits
+    if (
+        work.dataset in COLD_DATASETS
+        and not work.reuse_prompts
+        and any(h > WARM_HIT_RATE for h in hits)
     ):
         rates = ", ".join(f"{h:.2f}" for h in hits)
         return (

@@ -46,8 +46,9 @@ async def test_every_step_is_cold_and_its_findings_reach_the_answer(serve_client
         assert s["prefix_cache_hit_rates"] == child["prefix_cache_hit_rates"]
         for f in child["findings"]:  # every child's finding, in the config's answer
             assert f"at {s['load']:g} in flight: {f}" in cfg["findings"], cfg["findings"]
-    seeds = [ledger.get(s["experiment_id"])["arguments"]["workload"].get("seed") for s in
-             cfg["steps"]]
+    seeds = [
+        ledger.get(s["experiment_id"])["arguments"]["workload"].get("seed") for s in cfg["steps"]
+    ]
     assert len(set(seeds)) == 3  # each step its own prompts
     one_wave = cfg["steps"][2]
     assert one_wave["excluded"].startswith("single_wave: "), one_wave
@@ -64,9 +65,7 @@ def _paired(result: dict) -> list[float]:
     ]
 
 
-async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(
-    serve_client, server
-):
+async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(serve_client, server):
     planted = {"extra_args": "--prefill-delay-ms 150"}
     out = await call(
         serve_client,
