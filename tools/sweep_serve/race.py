@@ -68,7 +68,7 @@ async def race(
     load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
     contest = Contest(leader[0], challenger[0], load, metric_of(inp))
     handles: dict[str, str] = {}
-    stopped = f"{inp.race_rounds} rounds ran"
+    stopped = f"all {inp.race_rounds} rounds ran"
     decision: str | None = None
     interval: tuple[float, float] | None = None
     try:
@@ -103,7 +103,7 @@ async def race(
                     f"[{interval[0]:.3f}, {interval[1]:.3f}]",
                 )
                 if decision is not None:
-                    stopped = f"decided after {contest.rounds} rounds"
+                    stopped = f"settled after {contest.rounds} rounds"
                     break
     finally:
         with anyio.CancelScope(shield=True):  # also when the sweep is cancelled
@@ -116,7 +116,7 @@ async def race(
 async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
     """Both engines up, or why not."""
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
-        await report(0.0, f"race: starting {planned.label}")
+        await report(contest.rounds / 10, f"race: starting {planned.label}")
         launched = await trials.ctx.call("launch_serve", planned.launch)
         contest.children.append(launched.experiment_id)
         if not launched.ok:
