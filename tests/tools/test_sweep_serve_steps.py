@@ -127,3 +127,17 @@ def test_a_sweep_whose_steps_never_ran_says_why():
     summary = _summary(INP, out)
     assert "no step ran" in summary and why in summary, summary
     assert "no config met the SLO" not in summary
+
+
+def test_the_plot_shows_every_slo_metric_not_only_the_first():
+    from infra_agent.tools.common.plots import serve_sweep_png
+
+    inp = INP.model_copy(update={"slo": {"ttft_p99_ms": 500, "tpot_p99_ms": 20}})
+    step = steps.build(inp, 1, "e1", False, _result())
+    step.slo_values["tpot_p99_ms"] = [18.0, 31.0]  # broke TPOT, within TTFT
+    planned = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
+    cfg = answer.config_answer(planned, Climb(steps=[step]), "concurrency")
+    (point,) = answer.plot_steps([cfg], list(inp.slo))
+    assert point["latency"] == {"ttft_p99": 100.0, "tpot_p99": 31.0}
+    png = serve_sweep_png([point], [], "requests in flight", {"ttft_p99": 500, "tpot_p99": 20})
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
