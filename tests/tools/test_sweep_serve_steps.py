@@ -127,6 +127,12 @@ def test_a_sweep_whose_steps_never_ran_says_why():
     summary = _summary(INP, out)
     assert "no step ran" in summary and why in summary, summary
     assert "no config met the SLO" not in summary
+    # a step's findings reach the summary too, counted by code
+    starved = steps.build(INP, 1, "e1", False, _result(findings=["client_starved: 87% waiting"]))
+    out.configs = [answer.config_answer(planned, Climb(steps=[starved]), "concurrency")]
+    summary = _summary(INP, out)
+    assert "steps' findings: client_starved in 1 step(s)" in summary, summary
+    assert "1 step(s) kept out of the SLO verdicts" in summary
 
 
 def test_the_plot_shows_every_slo_metric_not_only_the_first():

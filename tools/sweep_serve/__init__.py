@@ -10,6 +10,7 @@ findings) -> race (the two leading configs side by side: the best config, a tie 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from functools import partial
 
@@ -17,7 +18,7 @@ import anyio
 
 from ..base import Tool, ToolContext
 from ..common.sweep import Budget, Trials, csv_text
-from . import answer, plan, race
+from . import answer, plan, race, steps
 from .expect_fields import EXPECT
 from .ladder import Climb, climb
 from .schema import Dropped, Input, Output
@@ -189,6 +190,12 @@ def _summary(inp: Input, out: Output) -> str:
             head += f"; race against the runner-up {out.race.runner_up}: {out.race.why}"
         elif len([c for c in out.configs if c.highest_load is not None]) >= 2:
             head += "; undecided: no race (race_rounds=0), the ladders' pick"
+    carried = Counter(
+        steps.code(f) for c in out.configs for s in c.steps for f in dict.fromkeys(s.findings)
+    )
+    if carried:
+        listed = ", ".join(f"{code} in {n}" for code, n in carried.most_common())
+        head += f"; steps' findings: {listed} step(s) (configs[].findings)"
     kept_out = sum(bool(s.excluded) for c in out.configs for s in c.steps)
     if kept_out:
         head += (
