@@ -294,10 +294,10 @@ async def _call(server, tool: str, arguments: dict):
         await server.aclose()
 
 
-async def _progress(done: float, total: float | None, message: str | None) -> None:
+async def _progress(progress: float, total: float | None, message: str | None) -> None:
     """A long call's progress, on stderr as it comes (stdout keeps the answer alone)."""
     if message:
-        where = f"[{done:g}/{total:g}] " if total else ""
+        where = f"[{progress:g}/{total:g}] " if total else ""
         print(f"{where}{message}", file=sys.stderr, flush=True)
 
 
