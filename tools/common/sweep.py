@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from ..base import AgentError, CallOutcome, ToolContext
+from ..base import AgentError, CallOutcome, Progress, ToolContext
 from . import provenance
 
 MAX_GRID_POINTS = 256
@@ -228,9 +228,12 @@ class Trials:
             for r in self.recorded.get(key, [])
         )
 
-    async def call(self, tool: str, arguments: dict, key: str | None = None) -> Trial:
+    async def call(
+        self, tool: str, arguments: dict, key: str | None = None, progress: Progress | None = None
+    ) -> Trial:
         """The call's outcome: from the ledger when an earlier sweep made it, else made now.
-        `key`: what identifies the call's measurement (default: its tool and arguments)."""
+        `key`: what identifies the call's measurement (default: its tool and arguments);
+        `progress`: where a call made now reports its own progress (default: nowhere)."""
         rows = self.recorded.get(key or call_key(tool, arguments))
         while rows:
             row = rows.pop(0)  # each recorded call answers one call here: exactly once
@@ -241,7 +244,12 @@ class Trials:
                 return trial
             self.changed_code += 1
         self.made += 1
-        trial = Trial(await self.ctx.call(tool, arguments), reused=False)
+        made = await (
+            self.ctx.call(tool, arguments, progress)
+            if progress is not None
+            else self.ctx.call(tool, arguments)
+        )
+        trial = Trial(made, reused=False)
         await self._report(tool, arguments, trial)
         return trial
 

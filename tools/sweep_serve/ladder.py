@@ -71,7 +71,9 @@ async def climb(
                 bench = plan.bench_arguments(inp, kind, load, "", plan.step_draw(index, attempt))
                 key = plan.step_key(config.key, bench)
                 if handle is None and not trials.has(key):
-                    launched = await trials.ctx.call("launch_serve", config.launch)
+                    launched = await trials.ctx.call(
+                        "launch_serve", config.launch, _inner(report, index / loads, "launch")
+                    )
                     out.children.append(launched.experiment_id)
                     out.launch_id = launched.experiment_id
                     if not launched.ok and out.steps:  # resumed: earlier steps stand
@@ -84,7 +86,12 @@ async def climb(
                     handle = (launched.result or {})["handle"]
                     await report(index / loads, f"engine up ({handle})")
                 bench["handle"] = handle or "(reused)"
-                trial = await trials.call("serve_benchmark", bench, key=key)
+                trial = await trials.call(
+                    "serve_benchmark",
+                    bench,
+                    key=key,
+                    progress=_inner(report, index / loads, _load(kind, load)),
+                )
                 out.children.append(trial.outcome.experiment_id)
                 out.reused += trial.reused
                 out.measured += not trial.reused
@@ -118,6 +125,17 @@ async def climb(
                 stopped = await trials.ctx.call("stop_serve", {"handle": handle})
                 out.children.append(stopped.experiment_id)
     return out
+
+
+def _inner(report: Report, share: float, what: str):
+    """A trial's own progress (the engine starting, each request of a step) as the sweep's,
+    at the share of the ladder done when it began."""
+
+    async def forward(done: float, total: float | None, message: str) -> None:
+        if message:
+            await report(share, f"{what}: {message}")
+
+    return forward
 
 
 def _said(step: Step) -> str:

@@ -136,6 +136,11 @@ async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
     out = result.structured_content
     assert not result.is_error and out is not None, result.content
     assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2] and "ETA" in seen[-1][2]
+    # the children's own progress comes through as it happens: the engine starting, each repeat
+    said = [m for _, _, m in seen]
+    assert any("max_num_seqs=1: launch: starting the builtin engine" in m for m in said), said
+    assert any("max_num_seqs=1: concurrency 1: repeat 1/2" in m for m in said), said
+    assert any("max_num_seqs=1: concurrency 1: SLO met" in m for m in said), said
     (cfg,) = out["configs"]
     shown = [(s["load"], s["output_throughput"], s["ttft_p50_ms"]) for s in cfg["steps"]]
     assert cfg["stopped"].startswith("over-saturated at concurrency"), (cfg["stopped"], shown)
