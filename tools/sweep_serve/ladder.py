@@ -7,15 +7,14 @@ fits slopes over time to the requests in flight and to TTFT, and calls the serve
 when both rise with confidence (the response rate no longer keeps up with the request rate). Here
 the points are ladder steps, not requests: a config is over-saturated when, over two successive
 steps, the offered load rose, output throughput stayed flat (it grew by less than a fifth of the
-load's relative growth, by the median over repeats paired by index: repeat i of one step
-against repeat i of the next), and TTFT p50 kept rising (by more than 10%). The step where it is
+load's relative growth in at least one pair of repeats: repeat i of one step against repeat i
+of the next), and TTFT p50 kept rising (by more than 10%). The step where it is
 found is never the config's highest load. Two transitions, not one, because guidellm too
 will not trust a slope from fewer than a handful of points.
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -163,10 +162,11 @@ def over_saturated(steps: list[Step], kind: str) -> str | None:
 
 
 def _flat(a: Step, b: Step) -> bool:
-    """Throughput grew by less than FLAT_SHARE of the load's relative growth, by the paired
-    evidence: repeat i of one step against repeat i of the next (the median gain over pairs; the
-    medians' gain without per-repeat numbers). The repeats' spreads are not added to the
-    threshold: that read a +41% rise as flat."""
+    """Throughput grew by less than FLAT_SHARE of the load's relative growth in at least one
+    pair of repeats (repeat i of one step against repeat i of the next, run minutes apart on the
+    same drifting host): growth counts only when every pair shows it. The medians' gain without
+    per-repeat numbers. The repeats' spreads are not added to the threshold: that read a +41%
+    rise as flat."""
     if not a.output_throughput or b.output_throughput is None:
         return False
     pairs = [
@@ -174,7 +174,7 @@ def _flat(a: Step, b: Step) -> bool:
         for x, y in zip(a.output_throughput_repeats, b.output_throughput_repeats)
         if x and y is not None
     ]
-    gain = statistics.median(pairs) if pairs else b.output_throughput / a.output_throughput - 1
+    gain = min(pairs) if pairs else b.output_throughput / a.output_throughput - 1
     return gain < FLAT_SHARE * (b.load / a.load - 1)
 
 

@@ -135,7 +135,13 @@ async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
     result = await serve_client.call_tool("sweep_serve", args, progress_callback=on_progress)
     out = result.structured_content
     assert not result.is_error and out is not None, result.content
-    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2] and "ETA" in seen[-1][2]
+    (cfg,) = out["configs"]
+    shown = [
+        (s["load"], s["output_throughput_repeats"], s["ttft_p50_ms"], s["excluded"])
+        for s in cfg["steps"]
+    ]
+    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2], (seen[-1], shown)
+    assert "ETA" in seen[-1][2]
     # the children's own progress comes through as it happens: the engine starting, each repeat
     said = [m for _, _, m in seen]
     assert any("max_num_seqs=1: launch: starting the builtin engine" in m for m in said), said
