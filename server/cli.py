@@ -297,9 +297,16 @@ async def _call(server, tool: str, arguments: dict):
 
     try:
         async with Client(server) as client:
-            return await client.call_tool(tool, arguments)
+            return await client.call_tool(tool, arguments, progress_callback=_progress)
     finally:
         await server.aclose()
+
+
+async def _progress(progress: float, total: float | None, message: str | None) -> None:
+    """A long call's progress, on stderr as it comes (stdout keeps the answer alone)."""
+    if message:
+        where = f"[{progress:g}/{total:g}] " if total else ""
+        print(f"{where}{message}", file=sys.stderr, flush=True)
 
 
 parse_arguments = cli_call.parse_arguments  # the name tests and scripts import from here

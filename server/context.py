@@ -19,7 +19,7 @@ from ..kernels.code_identity import ran_codes
 from ..kernels.coderef import looks_like_source
 from ..kernels.snapshots import SnapshotRecorder
 from ..kernels.workspace import CONFIG_NAME, Workspace, load_workspace
-from ..tools.base import AgentError, CallOutcome, Tool
+from ..tools.base import AgentError, CallOutcome, Progress, Tool
 from .late_artifacts import LateArtifacts
 from .ledger import Ledger
 
@@ -67,6 +67,8 @@ class CallOrigin:
     mcp_context: Any = None
     run: dict | None = None
     parent_id: str | None = None
+    # a trial's progress, handed to its caller when it asked (a sweep forwards it as its own)
+    progress: Progress | None = None
 
 
 @dataclass(frozen=True)
@@ -354,18 +356,26 @@ class CallContext:
         """The calls an experiment made (a sweep's trials), oldest first."""
         return self._state.ledger.children(experiment_id)
 
-    async def call(self, tool: str, arguments: dict) -> CallOutcome:
+    async def call(
+        self, tool: str, arguments: dict, progress: Progress | None = None
+    ) -> CallOutcome:
         """Another tool, called as its own experiment in the ledger with this call as its parent
         (its code snapshot, artifacts and expect answer as if the agent had called it). Its progress
-        stays inside; a failure is the outcome's error, not an exception."""
+        goes to `progress(done, total, message)` when given, else stays inside; a failure is the
+        outcome's error, not an exception."""
         from .app import execute  # app builds on this module
 
         if tool not in self._state.tools:
             raise AgentError(f"no tool {tool!r}; tools: {', '.join(sorted(self._state.tools))}")
-        origin = CallOrigin(run=self._origin.run, parent_id=self.experiment_id)
+        origin = CallOrigin(run=self._origin.run, parent_id=self.experiment_id, progress=progress)
         return await execute(self._state.tools[tool], self._state, dict(arguments), origin)
 
     async def progress(self, done: float, total: float | None = None, message: str = "") -> None:
+        if self._origin.progress is not None:
+            try:
+                await self._origin.progress(done, total, message)
+            except Exception:  # progress is advisory, forwarded too
+                pass
         if self._mcp is None:
             return
         try:

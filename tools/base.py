@@ -339,8 +339,11 @@ class ToolContext(Protocol):
     def children(self, experiment_id: str) -> list[dict]:
         """The calls an experiment made (a sweep's trials), oldest first."""
 
-    async def call(self, tool: str, arguments: dict) -> CallOutcome:
-        """Another tool, as an experiment of its own whose parent is this call (a sweep's trial)."""
+    async def call(
+        self, tool: str, arguments: dict, progress: Progress | None = None
+    ) -> CallOutcome:
+        """Another tool, as an experiment of its own whose parent is this call (a sweep's trial).
+        `progress`: where the trial's progress goes (default: nowhere)."""
 
 
 @dataclass(frozen=True)

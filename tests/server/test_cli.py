@@ -277,3 +277,13 @@ def test_the_top_level_help_names_both_loops_and_the_ledger():
         "ledger",
     ):
         assert part in text, part
+
+
+def test_call_prints_progress_on_stderr_as_it_comes(workspace):
+    """A long call's progress notifications reach the terminal on stderr (stdout keeps the
+    answer alone, parseable as JSON)."""
+    result = invoke(
+        "call", "compile_kernel", "kernel=rmsnorm", "target=sm_90a", "--json", "-w", str(workspace)
+    )
+    assert "compiling (" in result.stderr, result.stderr
+    json.loads(result.stdout)  # the answer alone

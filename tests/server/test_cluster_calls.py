@@ -272,6 +272,7 @@ SWEEP_SERVE = {  # two configs whose engines each hold a node's one slot
     "slo": {"ttft_p99_ms": 60000},
     "repeats": 1,
     "resources": {SLOT: 1},
+    "race_rounds": 0,  # the ladders side by side (the race relaunches two engines after them)
 }
 
 

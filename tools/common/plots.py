@@ -139,16 +139,19 @@ def serve_sweep_png(
     steps: list[dict],
     front: list[tuple[float, float]],
     load_label: str,
-    latency: str,
-    limit: float | None,
+    limits: dict[str, float | None],
 ) -> bytes:
     """sweep_serve: the Pareto front (tokens/s per user vs tokens/s in all, as vllm bench sweep
-    plot_pareto) and, per config, a latency (the first SLO's metric, worst repeat) against load.
+    plot_pareto) and, per config, every SLO metric (its worst repeat) against load: as a share of
+    its limit when limits are given (1 = the limit, one line style per metric), else in ms.
 
-    steps: one per measured step: {"label", "load", "per_user", "total", "latency", "slo_met"}.
+    steps: one per measured step: {"label", "load", "per_user", "total", "latency": {metric:
+    ms}, "slo_met"}; limits: metric (ttft_p99, ...) -> its limit in ms (None: no limit).
     """
     fig, (ax_f, ax_t) = plt.subplots(1, 2, figsize=(11, 4.5))
     labels = list(dict.fromkeys(s["label"] for s in steps))
+    styles = ["o-", "s--", "^:", "d-.", "v-", "x--"]
+    scaled = all(v for v in limits.values())
     for i, name in enumerate(labels):
         mine = [s for s in steps if s["label"] == name]
         colour = f"C{i % 10}"
@@ -161,19 +164,32 @@ def serve_sweep_png(
                 marker=marker,
                 label=name if met else None,
             )
-        pts = [s for s in mine if s["latency"] is not None]
-        ax_t.plot([p["load"] for p in pts], [p["latency"] for p in pts], "o-", color=colour)
+        for j, (metric, limit) in enumerate(limits.items()):
+            pts = [s for s in mine if s["latency"].get(metric) is not None]
+            ys = [p["latency"][metric] / (limit if scaled and limit else 1) for p in pts]
+            ax_t.plot(
+                [p["load"] for p in pts],
+                ys,
+                styles[j % len(styles)],
+                color=colour,
+                label=metric if i == 0 else None,
+            )
     if front:
         ax_f.plot([x for x, _ in front], [y for _, y in front], "k--", label="Pareto front")
-    if limit is not None:
-        ax_t.axhline(limit, color="r", linestyle=":", label=f"SLO {latency} <= {limit:g} ms")
-        ax_t.legend(fontsize=7)
+    if scaled:
+        ax_t.axhline(1.0, color="r", linestyle=":", label="SLO limit")
+    metrics = ", ".join(f"{m} <= {v:g} ms" if v else m for m, v in limits.items())
     ax_f.set(
         xlabel="output tokens/s per user",
         ylabel="output tokens/s in all",
         title="front (o: SLO met, x: broken)",
     )
-    ax_t.set(xlabel=load_label, ylabel=f"{latency} (ms)", title=f"{latency} vs load")
+    ax_t.set(
+        xlabel=load_label,
+        ylabel="worst repeat / its SLO limit" if scaled else "ms (worst repeat)",
+        title=f"SLO metrics vs load ({metrics})",
+    )
+    ax_t.legend(fontsize=7)
     for ax in (ax_f, ax_t):
         ax.grid(True, alpha=0.3)
     ax_f.legend(fontsize=7)

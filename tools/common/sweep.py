@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
-from ..base import AgentError, CallOutcome, ToolContext
+from ..base import AgentError, CallOutcome, Progress, ToolContext
 from . import provenance
 
 MAX_GRID_POINTS = 256
@@ -226,12 +226,15 @@ class Trials:
         resume: str | None,
         same: dict,
         refusal: Callable[[dict], bool] | None = None,
+        may_differ: frozenset[str] = frozenset(),
     ) -> Trials:
-        """`refusal`: which recorded errors answer a resumed call too (a sweep whose next call's
+        """`same`: this call's arguments that must equal the resumed sweep's; `may_differ`:
+        arguments besides NOT_THE_SWEEP a resumed sweep may change (how far to go, not what).
+        `refusal`: which recorded errors answer a resumed call too (a sweep whose next call's
         arguments come from an error's words, such as a budget refusal's estimate, replays the
         error so the calls after it are the ones it recorded)."""
         trials = cls(ctx)
-        for sweep_id in _resume_chain(ctx, tool, resume, same):
+        for sweep_id in _resume_chain(ctx, tool, resume, same, may_differ):
             for row in ctx.children(sweep_id):
                 if row["status"] == "ok" and isinstance(row.get("result"), dict):
                     trials.rows.append(row)
@@ -253,9 +256,12 @@ class Trials:
             for r in self.recorded.get(key, [])
         )
 
-    async def call(self, tool: str, arguments: dict, key: str | None = None) -> Trial:
+    async def call(
+        self, tool: str, arguments: dict, key: str | None = None, progress: Progress | None = None
+    ) -> Trial:
         """The call's outcome: from the ledger when an earlier sweep made it, else made now.
-        `key`: what identifies the call's measurement (default: its tool and arguments)."""
+        `key`: what identifies the call's measurement (default: its tool and arguments);
+        `progress`: where a call made now reports its own progress (default: nowhere)."""
         rows = self.recorded.get(key or call_key(tool, arguments))
         while rows:
             row = rows.pop(0)  # each recorded call answers one call here: exactly once
@@ -268,7 +274,12 @@ class Trials:
                 return trial
             self.changed_code += 1
         self.made += 1
-        trial = Trial(await self.ctx.call(tool, arguments), reused=False)
+        made = await (
+            self.ctx.call(tool, arguments, progress)
+            if progress is not None
+            else self.ctx.call(tool, arguments)
+        )
+        trial = Trial(made, reused=False)
         await self._report(tool, arguments, trial)
         return trial
 
@@ -312,7 +323,13 @@ def call_key(tool: str, arguments: dict) -> str:
 NOT_THE_SWEEP = frozenset({"resume", "budget", "hypothesis", "expect"})
 
 
-def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -> list[str]:
+def _resume_chain(
+    ctx: ToolContext,
+    tool: str,
+    resume: str | None,
+    same: dict,
+    may_differ: frozenset[str] = frozenset(),
+) -> list[str]:
     """The earlier sweep and the ones it resumed, after checking it swept the same thing
     (`same`: this call's arguments as the agent gave them)."""
     chain: list[str] = []
@@ -329,7 +346,7 @@ def _resume_chain(ctx: ToolContext, tool: str, resume: str | None, same: dict) -
         differs = sorted(
             k
             for k in set(same) | set(recorded)
-            if k not in NOT_THE_SWEEP and recorded.get(k) != same.get(k)
+            if k not in NOT_THE_SWEEP | may_differ and recorded.get(k) != same.get(k)
         )
         if not chain and differs:
             raise AgentError(

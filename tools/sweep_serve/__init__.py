@@ -1,14 +1,16 @@
 """sweep_serve: which engine config serves the most under an SLO, and the front it draws.
 
-plan (the configs, checked against EngineArgs; each step's serve_benchmark arguments; the keys a
+plan (the configs, checked against EngineArgs; each step's serve_benchmark arguments, each with
+prompts of its own; what would refuse every step, checked before any engine starts; the keys a
 resumed sweep finds earlier steps by) -> ladder (per config, within the budget: launch_serve, one
-serve_benchmark per step until the SLO breaks or the engine is over-saturated, stop_serve; every
-call a child experiment) -> answer (per config the highest load meeting the SLO, the Pareto front,
-the best config, CSV and plot).
+serve_benchmark per step until the SLO breaks or the engine is over-saturated, stop_serve; steps
+judged by steps.py) -> answer (per config the highest load meeting the SLO, the Pareto front, the
+findings) -> race (the two leading configs side by side: the best config, a tie or undecided).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 from functools import partial
 
@@ -16,7 +18,7 @@ import anyio
 
 from ..base import Tool, ToolContext
 from ..common.sweep import Budget, Trials, csv_text
-from . import answer, plan
+from . import answer, plan, race, steps
 from .expect_fields import EXPECT
 from .ladder import Climb, climb
 from .schema import Dropped, Input, Output
@@ -27,8 +29,12 @@ SAME = ("engine", "base_args", "space", "configs", "workload", "ladder", "slo", 
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     planned = plan.configs(inp)  # bad names and empty or over-cap spaces: refused before any call
+    plan.precheck(inp, ctx)  # what would refuse every step: before any engine starts
     given = inp.model_dump(mode="json", exclude_unset=True)
-    trials = Trials.for_sweep(ctx, "sweep_serve", inp.resume, {k: given.get(k) for k in SAME})
+    free = frozenset(Input.model_fields) - set(SAME)  # how far to go and how to decide, not what
+    trials = Trials.for_sweep(
+        ctx, "sweep_serve", inp.resume, {k: given.get(k) for k in SAME}, may_differ=free
+    )
     plan.remember_steps(trials)
     budget = Budget.of(inp.budget)
     # on a cluster, configs whose engines need `resources` run side by side, as many as the live
@@ -52,7 +58,16 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
             await ctx.progress(
                 finished, len(planned), f"config {i + 1}/{len(planned)}: {config.label}"
             )
-            result = climbs[i] = await climb(inp, config, trials, budget)
+            before = finished
+
+            async def report(share: float, message: str, i=i, config=config, before=before) -> None:
+                await ctx.progress(
+                    before + share * 0.99,  # under the count a finished config reports
+                    len(planned),
+                    f"config {i + 1}/{len(planned)} {config.label}: {message}",
+                )
+
+            result = climbs[i] = await climb(inp, config, trials, budget, report)
             budget.done += result.launch_id is not None  # a config answered from the ledger is free
             finished, in_flight = finished + 1, in_flight - 1
             status = (
@@ -87,9 +102,28 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                 )
             )
         else:
-            configs.append(answer.config_answer(config, result))
+            configs.append(answer.config_answer(config, result, inp.ladder.kind))
     front = answer.front(configs)
     best = answer.best(inp, configs)
+    contest = None
+    ranked = answer.ranked(inp, configs)
+    if inp.race_rounds and len(ranked) >= 2:
+        by_label = {p.label: p for p in planned}
+        leader, challenger = ranked[0], ranked[1]
+
+        async def race_report(share: float, message: str) -> None:
+            await ctx.progress(len(planned) + share, len(planned) + 1, message)
+
+        contest = await race.race(
+            inp,
+            (by_label[leader.label], leader),
+            (by_label[challenger.label], challenger),
+            trials,
+            budget,
+            race_report,
+        )
+        children += contest.experiment_ids
+        best = next(c for c in configs if c.label == contest.winner)
     out = Output(
         load_kind=inp.ladder.kind,
         configs=configs,
@@ -109,26 +143,29 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         remeasured_steps=trials.changed_code,
         num_configs=len(planned),
         mixed_devices=answer.devices(configs),
+        race=contest,
+        decided=contest is not None and contest.outcome == "decided",
+        findings=answer.sweep_findings(configs) + answer.not_run(climbs, planned),
     )
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
     if rows:
         out.artifacts.append(ctx.artifact("sweep.csv", csv_text(rows)))
-        slo_key = next(iter(inp.slo), None)
         load = "requests in flight" if inp.ladder.kind == "concurrency" else "requests/s"
-        series = answer.plot_steps(configs, slo_key)
+        series = answer.plot_steps(configs, list(inp.slo))
         front_xy = [(p.output_throughput_per_user, p.output_throughput) for p in front]
-        latency = (slo_key[:-3], inp.slo[slo_key]) if slo_key else ("ttft_p50", None)
+        limits: dict[str, float | None] = {k[:-3]: v for k, v in inp.slo.items()}
+        limits = limits or {"ttft_p50": None}
         out.artifacts.append(
-            ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, latency))
+            ctx.artifact_later("sweep.png", partial(_png, series, front_xy, load, limits))
         )
     out.summary = _summary(inp, out)
     return out
 
 
-def _png(steps: list[dict], front: list, load: str, latency: tuple[str, float | None]) -> bytes:
+def _png(steps: list[dict], front: list, load: str, limits: dict[str, float | None]) -> bytes:
     from ..common.plots import serve_sweep_png  # matplotlib: in the plot thread only
 
-    return serve_sweep_png(steps, front, load, *latency)
+    return serve_sweep_png(steps, front, load, limits)
 
 
 def _summary(inp: Input, out: Output) -> str:
@@ -136,14 +173,34 @@ def _summary(inp: Input, out: Output) -> str:
     head = f"{len(out.configs)} of {out.num_configs} configs measured"
     if out.dropped:
         head += f", {len(out.dropped)} dropped (engine did not start)"
-    if out.best is None:
-        head += "; no config met the SLO at any step"
+    measured = sum(len(c.steps) for c in out.configs)
+    if out.best is None and not measured and out.configs:
+        why = "; ".join(f"{c.label}: {c.stopped}" for c in out.configs)
+        head += f"; no step ran ({why})"
+    elif out.best is None:
+        head += "; no config met the SLO at any step that counts"
     else:
         best = next(c for c in out.configs if c.label == out.best)
         head += (
             f"; best by {inp.objective}: {out.best} (up to {best.highest_load:g} {unit} within "
             f"the SLO, goodput {best.goodput or 0:.2f} req/s, {best.output_throughput or 0:.0f} "
             f"output tokens/s); front of {len(out.front)} points"
+        )
+        if out.race is not None:
+            head += f"; race against the runner-up {out.race.runner_up}: {out.race.why}"
+        elif len([c for c in out.configs if c.highest_load is not None]) >= 2:
+            head += "; undecided: no race (race_rounds=0), the ladders' pick"
+    carried = Counter(
+        steps.code(f) for c in out.configs for s in c.steps for f in dict.fromkeys(s.findings)
+    )
+    if carried:
+        listed = ", ".join(f"{code} in {n}" for code, n in carried.most_common())
+        head += f"; steps' findings: {listed} step(s) (configs[].findings)"
+    kept_out = sum(bool(s.excluded) for c in out.configs for s in c.steps)
+    if kept_out:
+        head += (
+            f"; {kept_out} step(s) kept out of the SLO verdicts "
+            "(findings and configs[].steps[].excluded say why)"
         )
     if out.not_tried:
         head += f"; partial: {out.budget_note}, {len(out.not_tried)} configs not tried "
@@ -165,9 +222,14 @@ TOOL = Tool(
     "ladder (concurrencies or rates) with serve_benchmark until the SLO breaks or the engine is "
     "over-saturated (throughput flat while TTFT rises), stop it. Answers per config the highest "
     "load meeting the SLO with goodput and tokens/s (total and per user), the Pareto front "
-    "(tokens/s per user vs in all), the best config by the objective, what was dropped; a CSV "
-    "and a plot. Every launch and benchmark is a child experiment; a budget ends it with a "
-    "partial answer, and resume=<id> continues without measuring a step twice.",
+    "(tokens/s per user vs in all), what was dropped; a CSV and a plot. Every step sends "
+    "prompts the engine has not seen (checked with its own prefix-cache counter); a step that "
+    "measured a warm cache, a starved load generator or one wave is kept out of the verdicts, "
+    "and every step's findings are in the answer. The best config is decided by a race: the "
+    "two leading configs measured side by side, alternating, at the deciding load, until the "
+    "paired ratio's interval excludes 1 (decided), lies within tie_margin_pct (a tie) or the "
+    "rounds end (undecided). Every launch and benchmark is a child experiment; a budget ends "
+    "it with a partial answer, and resume=<id> continues without measuring a step twice.",
     input_model=Input,
     output_model=Output,
     run=run,

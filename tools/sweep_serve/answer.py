@@ -4,14 +4,18 @@ objective, the CSV rows and the plot's data."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 from ..common.sweep import mixed_devices, pareto_front
 from .ladder import Climb
 from .plan import Planned
 from .schema import ConfigAnswer, FrontPoint, Input, Step
 
 
-def config_answer(planned: Planned, climb: Climb) -> ConfigAnswer:
-    met = [s for s in climb.steps if s.slo_met]
+def config_answer(planned: Planned, climb: Climb, kind: str) -> ConfigAnswer:
+    # a step kept out of the verdicts (warm cache, starved client, one wave, over-saturated)
+    # is never a config's highest load
+    met = [s for s in climb.steps if s.slo_met and s.counts]
     top: Step | None = met[-1] if met else None
     return ConfigAnswer(
         config=planned.config,
@@ -26,7 +30,50 @@ def config_answer(planned: Planned, climb: Climb) -> ConfigAnswer:
         output_throughput=top.output_throughput if top else None,
         output_throughput_interval=top.output_throughput_interval if top else None,
         output_throughput_per_user=top.output_throughput_per_user if top else None,
+        findings=step_findings(climb.steps, kind),
     )
+
+
+def step_findings(steps: list[Step], kind: str) -> list[str]:
+    """Each step's findings and why it was kept out of the verdicts, 'at <load>: ...'."""
+    unit = "in flight" if kind == "concurrency" else "req/s"
+    out = []
+    for s in steps:
+        at = f"at {s.load:g} {unit}"
+        out += [f"{at}: {f}" for f in s.findings]
+        if s.set_aside:
+            out.append(
+                f"{at}: measured again: {', '.join(s.set_aside)} set aside (client_starved: "
+                "the load generator waited for a CPU)"
+            )
+        if s.excluded:
+            out.append(f"{at}: {s.excluded}")
+    return out
+
+
+def sweep_findings(configs: list[ConfigAnswer]) -> list[str]:
+    """The steps' findings by code over the whole sweep: how many steps carried each, and how
+    many were kept out of the verdicts and why."""
+    steps = [s for c in configs for s in c.steps]
+    if not steps:
+        return []
+    carried = Counter(code for s in steps for code in dict.fromkeys(map(_code, s.findings)))
+    out = [
+        f"{code}: in {n} of {len(steps)} steps (their serve_benchmark children's finding; "
+        "configs[].findings says where)"
+        for code, n in carried.most_common()
+    ]
+    again = sum(bool(s.set_aside) for s in steps)
+    if again:
+        out.append(f"measured_again: {again} step(s) measured again after client_starved")
+    kept_out = Counter(_code(s.excluded) for s in steps if s.excluded)
+    for code, n in kept_out.most_common():
+        out.append(f"kept_out: {n} step(s) kept out of the SLO verdicts for {code}")
+    return out
+
+
+def _code(finding: str) -> str:
+    return finding.split(":", 1)[0].strip()
 
 
 def front(configs: list[ConfigAnswer]) -> list[FrontPoint]:
@@ -40,7 +87,10 @@ def front(configs: list[ConfigAnswer]) -> list[FrontPoint]:
         )
         for c in configs
         for s in c.steps
-        if s.slo_met and s.output_throughput is not None and s.output_throughput_per_user
+        if s.slo_met
+        and s.counts
+        and s.output_throughput is not None
+        and s.output_throughput_per_user
     ]
     keep = pareto_front([(p.output_throughput_per_user, p.output_throughput) for p in points])
     return [points[i] for i in keep]
@@ -55,13 +105,30 @@ def objective(inp: Input, c: ConfigAnswer) -> float | None:
 
 
 def best(inp: Input, configs: list[ConfigAnswer]) -> ConfigAnswer | None:
-    """Ties go to the higher goodput there, then to the earlier config in the space."""
+    """The ladders' pick (the race may overturn it): see ranked()."""
+    order = ranked(inp, configs)
+    return order[0] if order else None
+
+
+def ranked(inp: Input, configs: list[ConfigAnswer]) -> list[ConfigAnswer]:
+    """The configs meeting the SLO somewhere, best first by the objective; ties go to the higher
+    goodput there, then to the earlier config in the space."""
     scored = [
-        (v, c.goodput or 0.0, -i)
+        ((v, c.goodput or 0.0, -i), c)
         for i, c in enumerate(configs)
         if (v := objective(inp, c)) is not None
     ]
-    return configs[-max(scored)[2]] if scored else None
+    return [c for _, c in sorted(scored, key=lambda x: x[0], reverse=True)]
+
+
+def not_run(climbs: dict, planned: list[Planned]) -> list[str]:
+    """steps_not_run: per config whose ladder measured no step, why (its first child's error)."""
+    out = []
+    for i, config in enumerate(planned):
+        climb = climbs.get(i)
+        if climb is not None and climb.launch_error is None and not climb.steps:
+            out.append(f"steps_not_run: {config.label}: {climb.stopped}")
+    return out
 
 
 def devices(configs: list[ConfigAnswer]) -> str | None:
@@ -91,20 +158,29 @@ def csv_rows(configs: list[ConfigAnswer], front_ids: set[str]) -> list[dict]:
                     "highest_load_meeting_slo": c.highest_load,
                     "serve_benchmark_id": s.experiment_id,
                     "reused": s.reused,
+                    "kept_out": _code(s.excluded) if s.excluded else "",
+                    "over_saturated": s.over_saturated,
+                    "prefix_cache_hit_rate_max": max(
+                        (h for h in s.prefix_cache_hit_rates if h is not None), default=None
+                    ),
                 }
             )
     return rows
 
 
-def plot_steps(configs: list[ConfigAnswer], slo_key: str | None) -> list[dict]:
-    """One dict per step; "latency": the first SLO's metric (its worst repeat), else TTFT p50."""
+def plot_steps(configs: list[ConfigAnswer], slo_keys: list[str]) -> list[dict]:
+    """One dict per step; "latency": per SLO metric its worst repeat (none: TTFT p50)."""
     return [
         {
             "label": c.label,
             "load": s.load,
             "per_user": s.output_throughput_per_user,
             "total": s.output_throughput,
-            "latency": _worst(s.slo_values.get(slo_key)) if slo_key else s.ttft_p50_ms,
+            "latency": (
+                {k[:-3]: _worst(s.slo_values.get(k)) for k in slo_keys}
+                if slo_keys
+                else {"ttft_p50": s.ttft_p50_ms}
+            ),
             "slo_met": s.slo_met,
         }
         for c in configs

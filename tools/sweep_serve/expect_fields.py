@@ -32,6 +32,10 @@ CATALOGUE = Catalogue(
         "partial": _said("partial"),
         "measured_steps": _said("measured_steps"),
         "reused_steps": _said("reused_steps"),
+        "decided": _said("decided"),
+        "race_ratio": "The race's ratio, winner / runner-up of its metric (null: no race).",
+        "kept_out_steps": "Steps kept out of the SLO verdicts (warm cache, starved client, one "
+        "wave), count.",
     },
     scoped={name: ConfigAnswer.model_fields[name].description or "" for name in PER_CONFIG},
     scope_kind="config",
@@ -50,6 +54,9 @@ def facts(inp: Input, out: Output, evidence: None) -> Facts:
         "partial": out.partial,
         "measured_steps": out.measured_steps,
         "reused_steps": out.reused_steps,
+        "decided": out.decided,
+        "race_ratio": out.race.ratio if out.race is not None else None,
+        "kept_out_steps": sum(bool(s.excluded) for c in out.configs for s in c.steps),
     }
     scopes = {c.label: {name: getattr(c, name) for name in PER_CONFIG} for c in out.configs}
     return Facts(fields=fields, scopes=scopes)

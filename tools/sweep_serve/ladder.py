@@ -7,24 +7,27 @@ fits slopes over time to the requests in flight and to TTFT, and calls the serve
 when both rise with confidence (the response rate no longer keeps up with the request rate). Here
 the points are ladder steps, not requests: a config is over-saturated when, over two successive
 steps, the offered load rose, output throughput stayed flat (it grew by less than a fifth of the
-load's relative growth, or by less than the steps' own spread over repeats), and TTFT p50 kept
-rising (by more than 10%). Two transitions, not one, because guidellm too
+load's relative growth in at least one pair of repeats: repeat i of one step against repeat i
+of the next), and TTFT p50 kept rising (by more than 10%). The step where it is
+found is never the config's highest load. Two transitions, not one, because guidellm too
 will not trust a slope from fewer than a handful of points.
 """
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import anyio
 
 from ..common.sweep import Budget, Trials
-from . import plan
+from . import plan, steps
 from .schema import Input, Step
 
 FLAT_SHARE = 0.2  # throughput gaining < this share of the load's relative gain counts as flat
 TTFT_RISE = 0.1  # TTFT p50 must rise by more than this fraction (and past its spread)
 SATURATED_TRANSITIONS = 2
+MEASURES = 2  # a step measuring the host (client_starved) is measured once more
 
 
 @dataclass
@@ -42,46 +45,77 @@ class Climb:
     budget_cut: bool = False  # the wall budget ended the ladder before its end
 
 
-async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget) -> Climb:
+Report = Callable[[float, str], Awaitable[None]]  # (share of this config done 0-1, message)
+
+
+async def _quiet(done: float, message: str) -> None:
+    return None
+
+
+async def climb(
+    inp: Input, config: plan.Planned, trials: Trials, budget: Budget, report: Report = _quiet
+) -> Climb:
+    """`report`: a progress line per launch and per step, with the share of the ladder done."""
     out = Climb()
+    loads = len(inp.ladder.loads)
     kind, handle = inp.ladder.kind, None
     try:
-        for load in inp.ladder.loads:
-            if (why := budget.spent()) is not None:
-                out.stopped = f"cut off before {_load(kind, load)}: {why}"
-                out.complete, out.budget_cut = False, True
-                break
-            bench = plan.bench_arguments(inp, kind, load, "")
-            key = plan.step_key(config.key, bench)
-            if handle is None and not trials.has(key):
-                launched = await trials.ctx.call("launch_serve", config.launch)
-                out.children.append(launched.experiment_id)
-                out.launch_id = launched.experiment_id
-                if (
-                    not launched.ok and out.steps
-                ):  # resumed: the steps an earlier sweep measured stand
-                    out.stopped = f"{_load(kind, load)}: launch_serve failed: {launched.error}"
-                    out.complete = False
-                    break
-                if not launched.ok:
-                    out.launch_error = launched.error
+        for index, load in enumerate(inp.ladder.loads):
+            set_aside: list[str] = []
+            for attempt in range(MEASURES):
+                if (why := budget.spent()) is not None:
+                    out.stopped = f"cut off before {_load(kind, load)}: {why}"
+                    out.complete, out.budget_cut = False, True
                     return out
-                handle = (launched.result or {})["handle"]
-            bench["handle"] = handle or "(reused)"
-            trial = await trials.call("serve_benchmark", bench, key=key)
-            out.children.append(trial.outcome.experiment_id)
-            out.reused += trial.reused
-            out.measured += not trial.reused
-            if not trial.outcome.ok:
-                out.stopped = f"{_load(kind, load)}: serve_benchmark failed: {trial.outcome.error}"
-                out.complete = False
-                break
-            step = _step(inp, load, trial.outcome.experiment_id, trial.reused, trial.result)
+                bench = plan.bench_arguments(inp, kind, load, "", plan.step_draw(index, attempt))
+                key = plan.step_key(config.key, bench)
+                if handle is None and not trials.has(key):
+                    launched = await trials.ctx.call(
+                        "launch_serve", config.launch, _inner(report, index / loads, "launch")
+                    )
+                    out.children.append(launched.experiment_id)
+                    out.launch_id = launched.experiment_id
+                    if not launched.ok and out.steps:  # resumed: earlier steps stand
+                        out.stopped = f"{_load(kind, load)}: launch_serve failed: {launched.error}"
+                        out.complete = False
+                        return out
+                    if not launched.ok:
+                        out.launch_error = launched.error
+                        return out
+                    handle = (launched.result or {})["handle"]
+                    await report(index / loads, f"engine up ({handle})")
+                bench["handle"] = handle or "(reused)"
+                trial = await trials.call(
+                    "serve_benchmark",
+                    bench,
+                    key=key,
+                    progress=_inner(report, index / loads, _load(kind, load)),
+                )
+                out.children.append(trial.outcome.experiment_id)
+                out.reused += trial.reused
+                out.measured += not trial.reused
+                if not trial.outcome.ok:
+                    out.stopped = (
+                        f"{_load(kind, load)}: serve_benchmark failed: {trial.outcome.error}"
+                    )
+                    out.complete = False
+                    return out
+                step = steps.build(
+                    inp, load, trial.outcome.experiment_id, trial.reused, trial.result
+                )
+                await report((index + 1) / loads, f"{_load(kind, load)}: {_said(step)}")
+                if not steps.measure_again(step) or attempt == MEASURES - 1:
+                    break
+                set_aside.append(step.experiment_id)  # starved: measured again, new prompts
+            step.set_aside = set_aside
             out.steps.append(step)
+            if not step.counts:  # its numbers measured the host or a warm cache: no verdict
+                continue
             if not step.slo_met:
                 out.stopped = f"SLO broken at {_load(kind, load)}: {'; '.join(step.broke)}"
                 break
-            if (why := over_saturated(out.steps, kind)) is not None:
+            if (why := over_saturated([s for s in out.steps if s.counts], kind)) is not None:
+                step.over_saturated = True  # never the config's highest load
                 out.stopped = why
                 break
     finally:
@@ -92,56 +126,22 @@ async def climb(inp: Input, config: plan.Planned, trials: Trials, budget: Budget
     return out
 
 
-def _step(inp: Input, load: float, experiment_id: str, reused: bool, result: dict) -> Step:
-    metrics, spread = result.get("metrics") or {}, result.get("spread") or {}
-    broke, values = [], {}
-    for key, limit in inp.slo.items():
-        name = key[:-3]  # ttft_p99_ms -> ttft_p99
-        value = metrics.get(name)
-        interval = spread.get(name) or ([value, value] if value is not None else None)
-        if interval is None:
-            broke.append(f"{name} not measured (no request gave it)")
-            continue
-        values[key] = interval
-        if interval[1] > limit:
-            broke.append(f"{name} {interval[1]:.1f} ms (worst repeat) > {limit:g} ms")
-    failed = metrics.get("failed")
-    worst_failed = (spread.get("failed") or [failed or 0, failed or 0])[1]
-    if worst_failed:
-        broke.append(
-            f"{worst_failed:g} requests failed in a repeat "
-            f"({result.get('first_error') or 'see the step'})"
-        )
-    goodput = metrics.get("goodput")
-    if goodput is None and not broke:  # no per-request SLO to count against: every request counts
-        goodput = metrics.get("request_throughput")
-    total = metrics.get("output_throughput")
-    return Step(
-        load=load,
-        experiment_id=experiment_id,
-        reused=reused,
-        slo_met=not broke,
-        broke=broke,
-        goodput=goodput,
-        goodput_interval=spread.get("goodput") or spread.get("request_throughput"),
-        output_throughput=total,
-        output_throughput_interval=spread.get("output_throughput"),
-        output_throughput_per_user=_per_user(inp.ladder.kind, load, metrics),
-        ttft_p50_ms=metrics.get("ttft_p50"),
-        slo_values=values,
-        failed=failed,
-        device_fingerprint=result.get("device_fingerprint"),
-    )
+def _inner(report: Report, share: float, what: str):
+    """A trial's own progress (the engine starting, each request of a step) as the sweep's,
+    at the share of the ladder done when it began."""
+
+    async def forward(done: float, total: float | None, message: str) -> None:
+        if message:
+            await report(share, f"{what}: {message}")
+
+    return forward
 
 
-def _per_user(kind: str, load: float, metrics: dict) -> float | None:
-    total = metrics.get("output_throughput")
-    if total is None:
-        return None
-    if kind == "concurrency":
-        return total / load
-    in_flight = (metrics.get("request_throughput") or 0) * (metrics.get("e2el_mean") or 0) / 1e3
-    return total / in_flight if in_flight > 0 else None
+def _said(step: Step) -> str:
+    verdict = "SLO met" if step.slo_met else "SLO broken"
+    tokens = f"{step.output_throughput:.0f} tokens/s" if step.output_throughput else "no tokens"
+    kept_out = f"; kept out of the verdicts: {steps.code(step.excluded)}" if step.excluded else ""
+    return f"{verdict}, {tokens}{kept_out}"
 
 
 def over_saturated(steps: list[Step], kind: str) -> str | None:
@@ -162,25 +162,26 @@ def over_saturated(steps: list[Step], kind: str) -> str | None:
 
 
 def _flat(a: Step, b: Step) -> bool:
+    """Throughput grew by less than FLAT_SHARE of the load's relative growth in at least one
+    pair of repeats (repeat i of one step against repeat i of the next, run minutes apart on the
+    same drifting host): growth counts only when every pair shows it. The medians' gain without
+    per-repeat numbers. The repeats' spreads are not added to the threshold: that read a +41%
+    rise as flat."""
     if not a.output_throughput or b.output_throughput is None:
         return False
-    gain = b.output_throughput / a.output_throughput - 1
-    noise = _rel_width(a.output_throughput_interval, a.output_throughput) + _rel_width(
-        b.output_throughput_interval, b.output_throughput
-    )
-    return gain < max(FLAT_SHARE * (b.load / a.load - 1), noise)
+    pairs = [
+        y / x - 1
+        for x, y in zip(a.output_throughput_repeats, b.output_throughput_repeats)
+        if x and y is not None
+    ]
+    gain = min(pairs) if pairs else b.output_throughput / a.output_throughput - 1
+    return gain < FLAT_SHARE * (b.load / a.load - 1)
 
 
 def _rising_ttft(a: Step, b: Step) -> bool:
     if not a.ttft_p50_ms or b.ttft_p50_ms is None:
         return False
     return b.ttft_p50_ms > a.ttft_p50_ms * (1 + TTFT_RISE)
-
-
-def _rel_width(interval: list[float] | None, value: float | None) -> float:
-    if not interval or not value:
-        return 0.0
-    return (interval[1] - interval[0]) / value
 
 
 def _load(kind: str, load: float) -> str:

@@ -62,6 +62,13 @@ class Ladder(BaseModel):
         return [float(v) for v in (self.concurrencies or self.rates or [])]
 
 
+class ServeBudget(BudgetInput):
+    """The sweep's budget; a key it does not know is refused (a misspelt wall_s must not run
+    the default half hour)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class Input(ToolInput):
     engine: Literal[tuple(ADAPTERS)] = Field(  # type: ignore[valid-type]
         "builtin", description="The engine adapter every config starts (as launch_serve takes it)."
@@ -110,7 +117,7 @@ class Input(ToolInput):
         "run falls outside [min, max] with probability 2/(n+1) (2/3 at n=2): a range, not a "
         "confidence interval.",
     )
-    budget: BudgetInput | None = Field(
+    budget: ServeBudget | None = Field(
         None,
         description="Wall time and most configs to try; spent, the sweep answers with what it "
         "measured and lists the configs not tried.",
@@ -125,6 +132,23 @@ class Input(ToolInput):
         300.0, gt=0, le=3600, description="Per config: how long launch_serve waits for health, s."
     )
     resources: dict[str, float] | None = resources_field("each config's engine")
+    race_rounds: int = Field(
+        4,
+        ge=0,
+        le=10,
+        description="After the ladders, the two leading configs race side by side (both "
+        "engines up, serve_benchmark alternating A B B A at the deciding load, fresh prompts "
+        "each round) until the paired ratio's 95% interval excludes 1 (decided), lies within "
+        "tie_margin_pct of 1 (a tie) or this many rounds ran (undecided). 0: no race (the best "
+        "config is the ladders' pick, undecided).",
+    )
+    tie_margin_pct: float = Field(
+        5.0,
+        gt=0,
+        le=50,
+        description="A race whose ratio's interval lies wholly within this percent of 1 is a "
+        "tie, %.",
+    )
 
     @field_validator("slo")
     @classmethod
@@ -161,6 +185,11 @@ class Step(BaseModel):
     output_throughput_interval: list[float] | None = Field(
         description="[min, max] over repeats, tokens/s."
     )
+    output_throughput_repeats: list[float | None] = Field(
+        default_factory=list,
+        description="Output tokens/s of each repeat, in order (the over-saturation rule pairs "
+        "repeat i of one step with repeat i of the next).",
+    )
     output_throughput_per_user: float | None = Field(
         description="Output tokens/s per user: output_throughput / concurrency (vllm bench sweep "
         "plot_pareto's tokens/s/user); for rates / the mean requests in flight (Little's law: "
@@ -177,6 +206,43 @@ class Step(BaseModel):
         "cluster node's with resources=, else the server's host's); null for a step recorded "
         "before benchmarks named it.",
     )
+    seed: int | None = Field(
+        None,
+        description="The prompts' seed this step sent (its own per step and attempt, so that no "
+        "step finds an earlier step's prompts in the engine's prefix cache).",
+    )
+    prefix_cache_hit_rates: list[float | None] = Field(
+        default_factory=list,
+        description="Per repeat, the share of prompt tokens the engine found in its prefix cache "
+        "(0-1, the engine's own counter); null where the engine exports none.",
+    )
+    findings: list[str] = Field(
+        default_factory=list,
+        description="The serve_benchmark child's findings, as it gave them ('code: words': "
+        "client_starved, client_engine_gap, repeat_remeasured, cache_warm_repeats, ...).",
+    )
+    excluded: str | None = Field(
+        None,
+        description="Why this step is kept out of the SLO verdicts (highest_load, the front, "
+        "the best config), 'code: words': cache_warm_step (the engine found the step's prompts in "
+        "its prefix cache), client_starved (the load generator waited for a CPU, measured again "
+        "and still so), single_wave (num_requests <= concurrency: one wave, no steady state); "
+        "null when it counts.",
+    )
+    set_aside: list[str] = Field(
+        default_factory=list,
+        description="serve_benchmark children of this step set aside because they measured the "
+        "host (client_starved) and measured again: this step's numbers are the last attempt's.",
+    )
+    over_saturated: bool = Field(
+        False,
+        description="The ladder stopped here on over-saturation: never the config's highest load.",
+    )
+
+    @property
+    def counts(self) -> bool:
+        """Whether the step takes part in SLO verdicts."""
+        return self.excluded is None and not self.over_saturated
 
 
 class ConfigAnswer(BaseModel):
@@ -203,6 +269,11 @@ class ConfigAnswer(BaseModel):
         description="Its [min, max] over repeats, tokens/s."
     )
     output_throughput_per_user: float | None = Field(description="Output tokens/s per user there.")
+    findings: list[str] = Field(
+        default_factory=list,
+        description="Every step's findings (its serve_benchmark child's, and why a step is kept "
+        "out of the verdicts), each 'at <load>: code: words'.",
+    )
 
 
 class FrontPoint(BaseModel):
@@ -211,6 +282,40 @@ class FrontPoint(BaseModel):
     output_throughput_per_user: float = Field(description="Tokens/s per user (x axis).")
     output_throughput: float = Field(description="Tokens/s in all (y axis).")
     experiment_id: str = Field(description="The serve_benchmark that measured it.")
+
+
+class Race(BaseModel):
+    """The leading configs measured side by side: how the best config was decided."""
+
+    outcome: Literal["decided", "tie", "undecided"] = Field(
+        description="decided: the paired ratio's 95% interval excludes 1; tie: it lies wholly "
+        "within tie_margin_pct of 1 (the two are as good as each other); undecided: the rounds "
+        "or the budget ended first (the best config is then the ladders' pick, not a verdict)."
+    )
+    winner: str = Field(description="The better config of the two (its label): the best config.")
+    runner_up: str = Field(description="The other config (its label).")
+    metric: str = Field(
+        description="What was compared: goodput (requests/s meeting every SLO; request "
+        "throughput without per-request SLOs) or output_throughput (tokens/s)."
+    )
+    load: float = Field(
+        description="The deciding load, both measured at it: the higher of the two configs' "
+        "highest loads meeting the SLO (requests in flight or requests/s)."
+    )
+    ratio: float | None = Field(
+        description="winner / runner_up of the metric: the geometric mean of the paired "
+        "ratios (repeat i of one against repeat i of the other, measured back to back)."
+    )
+    interval: list[float] | None = Field(
+        description="The ratio's 95% confidence interval (Student t over the log ratios)."
+    )
+    pairs: int = Field(description="Paired measurements, one repeat of each config per pair.")
+    rounds: int = Field(description="serve_benchmark calls (each alternating A B B A).")
+    tie_margin_pct: float = Field(description="The tie margin used, %.")
+    why: str = Field(description="The decision in words, with what ended the race.")
+    experiment_ids: list[str] = Field(
+        description="The race's children: launches, the alternating serve_benchmarks, stops."
+    )
 
 
 class Dropped(BaseModel):
@@ -251,6 +356,21 @@ class Output(ToolOutput):
         "because a file they ran has changed since (their code snapshot no longer matches).",
     )
     num_configs: int = Field(description="Configs in the space.")
+    race: Race | None = Field(
+        None,
+        description="How the best config was decided against the runner-up (null: fewer than "
+        "two configs met the SLO, or race_rounds=0).",
+    )
+    decided: bool = Field(
+        False,
+        description="True when the best config won its race (the paired ratio's interval "
+        "excludes 1); false for a tie, an undecided race, or no race.",
+    )
+    findings: list[str] = Field(
+        default_factory=list,
+        description="The steps' findings counted by code ('code: in N of M steps ...'), the "
+        "steps kept out of the verdicts and why, and why steps did not run.",
+    )
     mixed_devices: str | None = Field(
         None,
         description="Set when the configs' engines ran on devices with different fingerprints "

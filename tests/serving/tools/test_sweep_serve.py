@@ -51,6 +51,7 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
         ladder={"concurrencies": [1, 4]},
         slo={"ttft_p99_ms": 5000},
         repeats=1,
+        race_rounds=0,  # the ladders' pick (the race: test_sweep_serve_evidence.py)
         expect=["best_value > 0", "front_size >= 1", "highest_load >= 1"],
     )
     assert out["hypothesis_answer"]["answer"] == "supported", out["hypothesis_answer"]
@@ -134,7 +135,18 @@ async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
     result = await serve_client.call_tool("sweep_serve", args, progress_callback=on_progress)
     out = result.structured_content
     assert not result.is_error and out is not None, result.content
-    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2] and "ETA" in seen[-1][2]
+    (cfg,) = out["configs"]
+    shown = [
+        (s["load"], s["output_throughput_repeats"], s["ttft_p50_ms"], s["excluded"])
+        for s in cfg["steps"]
+    ]
+    assert seen[-1][:2] == (1, 1) and "over-saturated" in seen[-1][2], (seen[-1], shown)
+    assert "ETA" in seen[-1][2]
+    # the children's own progress comes through as it happens: the engine starting, each repeat
+    said = [m for _, _, m in seen]
+    assert any("max_num_seqs=1: launch: starting the builtin engine" in m for m in said), said
+    assert any("max_num_seqs=1: concurrency 1: repeat 1/2" in m for m in said), said
+    assert any("max_num_seqs=1: concurrency 1: SLO met" in m for m in said), said
     (cfg,) = out["configs"]
     shown = [(s["load"], s["output_throughput"], s["ttft_p50_ms"]) for s in cfg["steps"]]
     assert cfg["stopped"].startswith("over-saturated at concurrency"), (cfg["stopped"], shown)
@@ -151,6 +163,7 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
         workload=WORKLOAD,
         ladder={"concurrencies": [1, 2]},
         repeats=1,
+        race_rounds=0,  # the steps' reuse, counted (the race: test_sweep_serve_evidence.py)
     )
     # 1 s of wall budget: the first config's engine takes longer than that to start, so the
     # budget is checked once before its first step (measured) and is spent before its second
@@ -212,9 +225,19 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
         ),
         ({"slo": {"ttft_p95_ms": 100}}, "serve_benchmark measures ttft_mean_ms"),
         ({"workload": {"rate": 4}}, "set by the sweep"),
+        ({"space": {"extra_args": ["--seed '1"]}}, "config .extra_args=--seed '1.*No closing"),
+        ({"budget": {"wall_seconds": 5}}, "wall_seconds"),
+        ({"resources": {"GPU": 1}}, "runs on none: start it with --cluster"),
+        # what would refuse every step is refused before any engine starts
+        ({"slo": {"ttft_p99_ms": 2e7}}, "every step's serve_benchmark would refuse"),
+        ({"ladder": {"rates": [0.001]}}, "past serve_benchmark's time budget"),
+        (
+            {"workload": {"dataset": "sharegpt", "sharegpt_path": "/etc/hostname"}},
+            "workload.sharegpt_path: ",
+        ),
     ],
 )
-async def test_bad_input_is_refused_with_what_to_do(serve_client, change, says):
+async def test_bad_input_is_refused_with_what_to_do(serve_client, server, change, says):
     args = {
         "base_args": BASE,
         "space": {"max_num_seqs": [1]},
@@ -223,6 +246,8 @@ async def test_bad_input_is_refused_with_what_to_do(serve_client, change, says):
     }
     with pytest.raises(ToolCallError, match=says):
         await call(serve_client, "sweep_serve", **args)
+    # refused up front: no engine was started for it
+    assert not server.state.ledger.query(tool="launch_serve")
 
 
 async def test_every_config_failing_answers_with_the_reasons(serve_client):
@@ -287,6 +312,7 @@ async def test_a_sweep_whose_server_shut_down_resumes_measuring_each_step_once(t
         workload=WORKLOAD,
         ladder={"concurrencies": [1, 2, 4]},
         repeats=1,
+        race_rounds=0,
     )
     ledger = tiny_workspace / ".infra-agent" / "ledger.sqlite"
     port = free_port()

@@ -1,0 +1,138 @@
+"""sweep_serve decides on evidence (issue 35), on the built-in engine (tiny checkpoint):
+
+- every step sends prompts the engine has not seen: its own prefix-cache counter (read from the
+  serve_benchmark children's per-repeat scrapes) is ~0 at every step and repeat; a one-wave step
+  is kept out of the verdicts; every child's finding is in the config's answer;
+- the best config is decided by a race of the two leaders, side by side: two identical configs
+  (an A/A) are never "decided", a planted slow config (serving/engine/planted.py) never wins, and
+  the test's own alternating serve_benchmark pair confirms the planted one is slower; the race's
+  ratio is recomputed here from its children's paired repeats;
+- a sweep given ready_timeout_s resumes with the same arguments.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+import pytest
+from conftest import call
+from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
+
+pytestmark = [pytest.mark.slow, pytest.mark.anyio]
+
+WORKLOAD = {"num_requests": 8, "input_len": 32, "output_len": 8, "warmup": 1, "seed": 5}
+BASE = {"model": "tiny", "max_num_seqs": 4}
+
+
+async def test_every_step_is_cold_and_its_findings_reach_the_answer(serve_client, server):
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        space={"max_num_batched_tokens": [256]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2, 8]},  # 8 in flight of 8 requests: one wave
+        repeats=2,
+    )
+    (cfg,) = out["configs"]
+    assert [s["load"] for s in cfg["steps"]] == [1, 2, 8], cfg["stopped"]
+    ledger = server.state.ledger
+    for s in cfg["steps"]:
+        child = ledger.get(s["experiment_id"])["result"]
+        # the engine's own counter, per repeat, as the child scraped it around each repeat
+        hits = [r["phases_ms"].get("prefix_cache_hit_rate") for r in child["repeats"]]
+        assert all(h is not None and h <= 0.05 for h in hits), (s["load"], hits)
+        assert s["prefix_cache_hit_rates"] == child["prefix_cache_hit_rates"]
+        for f in child["findings"]:  # every child's finding, in the config's answer
+            assert f"at {s['load']:g} in flight: {f}" in cfg["findings"], cfg["findings"]
+    seeds = [
+        ledger.get(s["experiment_id"])["arguments"]["workload"].get("seed") for s in cfg["steps"]
+    ]
+    assert len(set(seeds)) == 3  # each step its own prompts
+    one_wave = cfg["steps"][2]
+    assert one_wave["excluded"].startswith("single_wave: "), one_wave
+    assert cfg["highest_load"] == 2  # the one-wave step is no verdict
+    assert any(f.startswith("kept_out: 1 step(s)") for f in out["findings"]), out["findings"]
+
+
+def _paired(result: dict) -> list[float]:
+    """This test's own reading of an alternating serve_benchmark: repeat i of the engine over
+    repeat i of the baseline engine, request throughput (no SLO: every request counts)."""
+    return [
+        a["request_throughput"] / b["request_throughput"]
+        for a, b in zip(result["repeats"], result["baseline_repeats"], strict=True)
+    ]
+
+
+async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(serve_client, server):
+    planted = {"extra_args": "--prefill-delay-ms 150"}
+    out = await call(
+        serve_client,
+        "sweep_serve",
+        base_args=BASE,
+        configs=[planted, {"extra_args": ""}, {"extra_args": "--prefill-delay-ms 0"}],
+        workload={**WORKLOAD, "num_requests": 12},
+        ladder={"concurrencies": [2, 4]},
+        repeats=1,
+        race_rounds=3,
+    )
+    race = out["race"]
+    assert race is not None, out["summary"]
+    assert out["best_config"] != planted and race["winner"] != "extra_args=--prefill-delay-ms 150"
+    pair = {race["winner"], race["runner_up"]}
+    if pair == {"extra_args=", "extra_args=--prefill-delay-ms 0"}:  # identical engines: an A/A
+        assert race["outcome"] in ("tie", "undecided") and not out["decided"], race
+    else:  # the planted config reached the race: it must have lost it
+        assert race["outcome"] == "decided" and out["decided"], race
+    assert race["runner_up"] in out["summary"] and race["why"] in out["summary"]
+
+    # the race's ratio, recomputed here from its children's paired repeats
+    ledger = server.state.ledger
+    rounds = [
+        ledger.get(e)["result"]
+        for e in race["experiment_ids"]
+        if ledger.get(e)["tool"] == "serve_benchmark"
+    ]
+    assert len(rounds) == race["rounds"] >= 2
+    ratios = [r for result in rounds for r in _paired(result)]
+    mine = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    assert race["pairs"] == len(ratios)
+    assert mine == pytest.approx(race["ratio"]) or 1 / mine == pytest.approx(race["ratio"])
+
+    # an independent alternating measurement of the planted slowdown: this test's own pair
+    fast = await call(serve_client, "launch_serve", engine="builtin", args=BASE)
+    slow = await call(
+        serve_client,
+        "launch_serve",
+        engine="builtin",
+        args={**BASE, "extra_args": ["--prefill-delay-ms", "150"]},
+    )
+    try:
+        pair_out = await call(
+            serve_client,
+            "serve_benchmark",
+            handle=fast["handle"],
+            baseline_handle=slow["handle"],
+            workload={**WORKLOAD, "num_requests": 12, "max_concurrency": 4, "seed": 99},
+            repeats=2,
+        )
+    finally:
+        for h in (fast["handle"], slow["handle"]):
+            await call(serve_client, "stop_serve", handle=h)
+    assert all(r > 1 for r in _paired(pair_out)), _paired(pair_out)
+
+
+async def test_a_sweep_given_ready_timeout_s_resumes_with_the_same_arguments(serve_client):
+    args = dict(
+        base_args=BASE,
+        space={"max_num_seqs": [2]},
+        workload=WORKLOAD,
+        ladder={"concurrencies": [1, 2]},
+        repeats=1,
+        ready_timeout_s=120,
+    )
+    first = await call(serve_client, "sweep_serve", **args, budget={"wall_s": 1})
+    assert first["partial"] and first["measured_steps"] == 1, first["summary"]
+    second = await call(serve_client, "sweep_serve", **args, resume=first["experiment_id"])
+    assert second["reused_steps"] == 1 and second["measured_steps"] == 1, second["summary"]

@@ -1,0 +1,149 @@
+"""sweep_serve's step judgement and race statistics, without an engine: which steps are kept
+out of the verdicts (warm cache by the engine's counter, a starved client measured again, one
+wave), every child finding carried to the answer, and the race's paired ratio and interval
+checked against a plain-Python computation of the same numbers."""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from infra_agent.tools.sweep_serve import answer, race, steps
+from infra_agent.tools.sweep_serve.ladder import Climb
+from infra_agent.tools.sweep_serve.plan import Planned
+from infra_agent.tools.sweep_serve.schema import Input
+
+INP = Input.model_validate(
+    {
+        "space": {"max_num_seqs": [1]},
+        "workload": {"num_requests": 8},
+        "ladder": {"concurrencies": [1, 4, 8]},
+        "slo": {"ttft_p99_ms": 500},
+    }
+)
+
+
+def _result(hits=(0.0, 0.0), findings=(), ttft=100.0, tokens=(300.0, 320.0)) -> dict:
+    return {
+        "metrics": {"ttft_p99": ttft, "output_throughput": statistics.median(tokens), "failed": 0},
+        "spread": {"ttft_p99": [ttft, ttft]},
+        "prefix_cache_hit_rates": list(hits),
+        "findings": list(findings),
+        "repeats": [{"output_throughput": t} for t in tokens],
+    }
+
+
+def test_a_warm_step_by_the_engines_own_counter_is_kept_out_of_the_verdicts():
+    warm = steps.build(INP, 4, "e4", False, _result(hits=(0.0, 0.71)))
+    assert warm.slo_met and not warm.counts
+    assert warm.excluded.startswith("cache_warm_step: ") and "0.71" in warm.excluded
+    cold = steps.build(INP, 4, "e4", False, _result(hits=(0.0, 0.01)))
+    assert cold.counts and cold.excluded is None
+
+
+def test_a_starved_step_is_measured_again_and_one_wave_is_kept_out():
+    starved = steps.build(
+        INP, 1, "e1", False, _result(findings=["client_starved: waited 412 ms of 475 ms"])
+    )
+    assert steps.measure_again(starved) and starved.excluded.startswith("client_starved: ")
+    gap = steps.build(INP, 1, "e1", False, _result(findings=["client_engine_gap: TTFT 40 ms"]))
+    assert gap.counts and not steps.measure_again(gap)  # carried, not excluded
+    wave = steps.build(INP, 8, "e8", False, _result())  # num_requests 8 <= 8 in flight
+    assert wave.excluded.startswith("single_wave: ") and not steps.measure_again(wave)
+
+
+def test_every_child_finding_reaches_the_config_and_the_sweep_and_kept_out_steps_never_count():
+    made = [
+        steps.build(INP, 1, "e1", False, _result(findings=["client_engine_gap: a", "x_y: b"])),
+        steps.build(INP, 4, "e4", False, _result(hits=(0.2, 0.9))),
+        steps.build(INP, 8, "e8", False, _result(findings=["client_engine_gap: c"])),
+    ]
+    made[1].set_aside = ["e4-first"]
+    planned = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
+    cfg = answer.config_answer(planned, Climb(steps=made), "concurrency")
+    assert cfg.highest_load == 1  # 4 was warm, 8 one wave: neither is a verdict
+    for s in made:
+        for f in s.findings:
+            assert f"at {s.load:g} in flight: {f}" in cfg.findings
+    assert any("e4-first set aside" in f for f in cfg.findings)
+    summary = answer.sweep_findings([cfg])
+    assert "client_engine_gap: in 2 of 3 steps" in summary[0]
+    assert "kept_out: 1 step(s) kept out of the SLO verdicts for cache_warm_step" in summary
+    assert "kept_out: 1 step(s) kept out of the SLO verdicts for single_wave" in summary
+    made[0].over_saturated = True  # an over-saturated step is never the highest load
+    assert answer.config_answer(planned, Climb(steps=made), "concurrency").highest_load is None
+
+
+def test_the_race_ratio_and_interval_against_a_plain_computation():
+    result = {
+        "repeats": [{"goodput": 10.0}, {"goodput": 12.0}],
+        "baseline_repeats": [{"goodput": 5.0}, {"goodput": 5.5}],
+    }
+    ratios = race.paired_ratios(result, "goodput")
+    assert ratios == [2.0, 12.0 / 5.5]
+    ratios += [1.9, 2.1]
+    low, high = race.ratio_interval(ratios, 1)
+    logs = [math.log(r) for r in ratios]
+    t975_3 = 3.182446305284263  # Student t, 3 degrees of freedom, 97.5%
+    half = t975_3 * statistics.stdev(logs) / 2
+    assert math.isclose(low, math.exp(statistics.fmean(logs) - half), rel_tol=1e-6)
+    assert math.isclose(high, math.exp(statistics.fmean(logs) + half), rel_tol=1e-6)
+    # no per-request SLO: goodput is null and request throughput counts every request
+    plain = {
+        "repeats": [{"goodput": None, "request_throughput": 3}],
+        "baseline_repeats": [{"goodput": None, "request_throughput": 4}],
+    }
+    assert race.paired_ratios(plain, "goodput") == [0.75]
+
+
+def test_a_sweep_whose_steps_never_ran_says_why():
+    from infra_agent.tools.sweep_serve import _summary
+    from infra_agent.tools.sweep_serve.schema import Output
+
+    why = "concurrency 1: serve_benchmark failed: the cost probe estimates 812 s, over 300 s"
+    planned = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
+    cfg = answer.config_answer(planned, Climb(stopped=why, complete=False), "concurrency")
+    findings = answer.not_run({0: Climb(stopped=why, complete=False)}, [planned])
+    assert findings == [f"steps_not_run: max_num_seqs=1: {why}"]
+    out = Output(
+        load_kind="concurrency",
+        configs=[cfg],
+        front=[],
+        best=None,
+        best_config=None,
+        best_value=None,
+        dropped=[],
+        not_tried=[],
+        partial=False,
+        budget_note=None,
+        slo_judged={},
+        interval_note="",
+        trials=[],
+        measured_steps=0,
+        reused_steps=0,
+        num_configs=1,
+        findings=findings,
+    )
+    summary = _summary(INP, out)
+    assert "no step ran" in summary and why in summary, summary
+    assert "no config met the SLO" not in summary
+    # a step's findings reach the summary too, counted by code
+    starved = steps.build(INP, 1, "e1", False, _result(findings=["client_starved: 87% waiting"]))
+    out.configs = [answer.config_answer(planned, Climb(steps=[starved]), "concurrency")]
+    summary = _summary(INP, out)
+    assert "steps' findings: client_starved in 1 step(s)" in summary, summary
+    assert "1 step(s) kept out of the SLO verdicts" in summary
+
+
+def test_the_plot_shows_every_slo_metric_not_only_the_first():
+    from infra_agent.tools.common.plots import serve_sweep_png
+
+    inp = INP.model_copy(update={"slo": {"ttft_p99_ms": 500, "tpot_p99_ms": 20}})
+    step = steps.build(inp, 1, "e1", False, _result())
+    step.slo_values["tpot_p99_ms"] = [18.0, 31.0]  # broke TPOT, within TTFT
+    planned = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
+    cfg = answer.config_answer(planned, Climb(steps=[step]), "concurrency")
+    (point,) = answer.plot_steps([cfg], list(inp.slo))
+    assert point["latency"] == {"ttft_p99": 100.0, "tpot_p99": 31.0}
+    png = serve_sweep_png([point], [], "requests in flight", {"ttft_p99": 500, "tpot_p99": 20})
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,211 @@
+"""The race: which of the two leading configs is better, from paired measurements.
+
+The ladders measure configs minutes apart on a host that drifts, so their leader can be noise:
+two identical sweeps crowned different winners. As sweep_kernel's race does for kernels, the
+two configs the ladders rank first (by the objective at each one's highest load meeting the
+SLO) are then measured side by side: both engines up, one serve_benchmark per round with
+`baseline_handle` (its repeats alternate A B B A, so a drifting host moves both alike), at the
+deciding load (the higher of the two highest loads), with prompts no earlier measurement sent.
+Repeat i of A and repeat i of B make a pair; the ratio A/B of the metric (goodput, or output
+tokens/s with that objective) is the geometric mean over pairs, with a Student-t interval over
+the log ratios. From the second round on, after each round:
+
+- the interval excludes 1: decided, the better config is the best;
+- it lies wholly within tie_margin_pct of 1: a tie, named (the two are as good as each other);
+- else another round, up to race_rounds; then (or when the wall budget is spent) undecided, and
+  the best config is the ladders' pick, said to be undecided.
+
+Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
+so that an A/A (two identical configs) is decided in at most 5% of sweeps.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import anyio
+
+from ...sandbox.worker.shared import ratio_decision
+from ..common.sweep import Budget, Trials
+from . import plan
+from .plan import Planned
+from .schema import ConfigAnswer, Input, Race
+
+PAIRS_PER_ROUND = 2  # serve_benchmark repeats per round: A B B A
+MIN_ROUNDS = 2  # the first look: two rounds, four pairs
+FAMILY_ALPHA = 0.05
+
+
+@dataclass
+class Contest:
+    """The race as it runs: its children and the pairs measured."""
+
+    leader: Planned
+    challenger: Planned
+    load: float
+    metric: str
+    ratios: list[float] = field(default_factory=list)  # leader / challenger per pair
+    children: list[str] = field(default_factory=list)
+    rounds: int = 0
+
+
+def metric_of(inp: Input) -> str:
+    return "output_throughput" if inp.objective == "output_throughput" else "goodput"
+
+
+async def race(
+    inp: Input,
+    leader: tuple[Planned, ConfigAnswer],
+    challenger: tuple[Planned, ConfigAnswer],
+    trials: Trials,
+    budget: Budget,
+    report: Callable[[float, str], Awaitable[None]],
+) -> Race:
+    """`report`: a progress line per launch and round, with the share of the rounds done."""
+    load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
+    contest = Contest(leader[0], challenger[0], load, metric_of(inp))
+    handles: dict[str, str] = {}
+    stopped = f"all {inp.race_rounds} rounds ran"
+    decision: str | None = None
+    interval: tuple[float, float] | None = None
+    try:
+        for round_ in range(inp.race_rounds):
+            if (why := budget.wall_spent()) is not None:
+                stopped = why
+                break
+            bench = plan.bench_arguments(inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_)
+            bench["repeats"] = PAIRS_PER_ROUND
+            key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
+            if not handles and not trials.has(key):
+                why = await _launch(contest, trials, handles, report)
+                if why is not None:
+                    stopped = why
+                    break
+            bench["handle"] = handles.get("leader", "(reused)")
+            bench["baseline_handle"] = handles.get("challenger", "(reused)")
+            trial = await trials.call("serve_benchmark", bench, key=key)
+            contest.children.append(trial.outcome.experiment_id)
+            if not trial.outcome.ok:
+                stopped = f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
+                break
+            contest.ratios += paired_ratios(trial.result, contest.metric)
+            contest.rounds += 1
+            if contest.rounds >= MIN_ROUNDS and len(contest.ratios) >= 2:
+                interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
+                decision = ratio_decision(*interval, inp.tie_margin_pct / 100)
+                await report(
+                    contest.rounds / inp.race_rounds,
+                    f"race round {contest.rounds}: {contest.leader.label} / "
+                    f"{contest.challenger.label} = {geomean(contest.ratios):.3f} "
+                    f"[{interval[0]:.3f}, {interval[1]:.3f}]",
+                )
+                if decision is not None:
+                    stopped = f"settled after {contest.rounds} rounds"
+                    break
+    finally:
+        with anyio.CancelScope(shield=True):  # also when the sweep is cancelled
+            for handle in handles.values():
+                stop = await trials.ctx.call("stop_serve", {"handle": handle})
+                contest.children.append(stop.experiment_id)
+    return _answer(inp, contest, decision, interval, stopped)
+
+
+async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
+    """Both engines up, or why not."""
+    for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
+        await report(contest.rounds / 10, f"race: starting {planned.label}")
+        launched = await trials.ctx.call("launch_serve", planned.launch)
+        contest.children.append(launched.experiment_id)
+        if not launched.ok:
+            return f"{planned.label}'s engine did not start again: {launched.error}"
+        handles[side] = (launched.result or {})["handle"]
+    return None
+
+
+def paired_ratios(result: dict, metric: str) -> list[float]:
+    """leader / challenger of `metric` per pair of repeats (repeat i of each, back to back)."""
+    out = []
+    for a, b in zip(result.get("repeats") or [], result.get("baseline_repeats") or []):
+        x, y = _value(a, metric), _value(b, metric)
+        if x is not None and y is not None and x > 0 and y > 0:
+            out.append(x / y)
+        elif x is not None and y is not None and (x > 0) != (y > 0):
+            out.append(1e3 if x > 0 else 1e-3)  # one side served nothing within the SLO
+    return out
+
+
+def _value(repeat: dict, metric: str) -> float | None:
+    if metric == "goodput" and repeat.get("goodput") is None:
+        return repeat.get("request_throughput")  # no per-request SLO: every request counts
+    return repeat.get(metric)
+
+
+def looks(rounds: int) -> int:
+    return max(1, rounds - MIN_ROUNDS + 1)
+
+
+def geomean(ratios: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(r) for r in ratios))
+
+
+def ratio_interval(ratios: list[float], num_looks: int) -> tuple[float, float]:
+    """The geometric mean ratio's interval at 1 - FAMILY_ALPHA / num_looks (Student t)."""
+    from scipy import stats
+
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean, sd = statistics.fmean(logs), statistics.stdev(logs)
+    half = stats.t.ppf(1 - FAMILY_ALPHA / num_looks / 2, n - 1) * sd / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean + half)
+
+
+def _answer(
+    inp: Input,
+    contest: Contest,
+    decision: str | None,
+    interval: tuple[float, float] | None,
+    stopped: str,
+) -> Race:
+    ratio = geomean(contest.ratios) if contest.ratios else None
+    if interval is None and len(contest.ratios) >= 2:  # cut short: the interval so far, said
+        interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
+    leader, challenger = contest.leader.label, contest.challenger.label
+    flip = decision == "faster"  # ratio_decision reads a time ratio: "faster" = leader below 1
+    winner, runner_up = (challenger, leader) if flip else (leader, challenger)
+    if flip and ratio is not None and interval is not None:
+        ratio, interval = 1 / ratio, (1 / interval[1], 1 / interval[0])
+    outcome = {"slower": "decided", "faster": "decided", "tie": "tie"}.get(decision or "")
+    shown = (
+        f"{ratio:.3f} [{interval[0]:.3f}, {interval[1]:.3f}]"
+        if ratio is not None and interval is not None
+        else "not measured"
+    )
+    if outcome == "decided":
+        why = f"{winner} beats {runner_up}: {contest.metric} ratio {shown}, {stopped}"
+    elif outcome == "tie":
+        why = (
+            f"a tie: {winner} / {runner_up} = {shown}, within {inp.tie_margin_pct:g}% of 1; "
+            f"{stopped}"
+        )
+    else:
+        why = (
+            f"undecided: {winner} / {runner_up} = {shown} neither excludes 1 nor lies within "
+            f"{inp.tie_margin_pct:g}% of it; {stopped}; {winner} stays the ladders' pick"
+        )
+    return Race(
+        outcome=outcome or "undecided",
+        winner=winner,
+        runner_up=runner_up,
+        metric=contest.metric,
+        load=contest.load,
+        ratio=ratio,
+        interval=list(interval) if interval is not None else None,
+        pairs=len(contest.ratios),
+        rounds=contest.rounds,
+        tie_margin_pct=inp.tie_margin_pct,
+        why=why,
+        experiment_ids=contest.children,
+    )
