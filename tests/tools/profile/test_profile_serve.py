@@ -138,6 +138,8 @@ async def test_an_engine_measured_as_a_baseline_is_profiled_under_that_workload(
     # the engine's window and trace files are kept once: as the artifacts, not also in its folder
     profiles = Path(launched["socket"]).parent / "profiles"
     assert not list(profiles.glob("*.json*")), list(profiles.iterdir())
-    assert any(uri.endswith("/engine-torch-trace.json") for uri in out["artifacts"]), out["artifacts"]
+    assert any(uri.endswith("/engine-torch-trace.json") for uri in out["artifacts"]), out[
+        "artifacts"
+    ]
     await call(c, "stop_serve", handle=this)
     await call(c, "stop_serve", handle=base)
