@@ -38,6 +38,13 @@ GAP_RATIO = 0.5  # ... or this fraction of the engine's TTFT p50 (its bucket top
 # through the stall 0.02x (0.07 ms against 3.6 ms) at 1 in flight and 0.1x at 4 (load 4).
 BURST_RATIO = 0.25
 MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a burst from a stream
+# A client can read tokens late, never early: its TPOT mean below this fraction of the engine's own
+# mean inter-token gap is a count the client got wrong (tokens it divided by that it never saw
+# apart). Measured (issue 36, the tests' tiny checkpoint, 40 x 32->32): 0.94-1.10 once the first
+# chunk's tokens are counted; 0.71-0.83 with the first chunk counted as one token. Requests of
+# different lengths weigh TPOT's per-request mean and the engine's per-token mean differently,
+# hence the margin.
+TPOT_LOW_RATIO = 0.85
 # The load generator waiting for a CPU this share of a run's duration (the kernel's account of
 # its thread) is starved: every timestamp it takes can be that late. Measured on 2 cores against
 # a sandboxed vLLM (4 in flight, 1 s runs): 1-3% on an idle host and 3-13% with the suite's
@@ -177,6 +184,7 @@ def findings(
         _starved(repeats),
         _ttft_gap(repeats),
         _burst(repeats),
+        _tpot_low(repeats),
         _cache_warm(repeats, reuse_prompts),
         _cache_warm_from_before(repeats, reuse_prompts, dataset),
     )
@@ -250,6 +258,30 @@ def _burst(repeats: list) -> str | None:
         f"engine made them {engine['engine_itl_mean_ms']:.3g} ms apart on average (median repeat of "
         f"{len(rows)}), so TPOT and ITL here measure the delivery, not the decode: something holds text "
         f"back: {LAYERS}"
+    )
+
+
+def _tpot_row(r) -> tuple[float, float] | None:
+    """(client TPOT mean, the engine's mean inter-token gap), ms, where both were measured."""
+    client = r.latencies_ms.get("tpot", {}).get("mean")
+    engine = r.phases_ms.get("engine_itl_mean_ms")
+    if client is None or engine is None or engine < MIN_ENGINE_ITL_MS:
+        return None
+    return client, engine
+
+
+def _tpot_low(repeats: list) -> str | None:
+    rows = [row for r in repeats if (row := _tpot_row(r)) is not None]
+    if not rows or not _majority([client < TPOT_LOW_RATIO * engine for client, engine in rows]):
+        return None
+    client, engine = sorted(rows, key=lambda row: row[0] / row[1])[len(rows) // 2]
+    return (
+        f"client_engine_gap: the client's TPOT mean {client:.3g} ms is {client / engine:.2f}x the "
+        f"engine's own mean inter-token gap {engine:.3g} ms (median repeat of {len(rows)}): a client "
+        "can read tokens late but not early, so its TPOT divides by tokens it never saw arrive apart "
+        "(several tokens in one chunk the engine did not count per chunk, or an output-token count "
+        "above what streamed). Do not judge decode speed by this TPOT; compare the engine's "
+        "histogram (phases_ms.engine_itl_mean_ms), and ask the engine for per-chunk usage"
     )
 
 

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 
 from infra_agent.serving.engine.metrics import LATENCY_BUCKETS
 from infra_agent.serving.loadgen import PlainTokenizer
+from infra_agent.serving.loadgen.metrics import RequestRecord, compute
 from infra_agent.tools.serve_benchmark import engine_truth, plan
 from infra_agent.tools.serve_benchmark.phases import parse
 from infra_agent.tools.serve_benchmark.schema import RepeatMetrics, Workload
@@ -187,3 +189,44 @@ def test_a_sharegpt_warm_up_sends_conversations_no_repeat_measures(tmp_path, tin
     # every conversation measured: the warm-up still runs, on some of them
     full = plan.plan(work.model_copy(update={"num_requests": 10}), tok, path, repeats=1)
     assert len(full.warmup_for(0)) == 2
+
+
+def _held_back_stream(n: int, held: int, gap_ms: float, counted: bool) -> RequestRecord:
+    """One request whose engine made `n` tokens `gap_ms` apart, the first `held` of them held back
+    by its detokeniser and sent in one chunk, the rest one per chunk; `counted`: with per-chunk
+    usage (continuous_usage_stats)."""
+    made_s = [0.05 + i * gap_ms / 1e3 for i in range(n)]  # when the engine made each token
+    rec = RequestRecord(index=0, scheduled_s=0.0, sent_s=0.0)
+    rec.content_times_s = [made_s[held - 1], *made_s[held:]]
+    rec.content_tokens = [held, *[1] * (n - held)] if counted else [None] * (n - held + 1)
+    rec.last_chunk_s = made_s[-1]
+    rec.output_tokens = n
+    return rec
+
+
+def test_a_tpot_below_the_engines_own_gaps_is_named_and_counted_chunks_fix_it():
+    """The witness is the engine's own timeline: tokens made 10 ms apart, so the engine's mean
+    inter-token gap is 10 ms, whatever the client counts. Eight tokens held back in the first chunk
+    and counted as one (vLLM's rule without per-chunk usage) read TPOT 7.7 ms, which the harness
+    names; counted from the engine's per-chunk usage, TPOT is the engine's 10 ms and nothing is
+    named (issue 36: the load generator read 0.71-0.83x the engine's own gap)."""
+    engine_gap_ms = float(np.mean(np.diff([0.05 + i * 0.01 for i in range(32)]))) * 1e3
+
+    def repeat(counted: bool) -> RepeatMetrics:
+        recs = [_held_back_stream(32, 8, 10.0, counted) for _ in range(4)]
+        tpot = compute(recs, duration_s=1.0).tpot_ms
+        assert tpot is not None
+        rep = _repeat(9.0, 10.0, 10, engine_gap_ms, 0.0)
+        return rep.model_copy(
+            update={"latencies_ms": {**rep.latencies_ms, "tpot": {"mean": tpot.mean}}}
+        )
+
+    uncounted, counted = repeat(False), repeat(True)
+    assert uncounted.latencies_ms["tpot"]["mean"] == pytest.approx(240 / 31)
+    assert counted.latencies_ms["tpot"]["mean"] == pytest.approx(engine_gap_ms)
+    found = engine_truth.findings([uncounted] * 3, reuse_prompts=False)
+    assert [f.split(":")[0] for f in found] == ["client_engine_gap"], found
+    assert "TPOT mean 7.74 ms is 0.77x the engine's own mean inter-token gap 10 ms" in found[0]
+    assert engine_truth.findings([counted] * 3, reuse_prompts=False) == []
+    # one low repeat of three is a moment, not a finding
+    assert engine_truth.findings([uncounted, counted, counted], reuse_prompts=False) == []
