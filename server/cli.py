@@ -140,7 +140,7 @@ def serve(
             metavar="auto|HOST:PORT",
             help="Run jobs on a Ray cluster: 'auto' joins the one `ray start --head` made on this "
             "host, HOST:PORT another head (over infra-agent.toml's [cluster] address). Engines "
-            "and profiled jobs stay on this host; see the README's 'Running on a cluster'.",
+            "and profiled jobs stay on this host; see docs/cluster.md.",
         ),
     ] = None,
 ) -> None:
@@ -599,7 +599,7 @@ def gc(
 ) -> None:
     """Delete stored code (blobs) that no experiment in the ledger references, rebuilt snapshot
     folders, and old experiments' artifacts and job folders (never a pinned or recent experiment's,
-    nor what one needs: README, infra-agent gc); prints what it freed."""
+    nor what one needs: docs/workspaces.md, 'What gc keeps'); prints what it freed."""
     import time
 
     from ..kernels.snapshots import collect_garbage

@@ -1,7 +1,7 @@
 """What `infra-agent call` does around the MCP call: arguments from the command line, the
 exit code a script can branch on, and error text in the terminal's words.
 
-Exit codes of `infra-agent call` (README "The command line", `infra-agent call --help`):
+Exit codes of `infra-agent call` (docs/clients.md, "The command line", `infra-agent call --help`):
 
 - 0: the tool answered, and nothing in the answer failed: the hypothesis is supported
   or not judged, and the verdict (if the tool has one) is not a failing one;

@@ -155,7 +155,7 @@ def pruned_message(experiment_id: str, name: str, pruned_at: float) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(pruned_at))
     return (
         f"artifact://{experiment_id}/{name} was deleted by `infra-agent gc` on {when} (the "
-        "experiment's artifacts were past the retention policy: README, infra-agent gc); its "
+        "experiment's artifacts were past the retention policy: docs/workspaces.md, 'What gc keeps'); its "
         f"recorded numbers remain in experiment://{experiment_id}. Rerun the experiment to make "
         "the file again, and `infra-agent pin` an experiment whose files you want kept"
     )

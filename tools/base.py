@@ -45,7 +45,7 @@ from .common.expect import (
     summary_line,
 )
 
-# Argument limits, the same for every tool (README "Limits" lists them). A field that
+# Argument limits, the same for every tool (docs/limits.md lists them). A field that
 # declares its own max_length keeps it; every other field gets the limit of its kind.
 MAX_TEXT_CHARS = 2_000  # hypothesis: one sentence, stored in every ledger row
 MAX_NAME_CHARS = 256  # kernel, impl, entry, dtype, target, ids and every other short string

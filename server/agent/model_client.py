@@ -203,7 +203,7 @@ class ChatClient:
             )
         return ModelAPIError(
             f"the model API rejected the request (HTTP {status}: {snippet}); the fields it must "
-            "accept are listed under 'GLM via tool calls' in the README (--extra-body adds "
+            "accept are listed in docs/clients.md, 'GLM via tool calls' (--extra-body adds "
             "provider fields)"
         )
 

@@ -1,6 +1,6 @@
 """Serving metrics from per-request records, as `vllm bench serve` defines them.
 
-Pure functions over timestamps; no HTTP. The definitions (also in the README and in
+Pure functions over timestamps; no HTTP. The definitions (also in docs/serving.md and in
 every result, so a number is never read under the wrong rule):
 
 - **TTFT**: first chunk carrying generated content (non-empty text or delta content)

@@ -27,7 +27,7 @@ INSPECTOR = NODE_MODULES / "@modelcontextprotocol" / "inspector-cli" / "build" /
 TOKEN = "test-token-0123456789"
 ENTRY_POINT = Path(sys.executable).parent / "infra-agent"  # the test venv's own command
 
-# The scenarios that apply to a server with our feature set (see README, "Conformance").
+# The scenarios that apply to a server with our feature set (see docs/clients.md, "Protocol conformance").
 SCENARIOS = [
     "server-initialize",
     "ping",

@@ -105,7 +105,7 @@ def _raised_report(case: Case, first: Call | None) -> CaseReport:
 
 def _interpreter_suspect(ev: CaseEvidence) -> list[Finding]:
     """A failing case whose kernel did bfloat16 arithmetic in the CPU interpreter, which keeps
-    bf16 as raw uint16 bits and does integer arithmetic on them (README, check_numerics)."""
+    bf16 as raw uint16 bits and does integer arithmetic on them (docs/kernel-loop.md, check_numerics)."""
     ops = sum(c.interpreter_bf16_ops for c in ev.calls if c.kind == CALL_FIRST)
     if not ops:
         return []

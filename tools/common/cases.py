@@ -1,6 +1,6 @@
 """Cases per call: the same case twice is the same evidence twice, and every case is a
 sandbox job's worth of time, so tools deduplicate what they were given and refuse more
-than a fixed number of cases with an error that says the cap (README "Limits")."""
+than a fixed number of cases with an error that says the cap (docs/limits.md)."""
 
 from __future__ import annotations
 

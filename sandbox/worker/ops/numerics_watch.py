@@ -4,7 +4,7 @@
   payload no arithmetic produces (protocol.UNWRITTEN_FLOAT_BITS), so the judge tells an
   unwritten element from a NaN the kernel computed.
 - ``watch_triton``: Triton launches (and the errors they raised), and, under the CPU
-  interpreter, bfloat16 arithmetic, which the interpreter computes wrongly (README).
+  interpreter, bfloat16 arithmetic, which the interpreter computes wrongly (docs/kernel-loop.md).
 - ``call_diagnostic``: a call that raised, pointed at the candidate's file:line:col with
   compile_kernel's helpers (compile_diag).
 """

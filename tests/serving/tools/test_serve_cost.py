@@ -38,7 +38,7 @@ async def test_a_slow_engine_is_refused_with_its_estimate_and_the_estimate_holds
     # the estimate against the wall time the repeats took (measured apart from the probe)
     estimated, elapsed = out["estimated_s"], out["elapsed_s"]
     print(f"estimated {estimated} s, took {elapsed} s")
-    # within 3x: three runs here gave 10.4/9.8, 15.0/17.9 and 3.7/6.2 s (README), and one CI run
+    # within 3x: three runs here gave 10.4/9.8, 15.0/17.9 and 3.7/6.2 s (docs/serving.md), and one CI run
     # 0.9/2.3 s (the short repeat's wall time is mostly the loaded host's, not the engine's)
     assert elapsed / 3 <= estimated <= 3 * elapsed, (estimated, elapsed)
     probing = f"estimating the cost on {eng['handle']}: one request of 32 -> 4 tokens"

@@ -164,7 +164,7 @@ async def _benchmark_planted_queue_and_a_death(c, workspace: Path) -> None:
 
 
 # Ours and `vllm bench serve` (vLLM's own benchmark client, from the same venv), alternating on
-# one engine with the same shape of workload. Their definitions agree here (README's table):
+# one engine with the same shape of workload. Their definitions agree here (docs/serving.md's table):
 # TTFT at the first chunk with text (a completions stream has no role chunk), ITL per chunk
 # (one token per chunk), TPOT = (E2EL - TTFT) / (tokens - 1). Bound: the medians may differ
 # by the larger of the two sides' spreads over their rounds (with nothing changed, one side's

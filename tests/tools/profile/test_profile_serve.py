@@ -77,7 +77,7 @@ async def test_a_cancelled_window_is_closed_and_the_next_profile_runs(engine_ser
     # export the engine did not survive in two CI runs on a faster host). Not 5 s: that window grew to
     # ~9 s (the load runs until /stop_profile lands) and exporting it took ~13 GB (torch.profiler
     # held 5.7 GB after the stop, the trace file 382 MB), past the engine's 6.3 GB memory
-    # ceiling: the engine was killed (README, profile: the memory a window costs).
+    # ceiling: the engine was killed (docs/profile.md: what a window costs in memory).
     with pytest.raises((asyncio.TimeoutError, TimeoutError)):
         await asyncio.wait_for(
             engine_server.call_tool(
