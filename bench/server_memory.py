@@ -3,7 +3,11 @@ kinds of call: listings, kernel calls, failing serve calls, odd expect strings, 
 with tracemalloc snapshots, the heap's top growers (by allocation site) between the first
 snapshot after warm-up and the last, and the process's RSS (issue 36, item 6).
 
-    python bench/server_memory.py [--calls 1200] [--top 15]
+    python bench/server_memory.py [--calls 1200] [--top 15] [--heavy] [--before REV]
+
+--before REV runs the session twice, each in a process of its own: on REV's code (`git archive`)
+and on this tree, one after the other, and prints each side's RSS slope (least squares over the
+marks after the warm-up, KB per call) and their ratio.
 
 Both sides of a fix are measured by running this on each (the growth per call is the number to
 compare; a bounded server's heap stops growing after the warm-up).
@@ -26,13 +30,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
+import re
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loop_latency import _extract  # noqa: E402  (git archive REV as an importable infra_agent)
 from mcp_session import zoo_session  # noqa: E402
 
 # One round of calls, cheap and deterministic; each kind the fuzzer makes (answers and clean errors)
@@ -87,8 +97,8 @@ async def session(calls: int, top: int, heavy: bool) -> None:
         tracemalloc.start(8)
         first, rss_first, t0 = tracemalloc.take_snapshot(), rss_mb(), time.monotonic()
         heap_first = tracemalloc.get_traced_memory()[0]  # 0: what the warm-up left is not traced
-        marks = []
-        step = max(calls // 4, 1)
+        marks = [(done, heap_first / 2**20, rss_first)]
+        step = max(calls // 16, 1)
         while done < calls:
             await some(min(step, calls - done))
             gc.collect()
@@ -119,6 +129,41 @@ async def session(calls: int, top: int, heavy: bool) -> None:
                 f"  (at {stat.traceback[-1].filename.split('site-packages/')[-1]}:{stat.traceback[-1].lineno})"
             )
         tracemalloc.stop()
+        slope = _slope([(c, r) for c, _, r in marks])
+        print(f"RSS slope after the warm-up: {slope:.1f} KB per call")
+        print("json:", json.dumps({"rss_slope_kb_per_call": slope, "marks": marks}))
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of RSS (MB) over calls, in KB per call."""
+    n = len(points)
+    mx, my = sum(c for c, _ in points) / n, sum(r for _, r in points) / n
+    den = sum((c - mx) ** 2 for c, _ in points) or 1.0
+    return 1024 * sum((c - mx) * (r - my) for c, r in points) / den
+
+
+def before_and_after(rev: str, argv: list[str]) -> None:
+    """The same session on `rev`'s code and on this tree, one process each; the slopes' ratio."""
+    slopes = {}
+    with tempfile.TemporaryDirectory(prefix="ia-mem-before-") as tmp:
+        sides = {f"before ({rev})": str(_extract(rev, Path(tmp))), "after (this tree)": None}
+        for side, pythonpath in sides.items():
+            env = dict(os.environ)
+            if pythonpath is not None:  # found before the editable install of this tree
+                env["PYTHONPATH"] = pythonpath
+            out = subprocess.run(
+                [sys.executable, __file__, *argv], env=env, capture_output=True, text=True
+            ).stdout
+            print(f"== {side}\n{out}", flush=True)
+            found = re.search(r"^json: (.*)$", out, re.M)
+            if found is None:
+                raise SystemExit(f"the {side} session printed no result; run it alone to see why")
+            slopes[side] = json.loads(found.group(1))["rss_slope_kb_per_call"]
+    before, after = slopes.values()
+    print(
+        f"RSS slope: before {before:.1f} KB/call, after {after:.1f} KB/call"
+        + (f" ({before / after:.1f}x less)" if after > 0 else " (after: flat)")
+    )
 
 
 def main() -> None:
@@ -126,7 +171,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1200)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--heavy", action="store_true", help="add calls that run work")
+    parser.add_argument("--before", help="git revision to compare with (one process each)")
     args = parser.parse_args()
+    if args.before:
+        argv = [a for a in sys.argv[1:] if a not in ("--before", args.before)]
+        before_and_after(args.before, argv)
+        return
     asyncio.run(session(args.calls, args.top, args.heavy))
 
 
