@@ -3,7 +3,11 @@ kinds of call: listings, kernel calls, failing serve calls, odd expect strings, 
 with tracemalloc snapshots, the heap's top growers (by allocation site) between the first
 snapshot after warm-up and the last, and the process's RSS (issue 36, item 6).
 
-    python bench/server_memory.py [--calls 1200] [--top 15]
+    python bench/server_memory.py [--calls 1200] [--top 15] [--heavy] [--before REV]
+
+--before REV runs the session twice, each in a process of its own: on REV's code (`git archive`)
+and on this tree, one after the other, and prints each side's RSS slope (least squares over the
+marks after the warm-up, KB per call) and their ratio.
 
 Both sides of a fix are measured by running this on each (the growth per call is the number to
 compare; a bounded server's heap stops growing after the warm-up).
@@ -15,10 +19,28 @@ Measured 2026-12-06 on the 2-core host (other helpers' tests beside it):
   traced heap +4.08 MB (3.75 MB of it one block, pathlib's interned path parts from
   sandbox/outcome.py's sanitize_tree walk, a dict that grew once; the rest matplotlib's font
   and mathtext caches, bounded LRUs); RSS 361 -> 442 MB. The RSS growth is native, not the
-  Python heap: check_numerics alone grows ~3.5 MB a call (329 -> 378 MB over 12 calls), and
-  stops (313 -> 314 MB) when its error histogram is not drawn; MALLOC_ARENA_MAX=2 or
-  malloc_trim(0) after each call do not stop it, and the same plot drawn in a plain process
-  (main thread or a worker thread, 4 K to 1 M elements) does not grow. Cause not yet found.
+  Python heap. (An earlier reading, "check_numerics alone grows ~3.5 MB a call", was its
+  warm-up: matplotlib's import and first fonts: check_numerics alone, today's tree, 387 MB after
+  its first call, 410 after its third, 416 after its 40th.)
+
+The cause: matplotlib caches its FreeType fonts per thread (font_manager.get_font keys its LRU
+of 64 on threading.get_ident()), and mathtext's parse cache (50) holds fonts too. microbench,
+profile and serve_benchmark drew their PNGs on whichever anyio/asyncio worker was free (those
+threads come and go), check_numerics on the late-artifact thread: every new drawing thread
+loaded a new set of fonts, about 0.8 MB of native memory each. Witnesses: in the --heavy run,
+tracemalloc's growers include font_manager.py:1753/1757 (get_font's misses, +30 over 112
+calls); in a plain process, check_numerics' histogram drawn 120 times, each on a fresh thread
+while 0-29 others are alive (so the ids differ): RSS 104 -> 144 MB, get_font's cache 4 -> 56
+entries (28 thread ids); on fresh threads that reuse one id: 104 -> 115 MB, 4 entries. The fix
+(tools/common/plot_thread.py): every plot draws on one long-lived thread. After it, the
+--heavy run's growers no longer include get_font.
+
+Before/after, one run (`--heavy --calls 200 --before 0f03b90`, 2026-12-06, the lead's test suite
+running beside it): get_font misses over the 162 measured calls +50 before, none after; RSS 410
+-> 471 MB before, 411 -> 454 MB after; RSS slope over the measured calls 339 vs 236 KB per call,
+over their second half (calls 122-200) 102 vs 55 KB per call (1.9x less; after: 453 -> 454 MB
+over calls 134-200). What still grows once: ~27-34 MB on both sides at the first heavy round
+after the warm-up (calls 50-62), and the 3.75 MB pathlib block.
 """
 
 from __future__ import annotations
@@ -26,13 +48,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
+import os
+import re
 import resource
+import subprocess
 import sys
+import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loop_latency import _extract  # noqa: E402  (git archive REV as an importable infra_agent)
 from mcp_session import zoo_session  # noqa: E402
 
 # One round of calls, cheap and deterministic; each kind the fuzzer makes (answers and clean errors)
@@ -87,8 +115,8 @@ async def session(calls: int, top: int, heavy: bool) -> None:
         tracemalloc.start(8)
         first, rss_first, t0 = tracemalloc.take_snapshot(), rss_mb(), time.monotonic()
         heap_first = tracemalloc.get_traced_memory()[0]  # 0: what the warm-up left is not traced
-        marks = []
-        step = max(calls // 4, 1)
+        marks = [(done, heap_first / 2**20, rss_first)]
+        step = max(calls // 16, 1)
         while done < calls:
             await some(min(step, calls - done))
             gc.collect()
@@ -119,6 +147,47 @@ async def session(calls: int, top: int, heavy: bool) -> None:
                 f"  (at {stat.traceback[-1].filename.split('site-packages/')[-1]}:{stat.traceback[-1].lineno})"
             )
         tracemalloc.stop()
+        slope = _slope([(c, r) for c, _, r in marks])
+        late = _slope([(c, r) for c, _, r in marks[len(marks) // 2 :]])
+        print(f"RSS slope after the warm-up: {slope:.1f} KB per call; second half: {late:.1f}")
+        print(
+            "json:",
+            json.dumps({"rss_slope_kb_per_call": slope, "late_slope": late, "marks": marks}),
+        )
+
+
+def _slope(points: list[tuple[int, float]]) -> float:
+    """Least-squares slope of RSS (MB) over calls, in KB per call."""
+    n = len(points)
+    mx, my = sum(c for c, _ in points) / n, sum(r for _, r in points) / n
+    den = sum((c - mx) ** 2 for c, _ in points) or 1.0
+    return 1024 * sum((c - mx) * (r - my) for c, r in points) / den
+
+
+def before_and_after(rev: str, argv: list[str]) -> None:
+    """The same session on `rev`'s code and on this tree, one process each; the slopes' ratio."""
+    slopes = {}
+    with tempfile.TemporaryDirectory(prefix="ia-mem-before-") as tmp:
+        sides = {f"before ({rev})": str(_extract(rev, Path(tmp))), "after (this tree)": None}
+        for side, pythonpath in sides.items():
+            env = dict(os.environ)
+            if pythonpath is not None:  # found before the editable install of this tree
+                env["PYTHONPATH"] = pythonpath
+            out = subprocess.run(
+                [sys.executable, __file__, *argv], env=env, capture_output=True, text=True
+            ).stdout
+            print(f"== {side}\n{out}", flush=True)
+            found = re.search(r"^json: (.*)$", out, re.M)
+            if found is None:
+                raise SystemExit(f"the {side} session printed no result; run it alone to see why")
+            got = json.loads(found.group(1))
+            slopes[side] = (got["rss_slope_kb_per_call"], got["late_slope"])
+    for i, what in enumerate(("after the warm-up", "second half")):
+        before, after = (s[i] for s in slopes.values())
+        print(
+            f"RSS slope {what}: before {before:.1f} KB/call, after {after:.1f} KB/call"
+            + (f" ({before / after:.1f}x less)" if after > 0 else " (after: flat)")
+        )
 
 
 def main() -> None:
@@ -126,7 +195,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1200)
     parser.add_argument("--top", type=int, default=15)
     parser.add_argument("--heavy", action="store_true", help="add calls that run work")
+    parser.add_argument("--before", help="git revision to compare with (one process each)")
     args = parser.parse_args()
+    if args.before:
+        argv = [a for a in sys.argv[1:] if a not in ("--before", args.before)]
+        before_and_after(args.before, argv)
+        return
     asyncio.run(session(args.calls, args.top, args.heavy))
 
 

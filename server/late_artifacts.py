@@ -20,6 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from ..tools.common.plot_thread import draw
+
 log = logging.getLogger("infra_agent.server")
 
 
@@ -68,7 +70,7 @@ class LateArtifacts:
 
     def _write(self, path: Path, make: Callable[[], bytes]) -> None:
         try:
-            data = make()
+            data = draw(make)  # plots: on the one plot thread (plot_thread.py)
             partial = path.with_name(f".{path.name}.partial")
             partial.write_bytes(data)
             os.replace(partial, path)

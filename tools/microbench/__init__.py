@@ -11,10 +11,9 @@ floor) -> report (summary, sweep plot, disturbances).
 
 from __future__ import annotations
 
-import anyio
-
 from ..base import Tool, ToolContext
 from ..common.peaks import device_peaks
+from ..common.plot_thread import draw_async
 from . import plan
 from .expect_fields import EXPECT
 from .judge import judge
@@ -42,7 +41,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out = judge(bench, runs, ceilings, peaks_note, host)
     out.launch_config_applied = runs[0].timing.launch_config_applied or None
     if len(runs) > 1:
-        png = await anyio.to_thread.run_sync(_sweep_png, plot_rows(out.shapes))
+        png = await draw_async(_sweep_png, plot_rows(out.shapes))
         out.artifacts.append(ctx.artifact("microbench_sweep.png", png))
     return out
 

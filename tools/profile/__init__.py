@@ -16,6 +16,7 @@ from pathlib import Path
 
 from ..base import Tool, ToolContext
 from ..common.expect import WithEvidence
+from ..common.plot_thread import draw
 from . import findings as find
 from . import judge, report
 from .expect_fields import EXPECT
@@ -108,7 +109,7 @@ def _judged(
     pid = int(raw.get("pid") or 0) if isinstance(raw.get("pid"), int) else 0
     files = [
         ("trace.perfetto.json", report.perfetto_trace(ev, raw.get("op_events"), pid)),
-        ("timeline.png", report.timeline_png(ev)),
+        ("timeline.png", draw(report.timeline_png, ev)),
     ]
     return out, ev, files
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import time
 
-import anyio
-
 from ...serving.adapters import EngineArgs
 from ..base import AgentError, Tool, ToolContext
 from ..common import expect
 from ..common.engines import engine_label, engine_tokenizer, live_engine, start_engine
+from ..common.plot_thread import draw_async
 from . import baseline, engine_truth, jobs, plan, report, undecided
 from .expect_fields import CATALOGUE, EXPECT
 from .judge import aggregate, attribution, latency_table
@@ -144,7 +143,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     if base_engine is not None:
         ctx.artifact("baseline_requests.jsonl", base_jsonl)
     series = report.latency_series(records[-1], base.records if base is not None else None)
-    ctx.artifact("latency.png", await anyio.to_thread.run_sync(report.latency_png, series))
+    ctx.artifact("latency.png", await draw_async(report.latency_png, series))
     ctx.artifact("engine.log", engine.log_tail(200_000))
     out.summary = report.summary(out, out.baseline_source)
     return out
