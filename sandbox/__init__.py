@@ -30,7 +30,7 @@ from .isolation import Isolation
 from .job import Job, JobKind, JobResult, JobStatus
 from .policy import Limits
 from .runner import Sandbox, SandboxError, free_port
-from .service import Service
+from .service import Service, owned_by_live_server
 from .service_spec import Mount, ServiceSite, ServiceSpec
 from .triton_cache import TRUSTED_ZOO
 
@@ -44,6 +44,7 @@ PUBLIC_MODULES = (
     "worker.protocol",
     "worker.shared",
     "worker.tensors",
+    "worker.layouts",  # the input layouts a check tries: the plan names them, the worker makes them
     "worker.loader",
     "worker.recorder",
     "worker.ranges",
@@ -64,5 +65,6 @@ __all__ = [
     "ServiceSpec",
     "TRUSTED_ZOO",
     "free_port",
+    "owned_by_live_server",
     "remove_stale_cgroups",
 ]

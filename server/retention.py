@@ -110,7 +110,7 @@ def _kept(rows: list[dict], now: float, policy: Policy) -> tuple[set[str], dict[
 
 def _old_job_folders(jobs: Path, before: float) -> tuple[int, int]:
     """Delete job folders untouched since `before` whose owner is not alive; (count, bytes)."""
-    from ..sandbox.service import owned_by_live_server
+    from ..sandbox import owned_by_live_server
 
     removed = freed = 0
     for folder in sorted(jobs.iterdir()) if jobs.is_dir() else []:
