@@ -84,9 +84,10 @@ async def run_repeats(
     client read the engine's output late) measured the host, not the engine: a moment of it (a
     pause in this process, a burst of other work) widens that side's [min, max] until no
     criterion or phase can be decided. Where at most remeasure_limit() of a side's repeats
-    disagree, each is measured once more with prompts of its own, and the new run replaces it
-    if it agrees. Where more disagree, nothing is measured again: the setup is at fault, and the
-    findings over the repeats name it."""
+    disagree, each is measured once more with prompts of its own (with reuse_prompts: as cold or
+    warm as the first measurement, Plan.draw_of), and the new run replaces it if it agrees.
+    Where more disagree, nothing is measured again: the setup is at fault, and the findings
+    over the repeats name it."""
     sides = [(engine, await _endpoint(engine, api, ignore_eos))]
     if baseline is not None:
         sides.append((baseline, await _endpoint(baseline, api, ignore_eos)))
@@ -114,7 +115,7 @@ async def run_repeats(
     for i in range(repeats):
         for side in range(len(sides)) if i % 2 == 0 else reversed(range(len(sides))):
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
-            draw = i + repeats * side * same
+            draw = plan.draw_of(i, fresh=i + repeats * side * same)
             runs[side].append(await measure(side, label, draw, len(runs[0]) + len(runs[1])))
 
     remeasured: list[RemeasuredRepeat] = []
@@ -129,8 +130,9 @@ async def run_repeats(
             label = f"repeat {i + 1}/{repeats}" + (" (baseline)" if side else "")
             total += 1
             await progress(total - 1, total, f"{label} disagreed with the engine ({why}): again")
-            again = await measure(side, f"{label} again", spare, total - 1)
-            spare += 1
+            draw = plan.draw_of(i, fresh=spare, again=True)
+            again = await measure(side, f"{label} again", draw, total - 1)
+            spare += draw == spare
             agreed = disagreement(again.metrics) is None
             kept, set_aside = (again, runs[side][i]) if agreed else (runs[side][i], again)
             runs[side][i] = kept

@@ -3,7 +3,9 @@
 Each repeat sends prompts of its own, drawn from (seed, repeat index): the same prompts every
 repeat turned repeats 2.. into prefix-cache hits (hit rate 0.03 in repeat 1, 0.75 after), and
 the median over repeats into a warm-cache number. Seeded by the index, a baseline's repeat i
-and this run's repeat i see the same prompts. `reuse_prompts` sends repeat 0's every time.
+and this run's repeat i see the same prompts. `reuse_prompts` sends prompt set 0 in every
+repeat (`Plan.draw_of`); the other sets then serve only a first repeat measured again, which must
+find the cache as cold as the first did.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ from .schema import Workload
 
 @dataclass(frozen=True)
 class Plan:
-    repeat_requests: list[
-        list[BenchRequest]
-    ]  # what repeat i sends (one list for all with reuse_prompts)
+    repeat_requests: list[list[BenchRequest]]  # prompt set i, drawn from repeat_seed(seed, i)
     arrivals: Arrivals
     slos_ms: dict[str, float]
     tokenizer: PlainTokenizer | None
@@ -39,18 +39,28 @@ class Plan:
     # repeat uses), so that no measured request finds its prompt in the prefix cache, and no
     # warm-up finds an earlier warm-up's
     warmup_requests: list[list[BenchRequest]]
+    reuse_prompts: bool = False  # every repeat sends prompt set 0 (a cache-warm run)
 
     @property
     def requests(self) -> list[BenchRequest]:
         """The first repeat's requests."""
         return self.repeat_requests[0]
 
-    def requests_for(self, repeat: int) -> list[BenchRequest]:
-        return self.repeat_requests[repeat % len(self.repeat_requests)]
+    def draw_of(self, repeat: int, fresh: int, again: bool = False) -> int:
+        """The prompt set a measurement of repeat `repeat` (0-based) sends, where `fresh` is the
+        set of its own it sends in a run of fresh prompts. With reuse_prompts every repeat sends
+        set 0 (warm from the first), except the first measured `again`: set 0 is in the cache by
+        then, and the first repeat is the cold one, so it sends a set of its own."""
+        if self.reuse_prompts and not (repeat == 0 and again):
+            return 0
+        return fresh
 
-    def warmup_for(self, repeat: int) -> list[BenchRequest]:
-        """What to send before requests_for(repeat), excluded from the metrics."""
-        return self.warmup_requests[repeat % len(self.warmup_requests)]
+    def requests_for(self, draw: int) -> list[BenchRequest]:
+        return self.repeat_requests[draw]
+
+    def warmup_for(self, draw: int) -> list[BenchRequest]:
+        """What to send before requests_for(draw), excluded from the metrics."""
+        return self.warmup_requests[draw]
 
 
 def repeat_seed(seed: int, repeat: int) -> int:
@@ -62,7 +72,7 @@ def repeat_seed(seed: int, repeat: int) -> int:
 def plan(
     work: Workload, tokenizer: PlainTokenizer | None, sharegpt_file: Path | None, repeats: int = 1
 ) -> Plan:
-    draws = 1 if work.reuse_prompts else repeats
+    draws = repeats  # with reuse_prompts, set 0 and the sets of a first repeat measured again
     conversations = _read_sharegpt(sharegpt_file) if work.dataset == "sharegpt" else None
     lists = [
         _requests(work, tokenizer, conversations, repeat_seed(work.seed, i)) for i in range(draws)
@@ -84,7 +94,7 @@ def plan(
     }
     warmups = _warmups(work, tokenizer, conversations, lists)
     exact = all(r.exact for reqs in lists for r in reqs)
-    return Plan(lists, arrivals, slos, tokenizer, exact, warmups)
+    return Plan(lists, arrivals, slos, tokenizer, exact, warmups, work.reuse_prompts)
 
 
 def single_wave(work: Workload, durations_s: list[float]) -> list[str]:
