@@ -50,7 +50,7 @@ def serve(
             "--engine-python",
             metavar="ENGINE=PATH",
             help="ENGINE=PATH: the Python an engine with its own install runs on, e.g. "
-            "vllm=/opt/vllm/bin/python (over infra-agent.toml's [engines.vllm] python; default: "
+            "vllm=/opt/vllm/bin/python (over infra-agent.toml's \\[engines.vllm] python; default: "
             "the interpreter of `vllm` on PATH). Repeatable.",
         ),
     ] = None,
@@ -60,8 +60,10 @@ def serve(
             "--cluster",
             metavar="auto|HOST:PORT",
             help="Run jobs on a Ray cluster: 'auto' joins the one `ray start --head` made on this "
-            "host, HOST:PORT another head (over infra-agent.toml's [cluster] address). Engines "
-            "and profiled jobs stay on this host; see docs/cluster.md.",
+            "host, HOST:PORT another head (over infra-agent.toml's \\[cluster] address). Compile, "
+            "run and timing jobs go to its nodes, and so does an engine launched with resources= "
+            "(with its load generator); profile jobs and engines launched without resources= "
+            "stay on this host; see docs/cluster.md.",
         ),
     ] = None,
 ) -> None:
