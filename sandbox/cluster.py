@@ -13,8 +13,10 @@ dies is started once more on an eligible node (every job is idempotent: it write
 own folder); that retry is ours, as Ray replays a streaming task only when it yields the same
 number of items again. What stays on the server: the judge (the tool that reads the
 result), the ledger, the code snapshots, and the jobs the server watches from outside
-(`Job.host_bound`: profile's samplers), which run on the local sandbox. Services (engines)
-run on the server's host too.
+(`Job.host_bound`: profile's samplers), which run on the local sandbox. Engines are not
+jobs: one launched without `resources=` runs in the local sandbox, on the server's host; one
+launched with `resources=` runs on a node that has them (serving/remote.py, on this executor's
+Ray), with its load generator.
 
 Ray leaves a task that no live node can ever run pending forever; here a job whose resources
 no live node has is refused before it is sent, and one waiting when the last such node dies

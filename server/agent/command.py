@@ -1,6 +1,6 @@
 """`infra-agent agent`'s body: options -> AgentConfig, the key from the environment, one run,
 the summary on stdout, an exit code (0 answered, 3 a budget ended the run, 1 the model API
-failed). server/cli.py keeps only the option declarations."""
+failed). server/cli/agent.py keeps only the option declarations."""
 
 from __future__ import annotations
 

@@ -22,37 +22,15 @@ import anyio
 import pytest
 from conftest import ToolCallError, call
 from mcp import Client
+from rowscale_kernel import write_rowscale
 from test_report import close_to, launched_chromium, tab
 
 from infra_agent.server.app import build_server
 from infra_agent.server.report import Filters, build_report
 
-SPEC = """
-from infra_agent.kernels.schema import Arg, KernelSpec, Tolerance
-
-SPEC = KernelSpec(
-    name="rowscale",
-    description="out = 2 * x over rows of a matrix.",
-    reference="reference.py:rowscale",
-    impls={"good": "good.py:rowscale", "stride_bug": "stride_bug.py:rowscale",
-           "slow": "slow.py:rowscale"},
-    args=(Arg("x", ("M", "N")),),
-    shapes={"cpu": ({"M": 64, "N": 1024},), "gpu": ({"M": 64, "N": 1024},)},
-    dtypes=("float32",),
-    flops=lambda s: s["M"] * s["N"],
-    bytes=lambda s, itemsize: 2 * s["M"] * s["N"] * itemsize,
-    tolerances={"float32": Tolerance(rel_l2=1e-6, why="one rounding")},
-    partition=None,
-)
-"""
 SLOW = "def rowscale(x):\n    out = 2 * x\n    for _ in range({n}):\n        out = 2 * x\n    return out\n"
-FILES = {
-    "spec.py": SPEC,
-    "reference.py": "def rowscale(x):\n    return 2 * x\n",
-    "good.py": "def rowscale(x):\n    return x + x\n",
-    "stride_bug.py": "def rowscale(x):\n    return (2 * x.reshape(-1)).view(x.shape)\n",
-    "slow.py": SLOW.format(n=40),
-}
+IMPLS = {"good": "good.py:rowscale", "slow": "slow.py:rowscale"}
+FILES = {"good.py": "def rowscale(x):\n    return x + x\n", "slow.py": SLOW.format(n=40)}
 SHAPE = [{"M": 64, "N": 1024}]
 
 
@@ -74,10 +52,7 @@ HYPOTHESIS_OF_BROKEN = "a lambda is as good as a function"
 @pytest.fixture(scope="module")
 def night(tmp_path_factory) -> Night:
     root = tmp_path_factory.mktemp("changes") / "ws"
-    folder = root / "kernels" / "rowscale"
-    folder.mkdir(parents=True)
-    for name, text in FILES.items():
-        (folder / name).write_text(text)
+    write_rowscale(root, IMPLS, FILES, SHAPE[0])
     return anyio.run(_calls, root)
 
 

@@ -10,6 +10,7 @@ worst cases, error histogram).
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from functools import partial
 from pathlib import Path
@@ -24,7 +25,7 @@ from ..common.seeds import trial_seed
 from . import jobs
 from .answers import RefFacts
 from .expect_fields import EXPECT
-from .layouts import layout_findings
+from .layouts import layout_findings, layout_probes
 from .plan import Plan, make_plan
 from .report import summary, worst_json
 from .schema import CHECKS, Input, LockReport, Output
@@ -70,7 +71,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         partition_rows[case.label] = judgement.partition_row
         if judgement.errors is not None:
             series[case.label] = judgement.errors
-    findings += layout_findings(plan, reports)
+    failing_alone, probe_compiles, total = await _probe_layouts(
+        ctx, plan, reports, enabled, inp.timeout_s, total
+    )
+    findings += layout_findings(plan, reports, failing_alone)
     verdict = overall(reports, findings)
     artifacts = [ctx.artifact("worst_cases.json", worst_json(reports, partition_rows))]
     if (
@@ -92,7 +96,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         lock=lock,
         checks=sorted(enabled),
         artifacts=artifacts,
-        triton_compiles=ref.compiles + compiles,
+        triton_compiles=ref.compiles + compiles + probe_compiles,
         launch_config_applied=applied,
         layout_notes=plan.layout_notes,
         summary=summary(plan.what_ran, verdict, reports, findings),
@@ -107,6 +111,7 @@ async def _run_cases(
     enabled: set[str],
     timeout_s: float,
     total: int,
+    done: int = 0,
 ) -> tuple[list[CaseJudgement], int, LaunchConfigApplied | None]:
     """Every case's job at once (the sandbox's slots decide how many run together), each judged as
     it finishes; results in plan order. As if run in order: a failing case stops the cases after
@@ -137,12 +142,39 @@ async def _run_cases(
 
     async with anyio.create_task_group() as tasks:
         for i, case in enumerate(plan.cases):
-            await ctx.progress(case.index + 1, total, f"case {case.label}")
+            await ctx.progress(done + i + 1, total, f"case {case.label}")
             tasks.start_soon(run_and_judge, i, case)
     if failures:
         raise failures[min(failures)]
     judgements = [j for j in judged if j is not None]  # all of them: none failed
     return judgements, sum(compiles), applied[0]
+
+
+async def _probe_layouts(
+    ctx: ToolContext, plan: Plan, reports: list, enabled: set[str], timeout_s: float, total: int
+) -> tuple[dict[int, list[int]], int, int]:
+    """Where a layout case with several arguments re-laid failed (and its as-made case passed),
+    each argument re-laid alone (layouts.layout_probes): its own reference job and one job per
+    probe. Returns failing layout case index -> the arguments whose probe fails, the Triton
+    compiles the probes made, and the call's progress total with the probes; nothing runs
+    when no layout case failed."""
+    probes = layout_probes(plan, reports)
+    if not probes:
+        return {}, 0, total
+    sub = dataclasses.replace(plan, cases=[p.case for p in probes])
+    done, total = total, total + len(probes) + 1
+    await ctx.progress(done, total, "a layout failed: re-laying its arguments one at a time")
+    ref = await jobs.run_reference(ctx.sandbox, sub, timeout_s)
+    with tempfile.TemporaryDirectory(prefix="check-numerics-probes-") as keep:
+        ref_dir = jobs.keep_reference_files(ref.out_dir, sub, Path(keep))
+        judged, compiles, _ = await _run_cases(
+            ctx, sub, ref_dir, ref.facts, enabled, timeout_s, total, done
+        )
+    failing_alone: dict[int, list[int]] = {p.of: [] for p in probes}
+    for probe, judgement in zip(probes, judged, strict=True):
+        if judgement.report.verdict == "fail":
+            failing_alone[probe.of].append(probe.arg)
+    return failing_alone, ref.compiles + compiles, total
 
 
 def cache_group(ctx: ToolContext, plan: Plan) -> str:

@@ -120,19 +120,24 @@ def _role_order(role: str) -> int:
 def _role_change(store: BlobStore, role: str, a: RanCode | None, b: RanCode | None) -> RoleCode:
     shown_a = a and f"{a.label} ({a.where})"
     shown_b = b and f"{b.label} ({b.where})"
+    same_code, words, diff = _compare(store, role, a, b, shown_a, shown_b)
+    return RoleCode(role=role, a=shown_a, b=shown_b, same_code=same_code, words=words, diff=diff)
+
+
+def _compare(
+    store: BlobStore,
+    role: str,
+    a: RanCode | None,
+    b: RanCode | None,
+    shown_a: str | None,
+    shown_b: str | None,
+) -> tuple[bool | None, str, str]:
+    """RoleCode's same_code, words and diff for what a and b ran in one role."""
     if a is None or b is None:
         side, shown = ("b", shown_b) if a is None else ("a", shown_a)
-        return RoleCode(
-            role=role,
-            a=shown_a,
-            b=shown_b,
-            same_code=None,
-            words=f"only {side} ran a {role}: {shown}",
-        )
+        return None, f"only {side} ran a {role}: {shown}", ""
     if a.same_code(b):
-        return RoleCode(
-            role=role, a=shown_a, b=shown_b, same_code=True, words=f"{role} same: {a.where}"
-        )
+        return True, f"{role} same: {a.where}", ""
     if not a.same_entry(b):
         if a.files == b.files:
             how = "one file, two functions (the file is the same)"
@@ -140,27 +145,14 @@ def _role_change(store: BlobStore, role: str, a: RanCode | None, b: RanCode | No
             how = "two functions of one file, and the file differs too"
         else:
             how = "different files"
-        return RoleCode(
-            role=role,
-            a=shown_a,
-            b=shown_b,
-            same_code=False,
-            words=f"{role} {shown_a} -> {shown_b}: {how}",
-            diff=_function_diff(store, a, b),
-        )
+        return False, f"{role} {shown_a} -> {shown_b}: {how}", _function_diff(store, a, b)
     moved = sorted(p for p in set(a.files) | set(b.files) if a.files.get(p) != b.files.get(p))
     own = (
         "the function's own text is the same: something else in its files changed"
         if a.function_sha256 is not None and a.function_sha256 == b.function_sha256
         else "the function's own text changed"
     )
-    return RoleCode(
-        role=role,
-        a=shown_a,
-        b=shown_b,
-        same_code=False,
-        words=f"{role} {a.where} edited: {', '.join(moved)} ({own})",
-    )
+    return False, f"{role} {a.where} edited: {', '.join(moved)} ({own})", ""
 
 
 def _function_diff(store: BlobStore, a: RanCode, b: RanCode) -> str:

@@ -11,6 +11,7 @@ interpreter on), for a plain-Python witness on the same inputs.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import sys
 from pathlib import Path
@@ -139,9 +140,18 @@ def load(root: Path, name: str):
     return module
 
 
-def witness_rel_l2(root: Path, impl: str, shape: dict, seed: int, contiguous: bool = False):
+def witness_rel_l2(
+    root: Path,
+    impl: str,
+    shape: dict,
+    seed: int,
+    contiguous: bool = False,
+    padded: tuple[int, ...] = (),
+):
     """The worst output's rel L2 of `impl` against the float64 reference on the inputs make_inputs makes from
-    `seed` (made contiguous with `contiguous`): plain Python, no harness."""
+    `seed` (made contiguous with `contiguous`; then the arguments at the indices `padded` put in
+    padded rows by hand: a view into a NaN-filled buffer, row stride + 16, offset 16): plain
+    Python, no harness."""
     import torch
 
     inputs = load(root, "inputs.py").make_inputs(
@@ -149,11 +159,27 @@ def witness_rel_l2(root: Path, impl: str, shape: dict, seed: int, contiguous: bo
     )
     if contiguous:
         inputs = [t.contiguous() for t in inputs]
+    for j in padded:
+        inputs[j] = _padded_rows(inputs[j])
     fn = getattr(load(root, "fused_scale_triton.py"), impl)
     outs = fn(*inputs)
     refs = load(root, "reference.py").fused_scale(*[t.double() for t in inputs])
-    # each output's rel L2, the worst one (as a case's trial_rel_l2 reports it)
-    return max(
+    # each output's rel L2, the worst one (as a case's trial_rel_l2 reports it); NaN (an
+    # output read from the NaN padding) is the worst of all, wherever it stands
+    rels = [
         float((o.double() - r).pow(2).sum().sqrt() / r.pow(2).sum().sqrt())
         for o, r in zip(outs, refs)
-    )
+    ]
+    return float("nan") if any(math.isnan(x) for x in rels) else max(rels)
+
+
+def _padded_rows(t, pad: int = 16):
+    """`t`'s values in a view whose dimension 0 has `pad` more elements of stride and whose
+    storage starts `pad` elements in, the gaps NaN (torch.as_strided over a fresh buffer)."""
+    import torch
+
+    rest = t[0].numel()
+    buf = torch.full((pad + t.shape[0] * (rest + pad),), float("nan"), dtype=t.dtype)
+    view = buf[pad:].view(t.shape[0], rest + pad)[:, :rest].view(t.shape)
+    view.copy_(t)
+    return view

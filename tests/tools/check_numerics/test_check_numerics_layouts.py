@@ -92,6 +92,19 @@ async def test_padded_rows_catch_a_stride_bug_that_contiguous_inputs_hide(
     (finding,) = [f for f in out["findings"] if f["code"] == "layout_sensitive"]
     assert finding["severity"] == "error" and "'padded_rows'" in finding["message"]
     assert "q (4, 2, 16) strides (48, 16, 1), offset 16" in finding["message"]
+    # which argument's layout: all three were re-laid; the finding names the ones whose
+    # layout alone fails, as the witness tells with each put in padded rows by hand
+    fails_alone = [
+        name
+        for j, name in enumerate(["q", "k", "cos"])
+        if not witness_rel_l2(strided_root, "fused_scale_stride_bug", SHAPE, 0, True, (j,)) <= TOL
+    ]
+    assert fails_alone == ["q", "k"]  # their rows are what it misreads; cos's stride it reads
+    passes_alone = [n for n in ["q", "k", "cos"] if n not in fails_alone]
+    assert (
+        f"Re-laid one at a time: it fails with {' or '.join(fails_alone)} alone re-laid; with "
+        f"{', '.join(passes_alone)} alone re-laid it passes." in finding["message"]
+    ), finding["message"]
     assert out["verdict"] == "fail"
 
     good = await call(

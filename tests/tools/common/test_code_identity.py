@@ -11,34 +11,14 @@ from pathlib import Path
 
 import pytest
 from conftest import call
+from rowscale_kernel import write_rowscale
 
 pytestmark = pytest.mark.anyio
 
-SPEC = """
-from infra_agent.kernels.schema import Arg, KernelSpec, Tolerance
-
-SPEC = KernelSpec(
-    name="rowscale",
-    description="out = 2 * x over rows of a matrix.",
-    reference="reference.py:rowscale",
-    impls={"good": "good.py:rowscale", "stride_bug": "stride_bug.py:rowscale",
-           "twice": "shared.py:twice", "twice_too": "shared.py:twice_too"},
-    args=(Arg("x", ("M", "N")),),
-    shapes={"cpu": ({"M": 4, "N": 8},), "gpu": ({"M": 4, "N": 8},)},
-    dtypes=("float32",),
-    flops=lambda s: s["M"] * s["N"],
-    bytes=lambda s, itemsize: 2 * s["M"] * s["N"] * itemsize,
-    tolerances={"float32": Tolerance(rel_l2=1e-6, why="one rounding")},
-    partition=None,
-)
-"""
+IMPLS = {"good": "good.py:rowscale", "twice": "shared.py:twice", "twice_too": "shared.py:twice_too"}
 FILES = {
-    "spec.py": SPEC,
-    "reference.py": "def rowscale(x):\n    return 2 * x\n",
     "helpers.py": "def double(x):\n    return x + x\n",
     "good.py": "from helpers import double\n\n\ndef rowscale(x):\n    return double(x)\n",
-    # assumes contiguous rows: right here, wrong on a strided view
-    "stride_bug.py": "def rowscale(x):\n    return (2 * x.reshape(-1)).view(x.shape)\n",
     "shared.py": "def twice(x):\n    return 2 * x\n\n\ndef twice_too(x):\n    return x * 2\n",
     # not imported by any impl: an edit of it is not a change of the code the calls ran
     "notes.py": "UNUSED = 1\n",
@@ -51,10 +31,7 @@ async def own_client(tmp_path: Path):
 
     from infra_agent.server.app import build_server
 
-    folder = tmp_path / "ws" / "kernels" / "rowscale"
-    folder.mkdir(parents=True)
-    for name, text in FILES.items():
-        (folder / name).write_text(text)
+    folder = write_rowscale(tmp_path / "ws", IMPLS, FILES, {"M": 4, "N": 8})
     srv = build_server(tmp_path / "ws")
     async with Client(srv) as client:
         yield client, folder

@@ -15,6 +15,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from compile_matmul import KERNELS, matmul_payload
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT, load_workspace
 from infra_agent.sandbox.worker.context import JobContext
@@ -22,8 +23,6 @@ from infra_agent.tools.compile_kernel.judge import amd_kernels, nvidia_kernels
 from infra_agent.tools.compile_kernel.occupancy import TARGETS
 from infra_agent.tools.compile_kernel.plan import plan_target_payload
 from infra_agent.tools.compile_kernel.report import format_diagnostic, notes
-
-KERNELS = Path(__file__).parent / "compile_kernels"
 
 
 @pytest.fixture(scope="module")
@@ -149,25 +148,7 @@ def test_kernel_written_to_spill_shows_spills_and_local_memory(compiler):
 
 
 def test_tl_dot_uses_tensor_cores_on_sm_90a(compiler):
-    payload = {
-        "source": (KERNELS / "matmul.py").read_text(),
-        "entry": "matmul_kernel",
-        "signature": {
-            "a_ptr": "*fp16",
-            "b_ptr": "*fp16",
-            "c_ptr": "*fp16",
-            "M": "i32",
-            "N": "i32",
-            "K": "i32",
-            "stride_am": "i32",
-            "stride_bk": "i32",
-            "stride_cm": "i32",
-        },
-        "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
-        "options": {"num_warps": 4},
-        "target": plan_target_payload(TARGETS["sm_90a"]),
-    }
-    raw, out = compiler(payload)
+    raw, out = compiler(matmul_payload("sm_90a", 64, 64, 32))
     (k,) = judge(raw, out, "sm_90a")
     assert k.instruction_mix.tensor_core_mma > 0
     assert any(op.startswith("HGMMA") for op in k.instruction_mix.tensor_core_ops)
@@ -335,25 +316,7 @@ def test_amd_registers_and_occupancy_are_the_compilers_own(compiler, target):
     # issue 34: a 256x256 MFMA tile keeps its accumulators in AGPRs; on these targets the
     # register file is unified and .vgpr_count already counts them, so adding .agpr_count
     # again counted them twice (768 registers, occupancy 0%)
-    payload = {
-        "source": (KERNELS / "matmul.py").read_text(),
-        "entry": "matmul_kernel",
-        "signature": {
-            "a_ptr": "*fp16",
-            "b_ptr": "*fp16",
-            "c_ptr": "*fp16",
-            "M": "i32",
-            "N": "i32",
-            "K": "i32",
-            "stride_am": "i32",
-            "stride_bk": "i32",
-            "stride_cm": "i32",
-        },
-        "constexprs": {"BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32},
-        "options": {"num_warps": 4},
-        "target": plan_target_payload(TARGETS[target]),
-    }
-    raw, out = compiler(payload)
+    raw, out = compiler(matmul_payload(target, 256, 256, 32))
     (k,) = judge(raw, out, target)
     truth = _compiler_numbers((out / "kernel.amdgcn").read_text())
     assert truth["agprs"] > 0 and k.instruction_mix.tensor_core_mma > 0  # the case at hand

@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from compile_matmul import KERNELS, MATMUL_SIGNATURE, MATMUL_SOURCE
 from conftest import ToolCallError, call
 
 from infra_agent.kernels.workspace import EMBEDDED_ROOT
-
-KERNELS = Path(__file__).parent / "compile_kernels"
 
 
 @pytest.mark.anyio
@@ -96,7 +93,7 @@ async def test_tool_compiles_caches_and_diffs(client):
 
 @pytest.mark.anyio
 async def test_tool_baseline_source_and_amd(client):
-    cand = (KERNELS / "matmul.py").read_text()
+    cand = MATMUL_SOURCE
     base = cand.replace(
         "acc += tl.dot(a, b)",  # the same product on CUDA cores
         "acc += tl.sum(a[:, :, None].to(tl.float32) * b[None, :, :].to(tl.float32), axis=1)",
@@ -105,17 +102,7 @@ async def test_tool_baseline_source_and_amd(client):
         entry="matmul_kernel",
         target="sm_90a",
         num_warps=4,
-        signature={
-            "a_ptr": "*fp16",
-            "b_ptr": "*fp16",
-            "c_ptr": "*fp16",
-            "M": "i32",
-            "N": "i32",
-            "K": "i32",
-            "stride_am": "i32",
-            "stride_bk": "i32",
-            "stride_cm": "i32",
-        },
+        signature=MATMUL_SIGNATURE,
         constexprs={"BLOCK_M": 32, "BLOCK_N": 32, "BLOCK_K": 16},
     )
     out = await call(client, "compile_kernel", source=cand, baseline=base, **common)

@@ -4,6 +4,7 @@ and num_warps (the PTX's thread count says so too), explicit fields win, unknown
 import re
 
 import pytest
+from compile_matmul import KERNELS, MATMUL_SIGNATURE, MATMUL_SOURCE
 from conftest import ToolCallError, call
 
 pytestmark = pytest.mark.anyio
@@ -57,14 +58,11 @@ async def test_an_unknown_name_lists_the_constexprs(client):
 
 
 async def test_autotuned_and_signature_compiles_take_the_config(client):
-    from pathlib import Path
-
-    kernels = Path(__file__).parent / "compile_kernels"
     tuned = await call(
         client,
         "compile_kernel",
         kernel="vector_add",
-        source=(kernels / "autotuned.py").read_text(),
+        source=(KERNELS / "autotuned.py").read_text(),
         target="sm_80",
         launch_config={"BLOCK": 512, "num_warps": 2},
     )
@@ -76,20 +74,10 @@ async def test_autotuned_and_signature_compiles_take_the_config(client):
     signed = await call(
         client,
         "compile_kernel",
-        source=(kernels / "matmul.py").read_text(),
+        source=MATMUL_SOURCE,
         entry="matmul_kernel",
         target="sm_90a",
-        signature={
-            "a_ptr": "*fp16",
-            "b_ptr": "*fp16",
-            "c_ptr": "*fp16",
-            "M": "i32",
-            "N": "i32",
-            "K": "i32",
-            "stride_am": "i32",
-            "stride_bk": "i32",
-            "stride_cm": "i32",
-        },
+        signature=MATMUL_SIGNATURE,
         constexprs={"BLOCK_M": 32, "BLOCK_N": 32},
         launch_config={"BLOCK_M": 64, "BLOCK_K": 16, "num_warps": 2},
     )
@@ -100,7 +88,7 @@ async def test_autotuned_and_signature_compiles_take_the_config(client):
         await call(
             client,
             "compile_kernel",
-            source=(kernels / "matmul.py").read_text(),
+            source=MATMUL_SOURCE,
             entry="matmul_kernel",
             target="sm_90a",
             signature=signed["kernels"][0]["signature"],
