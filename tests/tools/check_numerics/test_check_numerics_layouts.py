@@ -164,7 +164,9 @@ import torch
 
 def f(q, k, cos):
     whole = torch.empty(0, dtype=q.dtype).set_(q.untyped_storage())  # all of qkv
-    whole[-1] = 7.0  # the last element of v: no argument shows it
+    # the last element of v, no argument shows it: every bit flipped, so all 4 bytes change
+    # (writing 7.0 left a byte as it was whenever the random input's byte matched: 1 run in ~128)
+    whole[-1:].view(torch.int32).bitwise_not_()
     return q * cos[:, None, :], k * cos[:, None, :]
 """
 
