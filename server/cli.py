@@ -21,6 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from . import cli_call, clients, render
+from .eval.command import eval_command
 from .stdio import SHUTDOWN_GRACE_S
 
 app = typer.Typer(
@@ -665,6 +666,9 @@ def _options(
     ] = False,
 ) -> None:
     """An MCP tool server for optimising an inference stack."""
+
+
+app.command("eval")(eval_command)  # infra-agent eval: server/eval/command.py
 
 
 def main(argv: list[str] | None = None) -> None:
