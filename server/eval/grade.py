@@ -11,12 +11,15 @@ cited experiment against the task's own ledger.
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, Field
 
 from .submit import Input as Submission
 from .tasks import Cause, EvalTask
 
 LOW_PRECISION = ("float16", "bfloat16")
+SUBJECT = re.compile(r"\b([A-Za-z_]\w*)/([A-Za-z_]\w*)\b")  # kernel/impl in an answer
 
 
 class Citation(BaseModel):
@@ -155,10 +158,12 @@ def _numerics_support(result: dict, cause: Cause) -> tuple[bool, str]:
 
 
 def _subject(row: dict) -> tuple[str | None, str | None]:
-    """(kernel, impl) an experiment was about: its arguments, else its result's 'kernel/impl'."""
+    """(kernel, impl) an experiment was about: its arguments, else what its result names
+    (check_numerics' candidate 'kernel/impl'; compile_kernel's summary '(kernel/impl at ...')."""
     args = row.get("arguments") or {}
     kernel, impl = args.get("kernel") or row.get("kernel"), args.get("impl")
-    candidate = (row.get("result") or {}).get("candidate")
-    if isinstance(candidate, str) and "/" in candidate:
-        kernel, impl = (kernel or candidate.split("/")[0]), impl or candidate.split("/", 1)[1]
+    result = row.get("result") or {}
+    named = SUBJECT.search(f"{result.get('candidate') or ''} {result.get('summary') or ''}")
+    if named and impl is None:
+        kernel, impl = kernel or named.group(1), named.group(2)
     return kernel, impl

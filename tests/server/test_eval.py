@@ -84,6 +84,25 @@ def test_the_guesser_scores_near_chance_through_the_command(serve_policy, tmp_pa
         assert (Path(run["folder"]) / "transcript.jsonl").is_file()
 
 
+def test_an_unknown_task_is_refused_before_anything_runs(tmp_path):
+    result = CliRunner().invoke(
+        app,
+        [
+            "eval",
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "m",
+            "--tasks",
+            "kernel.nope",
+            "--out",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 2 and "unknown task(s) kernel.nope" in result.stderr
+    assert "kernel.stride" in result.stderr and not (tmp_path / "results.json").exists()
+
+
 @pytest.mark.anyio
 async def test_an_ordinary_session_has_no_submit_tool(client):
     assert SUBMIT not in {t.name for t in (await client.list_tools()).tools}

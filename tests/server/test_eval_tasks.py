@@ -171,3 +171,9 @@ def test_the_number_counts_within_its_tolerance():
     assert not off.correct and off.number_ok is False and "num_warps" in off.notes[0]
     no_key = grade(task, claim.model_copy(update={"config_key": None}), {"e1": row})
     assert no_key.localized is False
+    # a compile called without impl= (the spec's default) is read by what its answer names
+    row["arguments"].pop("impl")
+    row["result"]["summary"] = f"sm_90a: op_kernel (k/{impl} at N=16777216 float32) 14 regs"
+    assert grade(task, claim, {"e1": row}).evidence_ok
+    row["result"]["summary"] = "sm_90a: op_kernel (k/other at N=16777216 float32) 14 regs"
+    assert not grade(task, claim, {"e1": row}).evidence_ok
