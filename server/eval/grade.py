@@ -138,8 +138,13 @@ def _numerics_support(result: dict, cause: Cause) -> tuple[bool, str]:
     failed = [c for c in cases if c.get("verdict") == "fail"]
     codes = {f.get("code") for f in result.get("findings", [])}
     if cause == Cause.none:
-        ok = result.get("verdict") == "pass"
-        return ok, f"check_numerics {result.get('verdict')}"
+        ok = result.get("verdict") == "pass" and "nondeterministic" not in codes
+        return ok, f"check_numerics {result.get('verdict')}" + (
+            ", nondeterministic" if not ok else ""
+        )
+    if cause == Cause.nondeterminism:
+        ok = "nondeterministic" in codes
+        return ok, "two identical calls differ bitwise" if ok else "no nondeterministic finding"
     if not failed:
         return False, "check_numerics found no failing case"
     if cause == Cause.stride_assumption:

@@ -6,6 +6,7 @@ cheaply under the Triton interpreter on a CPU host.
     tail_mask     the grid skips the last partial block (unwritten output at N % BLOCK != 0)
     accumulation  the dot product accumulates in the input dtype (fp16 fails, fp32 passes)
     unlaunchable  the launcher asks for num_warps the target cannot run (compile_kernel's note)
+    nondeterminism  split-K partials combined in a random order (differs bitwise call to call)
     control_*     the same kernels with both implementations right: nothing is wrong
 
 A seed draws the kernel's name, the implementations' names, which one is buggy, and the
@@ -329,6 +330,115 @@ def _write_dot(params: dict, folder: Path, buggy: str | None) -> None:
     )
 
 
+# ---- nondeterminism: split-K partial sums added in an order that changes per call -------------
+
+SPLIT_SPEC = """
+from infra_agent.kernels.schema import Arg, KernelSpec, Tolerance
+
+SPEC = KernelSpec(
+    name="@KERNEL@",
+    description="out[m] = sum_n x[m, n]: a row sum split into @SPLITS@ chunks (split-K), the "
+    "chunks' partial sums combined after",
+    reference="reference.py:@KERNEL@",
+    impls={"@IMPL_A@": "@KERNEL@_triton.py:sum_a", "@IMPL_B@": "@KERNEL@_triton.py:sum_b"},
+    args=(Arg("x", ("M", "N")),),
+    shapes={"cpu": (@SHAPES@), "gpu": ({"M": 8192, "N": 8192},)},
+    dtypes=("float32",),
+    flops=lambda s: s["M"] * s["N"],
+    bytes=lambda s, itemsize: (s["M"] * s["N"] + s["M"]) * itemsize,
+    tolerances={"float32": Tolerance(rel_l2=1e-5, why="fp32 sum of N terms, error ~sqrt(N)*2^-24")},
+)
+"""
+
+SPLIT_REFERENCE = """
+def @KERNEL@(x):
+    return x.sum(dim=1)
+"""
+
+SPLIT_IMPL = """
+import random
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def partial_kernel(x_ptr, part_ptr, M, N, stride_xm, CHUNK: tl.constexpr, SPLITS: tl.constexpr):
+    m = tl.program_id(0)
+    s = tl.program_id(1)
+    n = s * CHUNK + tl.arange(0, CHUNK)
+    x = tl.load(x_ptr + m * stride_xm + n, mask=n < N, other=0.0)
+    tl.store(part_ptr + m * SPLITS + s, tl.sum(x.to(tl.float32), axis=0))
+
+
+@triton.jit
+def combine_kernel(part_ptr, order_ptr, out_ptr, M, SPLITS: tl.constexpr, BLOCK_M: tl.constexpr):
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    mask = rows < M
+    acc = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for i in range(SPLITS):
+        s = tl.load(order_ptr + i)
+        acc += tl.load(part_ptr + rows * SPLITS + s, mask=mask, other=0.0)
+    tl.store(out_ptr + rows, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+def _sum(x, fixed_order):  # x [M, N] -> [M]
+    M, N = x.shape
+    assert x.stride(1) == 1
+    SPLITS = @SPLITS@
+    chunk = triton.next_power_of_2(triton.cdiv(N, SPLITS))
+    part = torch.empty((M, SPLITS), dtype=torch.float32, device=x.device)
+    partial_kernel[(M, SPLITS)](x, part, M, N, x.stride(0), CHUNK=chunk, SPLITS=SPLITS)
+    # the combine: in split order, or in the order the splits happen to finish (as atomics do)
+    order = list(range(SPLITS))
+    if not fixed_order:
+        random.SystemRandom().shuffle(order)
+    order = torch.tensor(order, dtype=torch.int32, device=x.device)
+    out = torch.empty((M,), dtype=x.dtype, device=x.device)
+    combine_kernel[(triton.cdiv(M, 16),)](part, order, out, M, SPLITS=SPLITS, BLOCK_M=16)
+    return out
+
+
+def sum_a(x):
+    return _sum(x, @FIXED_A@)
+
+
+def sum_b(x):
+    return _sum(x, @FIXED_B@)
+"""
+
+
+def _split_params(rng: random.Random) -> dict:
+    return {
+        "kernel": rng.choice(("row_sum", "splitk_sum", "token_sum", "reduce_rows")),
+        "splits": rng.choice((8, 16)),
+        "shapes": [{"M": 16, "N": 1024}, {"M": 32, "N": 2048}],
+    }
+
+
+def _write_split(params: dict, folder: Path, buggy: str | None) -> None:
+    a, b = params["impls"]
+    subs = {
+        "@KERNEL@": params["kernel"],
+        "@IMPL_A@": a,
+        "@IMPL_B@": b,
+        "@SPLITS@": str(params["splits"]),
+        "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
+        "@FIXED_A@": "False" if buggy == a else "True",
+        "@FIXED_B@": "False" if buggy == b else "True",
+    }
+    _write(
+        folder,
+        subs,
+        {
+            "spec.py": SPLIT_SPEC,
+            "reference.py": SPLIT_REFERENCE,
+            f"{params['kernel']}_triton.py": SPLIT_IMPL,
+        },
+    )
+
+
 # ---- the families -------------------------------------------------------------------------------
 
 
@@ -384,6 +494,7 @@ FAMILIES: dict[str, KernelFamily] = {
         number_meaning="the num_warps the launcher asks for",
         config_key="num_warps",
     ),
+    "nondeterminism": KernelFamily(Cause.nondeterminism, _split_params, _write_split),
     "control_stride": KernelFamily(Cause.none, _stride_params, _write_stride),
     "control_elementwise": KernelFamily(
         Cause.none, _elementwise_params, lambda p, f, buggy: _write_elementwise(p, f)

@@ -24,6 +24,7 @@ KERNEL_CAUSES = (
     "tail_mask",
     "accumulation_precision",
     "unlaunchable_config",
+    "nondeterminism",
 )
 LOW_PRECISION = ("float16", "bfloat16")
 
@@ -118,11 +119,15 @@ class Investigator:
                 warps = compiled["kernels"][0]["num_warps"]
                 extra = {"config_key": "num_warps", "number": warps}
                 return "unlaunchable_config", [compiled["experiment_id"]], extra
-        if not isinstance(numerics, dict) or numerics["verdict"] != "fail":
+        if not isinstance(numerics, dict):
             return None
-        failed = [c for c in numerics["cases"] if c["verdict"] == "fail"]
         codes = {f["code"] for f in numerics["findings"]}
         cite = [numerics["experiment_id"]]
+        if "nondeterministic" in codes:  # a warning: the verdict may still say pass
+            return "nondeterminism", cite, {}
+        if numerics["verdict"] != "fail":
+            return None
+        failed = [c for c in numerics["cases"] if c["verdict"] == "fail"]
         if "unwritten_output" in codes:
             extra = {}
             if isinstance(compiled, dict):

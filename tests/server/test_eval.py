@@ -66,12 +66,10 @@ def test_the_guesser_scores_near_chance_through_the_command(serve_policy, tmp_pa
     tasks = generate_tasks(0)
     assert results["seed"] == 0 and not results["seed_drawn"]
     assert [r["task_id"] for r in results["runs"]] == [t.id for t in tasks]
-    # one cause of five drawn at random: about one in five right, and none graded correct,
+    # one cause of six drawn at random: about one in six right, and none graded correct,
     # for no guess cites an experiment that shows it
     overall = results["overall"]
-    assert (
-        overall["identified"] <= 3 / 7 and overall["correct"] == 0 and overall["evidence_ok"] == 0
-    )
+    assert overall["identified"] <= 0.4 and overall["correct"] == 0 and overall["evidence_ok"] == 0
     assert all(r["tool_calls"] == 1 and r["stop_reason"] == "answered" for r in results["runs"])
     # the eval's server offers submit_diagnosis; every submission is on its task's own ledger
     first = model.requests[0]["body"]

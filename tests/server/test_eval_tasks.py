@@ -177,3 +177,21 @@ def test_the_number_counts_within_its_tolerance():
     assert grade(task, claim, {"e1": row}).evidence_ok
     row["result"]["summary"] = "sm_90a: op_kernel (k/other at N=16777216 float32) 14 regs"
     assert not grade(task, claim, {"e1": row}).evidence_ok
+
+
+def test_nondeterminism_is_shown_by_the_finding_even_when_the_verdict_passes():
+    task = _task("nondeterminism")
+    impl = task.truth.location.impl
+    row = _numerics(
+        "e1", impl, "pass", [("pass", "as_made", "float32")], codes=["nondeterministic"]
+    )
+    claim = Submission(cause=Cause.nondeterminism, kernel="k", impl=impl, experiment_ids=["e1"])
+    assert grade(task, claim, {"e1": row}).correct
+    steady = _numerics("e2", impl, "pass", [("pass", "as_made", "float32")])
+    assert not grade(
+        task, claim.model_copy(update={"experiment_ids": ["e2"]}), {"e2": steady}
+    ).evidence_ok
+    # and a check that saw it is no evidence that nothing is wrong
+    control = _task("control_elementwise")
+    none = Submission(cause=Cause.none, kernel="k", experiment_ids=["e1"])
+    assert not grade(control, none, {"e1": row}).evidence_ok
