@@ -148,6 +148,7 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         max_completion_tokens=config.max_completion_tokens,
         transcript_path=folder / "transcript.jsonl",
         extra_body=dict(config.extra_body),
+        kernel_prompt=False,  # a diagnosis, not optimize_kernel's speed-up loop
     )
     started = time.monotonic()
     try:

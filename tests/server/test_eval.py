@@ -75,6 +75,8 @@ def test_the_guesser_scores_near_chance_through_the_command(serve_policy, tmp_pa
     first = model.requests[0]["body"]
     assert SUBMIT in {t["function"]["name"] for t in first["tools"]}
     assert "submit_diagnosis" in first["messages"][1]["content"]
+    system = first["messages"][0]["content"]
+    assert "The checks, cheapest first" in system and "You own the performance" not in system
     for run in results["runs"]:
         rows = read_only_rows(Path(run["folder"]) / "workspace" / ".infra-agent" / "ledger.sqlite")
         assert [(r["tool"], r["run_id"]) for r in rows] == [(SUBMIT, run["agent_run_id"])]
