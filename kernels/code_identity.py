@@ -29,6 +29,7 @@ from .coderef import (
     default_impl,
     impl_code,
     looks_like_source,
+    parse_python,
     ref_or_source,
 )
 from .workspace import Workspace, WorkspaceError
@@ -92,7 +93,7 @@ def function_text(source: str, function: str | None) -> str | None:
     if not function:
         return None
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError, RecursionError):  # not Python, or nested past the parser
         return None
     for node in tree.body:
@@ -156,7 +157,7 @@ def imported_files(start: Path, root: Path, hidden: Path) -> dict[str, str]:
 
 def _imports(path: Path, data: bytes) -> list[Path]:
     try:
-        tree = ast.parse(data)
+        tree = parse_python(data)
     except (SyntaxError, ValueError, RecursionError):
         return []
     found: list[Path] = []

@@ -7,6 +7,8 @@ The default implementation of a spec, everywhere: DEFAULT_IMPL_RULE.
 
 from __future__ import annotations
 
+import ast
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -16,6 +18,18 @@ from .workspace import Kernel, Workspace, WorkspaceError, read_source
 
 DEFAULT_IMPL_RULE = "'triton' if the spec has it, else its first implementation"
 REFERENCE = "reference"  # the impl name that means the spec's reference
+
+# ast.parse is not thread-safe on CPython 3.11 (gh-106905): the AST constructor's recursion
+# counter is shared, so two threads parsing at once can fail with "SystemError: AST
+# constructor recursion depth mismatch". Tool calls run in threads: every parse in the
+# server process goes through parse_python.
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_python(source: str | bytes, mode: str = "exec") -> ast.AST:
+    """ast.parse, one thread at a time (see _PARSE_LOCK)."""
+    with _PARSE_LOCK:
+        return ast.parse(source, mode=mode)
 
 
 class CodeRefError(WorkspaceError):

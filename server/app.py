@@ -256,6 +256,12 @@ async def execute(
         return fail(f"invalid arguments for {tool.name}: {_explain(exc)}")
     except AGENT_ERRORS as exc:  # a workspace that no longer loads, or an Input validator
         return fail(str(exc))
+    except Exception as exc:  # a bug while preparing the call (recording its code): not a cancel
+        log.exception("tool %s crashed before it ran (experiment %s)", tool.name, experiment_id)
+        return fail(
+            f"internal error in {tool.name} before it ran (a bug in the server, not in your "
+            f"input): {type(exc).__name__}: {clip_text(str(exc), 500)}; call it again"
+        )
     except BaseException:  # cancelled while the workspace was read (the first await)
         cancelled()
         raise

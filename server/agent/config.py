@@ -35,6 +35,9 @@ class AgentConfig:
     max_retries: int = 5
     backoff_s: float = 1.0
     extra_body: dict = field(default_factory=dict)  # provider-specific request fields
+    # a goal naming one kernel gets the optimize_kernel prompt; False: the check ladder alone
+    # (the eval asks for a diagnosis, not a speed-up)
+    kernel_prompt: bool = True
 
 
 @dataclass

@@ -135,7 +135,7 @@ class AgentRun:
             f"{c.max_steps} turns, {c.max_tool_calls} tool calls (at most {c.max_parallel_tool_calls} per turn), "
             f"{c.max_tokens_total} tokens, {c.max_time_s / 60:.0f} minutes"
         )
-        kernels = sorted(self.server.state.workspace.kernels)
+        kernels = sorted(self.server.state.workspace.kernels) if c.kernel_prompt else []
         prompt = await system_prompt(self.mcp, c.goal, self.offered, kernels, budget)
         self.transcript.event(
             "run_start",

@@ -12,7 +12,8 @@ One module a group of commands; the table below registers them, in the order
 - call.py: tools, call, open-engine (through the in-memory MCP client)
 - ledger.py: experiments, report (read the ledger)
 - client_config.py: config, export-tools (set up other programs)
-- agent.py: agent (a model drives the tools)
+- agent.py: agent (a model drives the tools); eval (server/eval/command.py: an agent scored on
+  planted faults)
 - workspace.py: lock, gc, pin (change what a workspace keeps)
 - common.py: the --workspace option, building the server, errors, JSON output
 - call_args.py: `call`'s arguments, exit codes and error text
@@ -25,6 +26,7 @@ from typing import Annotated
 
 import typer
 
+from ..eval.command import eval_command
 from . import agent, call, call_args, client_config, ledger, serve, workspace
 
 app = typer.Typer(
@@ -46,6 +48,7 @@ app.command()(ledger.report)
 app.command()(client_config.config)
 app.command("export-tools")(client_config.export_tools)
 app.command()(agent.agent)
+app.command("eval")(eval_command)
 app.command(context_settings=serve.ENGINE_CONTEXT_SETTINGS)(serve.engine)
 app.command()(workspace.lock)
 app.command()(workspace.gc)

@@ -354,6 +354,27 @@ async def test_progress_artifacts_and_error_mapping(echo_client):
     assert (await client.call_tool("echo", {"n": 1})).structured_content["n"] == 1
 
 
+async def test_a_crash_before_the_run_is_an_internal_error_not_a_cancel(echo_client, monkeypatch):
+    """Seen in the eval (issue 38): ast.parse raising SystemError while a call's code was
+    recorded was filed in the ledger as "cancelled by the client", and the agent got the SDK's
+    bare "Error executing tool"."""
+    from infra_agent.server.context import CallContext
+
+    client, srv = echo_client
+
+    def crash(self, kernel, arguments):
+        raise SystemError("AST constructor recursion depth mismatch (before=36, after=35)")
+
+    monkeypatch.setattr(CallContext, "record_code", crash)
+    result = await client.call_tool("echo", {"n": 1})
+    text = result.content[0].text
+    assert result.is_error and "internal error in echo before it ran" in text
+    assert "SystemError: AST constructor recursion depth mismatch" in text
+    [row] = srv.state.ledger.query(tool="echo")
+    assert row["status"] == "error" and "internal error" in row["error"]
+    assert "cancelled" not in row["error"]
+
+
 async def test_workspace_edits_are_seen_without_a_restart(client, workspace):
     import shutil
 

@@ -33,6 +33,11 @@ def summary(what_ran: str, verdict: str, cases: list, findings: list) -> str:
         parts.append(torch_only)
     if errors:
         parts.append("findings: " + ", ".join(sorted({f.code for f in errors})))
+    # a warning does not fail the verdict, but an agent reading only this line must see it
+    # (the eval's nondeterminism task: a PASS whose two identical calls differed bitwise)
+    warnings = sorted({f.code for f in findings if f.severity == "warning"})
+    if warnings:
+        parts.append("warnings: " + ", ".join(warnings))
     if any(f.code == "interpreter_bf16_suspect" for f in findings):
         parts.append(
             "suspect: the Triton interpreter computes bfloat16 arithmetic wrongly on CPU; upcast to "

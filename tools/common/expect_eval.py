@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ...kernels.coderef import parse_python
 from .errors import AgentError
 
 MAX_CONDITION_CHARS = 500
@@ -94,7 +95,7 @@ def parse(condition: str) -> ast.Expression:
             f"{MAX_CONDITION_CHARS} and pass several conditions instead"
         )
     try:
-        tree = ast.parse(condition.strip(), mode="eval")
+        tree = parse_python(condition.strip(), mode="eval")
     except SyntaxError as e:
         where = f" at column {e.offset}" if e.offset else ""
         if re.search(r"(?<![=!<>])=(?!=)", condition):

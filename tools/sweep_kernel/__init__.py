@@ -18,7 +18,7 @@ from typing import Literal
 
 import anyio
 
-from ...kernels.coderef import default_impl, resolve_code
+from ...kernels.coderef import default_impl, parse_python, resolve_code
 from ...kernels.workspace import Kernel, WorkspaceError
 from ..base import AgentError, Tool, ToolContext, as_agent_error
 from ..common.expect import ExpectError, check
@@ -88,7 +88,7 @@ def _refuse_entry_arguments(ctx: ToolContext, kernel: Kernel, inp: Input, space:
         )
     inputs = {a.name for a in kernel.spec.args}
     try:
-        tree = ast.parse(ref.text())
+        tree = parse_python(ref.text())
     except (SyntaxError, OSError, ValueError):
         tree = None  # the gates will say what is wrong with the code
     for node in ast.walk(tree) if tree is not None else ():

@@ -364,3 +364,39 @@ async def test_output_dtype_follows_the_reference_not_the_inputs(zoo_client):
         zoo_client, "check_numerics", **args, source="def f(x, y):\n    return x + y\n", entry="f"
     )
     assert "wrong_output" in [f["code"] for f in narrow["findings"]] and narrow["verdict"] == "fail"
+
+
+JITTER = """
+import random
+
+import torch
+
+
+def vector_add(x, y):
+    # one ulp more at two elements drawn per call, as unordered atomics give: within tolerance,
+    # not repeatable (two calls agree only if they draw the same pair: 1 in 8 million at N=4096)
+    out = x + y
+    up = torch.tensor(float("inf"), dtype=out.dtype)
+    for i in random.SystemRandom().sample(range(out.numel()), 2):
+        out[i] = torch.nextafter(out[i], up)
+    return out
+"""
+
+
+async def test_a_nondeterministic_pass_says_so_in_its_summary(zoo_client):
+    """The eval's nondeterminism task (issue 38): a warning does not fail the verdict, so an agent
+    reading only the summary line saw a plain PASS."""
+    out = await call(
+        zoo_client,
+        "check_numerics",
+        kernel="vector_add",
+        source=JITTER,
+        entry="vector_add",
+        shapes=[{"N": 4096}],
+        dtypes=["float32"],
+        trials=1,
+        layouts=[],
+    )
+    codes = {f["code"]: f["severity"] for f in out["findings"]}
+    assert out["verdict"] == "pass" and codes.get("nondeterministic") == "warning", out["summary"]
+    assert "warnings: " in out["summary"] and "nondeterministic" in out["summary"]

@@ -1,0 +1,174 @@
+"""Grading by ground truth, never by a model: a submission against its task's truth, and each
+cited experiment against the task's own ledger.
+
+    identified   the cause is the truth's
+    localized    every location field the truth names matches (None for a control)
+    number_ok    within the truth's tolerance (None when the truth has no number)
+    evidence_ok  at least one id cited, every cited id is in this task's ledger, and one of
+                 them supports the claim (rules below, read off the recorded results)
+    correct      all of the above that apply
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from .submit import Input as Submission
+from .tasks import Cause, EvalTask
+
+LOW_PRECISION = ("float16", "bfloat16")
+SUBJECT = re.compile(r"\b([A-Za-z_]\w*)/([A-Za-z_]\w*)\b")  # kernel/impl in an answer
+
+
+class Citation(BaseModel):
+    experiment_id: str
+    exists: bool = Field(description="The id is in this task's ledger.")
+    supports: bool = Field(description="Its recorded answer supports the submitted claim.")
+    why: str = Field(description="What the recorded answer shows.")
+
+
+class TaskGrade(BaseModel):
+    submitted: bool
+    identified: bool
+    localized: bool | None
+    number_ok: bool | None
+    evidence_ok: bool
+    correct: bool
+    citations: list[Citation] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="Why a criterion failed.")
+
+
+def grade(task: EvalTask, submission: Submission | None, ledger: dict[str, dict]) -> TaskGrade:
+    """`ledger`: the task's experiments by id (their ledger rows, results parsed)."""
+    if submission is None:
+        return TaskGrade(
+            submitted=False,
+            identified=False,
+            localized=None if task.control else False,
+            number_ok=None if task.truth.number is None else False,
+            evidence_ok=False,
+            correct=False,
+            notes=["no submit_diagnosis call: nothing to grade"],
+        )
+    truth, notes = task.truth, []
+    identified = submission.cause == truth.cause
+    if not identified:
+        notes.append(f"cause {submission.cause.value}, truth {truth.cause.value}")
+    localized = None
+    if not task.control:
+        wrong = [
+            f"{name} {getattr(submission, name)!r}, truth {want!r}"
+            for name, want in truth.location.model_dump().items()
+            if want is not None and (getattr(submission, name) or "").lower() != want.lower()
+        ]
+        localized = not wrong
+        notes.extend(wrong)
+    number_ok = None
+    if truth.number is not None:
+        number_ok = (
+            submission.number is not None
+            and abs(submission.number - truth.number) <= truth.number_tolerance
+        )
+        if not number_ok:
+            notes.append(
+                f"number {submission.number}, truth {truth.number} ({truth.number_meaning})"
+            )
+    citations = [cite(i, submission, ledger) for i in submission.experiment_ids]
+    evidence_ok = (
+        bool(citations) and all(c.exists for c in citations) and any(c.supports for c in citations)
+    )
+    if not evidence_ok:
+        notes.append(
+            "evidence: "
+            + ("no experiment cited" if not citations else "; ".join(c.why for c in citations))
+        )
+    correct = identified and localized is not False and number_ok is not False and evidence_ok
+    return TaskGrade(
+        submitted=True,
+        identified=identified,
+        localized=localized,
+        number_ok=number_ok,
+        evidence_ok=evidence_ok,
+        correct=correct,
+        citations=citations,
+        notes=notes,
+    )
+
+
+def cite(experiment_id: str, claim: Submission, ledger: dict[str, dict]) -> Citation:
+    row = ledger.get(experiment_id)
+    if row is None:
+        return Citation(
+            experiment_id=experiment_id,
+            exists=False,
+            supports=False,
+            why=f"{experiment_id}: not in this ledger",
+        )
+    supports, why = supports_claim(row, claim)
+    return Citation(
+        experiment_id=experiment_id, exists=True, supports=supports, why=f"{experiment_id}: {why}"
+    )
+
+
+def supports_claim(row: dict, claim: Submission) -> tuple[bool, str]:
+    """Whether one recorded experiment shows what the claim says, and what it shows."""
+    tool, result = row["tool"], row.get("result") or {}
+    kernel, impl = _subject(row)
+    if claim.kernel and kernel != claim.kernel:
+        return False, f"{tool} of kernel {kernel}, not {claim.kernel}"
+    if claim.cause != Cause.none and claim.impl and impl != claim.impl:
+        return False, f"{tool} of impl {impl}, not {claim.impl}"
+    if row["status"] != "ok":
+        return False, f"{tool} ended in an error"
+    if tool == "check_numerics":
+        return _numerics_support(result, claim.cause)
+    if tool == "compile_kernel":
+        cannot = [n for n in result.get("notes", []) if "cannot launch" in n]
+        if claim.cause == Cause.unlaunchable_config:
+            return bool(cannot), cannot[0] if cannot else "compile_kernel found it launchable"
+        if claim.cause == Cause.none:
+            return not cannot, "launchable on the target" if not cannot else cannot[0]
+    return False, f"a {tool} answer does not bear on {claim.cause.value}"
+
+
+def _numerics_support(result: dict, cause: Cause) -> tuple[bool, str]:
+    cases = result.get("cases", [])
+    failed = [c for c in cases if c.get("verdict") == "fail"]
+    codes = {f.get("code") for f in result.get("findings", [])}
+    if cause == Cause.none:
+        ok = result.get("verdict") == "pass" and "nondeterministic" not in codes
+        return ok, f"check_numerics {result.get('verdict')}" + (
+            ", nondeterministic" if not ok else ""
+        )
+    if cause == Cause.nondeterminism:
+        ok = "nondeterministic" in codes
+        return ok, "two identical calls differ bitwise" if ok else "no nondeterministic finding"
+    if not failed:
+        return False, "check_numerics found no failing case"
+    if cause == Cause.stride_assumption:
+        laid_out = [c for c in failed if c.get("layout") != "as_made"]
+        ok = bool(laid_out) or "layout_sensitive" in codes
+        return ok, "fails on a non-default layout" if ok else "fails, but not by layout"
+    if cause == Cause.tail_mask:
+        ok = "unwritten_output" in codes or len(failed) < len(
+            [c for c in cases if c.get("layout") == "as_made"]
+        )
+        return ok, "unwritten output / fails at some sizes only" if ok else "fails at every size"
+    if cause == Cause.accumulation_precision:
+        ok = all(c.get("dtype") in LOW_PRECISION for c in failed)
+        return ok, "fails in low precision only" if ok else "fails in fp32 too"
+    return False, f"a failing check_numerics does not bear on {cause.value}"
+
+
+def _subject(row: dict) -> tuple[str | None, str | None]:
+    """(kernel, impl) an experiment was about: its arguments, else what its result names
+    (check_numerics' candidate 'kernel/impl'; compile_kernel's summary '(kernel/impl at ...')."""
+    args = row.get("arguments") or {}
+    kernel, impl = args.get("kernel") or row.get("kernel"), args.get("impl")
+    result = row.get("result") or {}
+    named = SUBJECT.search(f"{result.get('candidate') or ''} {result.get('summary') or ''}")
+    if named and impl is None:
+        kernel, impl = kernel or named.group(1), named.group(2)
+    return kernel, impl

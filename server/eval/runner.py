@@ -1,0 +1,213 @@
+"""`infra-agent eval`'s body: each task, in each run, gets a fresh workspace and state of its
+own (its own ledger), a server that also offers submit_diagnosis, and one agent run of the
+existing loop with the eval's budget; then its last submission is graded against the task's
+truth and ledger, and everything lands in one JSON results file.
+"""
+
+from __future__ import annotations
+
+import secrets
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from ..agent import AgentConfig, run_agent
+from .grade import TaskGrade, grade
+from .submit import NAME as SUBMIT
+from .submit import Input as Submission
+from .submit import offer_submit_tool
+from .tasks import EvalTask, generate_tasks
+
+ANSWER_FORM = (
+    "\n\nWork with the tools. When you know the answer, call submit_diagnosis once with the cause "
+    "(from its fixed vocabulary; 'none' if nothing is wrong), where it sits (kernel, impl, and "
+    "config_key where a config is to blame), the number where one applies, and the ids of the "
+    "experiments whose answers show it. Then answer without a tool call."
+)
+
+
+@dataclass
+class EvalConfig:
+    base_url: str
+    model: str
+    out_dir: Path  # results.json and one folder per task and run (workspace, ledger, transcript)
+    seed: int | None = None  # None: the runner draws one (a held-out variant set)
+    tasks: list[str] | None = None  # task ids or families; default all
+    runs: int = 1
+    budget_calls: int = 30  # tool calls per task
+    budget_s: float = 900.0  # wall clock per task
+    max_steps: int = 30  # model turns per task
+    api_key_env: str | None = "OPENAI_API_KEY"
+    max_completion_tokens: int | None = 8192
+    extra_body: dict = field(default_factory=dict)
+    allow_unsandboxed: bool = False
+
+
+class TaskRun(BaseModel):
+    task_id: str
+    category: str
+    control: bool
+    run: int = Field(description="Which repeat (0-based).")
+    grade: TaskGrade
+    submission: dict | None = Field(description="The last submit_diagnosis arguments, if any.")
+    stop_reason: str = Field(description="How the agent run ended (answered, max_tool_calls, ...).")
+    tool_calls: int = Field(description="Tool calls that ran, submit_diagnosis included.")
+    model_turns: int
+    tokens: int = Field(description="Prompt + completion tokens over the task.")
+    wall_s: float = Field(description="Wall time of the agent run, seconds.")
+    agent_run_id: str
+    folder: str = Field(description="This task run's workspace, ledger and transcript.")
+
+
+class Score(BaseModel):
+    num_runs: int
+    correct: float = Field(description="Fraction of task runs graded correct (all criteria).")
+    identified: float = Field(description="Fraction with the right cause.")
+    localized: float | None = Field(description="Fraction localized, of those with a location.")
+    number_ok: float | None = Field(
+        description="Fraction within tolerance, of those with a number."
+    )
+    evidence_ok: float = Field(description="Fraction whose cited evidence holds.")
+    correct_per_run: list[float] = Field(description="`correct` of each repeat: the spread.")
+    mean_tool_calls: float
+    mean_wall_s: float
+    mean_tokens: float
+
+
+class EvalResults(BaseModel):
+    model: str
+    base_url: str
+    seed: int
+    seed_drawn: bool = Field(description="True when the runner drew the seed (a held-out set).")
+    started_at: str
+    budget: dict
+    tasks: list[EvalTask]
+    runs: list[TaskRun]
+    per_task: dict[str, Score]
+    per_category: dict[str, Score]
+    overall: Score
+
+
+async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None) -> EvalResults:
+    """Run every task `config.runs` times; write and return the results. `on_task(TaskRun)` is
+    called after each task run (progress)."""
+    seed_drawn = config.seed is None
+    seed = secrets.randbelow(2**31) if config.seed is None else config.seed
+    tasks = generate_tasks(seed, config.tasks)
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    config.out_dir.mkdir(parents=True, exist_ok=True)
+    runs: list[TaskRun] = []
+    for repeat in range(config.runs):
+        for task in tasks:
+            runs.append(await run_task(task, repeat, config, api_key))
+            if on_task is not None:
+                on_task(runs[-1])
+    results = EvalResults(
+        model=config.model,
+        base_url=config.base_url,
+        seed=seed,
+        seed_drawn=seed_drawn,
+        started_at=started,
+        budget={
+            "tool_calls": config.budget_calls,
+            "wall_s": config.budget_s,
+            "model_turns": config.max_steps,
+        },
+        tasks=tasks,
+        runs=runs,
+        per_task={t.id: score([r for r in runs if r.task_id == t.id]) for t in tasks},
+        per_category={
+            c: score([r for r in runs if r.category == c])
+            for c in sorted({t.category for t in tasks})
+        },
+        overall=score(runs),
+    )
+    (config.out_dir / "results.json").write_text(results.model_dump_json(indent=2))
+    return results
+
+
+async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str | None) -> TaskRun:
+    from ..app import build_server
+
+    folder = config.out_dir / f"run{repeat}" / task.id
+    workspace = task.build_workspace(folder / "workspace")
+    server = build_server(workspace, allow_unsandboxed=config.allow_unsandboxed)
+    offer_submit_tool(server)
+    agent_config = AgentConfig(
+        base_url=config.base_url,
+        model=config.model,
+        goal=task.question + ANSWER_FORM,
+        api_key_env=config.api_key_env,
+        max_steps=config.max_steps,
+        max_time_s=config.budget_s,
+        max_tool_calls=config.budget_calls,
+        max_completion_tokens=config.max_completion_tokens,
+        transcript_path=folder / "transcript.jsonl",
+        extra_body=dict(config.extra_body),
+        kernel_prompt=False,  # a diagnosis, not optimize_kernel's speed-up loop
+    )
+    started = time.monotonic()
+    try:
+        result = await run_agent(server, agent_config, api_key)
+        ledger = {row["id"]: row for row in server.state.ledger.query(limit=100_000)}
+    finally:
+        await server.aclose()
+    submission, raw = last_submission(ledger, result.run_id)
+    return TaskRun(
+        task_id=task.id,
+        category=task.category,
+        control=task.control,
+        run=repeat,
+        grade=grade(task, submission, ledger),
+        submission=raw,
+        stop_reason=result.stop_reason,
+        tool_calls=result.totals.num_tool_calls_run,
+        model_turns=result.totals.steps,
+        tokens=result.totals.tokens,
+        wall_s=round(time.monotonic() - started, 3),
+        agent_run_id=result.run_id,
+        folder=str(folder),
+    )
+
+
+def last_submission(ledger: dict[str, dict], run_id: str) -> tuple[Submission | None, dict | None]:
+    """The run's last submit_diagnosis that the tool accepted."""
+    rows = [
+        r
+        for r in ledger.values()
+        if r["tool"] == SUBMIT and r["status"] == "ok" and r.get("run_id") == run_id
+    ]
+    if not rows:
+        return None, None
+    raw = max(rows, key=lambda r: r["started_at"])["arguments"]
+    return Submission.model_validate(raw), raw  # the tool accepted these arguments already
+
+
+def score(runs: list[TaskRun]) -> Score:
+    def rate(values: list[bool | None]) -> float | None:
+        known = [v for v in values if v is not None]
+        return round(sum(known) / len(known), 4) if known else None
+
+    per_run = sorted({r.run for r in runs})
+    return Score(
+        num_runs=len(runs),
+        correct=rate([r.grade.correct for r in runs]) or 0.0,
+        identified=rate([r.grade.identified for r in runs]) or 0.0,
+        localized=rate([r.grade.localized for r in runs]),
+        number_ok=rate([r.grade.number_ok for r in runs]),
+        evidence_ok=rate([r.grade.evidence_ok for r in runs]) or 0.0,
+        correct_per_run=[
+            rate([r.grade.correct for r in runs if r.run == i]) or 0.0 for i in per_run
+        ],
+        mean_tool_calls=_mean([r.tool_calls for r in runs]),
+        mean_wall_s=_mean([r.wall_s for r in runs]),
+        mean_tokens=_mean([r.tokens for r in runs]),
+    )
+
+
+def _mean(values: list[float]) -> float:
+    return round(statistics.fmean(values), 3) if values else 0.0
