@@ -31,6 +31,7 @@ import anyio
 from ...sandbox.worker.shared import ratio_decision
 from ..common.sweep import Budget, Trials
 from . import plan
+from .ladder import trial_progress
 from .plan import Planned
 from .schema import ConfigAnswer, Input, Race
 
@@ -50,6 +51,7 @@ class Contest:
     ratios: list[float] = field(default_factory=list)  # leader / challenger per pair
     children: list[str] = field(default_factory=list)
     rounds: int = 0
+    budget_cut: bool = False  # the wall budget ended it before it settled or ran every round
 
 
 def metric_of(inp: Input) -> str:
@@ -74,7 +76,8 @@ async def race(
     try:
         for round_ in range(inp.race_rounds):
             if (why := budget.wall_spent()) is not None:
-                stopped = why
+                stopped = f"cut after {contest.rounds} of {inp.race_rounds} rounds: {why}"
+                contest.budget_cut = True
                 break
             bench = plan.bench_arguments(inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_)
             bench["repeats"] = PAIRS_PER_ROUND
@@ -86,7 +89,14 @@ async def race(
                     break
             bench["handle"] = handles.get("leader", "(reused)")
             bench["baseline_handle"] = handles.get("challenger", "(reused)")
-            trial = await trials.call("serve_benchmark", bench, key=key)
+            trial = await trials.call(
+                "serve_benchmark",
+                bench,
+                key=key,
+                progress=trial_progress(
+                    report, contest.rounds / inp.race_rounds, f"race round {round_ + 1}"
+                ),
+            )
             contest.children.append(trial.outcome.experiment_id)
             if not trial.outcome.ok:
                 stopped = f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
@@ -114,10 +124,14 @@ async def race(
 
 
 async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
-    """Both engines up, or why not."""
+    """Both engines up, or why not; each launch's own progress (a vLLM start takes minutes) is
+    forwarded as the race's."""
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
-        await report(contest.rounds / 10, f"race: starting {planned.label}")
-        launched = await trials.ctx.call("launch_serve", planned.launch)
+        what = f"race: starting {planned.label}"
+        await report(0.0, what)
+        launched = await trials.ctx.call(
+            "launch_serve", planned.launch, trial_progress(report, 0.0, what)
+        )
         contest.children.append(launched.experiment_id)
         if not launched.ok:
             return f"{planned.label}'s engine did not start again: {launched.error}"
@@ -206,6 +220,7 @@ def _answer(
         pairs=len(contest.ratios),
         rounds=contest.rounds,
         tie_margin_pct=inp.tie_margin_pct,
+        budget_cut=contest.budget_cut,
         why=why,
         experiment_ids=contest.children,
     )

@@ -136,3 +136,42 @@ async def test_a_sweep_given_ready_timeout_s_resumes_with_the_same_arguments(ser
     assert first["partial"] and first["measured_steps"] == 1, first["summary"]
     second = await call(serve_client, "sweep_serve", **args, resume=first["experiment_id"])
     assert second["reused_steps"] == 1 and second["measured_steps"] == 1, second["summary"]
+
+
+async def test_a_race_the_wall_budget_cuts_is_partial_and_its_launches_report(serve_client):
+    """The ladders first (race_rounds=0), then resumed with a race and a 5 s wall budget: the
+    ladders come from the ledger at once, the race starts both engines (their own progress comes
+    through as the race's) and the budget ends it after its first round: undecided, and the
+    answer partial, saying the race was cut."""
+    args = dict(
+        base_args=BASE,
+        configs=[{"max_num_seqs": 2}, {"max_num_seqs": 4}],
+        workload=WORKLOAD,
+        ladder={"concurrencies": [2]},
+        repeats=1,
+    )
+    first = await call(serve_client, "sweep_serve", **args, race_rounds=0)
+    assert not first["partial"] and first["race"] is None, first["summary"]
+    assert all(c["highest_load"] == 2 for c in first["configs"]), first["summary"]
+    seen: list[str] = []
+
+    async def on_progress(progress, total, message):
+        seen.append(message)
+
+    result = await serve_client.call_tool(
+        "sweep_serve",
+        {**args, "race_rounds": 3, "resume": first["experiment_id"], "budget": {"wall_s": 5}},
+        progress_callback=on_progress,
+    )
+    out = result.structured_content
+    assert not result.is_error and out is not None, result.content
+    race = out["race"]
+    assert out["reused_steps"] == 2 and race is not None, out["summary"]
+    assert race["budget_cut"] and race["outcome"] == "undecided", race
+    assert 1 <= race["rounds"] < 3 and "cut after" in race["why"], race
+    assert out["partial"] and "the race was cut after" in out["budget_note"], out["budget_note"]
+    assert "partial: the race was cut" in out["summary"], out["summary"]
+    # each engine's start reports as it goes (a vLLM start takes minutes), and each round's repeats
+    for label in ("max_num_seqs=2", "max_num_seqs=4"):
+        assert any(f"race: starting {label}: starting the builtin engine" in m for m in seen), seen
+    assert any("race round 1: repeat 1/2" in m for m in seen), seen
