@@ -17,6 +17,20 @@ the log ratios. From the second round on, after each round:
 
 Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
 so that an A/A (two identical configs) is decided in at most 5% of sweeps.
+
+What a tie takes, measured (bench/sweep_serve_aa.py, docs/measured.md): on this 2-core host
+under other work, two identical built-in engines alternating (12 requests of 8 tokens at 4 in
+flight, ~3 s a repeat) give per-pair log ratios with sigma 0.28 (a pair differs by 32% at one
+sigma): the host's contention, not the engines. For a tie in 9 of 10 such A/A races
+the interval's half-width plus the mean's own noise must fit the margin: about 500 pairs at
++-5%, 140 at +-10%, 35 at +-20% (simulated from the measured pairs: 36 pairs at 20% tie 88%).
+The default race (8 pairs) would need a margin of about 60%, the most race_rounds allows (20
+pairs) about 35%: a margin that calls a 1.3x difference "as good as each other" is no tie.
+So the defaults stay (4 rounds of 2 pairs, 5%), such an A/A ends undecided (rarely
+decided: 6% of 1000 simulated A/A races were, at the nominal 5%), and an undecided race says the
+margin its interval would have needed for a tie (`why`): the honest answer for the host, and
+what to raise (tie_margin_pct, race_rounds, longer runs: num_requests) to get one. On a quiet
+host or an engine whose repeats are steadier the same defaults settle ties.
 """
 
 from __future__ import annotations
@@ -205,9 +219,15 @@ def _answer(
             f"{stopped}"
         )
     else:
+        needed = (
+            f" (a tie needs tie_margin_pct >= {math.ceil(100 * (max(interval[1], 1 / interval[0]) - 1))}"
+            " for this interval; more pairs narrow it: race_rounds, num_requests)"
+            if interval is not None
+            else ""
+        )
         why = (
             f"undecided: {winner} / {runner_up} = {shown} neither excludes 1 nor lies within "
-            f"{inp.tie_margin_pct:g}% of it; {stopped}; {winner} stays the ladders' pick"
+            f"{inp.tie_margin_pct:g}% of it{needed}; {stopped}; {winner} stays the ladders' pick"
         )
     return Race(
         outcome=outcome or "undecided",
