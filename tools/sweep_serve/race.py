@@ -97,7 +97,7 @@ async def race(
             bench["repeats"] = PAIRS_PER_ROUND
             key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
             if not handles and not trials.has(key):
-                why = await _launch(contest, trials, handles, report)
+                why = await _launch(contest, trials, handles, report, round_ / inp.race_rounds)
                 if why is not None:
                     stopped = why
                     break
@@ -137,14 +137,16 @@ async def race(
     return _answer(inp, contest, decision, interval, stopped)
 
 
-async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
+async def _launch(
+    contest: Contest, trials: Trials, handles: dict[str, str], report, share: float
+) -> str | None:
     """Both engines up, or why not; each launch's own progress (a vLLM start takes minutes) is
-    forwarded as the race's."""
+    forwarded as the race's, at `share` of the rounds done."""
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
         what = f"race: starting {planned.label}"
-        await report(0.0, what)
+        await report(share, what)
         launched = await trials.ctx.call(
-            "launch_serve", planned.launch, trial_progress(report, 0.0, what)
+            "launch_serve", planned.launch, trial_progress(report, share, what)
         )
         contest.children.append(launched.experiment_id)
         if not launched.ok:
