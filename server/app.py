@@ -27,7 +27,14 @@ from pydantic import ValidationError
 from .. import tools as tools_package
 from ..kernels.workspace import WorkspaceError, load_workspace
 from ..sandbox import SandboxError
-from ..tools.base import MAX_NAME_CHARS, AgentError, CallOutcome, Tool, run_tool
+from ..tools.base import (
+    CANCELLED_BECAUSE,
+    MAX_NAME_CHARS,
+    AgentError,
+    CallOutcome,
+    Tool,
+    run_tool,
+)
 from ..tools.common import provenance
 from .context import CallContext, CallOrigin, ClusterConfig, ServerState, run_link
 from .host_paths import sandbox_view
@@ -241,7 +248,7 @@ async def execute(
         else:
             state.ledger.close_error(
                 experiment_id,
-                "cancelled by the client",
+                CANCELLED_BECAUSE.get()() or "cancelled by the client",
                 ctx.artifacts,
                 ctx.code_manifest(),
                 ctx.nodes(),

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, Protocol, get_args, get_origin
@@ -222,6 +223,19 @@ class ToolOutput(BaseModel):
 
 
 Progress = Callable[[float, "float | None", str], Awaitable[None]]
+
+
+def _the_client() -> str | None:
+    return None
+
+
+# Who ended a cancelled call, when it was not the client: a caller that cancels its own trials (a
+# sweep's wall budget, tools/common/sweep.py wall_clock) sets a function that says why once the
+# cancel came from it (else None). Read where a cancelled call's ledger row is closed
+# (server/app.py), so that the ledger and the report do not blame the user.
+CANCELLED_BECAUSE: ContextVar[Callable[[], str | None]] = ContextVar(
+    "cancelled_because", default=_the_client
+)
 
 
 @dataclass(frozen=True)

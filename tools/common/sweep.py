@@ -20,6 +20,7 @@ Nothing measured is lost and no trial is measured twice.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -27,14 +28,15 @@ import itertools
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import anyio
 from pydantic import BaseModel, Field, model_validator
 
-from ..base import AgentError, CallOutcome, Progress, ToolContext
+from ..base import CANCELLED_BECAUSE, AgentError, CallOutcome, Progress, ToolContext
 from . import provenance
 
 MAX_GRID_POINTS = 256
@@ -427,6 +429,23 @@ class Budget:
             return "ETA unknown"
         left = min(self.elapsed_s / done * remaining, self.wall_s - self.elapsed_s)
         return f"ETA {_duration(max(left, 0.0))}"
+
+
+@contextlib.contextmanager
+def wall_clock(budget: Budget, tool: str) -> Iterator[anyio.CancelScope]:
+    """A scope the wall budget cancels once spent: the calls still running in it end (their
+    sandbox jobs killed), and their ledger rows say the sweep's budget ended them, not the client.
+    `scope.cancelled_caught` afterwards: whether it did."""
+    with anyio.move_on_after(max(budget.wall_s - budget.elapsed_s, 0.0)) as scope:
+        why = (
+            f"ended by {tool}'s wall budget (budget.wall_s={budget.wall_s:g} s was spent), not by "
+            "the client: resume the sweep with a larger budget to run it"
+        )
+        token = CANCELLED_BECAUSE.set(lambda: why if scope.cancel_called else None)
+        try:
+            yield scope
+        finally:
+            CANCELLED_BECAUSE.reset(token)
 
 
 def _duration(seconds: float) -> str:

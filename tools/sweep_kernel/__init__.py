@@ -16,13 +16,19 @@ import ast
 from dataclasses import dataclass
 from typing import Literal
 
-import anyio
-
 from ...kernels.coderef import default_impl, parse_python, resolve_code
 from ...kernels.workspace import Kernel, WorkspaceError
 from ..base import AgentError, Tool, ToolContext, as_agent_error
 from ..common.expect import ExpectError, check
-from ..common.sweep import MAX_GRID_POINTS, Budget, Space, Trials, label, mixed_devices
+from ..common.sweep import (
+    MAX_GRID_POINTS,
+    Budget,
+    Space,
+    Trials,
+    label,
+    mixed_devices,
+    wall_clock,
+)
 from ..compile_kernel.expect_fields import EXPECT as COMPILE_EXPECT
 from ..compile_kernel.plan import resolve_target
 from ..microbench.plan import candidate_code, dtype_of, kernel_of, shapes_of
@@ -117,7 +123,7 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     stopped: str | None = None
     # The wall budget ends the calls still running too (their sandbox jobs are killed, their
     # ledger rows closed as errors): the answer is partial, never late.
-    with anyio.move_on_after(max(budget.wall_s - budget.elapsed_s, 0.0)) as clock:
+    with wall_clock(budget, "sweep_kernel") as clock:
         stopped = await _sweep(plan, ctx, trials, budget, sampler, candidates, races)
     if clock.cancelled_caught:
         stopped = (

@@ -124,6 +124,12 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         )
         children += contest.experiment_ids
         best = next(c for c in configs if c.label == contest.winner)
+        if contest.budget_cut:  # the race's verdict is undecided for want of time: partial
+            cut = True
+            note = note or (
+                f"the race was cut after {contest.rounds} of {inp.race_rounds} rounds: "
+                f"{budget.wall_spent() or 'the wall-clock budget is spent'}"
+            )
     out = Output(
         load_kind=inp.ladder.kind,
         configs=configs,
@@ -205,6 +211,8 @@ def _summary(inp: Input, out: Output) -> str:
     if out.not_tried:
         head += f"; partial: {out.budget_note}, {len(out.not_tried)} configs not tried "
         head += "(resume=<this id> continues)"
+    elif out.partial:
+        head += f"; partial: {out.budget_note} (resume=<this id> continues)"
     if out.remeasured_steps:
         head += (
             f"; {out.remeasured_steps} recorded call(s) measured again: their code changed since"

@@ -71,7 +71,9 @@ async def climb(
                 key = plan.step_key(config.key, bench)
                 if handle is None and not trials.has(key):
                     launched = await trials.ctx.call(
-                        "launch_serve", config.launch, _inner(report, index / loads, "launch")
+                        "launch_serve",
+                        config.launch,
+                        trial_progress(report, index / loads, "launch"),
                     )
                     out.children.append(launched.experiment_id)
                     out.launch_id = launched.experiment_id
@@ -89,7 +91,7 @@ async def climb(
                     "serve_benchmark",
                     bench,
                     key=key,
-                    progress=_inner(report, index / loads, _load(kind, load)),
+                    progress=trial_progress(report, index / loads, _load(kind, load)),
                 )
                 out.children.append(trial.outcome.experiment_id)
                 out.reused += trial.reused
@@ -126,7 +128,7 @@ async def climb(
     return out
 
 
-def _inner(report: Report, share: float, what: str):
+def trial_progress(report: Report, share: float, what: str):
     """A trial's own progress (the engine starting, each request of a step) as the sweep's,
     at the share of the ladder done when it began."""
 

@@ -17,6 +17,20 @@ the log ratios. From the second round on, after each round:
 
 Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
 so that an A/A (two identical configs) is decided in at most 5% of sweeps.
+
+What a tie takes, measured (bench/sweep_serve_aa.py, docs/measured.md): on this 2-core host
+under other work, two identical built-in engines alternating (12 requests of 8 tokens at 4 in
+flight, ~3 s a repeat) give per-pair log ratios with sigma 0.28 (a pair differs by 32% at one
+sigma): the host's contention, not the engines. For a tie in 9 of 10 such A/A races
+the interval's half-width plus the mean's own noise must fit the margin: about 500 pairs at
++-5%, 140 at +-10%, 35 at +-20% (simulated from the measured pairs: 36 pairs at 20% tie 88%).
+The default race (8 pairs) would need a margin of about 60%, the most race_rounds allows (20
+pairs) about 35%: a margin that calls a 1.3x difference "as good as each other" is no tie.
+So the defaults stay (4 rounds of 2 pairs, 5%), such an A/A ends undecided (rarely
+decided: 6% of 1000 simulated A/A races were, at the nominal 5%), and an undecided race says the
+margin its interval would have needed for a tie (`why`): the honest answer for the host, and
+what to raise (tie_margin_pct, race_rounds, longer runs: num_requests) to get one. On a quiet
+host or an engine whose repeats are steadier the same defaults settle ties.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ import anyio
 from ...sandbox.worker.shared import ratio_decision
 from ..common.sweep import Budget, Trials
 from . import plan
+from .ladder import trial_progress
 from .plan import Planned
 from .schema import ConfigAnswer, Input, Race
 
@@ -50,6 +65,7 @@ class Contest:
     ratios: list[float] = field(default_factory=list)  # leader / challenger per pair
     children: list[str] = field(default_factory=list)
     rounds: int = 0
+    budget_cut: bool = False  # the wall budget ended it before it settled or ran every round
 
 
 def metric_of(inp: Input) -> str:
@@ -74,19 +90,27 @@ async def race(
     try:
         for round_ in range(inp.race_rounds):
             if (why := budget.wall_spent()) is not None:
-                stopped = why
+                stopped = f"cut after {contest.rounds} of {inp.race_rounds} rounds: {why}"
+                contest.budget_cut = True
                 break
             bench = plan.bench_arguments(inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_)
             bench["repeats"] = PAIRS_PER_ROUND
             key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
             if not handles and not trials.has(key):
-                why = await _launch(contest, trials, handles, report)
+                why = await _launch(contest, trials, handles, report, round_ / inp.race_rounds)
                 if why is not None:
                     stopped = why
                     break
             bench["handle"] = handles.get("leader", "(reused)")
             bench["baseline_handle"] = handles.get("challenger", "(reused)")
-            trial = await trials.call("serve_benchmark", bench, key=key)
+            trial = await trials.call(
+                "serve_benchmark",
+                bench,
+                key=key,
+                progress=trial_progress(
+                    report, contest.rounds / inp.race_rounds, f"race round {round_ + 1}"
+                ),
+            )
             contest.children.append(trial.outcome.experiment_id)
             if not trial.outcome.ok:
                 stopped = f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
@@ -113,11 +137,17 @@ async def race(
     return _answer(inp, contest, decision, interval, stopped)
 
 
-async def _launch(contest: Contest, trials: Trials, handles: dict[str, str], report) -> str | None:
-    """Both engines up, or why not."""
+async def _launch(
+    contest: Contest, trials: Trials, handles: dict[str, str], report, share: float
+) -> str | None:
+    """Both engines up, or why not; each launch's own progress (a vLLM start takes minutes) is
+    forwarded as the race's, at `share` of the rounds done."""
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
-        await report(contest.rounds / 10, f"race: starting {planned.label}")
-        launched = await trials.ctx.call("launch_serve", planned.launch)
+        what = f"race: starting {planned.label}"
+        await report(share, what)
+        launched = await trials.ctx.call(
+            "launch_serve", planned.launch, trial_progress(report, share, what)
+        )
         contest.children.append(launched.experiment_id)
         if not launched.ok:
             return f"{planned.label}'s engine did not start again: {launched.error}"
@@ -191,9 +221,15 @@ def _answer(
             f"{stopped}"
         )
     else:
+        needed = (
+            f" (a tie needs tie_margin_pct >= {math.ceil(100 * (max(interval[1], 1 / interval[0]) - 1))}"
+            " for this interval; more pairs narrow it: race_rounds, num_requests)"
+            if interval is not None
+            else ""
+        )
         why = (
             f"undecided: {winner} / {runner_up} = {shown} neither excludes 1 nor lies within "
-            f"{inp.tie_margin_pct:g}% of it; {stopped}; {winner} stays the ladders' pick"
+            f"{inp.tie_margin_pct:g}% of it{needed}; {stopped}; {winner} stays the ladders' pick"
         )
     return Race(
         outcome=outcome or "undecided",
@@ -206,6 +242,7 @@ def _answer(
         pairs=len(contest.ratios),
         rounds=contest.rounds,
         tie_margin_pct=inp.tie_margin_pct,
+        budget_cut=contest.budget_cut,
         why=why,
         experiment_ids=contest.children,
     )

@@ -312,6 +312,12 @@ class Race(BaseModel):
     pairs: int = Field(description="Paired measurements, one repeat of each config per pair.")
     rounds: int = Field(description="serve_benchmark calls (each alternating A B B A).")
     tie_margin_pct: float = Field(description="The tie margin used, %.")
+    budget_cut: bool = Field(
+        False,
+        description="True when the sweep's wall budget (budget.wall_s) ended the race before it "
+        "settled or ran all its rounds: the answer is partial (resume=<the sweep's id> runs the "
+        "rounds left).",
+    )
     why: str = Field(description="The decision in words, with what ended the race.")
     experiment_ids: list[str] = Field(
         description="The race's children: launches, the alternating serve_benchmarks, stops."
@@ -340,7 +346,10 @@ class Output(ToolOutput):
     )
     dropped: list[Dropped] = Field(description="Configs whose engine did not start, and why.")
     not_tried: list[dict[str, Scalar]] = Field(description="Configs the budget left out.")
-    partial: bool = Field(description="True when the budget ended the sweep early.")
+    partial: bool = Field(
+        description="True when the budget ended the sweep early: configs not tried, a ladder cut "
+        "off, or the race cut before it settled (race.budget_cut)."
+    )
     budget_note: str | None = Field(description="What the budget ended, and when.")
     slo_judged: dict[str, str] = Field(description="Per SLO: how a step is judged against it.")
     interval_note: str = Field(description="What the [min, max] intervals mean at these repeats.")

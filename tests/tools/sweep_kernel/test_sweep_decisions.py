@@ -26,6 +26,22 @@ SLEEPY = PLANTED.replace(
     "    time.sleep(SLEEP_S)",
 )
 SHAPE = {"M": 4, "N": 64}
+# PLANTED with a knob that makes the host "get busier" within every job, at the same pace in
+# each: with GROW=1 a call sleeps 10 ms x e^(t / 50 ms), t the time since the first call in its
+# job, at most 3 s. A job of a fraction of a second fits a few calls and measures them fast; a
+# job given the budget that pace asks for (seconds) fits only a few more, at 3 s each: microbench
+# refuses the first call of a pair, and refuses the retry at its own estimate again.
+GROWING = PLANTED.replace(
+    "def rmsnorm(x, weight, BLOCK_N=None, SLOW=0, OFF_BY_ONE=0):",
+    "_FIRST_CALL = []\n\n\n"
+    "def rmsnorm(x, weight, BLOCK_N=None, SLOW=0, OFF_BY_ONE=0, GROW=0):\n"
+    "    import math\n"
+    "    import time\n"
+    "    _FIRST_CALL[:] = _FIRST_CALL or [time.monotonic()]\n"
+    "    if GROW:\n"
+    "        t = time.monotonic() - _FIRST_CALL[0]\n"
+    "        time.sleep(min(0.01 * math.exp(min(t / 0.05, 50.0)), 3.0))",
+)
 
 
 async def test_a_config_the_target_cannot_launch_is_dropped_at_compile(zoo_client, zoo_workspace):
@@ -99,6 +115,46 @@ async def test_a_pair_that_cannot_be_timed_leaves_the_shape_undecided(zoo_client
         assert (w["winner"] is None) or (w["winner_median_ms"] is not None)
 
 
+async def test_a_pair_refused_again_at_its_own_estimate_crowns_no_one(zoo_client, zoo_workspace):
+    """Issue 35 item 11: a race pair whose retry, at the budget microbench's own refusal
+    estimated, is refused again (the host got busier between the two calls: GROWING) was never
+    compared. The shape is undecided with why, and no config wins it: neither the leader left
+    alone (never timed) nor the challenger whose pair was refused."""
+    out = await call(
+        zoo_client,
+        "sweep_kernel",
+        kernel="rmsnorm",
+        source=GROWING,
+        entry="rmsnorm",
+        configs=[{"GROW": 1}, {"GROW": 0}],
+        shapes=[SHAPE],
+        dtype="float32",
+        target="sm_90a",
+        round_ms=100,
+    )
+    benches = [
+        c for c in _children(zoo_workspace, out["experiment_id"]) if c["tool"] == "microbench"
+    ]
+    # microbench's own answers: the pair refused twice, the retry at the first refusal's estimate
+    assert [c["status"] for c in benches] == ["error", "error"], [
+        (c["status"], c["arguments"]["budget_ms"], c["error"]) for c in benches
+    ]
+    first, retry = benches
+    estimate = float(first["error"].split("raise budget_ms to about ")[1].split()[0])
+    assert retry["arguments"]["budget_ms"] == max(estimate, 2 * 100)
+    assert "raise budget_ms to about" in retry["error"]
+    [shape] = out["shapes"]
+    assert shape["winner"] is None and shape["winner_median_ms"] is None, shape
+    assert shape["decided"] is False and out["best"] is None, out["summary"]
+    why = shape["undecided_because"]
+    assert "GROW=0 was never compared with GROW=1" in why, why
+    assert "refused again at the budget the first refusal estimated" in why, why
+    assert "undecided" in out["summary"]
+    # the refused challenger did nothing wrong: not dropped
+    rows = {r["config"]["GROW"]: r for r in out["configs"]}
+    assert rows[0]["dropped"] is None and rows[1]["dropped"] is None, rows
+
+
 async def test_a_resumed_sweep_times_nothing_it_recorded(zoo_client, zoo_workspace, tmp_path):
     """round_ms=1 is too short for any pair: microbench refuses it with an estimate, and the
     pair is timed at that estimate. Resumed, the sweep replays the refusal from the ledger, so
@@ -161,8 +217,15 @@ async def test_the_wall_budget_ends_the_calls_still_running(zoo_client, zoo_work
     assert "Partial" in out["summary"]
     children = _children(zoo_workspace, out["experiment_id"])
     assert all(c["status"] in ("ok", "error") for c in children)  # none left running
-    ended = [c for c in children if c["status"] == "error" and "cancelled" in (c["error"] or "")]
+    # the ledger names the sweep's budget as what ended them, never the user
+    ended = [
+        c
+        for c in children
+        if c["status"] == "error"
+        and "ended by sweep_kernel's wall budget (budget.wall_s=40 s" in (c["error"] or "")
+    ]
     assert ended, [(c["tool"], c["status"], c["error"]) for c in children]
+    assert not any("cancelled by the client" in (c["error"] or "") for c in children)
     sleeper = [c for c in children if c["arguments"]["launch_config"] == {"SLEEP_S": 300}]
     assert not any(c["tool"] == "check_numerics" and c["status"] == "ok" for c in sleeper)
     assert out["shapes"][0]["decided"] is False
