@@ -47,6 +47,16 @@ over their second half (calls 122-200) 102 vs 55 KB per call (1.9x less; after: 
 over calls 134-200). What still grows once: ~27-34 MB on both sides at the first heavy round
 after the warm-up (calls 50-62), and the 3.75 MB pathlib block.
 
+What is left after the fix (`--heavy --calls 160`, 2026-12-06, loaded host): the traced Python
+heap grows 3.86 MB over 122 measured calls, 3.75 MB of it one block at its first check_numerics
+(tools/check_numerics/jobs.py:101, pathlib's interned path parts: the interning table's one
+resize, count +1), the rest tens of KB in matplotlib's bounded mathtext and font caches; no
+allocation site of ours grows with the calls. RSS: 352 -> 384 MB at the first heavy round (one
+time), then 2 MB steps that come further apart (384 at call 58, 389 at 98, 396 at 160): native
+memory (the allocator's arenas, Agg's buffers), not a Python object. Over a longer session it
+levels off: tests/server/test_session_memory.py's server held 389-390 MB from call 204 to 408.
+(Not checked: whether malloc_trim gives those steps back.)
+
 The fuzz session (`--fuzz --calls 2200 --before 0f03b90`, 2026-12-06, one run, other helpers'
 suites beside it, load 13-23): 2630 calls a side, 0 answers not clean; the server's RSS 109 ->
 111 MB before, 109 -> 112 MB after; slope after the first round 0.8 vs 0.8 KB per call, over
