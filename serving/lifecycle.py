@@ -181,6 +181,12 @@ class StoppedEngine:
     how: str  # "by stop_serve", "when its benchmark ended", ...
 
 
+# How many stopped engines Engines.stopped remembers (the newest): a long session stops engines
+# without end (every sweep_serve step launches one), and a second stop of an old handle only
+# needs "no such engine"; the last few hundred are what an agent still holds.
+STOPPED_KEPT = 256
+
+
 class Engines:
     def __init__(
         self,
@@ -199,7 +205,8 @@ class Engines:
         self.memory_bytes = memory_bytes or sandbox.limits.memory_bytes
         self.disk_bytes = sandbox.limits.disk_bytes  # each engine's folder, as each job's
         self._engines: dict[str, Engine] = {}
-        self.stopped: dict[str, StoppedEngine] = {}  # handle -> what it was: a second stop says so
+        # handle -> what it was, for the last STOPPED_KEPT stopped: a second stop says so
+        self.stopped: dict[str, StoppedEngine] = {}
         sandbox.remove_stale_services()  # a previous server's engines died with it
 
     def get(self, handle: str) -> Engine:
@@ -219,8 +226,9 @@ class Engines:
                 "launch_serve"
             )
         return EngineError(
-            f"no serving engine with handle {handle!r} (running: {known}); start one "
-            "with launch_serve, or list them with list_serves"
+            f"no serving engine with handle {handle!r} (running: {known}; of the stopped, only "
+            f"the last {STOPPED_KEPT} are remembered); start one with launch_serve, or list "
+            "them with list_serves"
         )
 
     def list(self) -> list[Engine]:
@@ -404,6 +412,8 @@ class Engines:
         self.stopped[handle] = StoppedEngine(
             eng.adapter.name, eng.args.model, eng.started_at, time.time(), how=how
         )
+        while len(self.stopped) > STOPPED_KEPT:  # the oldest first (dicts keep insertion order)
+            del self.stopped[next(iter(self.stopped))]
         if eng.exposed is not None:  # the port first: no client reaches a stopping engine
             await eng.exposed.aclose()
         return await eng.service.stop()

@@ -9,6 +9,8 @@ from pydantic import BaseModel, Field
 from .base import Tool, ToolContext, ToolInput, ToolOutput
 from .common.engines import engine_label
 
+STOPPED_SHOWN = 5  # the summary names the newest stopped engines, and counts the rest
+
 
 class Serve(BaseModel):
     handle: str = Field(description="Pass to serve_benchmark, profile, stop_serve.")
@@ -66,10 +68,13 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         for s in serves
         if not s.alive
     )
-    if ctx.engines.stopped:
+    stopped = list(ctx.engines.stopped.items())
+    if stopped:  # the newest few: a long session's summary stays one line
         text += "; stopped earlier: " + ", ".join(
-            f"{h} ({gone.how})" for h, gone in ctx.engines.stopped.items()
+            f"{h} ({gone.how})" for h, gone in stopped[-STOPPED_SHOWN:]
         )
+        if len(stopped) > STOPPED_SHOWN:
+            text += f" and {len(stopped) - STOPPED_SHOWN} before them"
     return Output(serves=serves, summary=text)
 
 

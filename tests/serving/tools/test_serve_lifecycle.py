@@ -343,3 +343,34 @@ def _sleepers() -> list[int]:
         if b"time.sleep(600)" in cmdline and os.fsencode(sys.executable) in cmdline:
             out.append(int(pid))
     return out
+
+
+@pytest.mark.anyio
+async def test_a_long_session_remembers_only_the_newest_stopped_engines(
+    client, echo_workspace, monkeypatch
+):
+    """Engines.stopped (what a second stop of a handle is answered with) keeps the newest
+    STOPPED_KEPT, and list_serves' summary names the newest STOPPED_SHOWN: a session that stops
+    engines without end (sweep_serve's steps) keeps neither growing. Here kept 2, shown 1."""
+    from infra_agent.serving import lifecycle
+    from infra_agent.tools import list_serves
+
+    monkeypatch.setattr(lifecycle, "STOPPED_KEPT", 2)
+    monkeypatch.setattr(list_serves, "STOPPED_SHOWN", 1)
+    handles = []
+    for _ in range(3):
+        launched = await call(client, "launch_serve", engine="command", args=command("ok"))
+        handles.append(launched["handle"])
+        await call(client, "stop_serve", handle=launched["handle"])
+    oldest, older, newest = handles
+    with pytest.raises(ToolCallError, match=f"no serving engine with handle '{oldest}'") as err:
+        await call(client, "serve_benchmark", handle=oldest)
+    assert "only the last 2 are remembered" in str(err.value)
+    for handle in (older, newest):
+        again = await call(client, "stop_serve", handle=handle)
+        assert again["already_stopped"] is True, again
+    listed = await call(client, "list_serves")
+    assert listed["summary"] == (
+        f"0 engine(s) running; stopped earlier: {newest} (by stop_serve) and 1 before them"
+    )
+    assert engine_processes() == []

@@ -1,0 +1,108 @@
+"""A long scripted session against a real server process stops growing (issue 36, item 6).
+
+The server on stdio, as an IDE runs it, takes rounds of the fuzzer's kinds of call: listings,
+describes, clean errors (unknown handles and kernels, odd `expect` strings, bad arguments, an
+engine that exits at once) and calls that draw plots (check_numerics' histogram, microbench's
+sweep plot: before tools/common/plot_thread.py each drawing thread loaded its own fonts, ~0.8 MB
+of native memory). Its RSS is read from /proc/PID/statm after every round; after a warm-up the
+least-squares slope over the second half of the session must stay under SLOPE_BOUND_KB_PER_CALL.
+
+Why RSS and not the Python heap: the fonts were native memory tracemalloc never saw. Why the
+second half: what a server fills once (imports, matplotlib's first fonts, the ledger, the
+sandbox's zygote) is done by then. RSS is not timing: a loaded host slows the session, it does
+not move the bytes. The bound: the font leak read 102 KB per call over the second half of
+bench/server_memory.py's --heavy session, the fuzz session of issue 36 68 KB per call (352 ->
+601 MB over 3,672 calls); the bound is a third of the smaller. Measured 2026-12-06 on a loaded
+host: on 0f03b90 (before the font fix) 351 -> 398 MB, 55.2 KB per call over the second half
+(this test fails there); on the fix 354 -> 390 MB, 7.2 KB per call (one 5 MB step, then flat).
+
+What a person should look at: the RSS marks in the assertion message.
+"""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from pathlib import Path
+
+import pytest
+from stdio_server import StdioServer
+
+pytestmark = pytest.mark.slow
+
+SLOPE_BOUND_KB_PER_CALL = 20.0
+WARMUP_ROUNDS, ROUNDS = 3, 24
+
+ROUND: list[tuple[str, dict]] = [
+    ("list_kernels", {}),
+    ("describe_kernel", {"kernel": "rmsnorm"}),
+    ("describe_kernel", {"kernel": "no_such_kernel"}),
+    ("list_experiments", {"limit": 5}),
+    ("list_serves", {}),
+    ("device_info", {"measure_peaks": False}),
+    ("describe_kernel", {"kernel": "rmsnorm", "expect": ["1/0 > 1"]}),
+    ("list_experiments", {"limit": 5, "expect": ["x =="]}),
+    ("serve_benchmark", {"handle": "serve-none"}),
+    ("profile", {"handle": "serve-none"}),
+    ("stop_serve", {"handle": "serve-none"}),
+    ("compare_experiments", {"experiment_ids": ["e-none-1", "e-none-2"]}),
+    (
+        "launch_serve",
+        {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
+    ),
+    ("check_numerics", {"kernel": "vector_add", "source": "def f(:", "entry": "f"}),
+    ("list_kernels", {"no_such_argument": 1}),
+    ("check_numerics", {"kernel": "vector_add"}),  # its error histogram, drawn after the reply
+    ("microbench", {"kernel": "vector_add", "shapes": [{"N": 64}, {"N": 256}]}),  # a sweep plot
+]
+
+
+def rss_mb(pid: int) -> float:
+    """A process's resident set, MB (/proc/PID/statm's second field, in pages)."""
+    import resource
+
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
+
+
+def test_a_long_mixed_session_stops_growing(workspace):
+    server = StdioServer(workspace)
+    ids = itertools.count(1)
+    try:
+        server.initialize()
+
+        def one_round() -> None:
+            for tool, args in ROUND:
+                rid = next(ids)
+                server.call(rid, tool, args)
+                answer = server.reply(rid, timeout_s=300)
+                # an answer or a clean tool error, never a protocol error: the session goes on
+                assert "result" in answer, (tool, answer)
+
+        for _ in range(WARMUP_ROUNDS):
+            one_round()
+        marks: list[tuple[int, float]] = []  # (calls after the warm-up, RSS MB)
+        for r in range(ROUNDS + 1):
+            if r:
+                one_round()
+            # the previous round's late histogram is drawn by now: list_kernels waits for it
+            rid = next(ids)
+            server.call(rid, "list_kernels", {})
+            assert "result" in server.reply(rid)
+            marks.append((r * len(ROUND), rss_mb(server.proc.pid)))
+    finally:
+        server.proc.terminate()
+        try:
+            server.proc.wait(timeout=60)
+        except Exception:  # noqa: BLE001 - a server that will not stop is killed
+            server.proc.kill()
+    late = marks[len(marks) // 2 :]
+    fit = statistics.linear_regression([c for c, _ in late], [r for _, r in late])
+    slope_kb = fit.slope * 1024
+    shown = ", ".join(f"{c}: {r:.0f}" for c, r in marks)
+    print(f"RSS MB after each round (calls: MB): {shown}; second-half slope {slope_kb:.1f} KB/call")
+    assert slope_kb < SLOPE_BOUND_KB_PER_CALL, (
+        f"the server's RSS still grows {slope_kb:.1f} KB per call over the second half of "
+        f"{ROUNDS * len(ROUND)} calls (bound {SLOPE_BOUND_KB_PER_CALL}); MB after each round: "
+        f"{shown}. bench/server_memory.py --heavy lists the heap's growers"
+    )
