@@ -118,8 +118,8 @@ def _role_order(role: str) -> int:
 
 
 def _role_change(store: BlobStore, role: str, a: RanCode | None, b: RanCode | None) -> RoleCode:
-    shown_a = a and f"{a.label} ({a.where})"
-    shown_b = b and f"{b.label} ({b.where})"
+    shown_a = f"{a.label} ({a.where})" if a else None
+    shown_b = f"{b.label} ({b.where})" if b else None
     same_code, words, diff = _compare(store, role, a, b, shown_a, shown_b)
     return RoleCode(role=role, a=shown_a, b=shown_b, same_code=same_code, words=words, diff=diff)
 
