@@ -44,7 +44,8 @@ from conftest import call
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# serial: its criterion compares TTFT against a baseline; another worker's tests would be noise
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.serial]
 
 COMM = ["--disaggregated"]  # the default --comm-us (8000) is the episode's
 HELD = ["--no-comm-releases-gil"]

@@ -7,7 +7,8 @@ import pytest
 from conftest import ToolCallError, call
 from profile_server import profile_client, profile_server, profile_workspace  # noqa: F401
 
-pytestmark = pytest.mark.anyio
+# serial: two samplers' shares of one window, and py-spy's attach before it, on this host's cores
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 # A Python-busy thread beside a main thread issuing tens of thousands of tiny torch ops: the window
 # is ~0.4 s, and closing it (torch.profiler's post-processing and export of those ops) holds the GIL
