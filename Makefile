@@ -12,7 +12,7 @@ NODE_DIR  := .cache/node
 HOST      ?= 127.0.0.1
 PORT      ?= 8765
 
-.PHONY: setup system node vllm run test bench clean
+.PHONY: setup system node vllm run test pytest test-hogs bench clean
 
 setup: system $(VENV)/.installed
 
@@ -90,9 +90,24 @@ test: setup node vllm
 	@mkdir -p $(MYPY_SRC) && for d in sandbox tools server kernels serving; do \
 	  ln -sfn ../../../../$$d $(MYPY_SRC)/$$d; done
 	$(PY) -m mypy
-	# pytest's own script, not `python -m pytest`: that puts the repository root on sys.path,
-	# where kernels/ (the zoo) would stand in for any installed package named `kernels`
-	$(VENV)/bin/pytest -q --durations=25  # the slowest tests, against the suite's ~20 min budget
+	$(MAKE) --no-print-directory pytest
+
+# pytest's own script, not `python -m pytest`: that puts the repository root on sys.path, where
+# kernels/ (the zoo) would stand in for any installed package named `kernels`. Two passes: the
+# tests that can share the cores run in PYTEST_WORKERS xdist workers, a module's tests on one
+# worker (--dist loadfile: its module-scoped engines and servers start once); then the `serial`
+# ones (they measure time on this host, or start vLLM) alone. PYTEST_ARGS picks a subset,
+# e.g. `make pytest PYTEST_ARGS=tests/tools/profile`.
+PYTEST_WORKERS ?= 2
+PYTEST_ARGS    ?=
+pytest:
+	$(VENV)/bin/pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=25 $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -q -m serial --durations=10 $(PYTEST_ARGS); rc=$$?; [ $$rc = 0 ] || [ $$rc = 5 ]
+
+# The same pytest with two CPU hogs beside it (issue 37: the suite must pass so); HOGS=4 for more.
+HOGS ?= 2
+test-hogs: setup node vllm
+	scripts/with_hogs.sh $(HOGS) $(MAKE) --no-print-directory pytest
 
 bench: setup
 	for b in bench/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -25,6 +25,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 
+def pytest_collection_modifyitems(items):
+    """A test that starts vLLM (the vllm_client fixture) is `serial`: vLLM's engine takes both
+    cores for a minute to start and its tests measure it, so `make test` runs them alone, after
+    the xdist workers (pyproject.toml's markers)."""
+    for item in items:
+        if "vllm_client" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.serial)
+
+
 class ToolCallError(Exception):
     """The tool answered with is_error=True; the message is the text the agent saw."""
 

@@ -44,7 +44,8 @@ from conftest import call
 
 from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+# serial: its criterion compares TTFT against a baseline; another worker's tests would be noise
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.serial]
 
 COMM = ["--disaggregated"]  # the default --comm-us (8000) is the episode's
 HELD = ["--no-comm-releases-gil"]
@@ -62,6 +63,9 @@ WORKLOAD = {
     "warmup": 2,
 }
 CRITERION = "ttft_p50 <= 1.05 * baseline.ttft_p50"
+# the cost probe's refusal says "raise time_budget_s": on a busy host (load ~18) it estimated 817 s
+# for the 300 s default, one request alone taking 5.7-6.7 s; the story is the criterion, not the cost
+TIME_BUDGET_S = 3600
 OVERLAP = ["kv_transfer", "dispatch|combine"]
 
 
@@ -90,6 +94,7 @@ async def judged(client, handle: str, baseline: str) -> dict:
             workload=workload,
             repeats=3,
             criteria=[CRITERION],
+            time_budget_s=TIME_BUDGET_S,
         )
         print(
             "TTFT p50 per repeat:",

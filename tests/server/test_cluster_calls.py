@@ -186,6 +186,7 @@ def test_the_stdio_server_on_a_cluster_writes_only_protocol_to_stdout(two_nodes,
 WORKLOAD = {"num_requests": 16, "input_len": 16, "output_len": 6, "max_concurrency": 4, "seed": 5}
 
 
+@pytest.mark.serial  # its engine and load generator on one host with two nodes' raylets
 async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two_nodes, tmp_path):
     """launch_serve with node B's resource: the engine runs in node B's sandbox (a child of an
     actor Ray placed on B, by Ray's own actor table and the process tree), its model folder

@@ -196,6 +196,9 @@ def _holder_open_share(ev: Evidence, o: OverlapStat, wait) -> float:
 
 INTERPRETER_FRAME = "triton/runtime/interpreter"  # py-spy's short file name of Triton's interpreter
 INTERPRETED_FROM = 0.05  # share of the sampled window in the interpreter that makes it the story
+# py-spy samples the window must have had room for before their share says anything: py-spy that
+# attached after the window closed (or never) sampled none of it, which is no evidence either way
+INTERPRETED_MIN_SAMPLES = 10
 OPS_COVER_BELOW = 0.5  # ... or, without py-spy, ops covering under half the window
 
 
@@ -208,9 +211,10 @@ def interpreted_triton(
         return []
     window_ms = ev.window_ns / 1e6
     ops_ms = sum(o.self_ms for o in by_self)
-    expected = ev.gil_rate_hz * ev.gil_sampled_ns / 1e9 if ev.gil_rate_hz else 0
+    expected = ev.gil_expected_samples
     in_interp = sum(n for _, stack, n in watch.stacks if INTERPRETER_FRAME in stack)
-    share = in_interp / expected if expected else None
+    # too few samples is no share: the op table alone decides (below), not a share of 0
+    share = in_interp / expected if expected >= INTERPRETED_MIN_SAMPLES else None
     if share is not None and share < INTERPRETED_FROM:
         return []
     if share is None and ops_ms >= OPS_COVER_BELOW * window_ms:
@@ -221,11 +225,15 @@ def interpreted_triton(
         if stacks
         else f"py-spy did not run ({watch.spy.error if watch.spy else watch.problem or 'sampling off'})"
     )
-    seen = (
-        f"py-spy found the interpreter holding the GIL {100 * min(1.0, share):.0f}% of the window"
-        if share is not None
-        else "no Python stacks were sampled"
-    )
+    if share is not None:
+        seen = f"py-spy found the interpreter holding the GIL {100 * min(1.0, share):.0f}% of the window"
+    elif watch.spy is not None and not watch.spy.error:
+        seen = (
+            f"py-spy sampled only {ev.gil_sampled_ns / 1e6:.0f} ms of the window (it attached late: "
+            "a busy host), too few samples to say how much of it was the interpreter"
+        )
+    else:
+        seen = "no Python stacks were sampled"
     return [
         Finding(
             code="interpreted_triton",

@@ -65,12 +65,18 @@ class Evidence:
             return self.window_ns
         return max(1, min(self.window[1], self.gil_span[1]) - max(self.window[0], self.gil_span[0]))
 
+    @property
+    def gil_expected_samples(self) -> float:
+        """How many samples py-spy had room for in the window at its rate (0 when it did not run):
+        the denominator of every GIL share."""
+        return self.gil_rate_hz * self.gil_sampled_ns / 1e9
+
     def gil_share(self, tid: int) -> float | None:
         """Share of the time py-spy sampled in the window that this thread was seen holding the GIL
         (samples / (rate x sampled time)), 0..1; the shares of all threads add up to 1 at most."""
         if not self.gil or not self.gil_rate_hz:
             return None
-        expected = self.gil_rate_hz * self.gil_sampled_ns / 1e9
+        expected = self.gil_expected_samples
         return min(1.0, self.gil.get(tid, {}).get("samples", 0) / expected)
 
     def label(self, tid: int) -> str:
@@ -138,6 +144,8 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
     ]
     if spans:  # one py-spy per process: their union, so no process's GIL shares add up past 1
         ev.gil_span = (min(s for s, _ in spans), max(e for _, e in spans))
+    elif watch.spies:  # started, but none said it attached before it was stopped: no time sampled
+        ev.gil_span = (window[1], window[1])
     return ev
 
 
@@ -367,7 +375,7 @@ def python_stacks(ev: Evidence, stacks: list[tuple[int, str, int]]) -> list[Pyth
     time it sampled in the window."""
     if not stacks or not ev.gil_rate_hz:
         return []
-    expected = ev.gil_rate_hz * ev.gil_sampled_ns / 1e9
+    expected = ev.gil_expected_samples
     grouped: dict[tuple[int, str], int] = {}
     for tid, stack, count in stacks:
         tail = " -> ".join(stack.split(";")[-STACK_FRAMES:]) if stack else "?"

@@ -11,7 +11,8 @@ import pytest
 from conftest import ToolCallError, call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
-pytestmark = pytest.mark.slow
+# serial: a cost estimate that must hold against the measured run
+pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 SLOW_ENGINE = {"model": "tiny", "kernels": {"paged_attention_decode": "triton"}}
 

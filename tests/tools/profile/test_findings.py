@@ -7,7 +7,10 @@ blocked on a futex while the holder, sampled holding the GIL, was inside its ran
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 from infra_agent.tools.profile import findings
+from infra_agent.tools.profile.jobs import Watch
 from infra_agent.tools.profile.judge import Evidence
 from infra_agent.tools.profile.schema import Contention, GilWait, OverlapStat
 
@@ -78,3 +81,31 @@ def test_weak_gil_evidence_is_not_contention():
     assert _codes(both_ms=36, cont=barely_blocked) == []
     gil_rarely_held = _contention(blocked=0.45, holder_gil_share=0.05)
     assert _codes(both_ms=36, cont=gil_rarely_held) == []
+
+
+# -- interpreted_triton: a share needs samples behind it ------------------------------------------
+
+INTERP_WINDOW_NS = 400_000_000  # 20 calls of vector_add in Triton's interpreter: ~0.2-0.6 s
+INTERPRETED_PLAN = SimpleNamespace(env={"TRITON_INTERPRET": "1"}, payload={"target": "kernel"})
+INTERP_STACK = "call (x.py:1);_implicit_cvt (triton/runtime/interpreter.py:9)"
+
+
+def _interpreted(gil_span: tuple[int, int] | None, stacks: list) -> list[str]:
+    ev = Evidence(window=(0, INTERP_WINDOW_NS), ranges=[], names={1: "MainThread"})
+    ev.gil_rate_hz, ev.gil_span = 200, gil_span
+    watch = Watch(spies=[SimpleNamespace(error="")], stacks=stacks)
+    found = findings.interpreted_triton(ev, INTERPRETED_PLAN, [], [], watch)
+    return [f.message for f in found]
+
+
+def test_py_spy_that_sampled_none_of_the_window_is_no_evidence_against_the_interpreter():
+    """py-spy attaches within the job's 0.6 s wait on this host (0.2-0.55 s ahead of the window at
+    load 1-13); one that attached after the window closed sampled none of it. Its zero samples are
+    not a 0% interpreter share: the op table (0 ms of a 400 ms window) decides, and says why."""
+    (late,) = _interpreted((INTERP_WINDOW_NS + 10_000_000, INTERP_WINDOW_NS + 50_000_000), [])
+    assert "Triton's CPU interpreter" in late and "py-spy sampled only 0 ms" in late, late
+    # the sampler sampled the window and found no interpreter: a measured answer, no finding
+    assert _interpreted((-300_000_000, INTERP_WINDOW_NS), [(1, "call (x.py:1)", 80)]) == []
+    # ... and one that found it there names its share
+    (seen,) = _interpreted((-300_000_000, INTERP_WINDOW_NS), [(1, INTERP_STACK, 60)])
+    assert "holding the GIL 75% of the window" in seen, seen

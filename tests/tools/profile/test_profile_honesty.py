@@ -7,7 +7,8 @@ import pytest
 from conftest import ToolCallError, call
 from profile_server import profile_client, profile_server, profile_workspace  # noqa: F401
 
-pytestmark = pytest.mark.anyio
+# serial: two samplers' shares of one window, and py-spy's attach before it, on this host's cores
+pytestmark = [pytest.mark.anyio, pytest.mark.serial]
 
 # A Python-busy thread beside a main thread issuing tens of thousands of tiny torch ops: the window
 # is ~0.4 s, and closing it (torch.profiler's post-processing and export of those ops) holds the GIL
@@ -134,14 +135,27 @@ async def test_a_window_too_short_for_one_sample_is_refused_with_the_minimum(pro
 
 
 async def test_interpreted_triton_time_is_named_and_shown_as_python_stacks(profile_client):
-    out = await call(
-        profile_client, "profile", kernel="vector_add", impl="triton", calls=20, gil_sample_hz=200
-    )
-    (finding,) = [f for f in out["findings"] if f["code"] == "interpreted_triton"]
-    assert (
-        "invisible to torch.profiler" in finding["message"]
-        and "invisible to torch.profiler" in out["summary"]
-    )
+    # py-spy attaches 0.2-0.55 s before the window here (the job waits 0.6 s); one that attached
+    # late on a busy host sampled too little of it: the finding comes from the op table alone and
+    # says so, and the stacks are asked of another try
+    for _ in range(3):
+        out = await call(
+            profile_client,
+            "profile",
+            kernel="vector_add",
+            impl="triton",
+            calls=20,
+            gil_sample_hz=200,
+        )
+        (finding,) = [f for f in out["findings"] if f["code"] == "interpreted_triton"]
+        assert (
+            "invisible to torch.profiler" in finding["message"]
+            and "invisible to torch.profiler" in out["summary"]
+        )
+        if "too few samples" not in finding["message"]:
+            break
+    else:
+        pytest.fail(f"py-spy sampled too little of the window in 3 tries: {finding['message']}")
     assert any("triton/runtime/interpreter" in s["stack"] for s in out["python_stacks"]), out[
         "python_stacks"
     ]
