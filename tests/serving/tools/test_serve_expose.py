@@ -128,6 +128,7 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace):
 # --- vllm bench serve and serve_benchmark on one exposed engine, alternating -------------------
 
 
+@pytest.mark.serial  # two clients' timings compared: alone on the host (make test's second pass)
 @pytest.mark.anyio
 async def test_vllm_bench_serve_and_serve_benchmark_agree_on_one_exposed_engine(
     serve_client, tiny_workspace, tmp_path

@@ -14,7 +14,7 @@ from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtu
 from infra_agent.tools.serve_benchmark import engine_truth
 from infra_agent.tools.serve_benchmark.schema import RepeatMetrics
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # they plant and measure late reads
 
 WORKLOAD = {"num_requests": 12, "input_len": 48, "output_len": 2, "max_concurrency": 4, "warmup": 0}
 
