@@ -22,7 +22,9 @@ from .metrics import RequestRecord
 # An idle pooled connection is dropped after this long, s: below the servers' own keep-alive
 # timeout (uvicorn's and vLLM's 5 s, httpx's default expiry too), so a request never goes out on
 # a connection the server is closing at that moment ("Server disconnected without sending a
-# response", or a broken pipe).
+# response", or a broken pipe). Only while this process keeps up: the expiry starts when it has
+# read a response, which on a loaded host lags the server's send by seconds (the built-in engine
+# keeps idle connections 60 s for that reason: serving/engine/__main__.py KEEP_ALIVE_S).
 KEEPALIVE_EXPIRY_S = 2.0
 
 
