@@ -13,7 +13,7 @@ import pytest
 from conftest import call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # 2,000 requests at once: alone on the host
 
 N = 2000
 
