@@ -119,6 +119,7 @@ async def test_a_planted_slow_config_is_not_chosen_and_a_dead_one_is_dropped(ser
     assert normal["highest_load"] is not None
 
 
+@pytest.mark.serial  # throughput flat vs growing, judged on this host: alone (make test)
 async def test_a_ladder_past_capacity_stops_on_over_saturation(serve_client):
     seen = []
 
