@@ -144,8 +144,6 @@ def evidence(raw: dict, watch: Watch) -> Evidence:
     ]
     if spans:  # one py-spy per process: their union, so no process's GIL shares add up past 1
         ev.gil_span = (min(s for s, _ in spans), max(e for _, e in spans))
-    elif watch.spies:  # started, but none said it attached before it was stopped: no time sampled
-        ev.gil_span = (window[1], window[1])
     return ev
 
 
