@@ -7,18 +7,13 @@ from typing import Annotated, Any, Optional
 
 import typer
 
+from ..agent.cli_options import BaseUrlOpt, ModelOpt
 from .common import WorkspaceOpt, build, fail
 
 
 def agent(
-    base_url: Annotated[
-        str,
-        typer.Option(
-            help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
-            "http://127.0.0.1:8000/v1 (without /chat/completions)."
-        ),
-    ],
-    model: Annotated[str, typer.Option(help="Model name the API serves, e.g. glm-4.6.")],
+    base_url: BaseUrlOpt,
+    model: ModelOpt,
     goal: Annotated[
         str, typer.Option(help="What the agent should achieve, in one or two sentences.")
     ],

@@ -15,18 +15,14 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
+from ..agent.cli_options import BaseUrlOpt, ModelOpt
+
 err = Console(stderr=True)
 
 
 def eval_command(
-    base_url: Annotated[
-        str,
-        typer.Option(
-            help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
-            "http://127.0.0.1:8000/v1 (without /chat/completions)."
-        ),
-    ],
-    model: Annotated[str, typer.Option(help="Model name the API serves, e.g. glm-4.6.")],
+    base_url: BaseUrlOpt,
+    model: ModelOpt,
     tasks: Annotated[
         Optional[str],
         typer.Option(
