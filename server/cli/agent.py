@@ -8,7 +8,7 @@ from typing import Annotated, Any, Optional
 import typer
 
 from ..agent.cli_options import BaseUrlOpt, ModelOpt
-from .common import WorkspaceOpt, build, fail
+from .common import AllowUnsandboxedOpt, WorkspaceOpt, build, fail
 
 
 def agent(
@@ -62,7 +62,7 @@ def agent(
             "truncated; set it below the model's context window.",
         ),
     ] = 400_000,
-    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
 ) -> None:
     """Let a model behind an OpenAI-compatible API drive the tools itself, until it answers or a budget ends.
 

@@ -12,6 +12,8 @@ import typer
 from .. import render
 from . import call_args
 from .common import (
+    AllowUnsandboxedOpt,
+    JsonOpt,
     WorkspaceOpt,
     build,
     err,
@@ -53,11 +55,9 @@ def call(
             "a single value for a list field is a one-item list: dtypes=float32)."
         ),
     ] = None,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print the structured result as JSON.")
-    ] = False,
+    as_json: JsonOpt = False,
     workspace: WorkspaceOpt = None,
-    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
 ) -> None:
     """Call one tool in-process, through the same MCP server an agent uses."""
     try:
@@ -140,7 +140,7 @@ def open_engine(
         Optional[str], typer.Option(help="Require `Authorization: Bearer TOKEN`.")
     ] = None,
     workspace: WorkspaceOpt = None,
-    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
 ) -> None:
     """Start an engine (launch_serve with expose) and keep it open on 127.0.0.1 for your own
     clients (curl, vllm bench serve, guidellm) until Ctrl-C; it prints the URL first."""

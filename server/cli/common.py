@@ -24,6 +24,18 @@ WorkspaceOpt = Annotated[
     ),
 ]
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the structured result as JSON.")]
+
+AllowUnsandboxedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unsandboxed",
+        help="Run agent code even when no isolation (bwrap) is available: then it runs as this "
+        "user with this user's rights. Without this flag such a server refuses to run agent code; "
+        "device_info says which isolation is in force.",
+    ),
+]
+
 
 def fail(message: str, code: int = 2) -> typer.Exit:
     """Print `message` as an error on stderr; return the Exit to raise (code 2: usage error)."""

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 import typer
 
 from .. import render
-from .common import WorkspaceOpt, build, fail, out, print_json
+from .common import JsonOpt, WorkspaceOpt, build, fail, out, print_json
 
 
 def experiments(
@@ -20,7 +20,7 @@ def experiments(
         Optional[str], typer.Option(help="Only calls made by this agent run (run id).")
     ] = None,
     limit: Annotated[int, typer.Option(help="Most rows.")] = 20,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: JsonOpt = False,
 ) -> None:
     """List recent experiments from the workspace's ledger (read-only)."""
     from ...tools.base import AgentError

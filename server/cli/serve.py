@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..stdio import SHUTDOWN_GRACE_S
-from .common import WorkspaceOpt, build, err, fail, warn_tools_not_loaded
+from .common import AllowUnsandboxedOpt, WorkspaceOpt, build, err, fail, warn_tools_not_loaded
 
 
 def serve(
@@ -28,13 +28,7 @@ def serve(
             help="Require 'Authorization: Bearer TOKEN' on HTTP requests.",
         ),
     ] = None,
-    allow_unsandboxed: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unsandboxed",
-            help="Run agent code even when no isolation (bwrap) is available.",
-        ),
-    ] = False,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
     shutdown_grace: Annotated[
         float,
         typer.Option(

@@ -16,6 +16,7 @@ import typer
 from rich.console import Console
 
 from ..agent.cli_options import BaseUrlOpt, ModelOpt
+from ..cli.common import AllowUnsandboxedOpt
 
 err = Console(stderr=True)
 
@@ -59,7 +60,7 @@ def eval_command(
     max_completion_tokens: Annotated[
         int, typer.Option(min=1, help="max_tokens of each model turn.")
     ] = 8192,
-    allow_unsandboxed: Annotated[bool, typer.Option("--allow-unsandboxed")] = False,
+    allow_unsandboxed: AllowUnsandboxedOpt = False,
 ) -> None:
     """Score a model on planted faults: each task a fresh workspace, graded by ground truth."""
     import anyio

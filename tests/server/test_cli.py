@@ -287,3 +287,23 @@ def test_call_prints_progress_on_stderr_as_it_comes(workspace):
     )
     assert "compiling (" in result.stderr, result.stderr
     json.loads(result.stdout)  # the answer alone
+
+
+def test_every_option_of_every_command_says_what_it_does():
+    """A newcomer reads --help: no option of any command is listed without a help text."""
+    import typer.main
+
+    def walk(command, path: str):  # typer's own click: groups have `commands`
+        yield path, command
+        for name, sub in getattr(command, "commands", {}).items():
+            yield from walk(sub, f"{path} {name}")
+
+    commands = list(walk(typer.main.get_command(app), "infra-agent"))
+    assert len(commands) > 10  # the walk reached the subcommands
+    bare = [
+        f"{path} {param.opts[-1]}"
+        for path, command in commands
+        for param in command.params
+        if param.param_type_name == "option" and param.name != "help" and not param.help
+    ]
+    assert not bare, bare
