@@ -86,30 +86,13 @@ import tracemalloc
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))
 from loop_latency import _extract  # noqa: E402  (git archive REV as an importable infra_agent)
 from mcp_session import zoo_session  # noqa: E402
+from session_calls import CHEAP_CALLS  # noqa: E402  (tests/: one list for test and bench)
 
 # One round of calls, cheap and deterministic; each kind the fuzzer makes (answers and clean errors)
-ROUND: list[tuple[str, dict]] = [
-    ("list_kernels", {}),
-    ("describe_kernel", {"kernel": "rmsnorm"}),
-    ("describe_kernel", {"kernel": "no_such_kernel"}),
-    ("list_experiments", {"limit": 5}),
-    ("list_serves", {}),
-    ("device_info", {"measure_peaks": False}),
-    ("describe_kernel", {"kernel": "rmsnorm", "expect": ["1/0 > 1"]}),
-    ("list_experiments", {"limit": 5, "expect": ["x =="]}),
-    ("serve_benchmark", {"handle": "serve-none"}),
-    ("profile", {"handle": "serve-none"}),
-    ("stop_serve", {"handle": "serve-none"}),
-    ("compare_experiments", {"experiment_ids": ["e-none-1", "e-none-2"]}),
-    (
-        "launch_serve",
-        {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
-    ),
-    ("check_numerics", {"kernel": "vector_add", "source": "def f(:", "entry": "f"}),
-    ("list_kernels", {"no_such_argument": 1}),
-]
+ROUND = CHEAP_CALLS  # the memory test's session without its two plotting calls
 # --heavy adds calls that run work (a compile, a numerics check, a microbench, a kernel profile)
 HEAVY: list[tuple[str, dict]] = [
     ("compile_kernel", {"kernel": "vector_add"}),

@@ -26,6 +26,7 @@ import statistics
 from pathlib import Path
 
 import pytest
+from session_calls import CHEAP_CALLS
 from stdio_server import StdioServer
 
 pytestmark = pytest.mark.slow
@@ -34,24 +35,7 @@ SLOPE_BOUND_KB_PER_CALL = 20.0
 WARMUP_ROUNDS, ROUNDS = 3, 24
 
 ROUND: list[tuple[str, dict]] = [
-    ("list_kernels", {}),
-    ("describe_kernel", {"kernel": "rmsnorm"}),
-    ("describe_kernel", {"kernel": "no_such_kernel"}),
-    ("list_experiments", {"limit": 5}),
-    ("list_serves", {}),
-    ("device_info", {"measure_peaks": False}),
-    ("describe_kernel", {"kernel": "rmsnorm", "expect": ["1/0 > 1"]}),
-    ("list_experiments", {"limit": 5, "expect": ["x =="]}),
-    ("serve_benchmark", {"handle": "serve-none"}),
-    ("profile", {"handle": "serve-none"}),
-    ("stop_serve", {"handle": "serve-none"}),
-    ("compare_experiments", {"experiment_ids": ["e-none-1", "e-none-2"]}),
-    (
-        "launch_serve",
-        {"engine": "command", "args": {"command": ["/bin/false"]}, "ready_timeout_s": 5},
-    ),
-    ("check_numerics", {"kernel": "vector_add", "source": "def f(:", "entry": "f"}),
-    ("list_kernels", {"no_such_argument": 1}),
+    *CHEAP_CALLS,
     ("check_numerics", {"kernel": "vector_add"}),  # its error histogram, drawn after the reply
     ("microbench", {"kernel": "vector_add", "shapes": [{"N": 64}, {"N": 256}]}),  # a sweep plot
 ]
