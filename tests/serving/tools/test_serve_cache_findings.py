@@ -25,15 +25,27 @@ PROBE_SHARE = 5 / 53
 
 async def _engine_hit_rate(c, engine: dict, **args) -> tuple[dict, float]:
     """One serve_benchmark call on a launched engine (launch_serve's answer) and the prefix-cache
-    hit rate the engine's own counters say it saw over the call (hits / queries, prompt tokens)."""
+    hit rate the engine's own counters say it saw over the call (hits / queries, prompt tokens).
+
+    A repeat the host read late is measured again on a prompt set of its own (repeat_remeasured),
+    so that call's counters mix two measurements, one of them not the asked-for prompts: the
+    engine's rate must then be the mean of the kept and the set-aside measurement's (same
+    request count and lengths), and the call is made again, up to 3 times, for the scenario."""
     handle = engine["handle"]
-    async with httpx.AsyncClient(transport=UnixSocketTransport(engine["socket"])) as http:
-        before = parse((await http.get("http://engine/metrics")).text)
-        out = await call(c, "serve_benchmark", handle=handle, repeats=1, **args)
-        after = parse((await http.get("http://engine/metrics")).text)
-    hits = after[PREFIX_HITS + "_total"] - before.get(PREFIX_HITS + "_total", 0.0)
-    queries = after[PREFIX_QUERIES + "_total"] - before.get(PREFIX_QUERIES + "_total", 0.0)
-    return out, hits / queries
+    for _ in range(3):
+        async with httpx.AsyncClient(transport=UnixSocketTransport(engine["socket"])) as http:
+            before = parse((await http.get("http://engine/metrics")).text)
+            out = await call(c, "serve_benchmark", handle=handle, repeats=1, **args)
+            after = parse((await http.get("http://engine/metrics")).text)
+        hits = after[PREFIX_HITS + "_total"] - before.get(PREFIX_HITS + "_total", 0.0)
+        queries = after[PREFIX_QUERIES + "_total"] - before.get(PREFIX_QUERIES + "_total", 0.0)
+        if not out["remeasured"]:
+            return out, hits / queries
+        rates = [out["metrics"]["prefix_cache_hit_rate"]] + [
+            r["set_aside"]["phases_ms"]["prefix_cache_hit_rate"] for r in out["remeasured"]
+        ]
+        assert abs(sum(rates) / len(rates) - hits / queries) <= PROBE_SHARE, (rates, hits / queries)
+    pytest.skip("the host read a repeat late in 3 calls running: the scenario needs one clean call")
 
 
 def _codes(out: dict) -> list[str]:
