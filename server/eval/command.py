@@ -3,11 +3,12 @@
     infra-agent eval --base-url ... --model ...   the runner: options -> EvalConfig, the key
                                                   from the environment, the run, a table on
                                                   stderr, the results file's path on stdout
+    infra-agent eval prepare / grade DIR          a task answered by any MCP client (session.py)
     infra-agent eval report RESULTS_DIR           the results as pages (server/report/eval_site.py)
 
 Exit codes of the run: 0 every task run was graded (whatever the scores), 1 the model API
-failed for every task, 2 bad command line. report: 0 done, 2 the folder holds no results
-(the message says what to do)."""
+failed for every task, 2 bad command line. prepare, grade and report: 0 done, 2 the folder
+or the task is not usable (the message says what to do)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,8 @@ eval_app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     help="Score a model on planted faults: each task a fresh workspace, graded by ground truth. "
-    "With --base-url and --model it runs the eval; `eval report` renders results as pages.",
+    "With --base-url and --model it runs the eval; its subcommands grade any MCP client's "
+    "session on one task and render results as pages.",
 )
 
 
@@ -86,8 +88,8 @@ def eval_command(
         return
     if not base_url or not model:
         raise _fail(
-            "give --base-url and --model (the model API to score), or a subcommand: report "
-            "(`infra-agent eval --help`)"
+            "give --base-url and --model (the model API to score), or a subcommand: prepare, "
+            "grade, report (`infra-agent eval --help`)"
         )
     import anyio
 
@@ -152,11 +154,72 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(2)
 
 
+@eval_app.command("prepare")
+def prepare_command(
+    folder: Annotated[
+        Path, typer.Argument(help="A new or empty folder for the session (its workspace).")
+    ],
+    task: Annotated[
+        str, typer.Option("--task", help="The task (an id or family, e.g. kernel.stride).")
+    ],
+    seed: Annotated[
+        Optional[int],
+        typer.Option(help="Variant seed; default: drawn now (a variant no test has seen)."),
+    ] = None,
+) -> None:
+    """Set up one task for any MCP client (an IDE's agent): its workspace, the question, and
+    the server command that offers submit_diagnosis; then `infra-agent eval grade FOLDER`."""
+    from .session import SessionError, prepare_session, serve_command
+
+    try:
+        session, workspace = prepare_session(task, seed, folder)
+    except SessionError as exc:
+        raise _fail(str(exc)) from None
+    sys.stdout.write(
+        f"task {session.task_id}, seed {session.seed}"
+        f"{' (drawn)' if session.seed_drawn else ''}; workspace {workspace}\n\n"
+        f"Serve it to your MCP client over stdio (the eval's answer form, submit_diagnosis, "
+        f"is offered):\n  {serve_command(workspace)}\n"
+        f"(or --http for streamable HTTP; open the workspace folder in the IDE).\n\n"
+        f"Ask the client's agent:\n\n{session.question}\n\n"
+        f"Then grade its last submission:\n  infra-agent eval grade {folder}\n"
+    )
+
+
+@eval_app.command("grade")
+def grade_command(
+    folder: Annotated[Path, typer.Argument(help="The folder `infra-agent eval prepare` wrote.")],
+    client: Annotated[
+        str,
+        typer.Option(help="Who answered, for the results and pages, e.g. 'claude-code, sonnet'."),
+    ] = "an MCP client",
+) -> None:
+    """Grade an MCP client's session on a prepared task: its last submit_diagnosis against the
+    task's truth and the workspace's ledger (the runner's grading). Writes FOLDER/results.json
+    (its path on stdout)."""
+    from .session import SessionError, grade_session
+
+    try:
+        results, path, num_experiments = grade_session(folder, client)
+    except SessionError as exc:
+        raise _fail(str(exc)) from None
+    if num_experiments == 0:
+        err.print(
+            "[yellow]warning:[/] the session's ledger is empty: no tool was called on "
+            f"{escape(str(folder / 'workspace'))}. Serve that workspace (`infra-agent eval "
+            "prepare` printed the command), let the client answer, then grade again.",
+            highlight=False,
+            soft_wrap=True,
+        )
+    _progress(results.runs[0])
+    sys.stdout.write(f"{path}\n")
+
+
 @eval_app.command("report")
 def report_command(
     results_dir: Annotated[
         Path,
-        typer.Argument(help="A results folder (`infra-agent eval --out`)."),
+        typer.Argument(help="A results folder (`infra-agent eval --out`, or a graded session)."),
     ],
     out: Annotated[
         Optional[Path], typer.Option(help="Folder for the site; default: RESULTS_DIR/report.")
