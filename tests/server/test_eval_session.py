@@ -53,8 +53,10 @@ async def test_an_mcp_client_session_is_prepared_served_and_graded(tmp_path):
     assert f"infra-agent eval grade {folder}" in prepared.stdout
     session = json.loads((folder / SESSION_FILE).read_text())
     assert (session["task_id"], session["seed"]) == (TASK, SEED)
-    # the truth stays out of the folder an IDE's agent can read
-    on_disk = " ".join(p.read_text() for p in folder.rglob("*") if p.is_file())
+    # the truth stays out of the workspace the client opens (the session file beside it names
+    # the task, whose id names its family, but holds no truth)
+    workspace = folder / "workspace"
+    on_disk = " ".join(p.read_text() for p in workspace.rglob("*") if p.is_file())
     assert "truth" not in session and task.truth.cause.value not in on_disk
 
     params = StdioServerParameters(
