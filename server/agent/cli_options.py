@@ -6,11 +6,11 @@ from typing import Annotated
 
 import typer
 
-BaseUrlOpt = Annotated[
-    str,
-    typer.Option(
-        help="The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
-        "http://127.0.0.1:8000/v1 (without /chat/completions)."
-    ),
-]
-ModelOpt = Annotated[str, typer.Option(help="Model name the API serves, e.g. glm-4.6.")]
+BASE_URL_HELP = (
+    "The model API's root, e.g. https://api.z.ai/api/paas/v4 or "
+    "http://127.0.0.1:8000/v1 (without /chat/completions)."
+)
+MODEL_HELP = "Model name the API serves, e.g. glm-4.6."
+
+BaseUrlOpt = Annotated[str, typer.Option(help=BASE_URL_HELP)]
+ModelOpt = Annotated[str, typer.Option(help=MODEL_HELP)]

@@ -12,9 +12,10 @@ One module a group of commands; the table below registers them, in the order
 - call.py: tools, call, open-engine (through the in-memory MCP client)
 - ledger.py: experiments, report (read the ledger)
 - client_config.py: config, export-tools (set up other programs)
-- agent.py: agent (a model drives the tools); eval (server/eval/command.py: an agent scored on
-  planted faults)
+- agent.py: agent (a model drives the tools)
 - workspace.py: lock, gc, pin (change what a workspace keeps)
+- server/eval/command.py: eval (an agent scored on planted faults; its prepare, grade and
+  report subcommands), listed last: typer lists groups after commands
 - common.py: the --workspace option, building the server, errors, JSON output
 - call_args.py: `call`'s arguments, exit codes and error text
 """
@@ -26,7 +27,7 @@ from typing import Annotated
 
 import typer
 
-from ..eval.command import eval_command
+from ..eval.command import eval_app
 from . import agent, call, call_args, client_config, ledger, serve, workspace
 
 app = typer.Typer(
@@ -48,11 +49,11 @@ app.command()(ledger.report)
 app.command()(client_config.config)
 app.command("export-tools")(client_config.export_tools)
 app.command()(agent.agent)
-app.command("eval")(eval_command)
 app.command(context_settings=serve.ENGINE_CONTEXT_SETTINGS)(serve.engine)
 app.command()(workspace.lock)
 app.command()(workspace.gc)
 app.command()(workspace.pin)
+app.add_typer(eval_app, name="eval")  # a group: the run, prepare, grade, report
 
 parse_arguments = call_args.parse_arguments  # the name tests and scripts import from here
 

@@ -60,10 +60,22 @@ def serve(
             "stay on this host; see docs/cluster.md.",
         ),
     ] = None,
+    eval_submit: Annotated[
+        bool,
+        typer.Option(
+            "--eval-submit",
+            help="Also offer submit_diagnosis, the eval's answer form: for a workspace "
+            "`infra-agent eval prepare` wrote (`infra-agent eval grade` grades the session).",
+        ),
+    ] = False,
 ) -> None:
     """Run the MCP server (stdio by default, for IDEs; --http for streamable HTTP)."""
     server = build(workspace, allow_unsandboxed, engine_python, cluster)
     warn_tools_not_loaded(server)
+    if eval_submit:
+        from ..eval.submit import offer_submit_tool
+
+        offer_submit_tool(server)
     _remove_stale_cgroups()
     if http:
         from ...serving.tcp import listen_socket

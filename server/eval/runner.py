@@ -56,11 +56,23 @@ class TaskRun(BaseModel):
     submission: dict | None = Field(description="The last submit_diagnosis arguments, if any.")
     stop_reason: str = Field(description="How the agent run ended (answered, max_tool_calls, ...).")
     tool_calls: int = Field(description="Tool calls that ran, submit_diagnosis included.")
-    model_turns: int
-    tokens: int = Field(description="Prompt + completion tokens over the task.")
-    wall_s: float = Field(description="Wall time of the agent run, seconds.")
-    agent_run_id: str
-    folder: str = Field(description="This task run's workspace, ledger and transcript.")
+    model_turns: int | None = Field(
+        description="Model turns; None where unknown (an MCP client's session)."
+    )
+    tokens: int | None = Field(
+        description="Prompt + completion tokens over the task; None where unknown (an MCP "
+        "client's session)."
+    )
+    wall_s: float = Field(
+        description="Wall time of the agent run, seconds (an MCP client's session: from its "
+        "first tool call's start to its last call's end)."
+    )
+    agent_run_id: str = Field(description="The agent run's id ('' for an MCP client's session).")
+    folder: str = Field(
+        description="This task run's folder (workspace/, its ledger, transcript.jsonl): the "
+        "runner's path for it, or '.' for a graded MCP client session (the results file's own "
+        "folder)."
+    )
 
 
 class Score(BaseModel):
@@ -75,7 +87,7 @@ class Score(BaseModel):
     correct_per_run: list[float] = Field(description="`correct` of each repeat: the spread.")
     mean_tool_calls: float
     mean_wall_s: float
-    mean_tokens: float
+    mean_tokens: float | None = Field(description="Over the task runs whose tokens are known.")
 
 
 class EvalResults(BaseModel):
@@ -106,7 +118,7 @@ async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None)
             runs.append(await run_task(task, repeat, config, api_key))
             if on_task is not None:
                 on_task(runs[-1])
-    results = EvalResults(
+    results = collect(
         model=config.model,
         base_url=config.base_url,
         seed=seed,
@@ -119,6 +131,18 @@ async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None)
         },
         tasks=tasks,
         runs=runs,
+    )
+    write_results(results, config.out_dir)
+    return results
+
+
+def collect(*, tasks: list[EvalTask], runs: list[TaskRun], **fields) -> EvalResults:
+    """The results of graded task runs: the runs plus their scores per task, per category and
+    overall. `fields`: EvalResults' other fields (model, seed, ...)."""
+    return EvalResults(
+        **fields,
+        tasks=tasks,
+        runs=runs,
         per_task={t.id: score([r for r in runs if r.task_id == t.id]) for t in tasks},
         per_category={
             c: score([r for r in runs if r.category == c])
@@ -126,8 +150,48 @@ async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None)
         },
         overall=score(runs),
     )
-    (config.out_dir / "results.json").write_text(results.model_dump_json(indent=2))
-    return results
+
+
+RESULTS_FILE = "results.json"
+
+
+def write_results(results: EvalResults, folder: Path) -> Path:
+    path = folder / RESULTS_FILE
+    path.write_text(results.model_dump_json(indent=2))
+    return path
+
+
+def read_results(folder: Path) -> EvalResults:
+    """The results file in `folder` (ValueError saying what to do when there is none)."""
+    path = folder / RESULTS_FILE
+    if not path.is_file():
+        raise ValueError(
+            f"no {RESULTS_FILE} in {folder}: name the folder `infra-agent eval` wrote (its --out) "
+            "or one `infra-agent eval grade` graded"
+        )
+    return EvalResults.model_validate_json(path.read_text())
+
+
+def run_folder(results_dir: Path, run: TaskRun) -> Path:
+    """A task run's folder as the results file names it: the runner's layout under the results
+    folder (so a moved results folder still finds it), else its recorded path (relative: to
+    the results folder, then to the current directory)."""
+    for candidate in (
+        results_dir / f"run{run.run}" / run.task_id,
+        results_dir / run.folder,
+        Path(run.folder),
+    ):
+        if (candidate / "workspace").is_dir():
+            return candidate
+    return results_dir / run.folder
+
+
+def task_state_dir(folder: Path) -> Path:
+    """Where a task run's workspace (`folder`/workspace) keeps its ledger, artifacts and
+    caches (read without loading its kernel specs)."""
+    from ...kernels.workspace import Workspace
+
+    return Workspace(root=(folder / "workspace").resolve()).state_dir
 
 
 async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str | None) -> TaskRun:
@@ -174,16 +238,19 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
     )
 
 
-def last_submission(ledger: dict[str, dict], run_id: str) -> tuple[Submission | None, dict | None]:
-    """The run's last submit_diagnosis that the tool accepted."""
+def last_submission(
+    ledger: dict[str, dict], run_id: str | None
+) -> tuple[Submission | None, dict | None]:
+    """The run's last submit_diagnosis that the tool accepted; `run_id` None: the ledger's
+    last (an MCP client's session, whose calls name no agent run)."""
     rows = [
         r
         for r in ledger.values()
-        if r["tool"] == SUBMIT and r["status"] == "ok" and r.get("run_id") == run_id
+        if r["tool"] == SUBMIT and r["status"] == "ok" and run_id in (None, r.get("run_id"))
     ]
     if not rows:
         return None, None
-    raw = max(rows, key=lambda r: r["started_at"])["arguments"]
+    raw = max(rows, key=lambda r: (r["started_at"], r["seq"]))["arguments"]
     return Submission.model_validate(raw), raw  # the tool accepted these arguments already
 
 
@@ -205,7 +272,9 @@ def score(runs: list[TaskRun]) -> Score:
         ],
         mean_tool_calls=_mean([r.tool_calls for r in runs]),
         mean_wall_s=_mean([r.wall_s for r in runs]),
-        mean_tokens=_mean([r.tokens for r in runs]),
+        mean_tokens=_mean([r.tokens for r in runs if r.tokens is not None])
+        if any(r.tokens is not None for r in runs)
+        else None,
     )
 
 

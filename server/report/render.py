@@ -67,7 +67,7 @@ class Renderer:
         self.report = report
         self.refresh_s = refresh_s
         self.pages = paginate(report.chains)
-        self._env = _environment()
+        self._env = environment()
         self._facets = facets(report)
         self._diffs: DiffCache = {}
 
@@ -94,7 +94,7 @@ class Renderer:
 
 
 def write_site(report: Report, site: Path) -> Written:
-    _prepare(site)
+    prepare_site(site)
     renderer = Renderer(report)
     for page in renderer.pages:
         (site / page.filename).write_text(renderer.index(page.number), encoding="utf-8")
@@ -125,7 +125,7 @@ def paginate(chains: list[Chain]) -> list[IndexPage]:
     return pages
 
 
-def _prepare(site: Path) -> None:
+def prepare_site(site: Path) -> None:
     """An empty folder for the site: a previous report there is replaced, anything else is
     left alone (the user named the wrong folder)."""
     if site.exists() and any(site.iterdir()):
@@ -139,7 +139,7 @@ def _prepare(site: Path) -> None:
     (site / MARKER).write_text("written by `infra-agent report`; replaced by the next one\n")
 
 
-def _environment() -> jinja2.Environment:
+def environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(TEMPLATES),
         autoescape=True,
