@@ -15,6 +15,8 @@ import re
 
 from pydantic import BaseModel, Field
 
+from ...tools.serve_benchmark.engine_truth import CACHE_SPREAD
+from ...tools.serve_benchmark.judge import beyond_noise
 from .submit import Input as Submission
 from .tasks import Cause, EvalTask
 
@@ -106,15 +108,22 @@ def cite(experiment_id: str, claim: Submission, ledger: dict[str, dict]) -> Cita
             supports=False,
             why=f"{experiment_id}: not in this ledger",
         )
-    supports, why = supports_claim(row, claim)
+    supports, why = supports_claim(row, claim, ledger)
     return Citation(
         experiment_id=experiment_id, exists=True, supports=supports, why=f"{experiment_id}: {why}"
     )
 
 
-def supports_claim(row: dict, claim: Submission) -> tuple[bool, str]:
-    """Whether one recorded experiment shows what the claim says, and what it shows."""
+def supports_claim(
+    row: dict, claim: Submission, ledger: dict[str, dict] | None = None
+) -> tuple[bool, str]:
+    """Whether one recorded experiment shows what the claim says, and what it shows (`ledger`:
+    the task's, where the engines a serve_benchmark compared were launched)."""
     tool, result = row["tool"], row.get("result") or {}
+    if tool == "serve_benchmark":
+        if row["status"] != "ok":
+            return False, f"{tool} ended in an error"
+        return _serving_support(row, claim, ledger or {})
     kernel, impl = _subject(row)
     if claim.kernel and kernel != claim.kernel:
         return False, f"{tool} of kernel {kernel}, not {claim.kernel}"
@@ -172,3 +181,69 @@ def _subject(row: dict) -> tuple[str | None, str | None]:
     if named and impl is None:
         kernel, impl = kernel or named.group(1), named.group(2)
     return kernel, impl
+
+
+# ---- serving: a serve_benchmark against a baseline (serve_benchmark/judge.py's answer) -----------
+
+REGRESSION = 1.2  # TTFT p50 at least this many times the baseline's, beyond noise, is a regression
+NAMED_PHASE = re.compile(r"the (\w+) phase moved most")  # judge.attribution's words for a phase
+SERVING_PHASES = {  # the phases each cause moves first (None: read off the prefix-cache hit rate)
+    Cause.queueing_max_num_seqs: ("queue",),
+    Cause.small_token_budget: ("queue", "prefill"),
+    Cause.prefix_caching_off: None,
+}
+
+
+def _serving_support(row: dict, claim: Submission, ledger: dict[str, dict]) -> tuple[bool, str]:
+    """A regression (or, for 'none', its absence) between two different configs, the phase the
+    tool's attribution named, and that the two engines it compared differ in the claimed key."""
+    result = row.get("result") or {}
+    base, now = result.get("baseline_metrics"), result.get("metrics") or {}
+    if not base or not base.get("ttft_p50") or now.get("ttft_p50") is None:
+        return False, "a serve_benchmark without a baseline compares nothing"
+    this, then = now["ttft_p50"], base["ttft_p50"]
+    regressed = this >= REGRESSION * then and beyond_noise(
+        this,
+        then,
+        (result.get("spread") or {}).get("ttft_p50"),
+        (result.get("baseline_spread") or {}).get("ttft_p50"),
+    )
+    what = f"TTFT p50 {then:.1f} -> {this:.1f} ms"
+    sides = [_engine_args(row, ledger, side) for side in ("this", "baseline")]
+    if sides[0] is None or sides[1] is None:
+        return False, "the configs it compared are not in this ledger (launch_serve rows)"
+    if sides[0] == sides[1]:
+        return False, "it compared one config with itself (an A/A), not the change"
+    if claim.cause == Cause.none:
+        return not regressed, what + (" beyond noise" if regressed else ": no regression")
+    if claim.cause not in SERVING_PHASES:
+        return False, f"a serve_benchmark does not bear on {claim.cause.value}"
+    if not regressed:
+        return False, f"{what}: not {REGRESSION:g}x and beyond noise, no regression shown"
+    key = claim.config_key
+    if key and sides[0].get(key) == sides[1].get(key):
+        return False, f"the two engines it compared have the same {key}"
+    phases = SERVING_PHASES[claim.cause]
+    if phases is None:
+        hit, base_hit = now.get("prefix_cache_hit_rate"), base.get("prefix_cache_hit_rate")
+        ok = hit is not None and base_hit is not None and base_hit - hit > CACHE_SPREAD
+        return ok, f"{what}; prefix-cache hit rate {base_hit} -> {hit}"
+    named = NAMED_PHASE.findall(" ".join(result.get("findings") or []))
+    ok = any(p in phases for p in named)
+    return ok, f"{what}; phase named: {', '.join(named) or 'none'}"
+
+
+def _engine_args(row: dict, ledger: dict[str, dict], side: str) -> dict | None:
+    """The engine arguments one side of a serve_benchmark ran with: a launch_serve's (by its
+    handle), the call's own (engine=), or a recorded baseline experiment's engine."""
+    args = row.get("arguments") or {}
+    if side == "baseline" and args.get("baseline"):
+        earlier = ledger.get(args["baseline"])
+        return None if earlier is None else _engine_args(earlier, ledger, "this")
+    handle = args.get("handle") if side == "this" else args.get("baseline_handle")
+    if handle is None:
+        return args.get("args") if side == "this" and args.get("engine") else None
+    for other in ledger.values():
+        if other["tool"] == "launch_serve" and (other.get("result") or {}).get("handle") == handle:
+            return (other.get("arguments") or {}).get("args") or {}
+    return None

@@ -41,7 +41,9 @@ class Input(ToolInput):
     experiment_ids: list[str] = Field(
         default_factory=list,
         description="Ids of the experiments (this session's tool calls) whose answers show the "
-        "cause, e.g. a failing check_numerics of that impl; for 'none', those that show it right.",
+        "cause, e.g. a failing check_numerics of that impl, a serve_benchmark of one config "
+        "against another (baseline_handle=) whose attribution names the phase; for 'none', "
+        "those that show it right.",
     )
     explanation: str = Field("", max_length=2000, description="Why, in a few sentences.")
 

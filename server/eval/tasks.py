@@ -1,7 +1,8 @@
 """An eval task as data: the question a user asks, the workspace it is asked about, and the
 ground truth the answer is graded against (where, what, optionally a number).
 
-Tasks come from families (kernel_tasks.py): a family and a seed make one task, so variants
+Tasks come from families (kernel_tasks.py, serving_tasks.py: one module per category, each
+with its FAMILIES): a family and a seed make one task, so variants
 exist beyond any fixed list. `generate_tasks(seed)` is the whole set for one seed; the tests
 use fixed seeds, and `infra-agent eval` without --seed draws a fresh one (a held-out set no
 test has seen).
@@ -9,9 +10,11 @@ test has seen).
 
 from __future__ import annotations
 
+import importlib
 import random
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -91,25 +94,31 @@ class EvalTask(BaseModel):
 
     def build_workspace(self, root: Path) -> Path:
         """Write this task's workspace into `root` (created; must not exist)."""
-        from .kernel_tasks import FAMILIES
+        return families()[self.id][2].build(self.params, root)
 
-        return FAMILIES[self.family].build(self.params, root)
+
+CATEGORIES = ("kernel", "serving")  # each a module <category>_tasks.py with its FAMILIES
+
+
+def families() -> dict[str, tuple[str, str, Any]]:
+    """Task id ('category.family') -> (category, family name, family); a family has
+    draw(rng) -> (params, truth), question(params) and build(params, root)."""
+    found: dict[str, tuple[str, str, Any]] = {}
+    for category in CATEGORIES:
+        module = importlib.import_module(f".{category}_tasks", __package__)
+        found.update({f"{category}.{n}": (category, n, f) for n, f in module.FAMILIES.items()})
+    return found
 
 
 def generate_tasks(seed: int, only: list[str] | None = None) -> list[EvalTask]:
     """One task per family, each variant drawn from `seed`. `only`: task ids or families to
     keep (e.g. ['kernel.stride', 'kernel.control_tail'])."""
-    from .kernel_tasks import FAMILIES
-
-    unknown = sorted(set(only or []) - {f"kernel.{name}" for name in FAMILIES} - set(FAMILIES))
+    known = families()
+    unknown = sorted(set(only or []) - set(known) - {name for _, name, _ in known.values()})
     if unknown:
-        raise ValueError(
-            f"unknown task(s) {', '.join(unknown)}; the tasks are "
-            f"{', '.join(f'kernel.{n}' for n in FAMILIES)}"
-        )
+        raise ValueError(f"unknown task(s) {', '.join(unknown)}; the tasks are {', '.join(known)}")
     tasks = []
-    for name, family in FAMILIES.items():
-        task_id = f"kernel.{name}"
+    for task_id, (category, name, family) in known.items():
         if only and task_id not in only and name not in only:
             continue
         rng = random.Random(f"{seed}:{name}")
@@ -118,7 +127,7 @@ def generate_tasks(seed: int, only: list[str] | None = None) -> list[EvalTask]:
             EvalTask(
                 id=task_id,
                 family=name,
-                category="kernel",
+                category=category,
                 seed=seed,
                 question=family.question(params),
                 params=params,

@@ -58,6 +58,11 @@ class EngineArgs(BaseModel):
         description="Split long prompts into chunks under the "
         "per-step token budget (default: the engine's).",
     )
+    enable_prefix_caching: bool | None = Field(
+        None,
+        description="Reuse the KV blocks of prompt prefixes already computed (automatic prefix "
+        "caching; builtin, vllm; default: the engine's, on for both).",
+    )
     max_num_seqs: int | None = Field(
         None, ge=1, le=4096, description="Sequences running at once (max batch)."
     )

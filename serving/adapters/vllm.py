@@ -55,6 +55,7 @@ class VllmAdapter(EngineAdapter):
         Flag("max_num_batched_tokens", "--max-num-batched-tokens"),
         Flag("max_model_len", "--max-model-len"),
         Flag("enable_chunked_prefill", "--enable-chunked-prefill", bool_flag),
+        Flag("enable_prefix_caching", "--enable-prefix-caching", bool_flag),
     )
     supported = supported_by(flags, "tensor_parallel_size")
 

@@ -1,8 +1,11 @@
 """Scripted eval policies: replies for tests/scripted_model.py's ScriptedModel that read the
 conversation (the task's question, the tools' answers so far) and decide the next turn.
 
-    Investigator     checks every impl (check_numerics, compile_kernel for the target), reads
-                     the answers and submits what they show, citing them
+    Investigator     kernel tasks: checks every impl (check_numerics, compile_kernel for the
+                     target); serving tasks: launches yesterday's and today's config and
+                     benchmarks today's against yesterday's (serve_benchmark baseline_handle=,
+                     the user's traffic); reads the answers and submits what they show, citing
+                     them
     Guesser          submits a cause drawn at random, without calling a tool to look
     AlwaysFinds      the investigator, except that "nothing is wrong" is never its answer
 
@@ -26,7 +29,27 @@ KERNEL_CAUSES = (
     "unlaunchable_config",
     "nondeterminism",
 )
+SERVING_CAUSES = (
+    "none",
+    "queueing_max_num_seqs",
+    "small_token_budget",
+    "prefix_caching_off",
+    "slow_kernel",
+    "starved_client",
+)
 LOW_PRECISION = ("float16", "bfloat16")
+# serving: the config key each cause sits at, and what serve_benchmark must show for it
+KEY_CAUSE = {
+    "max_num_seqs": "queueing_max_num_seqs",
+    "max_num_batched_tokens": "small_token_budget",
+    "enable_prefix_caching": "prefix_caching_off",
+}
+REGRESSION = "ttft_p50 <= 1.2 * baseline.ttft_p50"  # worse than this, beyond noise: a regression
+REGRESSION_PCT = 20
+# serve_benchmark's attribution of TTFT: how much it moved, and the phase it names when TTFT and
+# that phase moved beyond noise (judge.attribution's words)
+TTFT_NAMED = re.compile(r"^TTFT p50 ([+-]\d+)%: .*the (\w+) phase moved most")
+CACHE_DROP = 0.1  # a prefix-cache hit rate this much below the baseline's
 
 
 class Conversation:
@@ -35,10 +58,15 @@ class Conversation:
     def __init__(self, body: dict):
         messages = body["messages"]
         goal = next(m["content"] for m in messages if m["role"] == "user")
-        self.kernel = re.search(r"the kernel (\w+)", goal).group(1)
-        self.impls = [
-            s.strip() for s in re.search(r"implementations \(([^)]*)\)", goal).group(1).split(",")
-        ]
+        kernel = re.search(r"the kernel (\w+)", goal)
+        impls = re.search(r"implementations \(([^)]*)\)", goal)
+        self.kernel = kernel.group(1) if kernel else None
+        self.impls = [s.strip() for s in impls.group(1).split(",")] if impls else []
+        # a serving question quotes the configs and the traffic, one JSON object a line
+        self.configs = {
+            name: json.loads(text)
+            for name, text in re.findall(r"^(yesterday|today|traffic): (\{.*\})$", goal, re.M)
+        }
         self.goal = goal
         calls = {
             c["id"]: (c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -66,6 +94,8 @@ class Investigator:
         talk = Conversation(body)
         if talk.ran("submit_diagnosis"):
             return answer("submitted")(body)
+        if talk.configs:
+            return self.serving_turn(talk)(body)
         if not talk.results:
             calls = []
             for impl in talk.impls:
@@ -110,6 +140,55 @@ class Investigator:
             "impl": worst,
             "experiment_ids": every,
         }
+
+    def serving_turn(self, talk: Conversation):
+        yesterday, today = talk.configs["yesterday"], talk.configs["today"]
+        launched = {json.dumps(a["args"], sort_keys=True): r for a, r in talk.ran("launch_serve")}
+        if not launched:
+            return tool_turn(
+                *(("launch_serve", {"engine": "builtin", "args": c}) for c in (yesterday, today))
+            )
+        y, t = (launched[json.dumps(c, sort_keys=True)] for c in (yesterday, today))
+        if isinstance(y, str) or isinstance(t, str):
+            return answer(f"an engine did not start: {y if isinstance(y, str) else t}")
+        benchmarks = talk.ran("serve_benchmark")
+        if not benchmarks:
+            workload = {"handle": t["handle"], "baseline_handle": y["handle"]}
+            workload |= {"workload": talk.configs["traffic"], "criteria": [REGRESSION]}
+            return tool_turn(("serve_benchmark", workload | {"repeats": 5}))
+        bench = benchmarks[-1][1]
+        if isinstance(bench, str):
+            return answer(f"the benchmark failed: {bench}")
+        changed = sorted(k for k in {*yesterday, *today} if yesterday.get(k) != today.get(k))
+        return tool_turn(("submit_diagnosis", self.diagnose_serving(bench, changed)))
+
+    def diagnose_serving(self, bench: dict, changed: list[str]) -> dict:
+        """Regression or not: the criterion's verdict, or the attribution's TTFT line naming a
+        phase (TTFT beyond noise) after a rise of 20% or more; then whether the prefix-cache hit
+        rate fell or which phase was named, and which changed key governs that."""
+        cite = {"experiment_ids": [bench["experiment_id"]]}
+        suspects = [k for k in changed if k in KEY_CAUSE]
+        named = [m for f in bench["findings"] if (m := TTFT_NAMED.match(f))]
+        phases = {m.group(2) for m in named if int(m.group(1)) >= REGRESSION_PCT}
+        if bench["criteria"]["answer"] != "contradicted" and not phases:
+            return self.nothing_found(changed, cite)  # within 1.2x, within noise, or undecided
+        hit = bench["metrics"].get("prefix_cache_hit_rate")
+        base_hit = (bench["baseline_metrics"] or {}).get("prefix_cache_hit_rate")
+        if hit is not None and base_hit is not None and base_hit - hit > CACHE_DROP:
+            keys = [k for k in suspects if KEY_CAUSE[k] == "prefix_caching_off"]
+        else:
+            keys = [k for k in suspects if k != "enable_prefix_caching"]
+            keys = keys if {"queue", "prefill"} & phases else []
+        if len(keys) != 1:  # the tools' answers point at no single change
+            return self.nothing_found(changed, cite)
+        return {"cause": KEY_CAUSE[keys[0]], "config_key": keys[0], **cite}
+
+    def nothing_found(self, changed: list[str], cite: dict) -> dict:
+        if self.finds_nothing_allowed:
+            return {"cause": "none", **cite}
+        # AlwaysFinds: the change "must" be to blame, the key it knows a cause for first
+        key = sorted(changed, key=lambda k: k not in KEY_CAUSE)[0]
+        return {"cause": KEY_CAUSE.get(key, "queueing_max_num_seqs"), "config_key": key, **cite}
 
     @staticmethod
     def cause_of(numerics, compiled) -> tuple[str, list[str], dict] | None:
@@ -159,6 +238,10 @@ class Guesser:
         if talk.ran("submit_diagnosis"):
             return answer("guessed")(body)
         rng = random.Random(f"{self.seed}:{talk.goal}")
+        if talk.configs:  # a serving question: a cause, and one of the keys today's config names
+            cause = rng.choice(SERVING_CAUSES)
+            key = rng.choice(sorted(talk.configs["today"]))
+            return tool_turn(("submit_diagnosis", {"cause": cause, "config_key": key}))(body)
         cause = rng.choice(KERNEL_CAUSES)
         guess = {"cause": cause, "kernel": talk.kernel, "impl": rng.choice(talk.impls)}
         if cause == "unlaunchable_config":

@@ -148,3 +148,37 @@ def test_always_finding_something_fails_every_control(serve_policy, tmp_path):
     results = _eval(model, tmp_path, controls)
     assert len(results.runs) == len(controls) >= 2, results.runs
     assert not any(r.grade.correct for r in results.runs)
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # two engines timed against each other: alone on the host
+def test_the_investigator_finds_each_planted_serving_problem_and_clears_the_control(
+    serve_policy, tmp_path
+):
+    """Yesterday's and today's config launched, today's benchmarked against yesterday's with the
+    user's traffic (baseline_handle=, alternating repeats): the investigator submits what the
+    criterion's verdict, the attribution's phase and the prefix-cache hit rates say."""
+    model = serve_policy(Investigator())
+    serving = [t for t in generate_tasks(0) if t.category == "serving"]
+    results = _eval(model, tmp_path, [t.id for t in serving])
+    for run in results.runs:
+        print(
+            run.task_id, run.grade.correct, run.tool_calls, f"{run.wall_s:.0f} s", run.grade.notes
+        )
+    wrong = {r.task_id: r.grade.notes for r in results.runs if not r.grade.correct}
+    assert not wrong, wrong
+    assert results.per_category["serving"].num_runs == len(serving) >= 4
+    # 2 launches, 1 benchmark, 1 submission; the cited benchmark is the one that shows it
+    assert [r.tool_calls for r in results.runs] == [4] * len(serving)
+    assert all(c.exists and c.supports for r in results.runs for c in r.grade.citations)
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # two engines timed against each other: alone on the host
+def test_always_finding_something_fails_the_serving_control(serve_policy, tmp_path):
+    """The control's change cannot be felt: the benchmark shows no regression, so blaming the
+    changed key is wrong, and the cited benchmark does not support it."""
+    model = serve_policy(AlwaysFinds())
+    (run,) = _eval(model, tmp_path, ["serving.control_config"]).runs
+    assert run.control and run.submission["cause"] != "none"
+    assert not run.grade.correct and not run.grade.identified and not run.grade.evidence_ok

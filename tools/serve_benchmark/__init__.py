@@ -137,7 +137,16 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     out.criteria = expect.answer(inp.criteria, EXPECT, inp, out)  # the language and facts of expect
     out.undecided = undecided.explain(out.criteria, inp.workload.num_requests)
     if not the_plan.exact_lengths:
-        out.findings.append("prompt lengths are approximate (no tokenizer.json for this model)")
+        out.findings.append(
+            "prompt lengths are approximate ("
+            + (
+                "shared_prefix joins each prefix and suffix as text, and the tokenizer may "
+                "merge tokens where they meet"
+                if work.dataset == "shared_prefix" and the_plan.tokenizer is not None
+                else "no tokenizer.json for this model"
+            )
+            + ")"
+        )
     records = [r.result.records for r in repeats]
     ctx.artifact("requests.jsonl", report.records_jsonl(records))
     if base_engine is not None:

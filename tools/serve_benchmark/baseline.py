@@ -95,6 +95,17 @@ def cache_warmth_finding(metrics: dict[str, float | None], base: Baseline) -> li
     if this is None or then is None or abs(this - then) <= CACHE_SPREAD:
         return []
     warm, cold = ("the baseline", "this run") if then > this else ("this run", "the baseline")
+    if base.repeats:  # measured in this call: the same prompts went to both engines, alternating
+        return [
+            f"baseline_cache_warm: the baseline ({base.source}) found {100 * then:.0f}% of its "
+            f"prompt tokens in the prefix cache and this engine {100 * this:.0f}% (each engine's "
+            "own counters, median over repeats), though both were sent the same prompts in this "
+            f"call: the engines cache differently, and {cold}'s TTFT, prefill and throughput pay "
+            f"for it. {cold.capitalize()}'s engine may run with prefix caching off "
+            f"(enable_prefix_caching) or a smaller KV cache, or {warm}'s had seen these prompts in "
+            "an earlier call with this workload.seed. Next: compare the two engines' arguments "
+            "(list_serves); rerun with a fresh workload.seed to rule out the earlier call"
+        ]
     return [
         f"baseline_cache_warm: the baseline ({base.source}) found {100 * then:.0f}% of its prompt "
         f"tokens in the prefix cache and this run {100 * this:.0f}% (each engine's own counters, "

@@ -168,8 +168,8 @@ def attribution(
             "phase can be named: profile the engine instead"
         ]
 
-    def beyond_noise(name: str) -> bool:
-        return _beyond_noise(metrics[name], base[name], spread.get(name), base_spread.get(name))
+    def clears_noise(name: str) -> bool:
+        return beyond_noise(metrics[name], base[name], spread.get(name), base_spread.get(name))
 
     lines = []
     for key, (label, parts) in PARTS.items():
@@ -186,11 +186,11 @@ def attribution(
             and abs(m.delta) >= 0.5
             and m.delta_pct is not None
             and abs(m.delta_pct) >= 5
-            and beyond_noise(m.phase + "_ms")
+            and clears_noise(m.phase + "_ms")
         ]  # the latency's direction, beyond noise
         explained = sum(m.delta for m in moved)
         unexplained = explained * (c - b) <= 0 or abs(explained) < abs(c - b) / 2
-        if not beyond_noise(key):
+        if not clears_noise(key):
             text += (
                 f"; {label} itself moved within noise (baseline "
                 f"{_interval(base_spread.get(key), b)} ms, this run "
@@ -238,7 +238,7 @@ def _named(top: PhaseChange, spread: dict, base_spread: dict) -> str:
     )
 
 
-def _beyond_noise(
+def beyond_noise(
     candidate: float, baseline: float, spread: list[float] | None, base_spread: list[float] | None
 ) -> bool:
     """Each side's median outside the other side's [min, max] over repeats (a missing spread: one

@@ -95,3 +95,36 @@ def test_a_phase_beyond_both_runs_repeats_is_named_with_them():
         "repeats (80.10-84.00 -> 95.50-99.00)"
     ) in findings[0]
     assert "next: the decode path moved" in findings[0]
+
+
+def test_two_engines_sent_the_same_prompts_in_one_call_cache_differently_not_warmly():
+    """Issue 38's prefix-caching task: today's engine (prefix caching off) against yesterday's,
+    alternating in one call with the same prompts, found 0% against 82%; the finding called the
+    baseline 'a warm cache' and advised measuring both cold, which they were."""
+    from infra_agent.tools.serve_benchmark.baseline import Baseline, cache_warmth_finding
+    from infra_agent.tools.serve_benchmark.schema import RepeatMetrics
+
+    one = RepeatMetrics(
+        completed=1,
+        failed=0,
+        duration_s=1.0,
+        request_throughput=1.0,
+        output_throughput=1.0,
+        total_token_throughput=1.0,
+        latencies_ms={},
+    )
+    base = Baseline(
+        metrics={"prefix_cache_hit_rate": 0.82},
+        spread={},
+        records=None,
+        source="handle h1, alternating",
+        device_fingerprint=None,
+        repeats=[one],
+    )
+    (finding,) = cache_warmth_finding({"prefix_cache_hit_rate": 0.0}, base)
+    assert finding.startswith("baseline_cache_warm:") and "same prompts" in finding
+    assert "enable_prefix_caching" in finding and "measured a warm cache" not in finding
+    # an earlier experiment as the baseline: its prompts may well have met a warm cache
+    recorded = Baseline(**{**base.__dict__, "source": "experiment e1", "repeats": []})
+    (finding,) = cache_warmth_finding({"prefix_cache_hit_rate": 0.0}, recorded)
+    assert "the baseline measured a warm cache" in finding
