@@ -22,6 +22,7 @@ from typing import Callable
 
 from .tasks import Cause, Location, Truth
 
+CATEGORY = "kernel"
 TARGET = "sm_90a"
 IMPL_NAMES = (("triton", "triton_v2"), ("baseline", "tuned"), ("v1", "v2"), ("ref_tiles", "fast"))
 

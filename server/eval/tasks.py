@@ -1,8 +1,9 @@
 """An eval task as data: the question a user asks, the workspace it is asked about, and the
 ground truth the answer is graded against (where, what, optionally a number).
 
-Tasks come from families (kernel_tasks.py): a family and a seed make one task, so variants
-exist beyond any fixed list. `generate_tasks(seed)` is the whole set for one seed; the tests
+Tasks come from families (kernel_tasks.py, episode_tasks.py: each module's FAMILIES, its
+CATEGORY the task ids' prefix): a family and a seed make one task, so variants exist beyond
+any fixed list. `generate_tasks(seed)` is the whole set for one seed; the tests
 use fixed seeds, and `infra-agent eval` without --seed draws a fresh one (a held-out set no
 test has seen).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import random
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -46,7 +48,8 @@ CAUSE_MEANINGS: dict[Cause, str] = {
     Cause.unlaunchable_config: "a launch configuration the target cannot run (num_warps, "
     "threads, shared memory or registers beyond what one SM offers)",
     Cause.nondeterminism: "results differ between identical calls (atomics, races)",
-    Cause.partition_numerics: "sharding across tensor-parallel ranks changes the result",
+    Cause.partition_numerics: "the tensor-parallel (sharded) result misses the unpartitioned FP32 "
+    "result: the shards' math (e.g. TF32 operands) or the split and combine themselves",
     Cause.redundant_recompute: "work recomputed per tile/step that could be done once",
     Cause.gil_held: "a thread holds the GIL and blocks another (no overlap)",
     Cause.queueing_max_num_seqs: "requests queue because max_num_seqs is too small",
@@ -82,7 +85,7 @@ class Truth(BaseModel):
 class EvalTask(BaseModel):
     id: str = Field(description="family.variant, e.g. 'kernel.stride'.")
     family: str
-    category: str = Field(description="'kernel' or 'serving'.")
+    category: str = Field(description="'kernel', 'episode' or 'serving'.")
     seed: int = Field(description="The seed this variant was drawn from.")
     question: str = Field(description="What the user asks the agent.")
     params: dict = Field(description="The family's variant parameters (names, shapes, values).")
@@ -91,25 +94,33 @@ class EvalTask(BaseModel):
 
     def build_workspace(self, root: Path) -> Path:
         """Write this task's workspace into `root` (created; must not exist)."""
-        from .kernel_tasks import FAMILIES
+        return families()[self.id][1].build(self.params, root)
 
-        return FAMILIES[self.family].build(self.params, root)
+
+def families() -> dict[str, tuple[str, Any]]:
+    """Task id -> (category, family), every family module's FAMILIES in turn."""
+    from . import episode_tasks, kernel_tasks
+
+    return {
+        f"{module.CATEGORY}.{name}": (module.CATEGORY, family)
+        for module in (kernel_tasks, episode_tasks)
+        for name, family in module.FAMILIES.items()
+    }
 
 
 def generate_tasks(seed: int, only: list[str] | None = None) -> list[EvalTask]:
     """One task per family, each variant drawn from `seed`. `only`: task ids or families to
     keep (e.g. ['kernel.stride', 'kernel.control_tail'])."""
-    from .kernel_tasks import FAMILIES
-
-    unknown = sorted(set(only or []) - {f"kernel.{name}" for name in FAMILIES} - set(FAMILIES))
+    registry = families()
+    names = {task_id: task_id.split(".", 1)[1] for task_id in registry}
+    unknown = sorted(set(only or []) - set(names) - set(names.values()))
     if unknown:
         raise ValueError(
-            f"unknown task(s) {', '.join(unknown)}; the tasks are "
-            f"{', '.join(f'kernel.{n}' for n in FAMILIES)}"
+            f"unknown task(s) {', '.join(unknown)}; the tasks are {', '.join(registry)}"
         )
     tasks = []
-    for name, family in FAMILIES.items():
-        task_id = f"kernel.{name}"
+    for task_id, (category, family) in registry.items():
+        name = names[task_id]
         if only and task_id not in only and name not in only:
             continue
         rng = random.Random(f"{seed}:{name}")
@@ -118,7 +129,7 @@ def generate_tasks(seed: int, only: list[str] | None = None) -> list[EvalTask]:
             EvalTask(
                 id=task_id,
                 family=name,
-                category="kernel",
+                category=category,
                 seed=seed,
                 question=family.question(params),
                 params=params,

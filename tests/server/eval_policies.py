@@ -2,7 +2,10 @@
 conversation (the task's question, the tools' answers so far) and decide the next turn.
 
     Investigator     checks every impl (check_numerics, compile_kernel for the target), reads
-                     the answers and submits what they show, citing them
+                     the answers and submits what they show, citing them; where two impls'
+                     compiles execute very different work per output element, compiles the
+                     heavier against the lighter; asked about a deployment, launches it as the
+                     question gives it and profiles the overlap the question expects
     Guesser          submits a cause drawn at random, without calling a tool to look
     AlwaysFinds      the investigator, except that "nothing is wrong" is never its answer
 
@@ -25,7 +28,11 @@ KERNEL_CAUSES = (
     "accumulation_precision",
     "unlaunchable_config",
     "nondeterminism",
+    "partition_numerics",
+    "redundant_recompute",
 )
+SYSTEM_CAUSES = ("none", "gil_held", "starved_client", "queueing_max_num_seqs")
+RECOMPUTE_FROM = 2.0  # executed FFMA per output element, one impl over the other: worth a look
 LOW_PRECISION = ("float16", "bfloat16")
 
 
@@ -35,10 +42,10 @@ class Conversation:
     def __init__(self, body: dict):
         messages = body["messages"]
         goal = next(m["content"] for m in messages if m["role"] == "user")
-        self.kernel = re.search(r"the kernel (\w+)", goal).group(1)
-        self.impls = [
-            s.strip() for s in re.search(r"implementations \(([^)]*)\)", goal).group(1).split(",")
-        ]
+        kernel = re.search(r"the kernel (\w+)", goal)
+        self.kernel = kernel.group(1) if kernel else None  # None: a question about a deployment
+        impls = re.search(r"implementations \(([^)]*)\)", goal)
+        self.impls = [s.strip() for s in impls.group(1).split(",")] if impls else []
         self.goal = goal
         calls = {
             c["id"]: (c["function"]["name"], json.loads(c["function"]["arguments"]))
@@ -66,6 +73,8 @@ class Investigator:
         talk = Conversation(body)
         if talk.ran("submit_diagnosis"):
             return answer("submitted")(body)
+        if talk.kernel is None:
+            return self.deployment(talk)(body)
         if not talk.results:
             calls = []
             for impl in talk.impls:
@@ -74,13 +83,92 @@ class Investigator:
                     ("compile_kernel", {"kernel": talk.kernel, "impl": impl, "target": TARGET})
                 )
             return tool_turn(*calls)(body)
+        heavier = self.heavier(talk)
+        if heavier is not None:
+            return tool_turn(("compile_kernel", heavier))(body)
         return tool_turn(("submit_diagnosis", self.diagnose(talk)))(body)
+
+    def heavier(self, talk: Conversation) -> dict | None:
+        """When no answer so far shows a cause, and one impl's compile executes RECOMPUTE_FROM
+        times the FFMA per output element of another's: the compile of it against that one
+        (the diff names what grew), once."""
+        if any("baseline" in a for a, _ in talk.ran("compile_kernel")):
+            return None
+        numerics = {a["impl"]: r for a, r in talk.ran("check_numerics")}
+        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel")}
+        if any(self.cause_of(numerics.get(i), compiles.get(i)) for i in talk.impls):
+            return None  # the first answers show a cause already
+        ffma = {}
+        for a, r in talk.ran("compile_kernel"):
+            if isinstance(r, dict) and r.get("kernels"):
+                estimate = r["kernels"][0].get("executed_estimate") or {}
+                ffma[a["impl"]] = ((estimate.get("per_output") or {}).get("ffma"), r)
+        known = {i: v for i, v in ffma.items() if v[0]}
+        if len(known) < 2:
+            return None
+        hi = max(known, key=lambda i: known[i][0])
+        lo = min(known, key=lambda i: known[i][0])
+        if known[hi][0] < RECOMPUTE_FROM * known[lo][0]:
+            return None
+        return {
+            "kernel": talk.kernel,
+            "impl": hi,
+            "target": TARGET,
+            "baseline": known[lo][1]["experiment_id"],
+        }
+
+    @staticmethod
+    def deployment(talk: Conversation):
+        """Launch the deployment as the question gives it, profile it under the question's load
+        with the overlap it expects, and submit what the profile's findings say."""
+        launched = talk.ran("launch_serve")
+        if not launched:
+            args = json.loads(re.search(r"args=(\{[^{}]*\})", talk.goal).group(1))
+            return tool_turn(("launch_serve", {"engine": "builtin", "args": args}))
+        _, engine = launched[-1]
+        profiled = talk.ran("profile")
+        if not profiled and isinstance(engine, dict):
+            a = re.search(r"named range (\S+)\)", talk.goal).group(1)
+            b = re.search(r"named ranges (\S+)\)", talk.goal).group(1)
+            load = re.search(
+                r"(\d+) requests in flight, (\d+)-token prompts, (\d+) output tokens", talk.goal
+            )
+            return tool_turn(
+                (
+                    "profile",
+                    {
+                        "handle": engine["handle"],
+                        "duration_s": 3.0,
+                        "load_concurrency": int(load.group(1)),
+                        "load_input_len": int(load.group(2)),
+                        "load_output_len": int(load.group(3)),
+                        "overlap": [[a, b]],
+                    },
+                )
+            )
+        cited = [r["experiment_id"] for _, r in (*launched, *profiled) if isinstance(r, dict)]
+        prof = profiled[-1][1] if profiled else None
+        if isinstance(prof, dict) and "gil_contention" in prof["finding_codes"]:
+            # the holder of the longest wait the host samples measured
+            wait = max(prof["contention"]["waits"], key=lambda w: w["fraction"])
+            return tool_turn(
+                (
+                    "submit_diagnosis",
+                    {
+                        "cause": "gil_held",
+                        "thread": wait["holder"].rsplit(" (", 1)[0],
+                        "experiment_ids": [prof["experiment_id"]],
+                    },
+                )
+            )
+        return tool_turn(("submit_diagnosis", {"cause": "none", "experiment_ids": cited}))
 
     def diagnose(self, talk: Conversation) -> dict:
         numerics = {a["impl"]: r for a, r in talk.ran("check_numerics")}
-        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel")}
+        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel") if "baseline" not in a}
+        against = {a["impl"]: r for a, r in talk.ran("compile_kernel") if "baseline" in a}
         for impl in talk.impls:
-            found = self.cause_of(numerics.get(impl), compiles.get(impl))
+            found = self.cause_of(numerics.get(impl), compiles.get(impl), against.get(impl))
             if found is not None:
                 cause, evidence, extra = found
                 return {
@@ -112,7 +200,13 @@ class Investigator:
         }
 
     @staticmethod
-    def cause_of(numerics, compiled) -> tuple[str, list[str], dict] | None:
+    def cause_of(numerics, compiled, against=None) -> tuple[str, list[str], dict] | None:
+        if isinstance(against, dict):  # compiled against a lighter impl: what grew, and where
+            grew = {d["field"]: d for d in against["diff"]}.get("executed_estimate.per_output.ffma")
+            loops = [lp for lp in against["kernels"][0]["loops"] if (lp["trip_count"] or 0) > 1]
+            if grew and (grew["ratio"] or 0) >= RECOMPUTE_FROM and loops:
+                extra = {"number": loops[0]["trip_count"]}
+                return "redundant_recompute", [against["experiment_id"]], extra
         if isinstance(compiled, dict):
             cannot = [n for n in compiled["notes"] if "cannot launch" in n]
             if cannot:
@@ -141,6 +235,14 @@ class Investigator:
             return "stride_assumption", cite, {}
         if failed and all(c["dtype"] in LOW_PRECISION for c in failed):
             return "accumulation_precision", cite, {}
+        split_missed = [
+            c
+            for c in failed
+            if c.get("partition")
+            and (c["partition"]["partitioned_vs_reference_rel_l2"] or 0) > c["tolerance_rel_l2"]
+        ]
+        if split_missed:  # the ranks' combined result misses the FP32 reference
+            return "partition_numerics", cite, {}
         return None
 
 
@@ -159,6 +261,12 @@ class Guesser:
         if talk.ran("submit_diagnosis"):
             return answer("guessed")(body)
         rng = random.Random(f"{self.seed}:{talk.goal}")
+        if talk.kernel is None:  # a deployment: a cause and a thread drawn at random
+            guess = {
+                "cause": rng.choice(SYSTEM_CAUSES),
+                "thread": rng.choice(("MainThread", "prefill-worker", "decode-worker")),
+            }
+            return tool_turn(("submit_diagnosis", guess))(body)
         cause = rng.choice(KERNEL_CAUSES)
         guess = {"cause": cause, "kernel": talk.kernel, "impl": rng.choice(talk.impls)}
         if cause == "unlaunchable_config":
