@@ -61,7 +61,7 @@ def grade(task: EvalTask, submission: Submission | None, ledger: dict[str, dict]
         wrong = [
             f"{name} {getattr(submission, name)!r}, truth {want!r}"
             for name, want in truth.location.model_dump().items()
-            if want is not None and (getattr(submission, name) or "").lower() != want.lower()
+            if want is not None and not _same(name, getattr(submission, name), want)
         ]
         localized = not wrong
         notes.extend(wrong)
@@ -215,7 +215,16 @@ def _recompute_support(result: dict) -> tuple[bool, str]:
     )
 
 
-HOLDER = re.compile(r"([\w.-]+) \(\d+\) held the GIL")
+HOLDER = re.compile(r"([\w./-]+) \(\d+\) held the GIL")
+
+
+def _same(field: str, got: str | None, want: str) -> bool:
+    """A location field as the truth names it. A thread may carry the process it runs in, as
+    profile names an engine's threads ('engine/prefill-worker'): the thread is its last part."""
+    got, want = (got or "").lower(), want.lower()
+    if field == "thread":
+        got, want = got.rsplit("/", 1)[-1], want.rsplit("/", 1)[-1]
+    return got == want
 
 
 def _gil_support(result: dict, thread: str | None) -> tuple[bool, str]:
@@ -228,7 +237,7 @@ def _gil_support(result: dict, thread: str | None) -> tuple[bool, str]:
     }
     if not holders:
         return False, "no gil_contention finding"
-    ok = (thread or "").lower() in {h.lower() for h in holders}
+    ok = any(_same("thread", holder, thread or "") for holder in holders)
     return ok, f"gil_contention: {', '.join(sorted(holders))} held the GIL while another waited"
 
 

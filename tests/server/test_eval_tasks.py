@@ -380,12 +380,17 @@ def _profile(eid, holder, waiter, code="gil_contention"):
 def test_gil_held_is_shown_by_a_profile_that_names_the_holder():
     (task,) = generate_tasks(0, ["kv_gil"])
     claim = Submission(cause=Cause.gil_held, thread=PREFILL_THREAD, experiment_ids=["e1"])
-    ledger = {"e1": _profile("e1", PREFILL_THREAD, "kv-transfer")}
+    # profile names an engine's threads with their process, as it measured them
+    ledger = {"e1": _profile("e1", f"engine/{PREFILL_THREAD}", "engine/kv-transfer")}
     g = grade(task, claim, ledger)
     assert g.correct and g.localized, g.notes
+    as_profiled = grade(
+        task, claim.model_copy(update={"thread": f"engine/{PREFILL_THREAD}"}), ledger
+    )
+    assert as_profiled.correct, as_profiled.notes
     # the waiter is not the thread to blame
-    blamed = grade(task, claim.model_copy(update={"thread": "kv-transfer"}), ledger)
+    blamed = grade(task, claim.model_copy(update={"thread": "engine/kv-transfer"}), ledger)
     assert not blamed.correct and not blamed.localized and not blamed.evidence_ok
     # a profile that saw no GIL holder explain it is no evidence
-    no_gil = {"e1": _profile("e1", PREFILL_THREAD, "kv-transfer", code="no_overlap")}
+    no_gil = {"e1": _profile("e1", f"engine/{PREFILL_THREAD}", "kv-transfer", code="no_overlap")}
     assert not grade(task, claim, no_gil).evidence_ok
