@@ -63,7 +63,7 @@ def grade(task: EvalTask, submission: Submission | None, ledger: dict[str, dict]
         wrong = [
             f"{name} {getattr(submission, name)!r}, truth {want!r}"
             for name, want in truth.location.model_dump().items()
-            if want is not None and (getattr(submission, name) or "").lower() != want.lower()
+            if want is not None and not _same(name, getattr(submission, name), want)
         ]
         localized = not wrong
         notes.extend(wrong)
@@ -133,6 +133,10 @@ def supports_claim(
         return False, f"{tool} ended in an error"
     if tool == "check_numerics":
         return _numerics_support(result, claim.cause)
+    if tool == "compile_kernel" and claim.cause == Cause.redundant_recompute:
+        return _recompute_support(result)
+    if tool == "profile" and claim.cause == Cause.gil_held:
+        return _gil_support(result, claim.thread)
     if tool == "compile_kernel":
         cannot = [n for n in result.get("notes", []) if "cannot launch" in n]
         if claim.cause == Cause.unlaunchable_config:
@@ -168,7 +172,82 @@ def _numerics_support(result: dict, cause: Cause) -> tuple[bool, str]:
     if cause == Cause.accumulation_precision:
         ok = all(c.get("dtype") in LOW_PRECISION for c in failed)
         return ok, "fails in low precision only" if ok else "fails in fp32 too"
+    if cause == Cause.partition_numerics:
+        missed = [
+            c
+            for c in failed
+            if ((c.get("partition") or {}).get("partitioned_vs_reference_rel_l2") or 0)
+            > (c.get("tolerance_rel_l2") or float("inf"))
+        ]
+        if not missed:
+            ok = "partition_mismatch" in codes
+            return ok, "partition_mismatch" if ok else "no partitioned run missed the reference"
+        worst = max(missed, key=lambda c: c["partition"]["partitioned_vs_reference_rel_l2"])
+        return True, (
+            f"the {worst['partition']['num_parts']} ranks' combined result misses the reference: "
+            f"rel L2 {worst['partition']['partitioned_vs_reference_rel_l2']:.3g} vs tolerance "
+            f"{worst['tolerance_rel_l2']:.3g}"
+        )
     return False, f"a failing check_numerics does not bear on {cause.value}"
+
+
+RECOMPUTE_FROM = 2.0  # executed FFMA per output element over the baseline's that shows it
+
+
+def _recompute_support(result: dict) -> tuple[bool, str]:
+    """A compile against a baseline whose executed FFMA per output element grew RECOMPUTE_FROM
+    times or more, with a loop that runs more than once per program (the work it repeats)."""
+    grew = next(
+        (
+            d
+            for d in result.get("diff") or []
+            if d.get("field") == "executed_estimate.per_output.ffma"
+        ),
+        None,
+    )
+    loops = [
+        loop
+        for k in result.get("kernels") or []
+        for loop in k.get("loops") or []
+        if (loop.get("trip_count") or 0) > 1
+    ]
+    if grew is None or grew.get("ratio") is None:
+        return False, "no executed-FFMA-per-output comparison with a baseline compile"
+    ok = grew["ratio"] >= RECOMPUTE_FROM and bool(loops)
+    return ok, (
+        f"executed FFMA per output {grew['before']} -> {grew['after']} ({grew['ratio']:.3g}x)"
+        + (
+            f", a loop of {loops[0]['trip_count']} trips at {loops[0].get('source')}"
+            if loops
+            else ""
+        )
+    )
+
+
+HOLDER = re.compile(r"([\w./-]+) \(\d+\) held the GIL")
+
+
+def _same(field: str, got: str | None, want: str) -> bool:
+    """A location field as the truth names it. A thread may carry the process it runs in, as
+    profile names an engine's threads ('engine/prefill-worker'): the thread is its last part."""
+    got, want = (got or "").lower(), want.lower()
+    if field == "thread":
+        got, want = got.rsplit("/", 1)[-1], want.rsplit("/", 1)[-1]
+    return got == want
+
+
+def _gil_support(result: dict, thread: str | None) -> tuple[bool, str]:
+    """A profile whose gil_contention finding names `thread` as the GIL's holder."""
+    holders = {
+        m.group(1)
+        for f in result.get("findings") or []
+        if f.get("code") == "gil_contention"
+        for m in HOLDER.finditer(f.get("message") or "")
+    }
+    if not holders:
+        return False, "no gil_contention finding"
+    ok = any(_same("thread", holder, thread or "") for holder in holders)
+    return ok, f"gil_contention: {', '.join(sorted(holders))} held the GIL while another waited"
 
 
 def _subject(row: dict) -> tuple[str | None, str | None]:

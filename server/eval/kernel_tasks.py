@@ -35,6 +35,43 @@ def _question(params: dict) -> str:
     )
 
 
+@dataclass(frozen=True)
+class KernelFiles:
+    """One kernel's workspace: spec, reference and impl templates, and how a variant fills
+    their placeholders. `per_impl(params)` gives each per-impl placeholder stem its value in
+    the buggy impl and in a right one ('PACKED' fills @PACKED_A@ and @PACKED_B@); `shared`
+    fills the rest (a value may itself hold a placeholder filled after it, e.g. @BLOCK@)."""
+
+    spec: str
+    reference: str
+    impl: str
+    per_impl: Callable[[dict], dict[str, tuple[str, str]]]
+    shared: Callable[[dict], dict[str, str]] = lambda params: {}
+
+    def write(self, params: dict, folder: Path, buggy: str | None) -> None:
+        a, b = params["impls"]
+        subs = {
+            "@KERNEL@": params["kernel"],
+            "@IMPL_A@": a,
+            "@IMPL_B@": b,
+            "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
+        }
+        for stem, (bad, right) in self.per_impl(params).items():
+            subs[f"@{stem}_A@"] = bad if buggy == a else right
+            subs[f"@{stem}_B@"] = bad if buggy == b else right
+        subs.update(self.shared(params))
+        files = {
+            "spec.py": self.spec,
+            "reference.py": self.reference,
+            f"{params['kernel']}_triton.py": self.impl,
+        }
+        for name, template in files.items():
+            text = template
+            for key, value in subs.items():
+                text = text.replace(key, value)
+            (folder / name).write_text(text.lstrip())
+
+
 # ---- stride: q and k are slices of one fused qkv in production ----------------------------------
 
 STRIDE_SPEC = """
@@ -106,25 +143,12 @@ def _stride_params(rng: random.Random) -> dict:
     }
 
 
-def _write_stride(params: dict, folder: Path, buggy: str | None) -> None:
-    a, b = params["impls"]
-    subs = {
-        "@KERNEL@": params["kernel"],
-        "@IMPL_A@": a,
-        "@IMPL_B@": b,
-        "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
-        "@PACKED_A@": "True" if buggy == a else "False",
-        "@PACKED_B@": "True" if buggy == b else "False",
-    }
-    _write(
-        folder,
-        subs,
-        {
-            "spec.py": STRIDE_SPEC,
-            "reference.py": STRIDE_REFERENCE,
-            f"{params['kernel']}_triton.py": STRIDE_IMPL,
-        },
-    )
+STRIDE = KernelFiles(
+    STRIDE_SPEC,
+    STRIDE_REFERENCE,
+    STRIDE_IMPL,
+    per_impl=lambda p: {"PACKED": ("True", "False")},
+)
 
 
 # ---- tail mask: an elementwise op whose grid floors N / BLOCK -----------------------------------
@@ -198,31 +222,23 @@ def _elementwise_params(rng: random.Random) -> dict:
     }
 
 
-def _write_elementwise(
-    params: dict, folder: Path, floor_grid: str | None = None, bad_warps: str | None = None
-) -> None:
-    a, b = params["impls"]
-    subs = {
-        "@KERNEL@": params["kernel"],
-        "@IMPL_A@": a,
-        "@IMPL_B@": b,
-        "@OP@": params["op"],
-        "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
-        "@GRID_A@": FLOOR_GRID if floor_grid == a else CDIV_GRID,
-        "@GRID_B@": FLOOR_GRID if floor_grid == b else CDIV_GRID,
-        "@WARPS_A@": str(params["bad_num_warps"] if bad_warps == a else params["num_warps"]),
-        "@WARPS_B@": str(params["bad_num_warps"] if bad_warps == b else params["num_warps"]),
-    }
-    subs = {k: v.replace("@BLOCK@", str(params["block"])) for k, v in subs.items()}
-    subs["@BLOCK@"] = str(params["block"])
-    _write(
-        folder,
-        subs,
-        {
-            "spec.py": ELEMENTWISE_SPEC,
-            "reference.py": ELEMENTWISE_REFERENCE,
-            f"{params['kernel']}_triton.py": ELEMENTWISE_IMPL,
-        },
+def _elementwise(bug: str | None) -> KernelFiles:
+    """The elementwise kernel with `bug` ('grid': the floored grid; 'warps': the num_warps the
+    target cannot launch) in the buggy impl; None: both right."""
+
+    def per_impl(p: dict) -> dict[str, tuple[str, str]]:
+        warps = str(p["num_warps"])
+        return {
+            "GRID": (FLOOR_GRID if bug == "grid" else CDIV_GRID, CDIV_GRID),
+            "WARPS": (str(p["bad_num_warps"]) if bug == "warps" else warps, warps),
+        }
+
+    return KernelFiles(
+        ELEMENTWISE_SPEC,
+        ELEMENTWISE_REFERENCE,
+        ELEMENTWISE_IMPL,
+        per_impl=per_impl,
+        shared=lambda p: {"@OP@": p["op"], "@BLOCK@": str(p["block"])},
     )
 
 
@@ -308,26 +324,13 @@ def _dot_params(rng: random.Random) -> dict:
     }
 
 
-def _write_dot(params: dict, folder: Path, buggy: str | None) -> None:
-    a, b = params["impls"]
-    subs = {
-        "@KERNEL@": params["kernel"],
-        "@IMPL_A@": a,
-        "@IMPL_B@": b,
-        "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
-        "@BLOCK_K@": str(params["block_k"]),
-        "@ACC_A@": "0" if buggy == a else "1",
-        "@ACC_B@": "0" if buggy == b else "1",
-    }
-    _write(
-        folder,
-        subs,
-        {
-            "spec.py": DOT_SPEC,
-            "reference.py": DOT_REFERENCE,
-            f"{params['kernel']}_triton.py": DOT_IMPL,
-        },
-    )
+DOT = KernelFiles(
+    DOT_SPEC,
+    DOT_REFERENCE,
+    DOT_IMPL,
+    per_impl=lambda p: {"ACC": ("0", "1")},
+    shared=lambda p: {"@BLOCK_K@": str(p["block_k"])},
+)
 
 
 # ---- nondeterminism: split-K partial sums added in an order that changes per call -------------
@@ -417,26 +420,13 @@ def _split_params(rng: random.Random) -> dict:
     }
 
 
-def _write_split(params: dict, folder: Path, buggy: str | None) -> None:
-    a, b = params["impls"]
-    subs = {
-        "@KERNEL@": params["kernel"],
-        "@IMPL_A@": a,
-        "@IMPL_B@": b,
-        "@SPLITS@": str(params["splits"]),
-        "@SHAPES@": ", ".join(repr(s) for s in params["shapes"]) + ",",
-        "@FIXED_A@": "False" if buggy == a else "True",
-        "@FIXED_B@": "False" if buggy == b else "True",
-    }
-    _write(
-        folder,
-        subs,
-        {
-            "spec.py": SPLIT_SPEC,
-            "reference.py": SPLIT_REFERENCE,
-            f"{params['kernel']}_triton.py": SPLIT_IMPL,
-        },
-    )
+SPLIT = KernelFiles(
+    SPLIT_SPEC,
+    SPLIT_REFERENCE,
+    SPLIT_IMPL,
+    per_impl=lambda p: {"FIXED": ("False", "True")},
+    shared=lambda p: {"@SPLITS@": str(p["splits"])},
+)
 
 
 # ---- the families -------------------------------------------------------------------------------
@@ -448,7 +438,7 @@ class KernelFamily:
 
     cause: Cause
     variant: Callable[[random.Random], dict]
-    write: Callable[[dict, Path, str | None], None]
+    files: KernelFiles
     number: Callable[[dict], float | None] = lambda params: None
     number_meaning: str | None = None
     config_key: str | None = None
@@ -472,40 +462,30 @@ class KernelFamily:
     def build(self, params: dict, root: Path) -> Path:
         folder = root / "kernels" / params["kernel"]
         folder.mkdir(parents=True)
-        self.write(params, folder, params["buggy_impl"])
+        self.files.write(params, folder, params["buggy_impl"])
         return root
 
 
 FAMILIES: dict[str, KernelFamily] = {
-    "stride": KernelFamily(Cause.stride_assumption, _stride_params, _write_stride),
+    "stride": KernelFamily(Cause.stride_assumption, _stride_params, STRIDE),
     "tail_mask": KernelFamily(
         Cause.tail_mask,
         _elementwise_params,
-        lambda p, f, buggy: _write_elementwise(p, f, floor_grid=buggy),
+        _elementwise("grid"),
         number=lambda p: float(p["block"]),
         number_meaning="the block size (elements per program) the tail is lost at",
     ),
-    "accumulation": KernelFamily(Cause.accumulation_precision, _dot_params, _write_dot),
+    "accumulation": KernelFamily(Cause.accumulation_precision, _dot_params, DOT),
     "unlaunchable": KernelFamily(
         Cause.unlaunchable_config,
         _elementwise_params,
-        lambda p, f, buggy: _write_elementwise(p, f, bad_warps=buggy),
+        _elementwise("warps"),
         number=lambda p: float(p["bad_num_warps"]),
         number_meaning="the num_warps the launcher asks for",
         config_key="num_warps",
     ),
-    "nondeterminism": KernelFamily(Cause.nondeterminism, _split_params, _write_split),
-    "control_stride": KernelFamily(Cause.none, _stride_params, _write_stride),
-    "control_elementwise": KernelFamily(
-        Cause.none, _elementwise_params, lambda p, f, buggy: _write_elementwise(p, f)
-    ),
-    "control_accumulation": KernelFamily(Cause.none, _dot_params, _write_dot),
+    "nondeterminism": KernelFamily(Cause.nondeterminism, _split_params, SPLIT),
+    "control_stride": KernelFamily(Cause.none, _stride_params, STRIDE),
+    "control_elementwise": KernelFamily(Cause.none, _elementwise_params, _elementwise(None)),
+    "control_accumulation": KernelFamily(Cause.none, _dot_params, DOT),
 }
-
-
-def _write(folder: Path, subs: dict[str, str], files: dict[str, str]) -> None:
-    for name, template in files.items():
-        text = template
-        for key, value in subs.items():
-            text = text.replace(key, value)
-        (folder / name).write_text(text.lstrip())

@@ -24,9 +24,10 @@ from .tasks import EvalTask, generate_tasks
 
 ANSWER_FORM = (
     "\n\nWork with the tools. When you know the answer, call submit_diagnosis once with the cause "
-    "(from its fixed vocabulary; 'none' if nothing is wrong), where it sits (kernel, impl, and "
-    "config_key where a config is to blame), the number where one applies, and the ids of the "
-    "experiments whose answers show it. Then answer without a tool call."
+    "(from its fixed vocabulary; 'none' if nothing is wrong), where it sits (kernel, impl, "
+    "config_key where a config is to blame, thread where a thread is), the number where one "
+    "applies, and the ids of the experiments whose answers show it. Then answer without a tool "
+    "call."
 )
 
 

@@ -58,7 +58,10 @@ class Output(ToolOutput):
 
 async def run(inp: Input, ctx: ToolContext) -> Output:
     unknown = [i for i in inp.experiment_ids if ctx.experiment(i) is None]
-    where = "/".join(p for p in (inp.kernel, inp.impl, inp.config_key) if p) or "no location"
+    where = (
+        "/".join(p for p in (inp.kernel, inp.impl, inp.config_key, inp.thread) if p)
+        or "no location"
+    )
     summary = f"diagnosis recorded: {inp.cause.value} at {where}"
     if unknown:
         summary += f"; not in this ledger: {', '.join(unknown)}"

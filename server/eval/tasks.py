@@ -1,8 +1,8 @@
 """An eval task as data: the question a user asks, the workspace it is asked about, and the
 ground truth the answer is graded against (where, what, optionally a number).
 
-Tasks come from families (kernel_tasks.py, serving_tasks.py: one module per category, each
-with its FAMILIES): a family and a seed make one task, so variants
+Tasks come from families (kernel_tasks.py, serving_tasks.py, episode_tasks.py: one module
+per category, each with its FAMILIES): a family and a seed make one task, so variants
 exist beyond any fixed list. `generate_tasks(seed)` is the whole set for one seed; the tests
 use fixed seeds, and `infra-agent eval` without --seed draws a fresh one (a held-out set no
 test has seen).
@@ -49,7 +49,8 @@ CAUSE_MEANINGS: dict[Cause, str] = {
     Cause.unlaunchable_config: "a launch configuration the target cannot run (num_warps, "
     "threads, shared memory or registers beyond what one SM offers)",
     Cause.nondeterminism: "results differ between identical calls (atomics, races)",
-    Cause.partition_numerics: "sharding across tensor-parallel ranks changes the result",
+    Cause.partition_numerics: "the tensor-parallel (sharded) result misses the unpartitioned FP32 "
+    "result: the shards' math (e.g. TF32 operands) or the split and combine themselves",
     Cause.redundant_recompute: "work recomputed per tile/step that could be done once",
     Cause.gil_held: "a thread holds the GIL and blocks another (no overlap)",
     Cause.queueing_max_num_seqs: "requests queue because max_num_seqs is too small",
@@ -85,7 +86,7 @@ class Truth(BaseModel):
 class EvalTask(BaseModel):
     id: str = Field(description="family.variant, e.g. 'kernel.stride'.")
     family: str
-    category: str = Field(description="'kernel' or 'serving'.")
+    category: str = Field(description="'kernel', 'episode' or 'serving'.")
     seed: int = Field(description="The seed this variant was drawn from.")
     question: str = Field(description="What the user asks the agent.")
     params: dict = Field(description="The family's variant parameters (names, shapes, values).")
@@ -97,7 +98,7 @@ class EvalTask(BaseModel):
         return families()[self.id][2].build(self.params, root)
 
 
-CATEGORIES = ("kernel", "serving")  # each a module <category>_tasks.py with its FAMILIES
+CATEGORIES = ("kernel", "serving", "episode")  # each a module <category>_tasks.py with its FAMILIES
 
 
 def families() -> dict[str, tuple[str, str, Any]]:

@@ -44,7 +44,10 @@ def _field_help() -> dict[str, str]:
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="infra-agent engine", description="the built-in serving engine (OpenAI API)"
+        prog="infra-agent engine",
+        description="the built-in serving engine (OpenAI API)",
+        # `@FILE` reads arguments from FILE, one per line: a deployment's flags kept in a file
+        fromfile_prefix_chars="@",
     )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: loopback only)")
     p.add_argument(

@@ -2,10 +2,13 @@
 conversation (the task's question, the tools' answers so far) and decide the next turn.
 
     Investigator     kernel tasks: checks every impl (check_numerics, compile_kernel for the
-                     target); serving tasks: launches yesterday's and today's config and
-                     benchmarks today's against yesterday's (serve_benchmark baseline_handle=,
-                     the user's traffic); reads the answers and submits what they show, citing
-                     them
+                     target), reads the answers and submits what they show, citing them; where
+                     two impls' compiles execute very different work per output element,
+                     compiles the heavier against the lighter. Serving tasks: launches
+                     yesterday's and today's config and benchmarks today's against yesterday's
+                     (serve_benchmark baseline_handle=, the user's traffic). Asked about a
+                     deployment: launches it as the question gives it and profiles the overlap
+                     the question expects
     Guesser          submits a cause drawn at random, without calling a tool to look
     AlwaysFinds      the investigator, except that "nothing is wrong" is never its answer
 
@@ -28,6 +31,8 @@ KERNEL_CAUSES = (
     "accumulation_precision",
     "unlaunchable_config",
     "nondeterminism",
+    "partition_numerics",
+    "redundant_recompute",
 )
 SERVING_CAUSES = (
     "none",
@@ -37,6 +42,8 @@ SERVING_CAUSES = (
     "slow_kernel",
     "starved_client",
 )
+SYSTEM_CAUSES = ("none", "gil_held", "starved_client", "queueing_max_num_seqs")
+RECOMPUTE_FROM = 2.0  # executed FFMA per output element, one impl over the other: worth a look
 LOW_PRECISION = ("float16", "bfloat16")
 # serving: the config key each cause sits at, and what serve_benchmark must show for it
 KEY_CAUSE = {
@@ -60,7 +67,7 @@ class Conversation:
         goal = next(m["content"] for m in messages if m["role"] == "user")
         kernel = re.search(r"the kernel (\w+)", goal)
         impls = re.search(r"implementations \(([^)]*)\)", goal)
-        self.kernel = kernel.group(1) if kernel else None
+        self.kernel = kernel.group(1) if kernel else None  # None: a serving or deployment question
         self.impls = [s.strip() for s in impls.group(1).split(",")] if impls else []
         # a serving question quotes the configs and the traffic, one JSON object a line
         self.configs = {
@@ -96,6 +103,8 @@ class Investigator:
             return answer("submitted")(body)
         if talk.configs:
             return self.serving_turn(talk)(body)
+        if talk.kernel is None:
+            return self.deployment(talk)(body)
         if not talk.results:
             calls = []
             for impl in talk.impls:
@@ -104,13 +113,92 @@ class Investigator:
                     ("compile_kernel", {"kernel": talk.kernel, "impl": impl, "target": TARGET})
                 )
             return tool_turn(*calls)(body)
+        heavier = self.heavier(talk)
+        if heavier is not None:
+            return tool_turn(("compile_kernel", heavier))(body)
         return tool_turn(("submit_diagnosis", self.diagnose(talk)))(body)
+
+    def heavier(self, talk: Conversation) -> dict | None:
+        """When no answer so far shows a cause, and one impl's compile executes RECOMPUTE_FROM
+        times the FFMA per output element of another's: the compile of it against that one
+        (the diff names what grew), once."""
+        if any("baseline" in a for a, _ in talk.ran("compile_kernel")):
+            return None
+        numerics = {a["impl"]: r for a, r in talk.ran("check_numerics")}
+        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel")}
+        if any(self.cause_of(numerics.get(i), compiles.get(i)) for i in talk.impls):
+            return None  # the first answers show a cause already
+        ffma = {}
+        for a, r in talk.ran("compile_kernel"):
+            if isinstance(r, dict) and r.get("kernels"):
+                estimate = r["kernels"][0].get("executed_estimate") or {}
+                ffma[a["impl"]] = ((estimate.get("per_output") or {}).get("ffma"), r)
+        known = {i: v for i, v in ffma.items() if v[0]}
+        if len(known) < 2:
+            return None
+        hi = max(known, key=lambda i: known[i][0])
+        lo = min(known, key=lambda i: known[i][0])
+        if known[hi][0] < RECOMPUTE_FROM * known[lo][0]:
+            return None
+        return {
+            "kernel": talk.kernel,
+            "impl": hi,
+            "target": TARGET,
+            "baseline": known[lo][1]["experiment_id"],
+        }
+
+    @staticmethod
+    def deployment(talk: Conversation):
+        """Launch the deployment as the question gives it, profile it under the question's load
+        with the overlap it expects, and submit what the profile's findings say."""
+        launched = talk.ran("launch_serve")
+        if not launched:
+            args = json.loads(re.search(r"args=(\{[^{}]*\})", talk.goal).group(1))
+            return tool_turn(("launch_serve", {"engine": "builtin", "args": args}))
+        _, engine = launched[-1]
+        profiled = talk.ran("profile")
+        if not profiled and isinstance(engine, dict):
+            a = re.search(r"named range (\S+)\)", talk.goal).group(1)
+            b = re.search(r"named ranges (\S+)\)", talk.goal).group(1)
+            load = re.search(
+                r"(\d+) requests in flight, (\d+)-token prompts, (\d+) output tokens", talk.goal
+            )
+            return tool_turn(
+                (
+                    "profile",
+                    {
+                        "handle": engine["handle"],
+                        "duration_s": 3.0,
+                        "load_concurrency": int(load.group(1)),
+                        "load_input_len": int(load.group(2)),
+                        "load_output_len": int(load.group(3)),
+                        "overlap": [[a, b]],
+                    },
+                )
+            )
+        cited = [r["experiment_id"] for _, r in (*launched, *profiled) if isinstance(r, dict)]
+        prof = profiled[-1][1] if profiled else None
+        if isinstance(prof, dict) and "gil_contention" in prof["finding_codes"]:
+            # the holder of the longest wait the host samples measured
+            wait = max(prof["contention"]["waits"], key=lambda w: w["fraction"])
+            return tool_turn(
+                (
+                    "submit_diagnosis",
+                    {
+                        "cause": "gil_held",
+                        "thread": wait["holder"].rsplit(" (", 1)[0],
+                        "experiment_ids": [prof["experiment_id"]],
+                    },
+                )
+            )
+        return tool_turn(("submit_diagnosis", {"cause": "none", "experiment_ids": cited}))
 
     def diagnose(self, talk: Conversation) -> dict:
         numerics = {a["impl"]: r for a, r in talk.ran("check_numerics")}
-        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel")}
+        compiles = {a["impl"]: r for a, r in talk.ran("compile_kernel") if "baseline" not in a}
+        against = {a["impl"]: r for a, r in talk.ran("compile_kernel") if "baseline" in a}
         for impl in talk.impls:
-            found = self.cause_of(numerics.get(impl), compiles.get(impl))
+            found = self.cause_of(numerics.get(impl), compiles.get(impl), against.get(impl))
             if found is not None:
                 cause, evidence, extra = found
                 return {
@@ -191,7 +279,13 @@ class Investigator:
         return {"cause": KEY_CAUSE.get(key, "queueing_max_num_seqs"), "config_key": key, **cite}
 
     @staticmethod
-    def cause_of(numerics, compiled) -> tuple[str, list[str], dict] | None:
+    def cause_of(numerics, compiled, against=None) -> tuple[str, list[str], dict] | None:
+        if isinstance(against, dict):  # compiled against a lighter impl: what grew, and where
+            grew = {d["field"]: d for d in against["diff"]}.get("executed_estimate.per_output.ffma")
+            loops = [lp for lp in against["kernels"][0]["loops"] if (lp["trip_count"] or 0) > 1]
+            if grew and (grew["ratio"] or 0) >= RECOMPUTE_FROM and loops:
+                extra = {"number": loops[0]["trip_count"]}
+                return "redundant_recompute", [against["experiment_id"]], extra
         if isinstance(compiled, dict):
             cannot = [n for n in compiled["notes"] if "cannot launch" in n]
             if cannot:
@@ -220,6 +314,14 @@ class Investigator:
             return "stride_assumption", cite, {}
         if failed and all(c["dtype"] in LOW_PRECISION for c in failed):
             return "accumulation_precision", cite, {}
+        split_missed = [
+            c
+            for c in failed
+            if c.get("partition")
+            and (c["partition"]["partitioned_vs_reference_rel_l2"] or 0) > c["tolerance_rel_l2"]
+        ]
+        if split_missed:  # the ranks' combined result misses the FP32 reference
+            return "partition_numerics", cite, {}
         return None
 
 
@@ -242,6 +344,12 @@ class Guesser:
             cause = rng.choice(SERVING_CAUSES)
             key = rng.choice(sorted(talk.configs["today"]))
             return tool_turn(("submit_diagnosis", {"cause": cause, "config_key": key}))(body)
+        if talk.kernel is None:  # a deployment: a cause and a thread drawn at random
+            guess = {
+                "cause": rng.choice(SYSTEM_CAUSES),
+                "thread": rng.choice(("MainThread", "prefill-worker", "decode-worker")),
+            }
+            return tool_turn(("submit_diagnosis", guess))(body)
         cause = rng.choice(KERNEL_CAUSES)
         guess = {"cause": cause, "kernel": talk.kernel, "impl": rng.choice(talk.impls)}
         if cause == "unlaunchable_config":

@@ -3,7 +3,9 @@ behind the scripted chat-completions server (tests/scripted_model.py) and the to
 running (sandbox, interpreter, ledger) in each task's own fresh workspace.
 
     guesser        submits without looking: near chance on the cause, never correct (no evidence)
-    investigator   follows the tools' answers: right on planted bugs and controls alike
+    investigator   follows the tools' answers: right on planted bugs and controls alike, and on
+                   the seed's three episodes (TF32 shards, a tile loop redoing the normalisation,
+                   a KV transfer behind a held GIL)
     always-finds   the investigator that never answers "none": wrong on every control
 """
 
@@ -22,7 +24,7 @@ from infra_agent.server.cli import app
 from infra_agent.server.eval.kernel_tasks import FAMILIES as KERNEL_FAMILIES
 from infra_agent.server.eval.runner import EvalConfig, run_eval
 from infra_agent.server.eval.submit import NAME as SUBMIT
-from infra_agent.server.eval.tasks import generate_tasks
+from infra_agent.server.eval.tasks import families, generate_tasks
 from infra_agent.server.ledger import read_only_rows
 
 
@@ -131,22 +133,79 @@ def test_always_finding_something_fails_a_control(serve_policy, tmp_path):
     assert not run.grade.evidence_ok  # its cited checks pass: they show no bug
 
 
+def _report(results) -> None:
+    for r in results.runs:  # pytest -s: what docs/eval.md's table is made of
+        print(r.task_id, "correct" if r.grade.correct else r.grade.notes, r.tool_calls, r.wall_s)
+
+
 @pytest.mark.slow
-def test_the_investigator_scores_at_least_90_percent_on_every_task(serve_policy, tmp_path):
+def test_the_investigator_scores_at_least_90_percent_on_every_kernel_task(serve_policy, tmp_path):
     """One seed here (about half a minute a task on this host); docs/eval.md has a run of more."""
     model = serve_policy(Investigator())
-    results = _eval(model, tmp_path, None, seed=0)
+    results = _eval(model, tmp_path, [f"kernel.{name}" for name in KERNEL_FAMILIES], seed=0)
+    _report(results)
     wrong = {r.task_id: r.grade.notes for r in results.runs if not r.grade.correct}
     assert results.overall.correct >= 0.9, wrong
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 5])
+def test_the_investigator_finds_the_kernel_episodes_and_clears_their_controls(
+    serve_policy, tmp_path, seed
+):
+    """TF32 shards (check_numerics' partition report), a V-tiled decode redoing the head's
+    normalisation per tile (compile_kernel's executed work per output, against the other impl),
+    and both episodes' controls. Seed 0: 4 ranks, BLOCK_V 32, the first impl planted in the
+    decode kernel; seed 5: 2 ranks, BLOCK_V 16 (8 V tiles at V = 128), the second."""
+    model = serve_policy(Investigator())
+    kernel_episodes = [t for t in families() if t.startswith("episode.") and "gil" not in t]
+    results = _eval(model, tmp_path, kernel_episodes, seed=seed)
+    _report(results)
+    assert [r.task_id for r in results.runs] == kernel_episodes
+    for run in results.runs:
+        assert run.grade.correct, (run.task_id, run.grade.notes, run.submission)
+    by_id = {r.task_id: r for r in results.runs}
+    (kda,) = [t for t in results.tasks if t.id == "episode.kda_recompute"]
+    # the number read off the compile's loop equals the one the variant planted (V / BLOCK_V)
+    assert by_id["episode.kda_recompute"].submission["number"] == kda.truth.number
+    assert by_id["episode.kda_recompute"].tool_calls == 6  # 2 checks, 2 compiles, 1 against, submit
+    assert by_id["episode.tp_partition"].tool_calls == 5
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # an engine under load and a profile of its threads: other tests are noise
+def test_the_investigator_finds_the_gil_held_behind_the_kv_transfer(serve_policy, tmp_path):
+    """The deployment the question gives (its flags in a file: the native dispatch/combine
+    keeps the GIL), launched and profiled under the question's load with the overlap it
+    expects: profile's gil_contention names the prefill worker as the GIL's holder."""
+    model = serve_policy(Investigator())
+    results = _eval(model, tmp_path, ["episode.kv_gil"])
+    _report(results)
+    (run,) = results.runs
+    if not run.grade.correct:
+        rows = read_only_rows(Path(run.folder) / "workspace" / ".infra-agent" / "ledger.sqlite")
+        (prof,) = [r["result"] for r in rows if r["tool"] == "profile"]
+        prefill = next(t for t in prof["threads"] if t["name"] == "prefill-worker")
+        starved = prefill["state_fractions"].get("cpu_wait", 0) > prefill["busy_fraction"]
+        if "gil_contention" not in prof["finding_codes"] and starved:
+            # measured at host load 10-16 on 2 cores (2 of 3 runs): the window CPU-starved, the
+            # running-time overlap not low enough for profile to judge the GIL evidence it holds
+            pytest.xfail(
+                f"profile found no gil_contention in a CPU-starved window (prefill-worker "
+                f"waiting for a CPU {prefill['state_fractions']['cpu_wait']:.0%} of it); GIL "
+                f"waits it measured: {prof['contention']['waits']}"
+            )
+    assert run.grade.correct, (run.grade.notes, run.submission)
+    assert run.submission["thread"] == "prefill-worker" and run.tool_calls == 3
 
 
 @pytest.mark.slow
 def test_always_finding_something_fails_every_control(serve_policy, tmp_path):
     """The controls only: on a planted bug this policy is the investigator (its tasks above)."""
     model = serve_policy(AlwaysFinds())
-    controls = [t for t in KERNEL_FAMILIES if t.startswith("control_")]
+    controls = [t for t in families() if t.split(".", 1)[1].startswith("control_")]
     results = _eval(model, tmp_path, controls)
-    assert len(results.runs) == len(controls) >= 2, results.runs
+    assert len(results.runs) == len(controls) >= 5, results.runs
     assert not any(r.grade.correct for r in results.runs)
 
 

@@ -5,48 +5,52 @@ rows. No model and no tool runs here."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from infra_agent.kernels.workspace import load_workspace
+from infra_agent.server.eval.episode_tasks import DEPLOY_FILE, KDA_GPU_V, PREFILL_THREAD
 from infra_agent.server.eval.grade import grade
 from infra_agent.server.eval.kernel_tasks import FAMILIES
 from infra_agent.server.eval.serving_tasks import DECOYS, MAX_POSITIONS
 from infra_agent.server.eval.submit import Input as Submission
 from infra_agent.server.eval.tasks import Cause, families, generate_tasks
+from infra_agent.serving.engine.__main__ import parser
 from infra_agent.tools.serve_benchmark.judge import attribution
 from infra_agent.tools.serve_benchmark.schema import Workload
 
-
-def kernel_tasks(seed: int):
-    return [t for t in generate_tasks(seed) if t.category == "kernel"]
+ONE_VARIANT = {"episode.kv_gil"}  # an engine and a profile a run: one variant, drawn by no seed
 
 
 def test_a_seed_draws_the_same_tasks_and_another_seed_other_variants():
     first, again = generate_tasks(7), generate_tasks(7)
     assert [t.model_dump() for t in first] == [t.model_dump() for t in again]
     assert [t.id for t in first] == list(families())
-    assert [t.id for t in first if t.category == "kernel"] == [f"kernel.{n}" for n in FAMILIES]
+    assert [t.id for t in first][: len(FAMILIES)] == [f"kernel.{name}" for name in FAMILIES]
+    assert {t.category for t in first} == {"kernel", "serving", "episode"}
     variants = {
         seed: {
             t.id: (t.params["kernel"], t.truth.location.impl, str(t.params["shapes"]))
-            for t in kernel_tasks(seed)
+            for t in generate_tasks(seed)
+            if t.category != "serving" and t.id not in ONE_VARIANT
         }
         for seed in range(6)
     }
     for task_id in variants[0]:
         assert len({variants[s][task_id] for s in variants}) > 1, task_id  # the seed varies it
-    buggy = {variants[s]["kernel.stride"][1] for s in variants}
-    assert len(buggy) > 1  # which impl carries the bug is drawn too
-    first = [t for t in first if t.category == "kernel"]
+    for task_id in ("kernel.stride", "episode.tp_partition", "episode.kda_recompute"):
+        buggy = {variants[s][task_id][1] for s in variants}
+        assert len(buggy) > 1, task_id  # which impl carries the bug is drawn too
+    first = [t for t in first if t.category != "serving"]  # (serving tasks: tests below)
     controls = [t for t in first if t.control]
-    assert len(controls) >= 2 and all(
+    assert len(controls) >= 4 and all(
         t.truth.cause == Cause.none and t.truth.location.impl is None for t in controls
     )
     assert all(
         not t.control and t.truth.location.impl in t.params["impls"]
         for t in first
-        if t.id not in {c.id for c in controls}
+        if t.id not in {c.id for c in controls} | ONE_VARIANT
     )
 
 
@@ -61,7 +65,9 @@ def test_only_selects_tasks_and_an_unknown_name_says_which_exist():
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_task_builds_a_workspace_whose_spec_loads(tmp_path, seed):
-    for task in kernel_tasks(seed):
+    for task in generate_tasks(seed):
+        if task.id in ONE_VARIANT or task.category == "serving":
+            continue  # a deployment or a serving config, not a kernel: the tests below
         root = task.build_workspace(tmp_path / str(seed) / task.family)
         ws = load_workspace(root)
         assert not ws.errors and list(ws.kernels) == [task.params["kernel"]], ws.errors
@@ -71,6 +77,73 @@ def test_every_task_builds_a_workspace_whose_spec_loads(tmp_path, seed):
             i in task.question for i in spec.impls
         )
         assert task.truth.cause.value not in task.question  # the question does not give it away
+
+
+def test_the_gil_episode_plants_its_flags_in_the_file_its_question_launches(tmp_path):
+    (task,) = generate_tasks(0, ["kv_gil"])
+    root = task.build_workspace(tmp_path / "ws")
+    assert (root / "tiny" / "config.json").is_file() and not load_workspace(root).kernels
+    launch = re.search(r"'extra_args': \[([^]]*)\]", task.question.replace('"', "'")).group(1)
+    assert launch == f"'@/workspace/{DEPLOY_FILE}'"  # the engine sandbox's view of the workspace
+    flags = parser().parse_args([f"@{root / DEPLOY_FILE}"])
+    assert flags.disaggregated and not flags.comm_releases_gil  # the native call keeps the GIL
+    assert flags.kv_transfer_impl == "bytes"
+    assert "GIL" not in task.question and "gil" not in task.question.lower()
+    assert task.truth.cause == Cause.gil_held and task.truth.location.thread == PREFILL_THREAD
+
+
+def _sources(root) -> dict[str, str]:
+    return {p.name: p.read_text() for p in root.rglob("*.py")}
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_the_kernel_episodes_plant_the_problem_in_one_impl_and_tell_no_story(tmp_path, seed):
+    by_id = {t.id: t for t in generate_tasks(seed)}
+    for task_id in ("episode.tp_partition", "episode.control_tp_partition"):
+        task = by_id[task_id]
+        files = _sources(task.build_workspace(tmp_path / task_id))
+        impl = files[f"{task.params['kernel']}_triton.py"]
+        three = {
+            i for i in task.params["impls"] if _body(impl, task.params["kernel"], i, "split3=True")
+        }
+        want = set(task.params["impls"]) - {task.truth.location.impl}
+        assert three == want, (three, want)  # the planted impl keeps TF32 operands; the rest 3xTF32
+        assert f"num_parts={task.params['num_parts']}" in files["spec.py"]
+    for task_id in ("episode.kda_recompute", "episode.control_kda"):
+        task = by_id[task_id]
+        files = _sources(task.build_workspace(tmp_path / task_id))
+        impl = files[f"{task.params['kernel']}_triton.py"]
+        assert f"VTILE_BLOCK_V = {task.params['block_v']}" in impl
+        tiled = "for v0 in range(0, V, BLOCK_V)" in impl  # the loop every V tile runs
+        assert tiled == (not task.control)
+        if not task.control:
+            assert task.truth.number == KDA_GPU_V / task.params["block_v"]
+            tiles = {
+                i
+                for i in task.params["impls"]
+                if _body(impl, task.params["kernel"], i, "triton.cdiv(V, block_v)")
+            }
+            assert tiles == {task.truth.location.impl}  # only the planted impl tiles V
+    for task in by_id.values():
+        if task.category != "episode":
+            continue
+        text = (
+            "\n".join(_sources(tmp_path / task.id).values()) if task.id not in ONE_VARIANT else ""
+        )
+        for tell in ("#", '"""', "3xTF32", "recompute", "redundant", "episode", "vtiled", "fused"):
+            assert tell not in text, (task.id, tell)  # the zoo's comments tell the story
+        assert task.truth.cause.value not in task.question
+
+
+def _entry(source: str, kernel: str, impl: str) -> str:
+    """The body of the entry function `{kernel}_{impl}`."""
+    start = source.index(f"def {kernel}_{impl}(")
+    end = source.find("\ndef ", start + 1)
+    return source[start : end if end > 0 else None]
+
+
+def _body(source: str, kernel: str, impl: str, needle: str) -> bool:
+    return needle in _entry(source, kernel, impl)
 
 
 # ---- grading, on ledger rows as the server records them ---------------------------------------
@@ -385,3 +458,123 @@ def test_prefix_caching_off_is_shown_by_the_hit_rate_falling_with_the_regression
     assert grade(task, claim, _bench_rows(task, slow, base, 0.05, hit=(0.0, 0.8))).correct
     warm_both = grade(task, claim, _bench_rows(task, slow, base, 0.05, hit=(0.8, 0.8)))
     assert not warm_both.evidence_ok and "hit rate 0.8 -> 0.8" in warm_both.notes[-1]
+
+
+# ---- the episodes' evidence -----------------------------------------------------------------------
+
+
+def _partitioned(eid, impl, verdict, partitioned_rel_l2, partition=True):
+    row = _numerics(eid, impl, verdict, [(verdict, "as_made", "float32")])
+    case = row["result"]["cases"][0]
+    case["tolerance_rel_l2"] = 1e-5
+    case["partition"] = (
+        {
+            "num_parts": 4,
+            "partitioned_vs_reference_rel_l2": partitioned_rel_l2,
+            "unpartitioned_vs_reference_rel_l2": partitioned_rel_l2,
+            "partitioned_vs_unpartitioned_rel_l2": 7e-8,
+        }
+        if partition
+        else None
+    )
+    return row
+
+
+def test_partition_numerics_is_shown_by_a_failing_partitioned_check():
+    task = _task("tp_partition")
+    impl = task.truth.location.impl
+    claim = Submission(cause=Cause.partition_numerics, kernel="k", impl=impl, experiment_ids=["e1"])
+    shards = {"e1": _partitioned("e1", impl, "fail", 7.8e-4)}  # README: TF32 shards, 78x
+    g = grade(task, claim, shards)
+    assert g.correct, g.notes
+    assert "4 ranks' combined result misses the reference" in g.citations[0].why
+    # the same failure without a partitioned run shows nothing about the split
+    whole = {"e1": _partitioned("e1", impl, "fail", 7.8e-4, partition=False)}
+    assert not grade(task, claim, whole).evidence_ok
+    # nor does a partitioned run within the tolerance (the 3xTF32 impl: 3.8e-7)
+    fine = {"e1": _partitioned("e1", impl, "pass", 3.8e-7)}
+    assert not grade(task, claim, fine).evidence_ok
+    assert not grade(
+        task, claim.model_copy(update={"cause": Cause.accumulation_precision}), shards
+    ).correct
+
+
+def _compile_against(eid, impl, ratio, trips):
+    return {
+        "id": eid,
+        "tool": "compile_kernel",
+        "status": "ok",
+        "kernel": "k",
+        "arguments": {"kernel": "k", "impl": impl, "target": "sm_90a", "baseline": "e0"},
+        "result": {
+            "notes": [],
+            "kernels": [{"loops": [{"trip_count": trips, "source": "k_triton.py:61"}]}],
+            "diff": [
+                {
+                    "field": "executed_estimate.per_output.ffma",
+                    "before": 261.0,
+                    "after": 261.0 * ratio,
+                    "ratio": ratio,
+                }
+            ],
+        },
+    }
+
+
+def test_redundant_recompute_is_shown_by_executed_work_per_output_against_a_baseline():
+    task = _task("kda_recompute")
+    impl, tiles = task.truth.location.impl, task.truth.number
+    claim = Submission(
+        cause=Cause.redundant_recompute,
+        kernel="k",
+        impl=impl,
+        number=tiles,
+        experiment_ids=["e1"],
+    )
+    # the zoo's README at V = 128, BLOCK_V = 32: FFMA per output 261 -> 1372 (5.26x), a 4-trip loop
+    g = grade(task, claim, {"e1": _compile_against("e1", impl, 5.26, int(tiles))})
+    assert g.correct, g.notes
+    assert "(5.26x), a loop of" in g.citations[0].why
+    same = {"e1": _compile_against("e1", impl, 1.0, None)}  # the control: equal work, no loop
+    assert not grade(task, claim, same).evidence_ok
+    off = grade(
+        task,
+        claim.model_copy(update={"number": tiles + 1}),
+        {"e1": _compile_against("e1", impl, 5.26, 4)},
+    )
+    assert off.number_ok is False and not off.correct
+
+
+def _profile(eid, holder, waiter, code="gil_contention"):
+    message = (
+        f"`kv_transfer` overlapped `dispatch|combine` 4.5% of its 148 ms (running time); {holder} (4242) "
+        f"held the GIL 54% of the window, its `dispatch|combine` ranges being open 49% of it while "
+        f"{waiter} (4243) sat blocked on it 54% of its `kv_transfer` time"
+    )
+    return {
+        "id": eid,
+        "tool": "profile",
+        "status": "ok",
+        "kernel": None,
+        "arguments": {"handle": "serve-1", "overlap": [["kv_transfer", "dispatch|combine"]]},
+        "result": {"findings": [{"code": code, "message": message}]},
+    }
+
+
+def test_gil_held_is_shown_by_a_profile_that_names_the_holder():
+    (task,) = generate_tasks(0, ["kv_gil"])
+    claim = Submission(cause=Cause.gil_held, thread=PREFILL_THREAD, experiment_ids=["e1"])
+    # profile names an engine's threads with their process, as it measured them
+    ledger = {"e1": _profile("e1", f"engine/{PREFILL_THREAD}", "engine/kv-transfer")}
+    g = grade(task, claim, ledger)
+    assert g.correct and g.localized, g.notes
+    as_profiled = grade(
+        task, claim.model_copy(update={"thread": f"engine/{PREFILL_THREAD}"}), ledger
+    )
+    assert as_profiled.correct, as_profiled.notes
+    # the waiter is not the thread to blame
+    blamed = grade(task, claim.model_copy(update={"thread": "engine/kv-transfer"}), ledger)
+    assert not blamed.correct and not blamed.localized and not blamed.evidence_ok
+    # a profile that saw no GIL holder explain it is no evidence
+    no_gil = {"e1": _profile("e1", f"engine/{PREFILL_THREAD}", "kv-transfer", code="no_overlap")}
+    assert not grade(task, claim, no_gil).evidence_ok

@@ -162,3 +162,16 @@ def test_disaggregated_ttft_is_what_the_client_waits_for(args):
     parts = sum(v for k, v in total.items() if k != "vllm:time_to_first_token_seconds")
     assert total["infra_agent:kv_transfer_time_seconds"] > 0
     assert total["vllm:time_to_first_token_seconds"] >= parts - 1e-9, total
+
+
+def test_a_deployment_keeps_its_flags_in_a_file(tmp_path):
+    """`@FILE` (one argument a line) parses as the same flags given inline (the eval's GIL
+    episode launches its deployment that way: the question does not spell the flags out)."""
+    from infra_agent.serving.engine.__main__ import parser
+
+    flags = ["--disaggregated", "--no-comm-releases-gil", "--kv-transfer-impl", "clone"]
+    (tmp_path / "deploy.args").write_text("\n".join(flags) + "\n")
+    from_file = parser().parse_args(["--port", "0", f"@{tmp_path / 'deploy.args'}"])
+    inline = parser().parse_args(["--port", "0", *flags])
+    assert vars(from_file) == vars(inline)
+    assert from_file.disaggregated and not from_file.comm_releases_gil
