@@ -27,6 +27,9 @@ the interval's half-width plus the mean's own noise must fit the margin: about 5
 +-5%, 140 at +-10%, 35 at +-20% (simulated from the measured pairs: 36 pairs at 20% tie 88%).
 The default race (8 pairs) would need a margin of about 60%, the most race_rounds allows (20
 pairs) about 35%: a margin that calls a 1.3x difference "as good as each other" is no tie.
+Less noisy candidates were measured side by side (bench/sweep_serve_aa.py --sizes 12,48, load
+13-15): rounds 4x longer, and the engine's own per-request time and inter-token gap from
+/metrics: sigma 0.22-0.30 for every one (contention slows the engine too), none steadier.
 So the defaults stay (4 rounds of 2 pairs, 5%), such an A/A ends undecided (rarely
 decided: 6% of 1000 simulated A/A races were, at the nominal 5%), and an undecided race says the
 margin its interval would have needed for a tie (`why`): the honest answer for the host, and
