@@ -11,7 +11,9 @@ its microbench calls: the time spent in timed calls (each arm's timed calls x it
 calls' wall time (sandbox jobs, warm-up and all), and the timing budget the sweep allotted; and
 whether the winners agree (a grid winner the race reports as tied with it counts).
 
-    .venv/bin/python bench/sweep_racing.py [--rounds 2]
+    .venv/bin/python bench/sweep_racing.py [--rounds 2] [--block-n 256,8,16,32,64,128,512]
+
+(`--block-n` narrows the space, the entry's own 256 first: a shorter run on a busy host.)
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import argparse
 import json
 import os
 import statistics
+import time
 from pathlib import Path
 
 import anyio
@@ -45,19 +48,21 @@ SPACE = {"BLOCK_N": [256, 8, 16, 32, 64, 128, 512], "num_warps": [1, 4]}
 SHAPES = [{"M": 4, "N": 256}]
 
 
-async def sweep(client, strategy: str) -> dict:
+async def sweep(client, strategy: str, space: dict) -> dict:
+    started = time.perf_counter()
     out = await call(
         client,
         "sweep_kernel",
         kernel="rmsnorm",
         source=SOURCE,
         entry="rmsnorm",
-        space=SPACE,
+        space=space,
         shapes=SHAPES,
         dtype="float32",
         target="sm_90a",
         strategy=strategy,
     )
+    sweep_s = time.perf_counter() - started
     listed = await client.read_resource(f"experiment://{out['experiment_id']}")
     timed = wall = 0.0
     calls = 0
@@ -77,6 +82,7 @@ async def sweep(client, strategy: str) -> dict:
         "wall_s": wall,
         "allotted_s": out["timing_ms"] / 1e3,
         "calls": calls,
+        "sweep_s": sweep_s,
         "out": out,
     }
 
@@ -90,22 +96,24 @@ def agree(race: dict, grid: dict) -> str:
     return "/".join(verdicts)
 
 
-async def main(rounds: int) -> None:
-    print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+async def main(rounds: int, block_n: list[int]) -> None:
+    space = {**SPACE, "BLOCK_N": block_n}
+    print(f"host: {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; space {space}")
     runs: dict[str, list[dict]] = {"race": [], "grid": []}
     async with zoo_session("sweep-racing-") as client:
         for r in range(rounds):
             for strategy in ("race", "grid"):
-                runs[strategy].append(await sweep(client, strategy))
+                runs[strategy].append(await sweep(client, strategy, space))
                 got = runs[strategy][-1]
                 winners = [s["winner"] for s in got["out"]["shapes"]]
                 print(
                     f"round {r + 1} {strategy}: {got['calls']} microbench calls, timed "
                     f"{got['timed_s']:.1f} s, wall {got['wall_s']:.1f} s, allotted "
-                    f"{got['allotted_s']:.1f} s; winners {winners}"
+                    f"{got['allotted_s']:.1f} s; the whole sweep {got['sweep_s']:.0f} s, load "
+                    f"{os.getloadavg()[0]:.1f}; winners {winners}"
                 )
             print(f"  winners race vs grid: {agree(runs['race'][-1], runs['grid'][-1])}")
-    for what in ("timed_s", "wall_s", "allotted_s"):
+    for what in ("timed_s", "wall_s", "allotted_s", "sweep_s"):
         race = statistics.median(x[what] for x in runs["race"])
         grid = statistics.median(x[what] for x in runs["grid"])
         print(f"{what}: race {race:.1f} s, grid {grid:.1f} s: grid / race {grid / race:.2f}x")
@@ -114,4 +122,10 @@ async def main(rounds: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=2)
-    anyio.run(main, parser.parse_args().rounds)
+    parser.add_argument(
+        "--block-n",
+        default=",".join(map(str, SPACE["BLOCK_N"])),
+        help="BLOCK_N values, comma-separated, the entry's own choice (256) first",
+    )
+    args = parser.parse_args()
+    anyio.run(main, args.rounds, [int(x) for x in args.block_n.split(",")])

@@ -17,11 +17,11 @@ from functools import partial
 import anyio
 
 from ..base import Tool, ToolContext
-from ..common.sweep import Budget, Trials, csv_text
+from ..common.sweep import Budget, Trials, csv_text, wall_clock
 from . import answer, plan, race, steps
 from .expect_fields import EXPECT
 from .ladder import Climb, climb
-from .schema import Dropped, Input, Output
+from .schema import ConfigAnswer, Dropped, Input, Output
 
 # What a resumed sweep must share with the one it continues (the budget and objective may differ)
 SAME = ("engine", "base_args", "space", "configs", "workload", "ladder", "slo", "repeats")
@@ -67,7 +67,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                     f"config {i + 1}/{len(planned)} {config.label}: {message}",
                 )
 
-            result = climbs[i] = await climb(inp, config, trials, budget, report)
+            result = climbs[i] = Climb()  # kept, whatever it measured, if the budget ends it
+            await climb(inp, config, trials, budget, report, result)
             budget.done += result.launch_id is not None  # a config answered from the ledger is free
             finished, in_flight = finished + 1, in_flight - 1
             status = (
@@ -81,53 +82,52 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
                 f"{config.label}: {status}; {budget.eta(len(planned) - finished)}",
             )
 
-    async with anyio.create_task_group() as group:
-        for _ in range(min(width, len(planned))):
-            group.start_soon(worker)
-    not_tried = [config.config for _, config in queue]
-    configs, dropped, children, cut = [], [], [], False
-    for i, config in enumerate(planned):  # in the plan's order, whatever finished first
-        if i not in climbs:
-            continue
-        result = climbs[i]
-        children += result.children
-        cut = cut or result.budget_cut
-        if result.launch_error is not None:
-            dropped.append(
-                Dropped(
-                    config=config.config,
-                    label=config.label,
-                    reason=result.launch_error,
-                    experiment_id=result.launch_id,
-                )
+    contest: race.Contest | None = None
+    # The wall budget ends the calls still running too (an engine's launch, a serve_benchmark:
+    # their jobs ended, their ledger rows closed as errors saying the budget ended them, every
+    # engine up stopped): the answer is partial, never late, and keeps what was measured.
+    with wall_clock(budget, "sweep_serve") as clock:
+        async with anyio.create_task_group() as group:
+            for _ in range(min(width, len(planned))):
+                group.start_soon(worker)
+        configs, dropped = _configs(inp, planned, climbs)
+        ranked = answer.ranked(inp, configs)
+        if inp.race_rounds and len(ranked) >= 2:
+            by_label = {p.label: p for p in planned}
+            leader, challenger = ranked[0], ranked[1]
+
+            async def race_report(share: float, message: str) -> None:
+                await ctx.progress(len(planned) + share, len(planned) + 1, message)
+
+            contest = race.contest(
+                inp, (by_label[leader.label], leader), (by_label[challenger.label], challenger)
             )
-        else:
-            configs.append(answer.config_answer(config, result, inp.ladder.kind))
+            await race.race(inp, contest, trials, budget, race_report)
+    ended = (
+        f"the wall-clock budget ({budget.wall_s:g} s) is spent: the calls still running were "
+        "ended (errors in the ledger; their engines stopped)"
+    )
+    for result in climbs.values():
+        if not result.finished:
+            result.cut_mid_call(ended)
+            note = note or ended
+    configs, dropped = _configs(inp, planned, climbs)  # with the cuts, if the budget ended one
+    not_tried = [config.config for _, config in queue]
+    children = [e for i in sorted(climbs) for e in climbs[i].children]
+    cut = any(c.budget_cut for c in climbs.values())
     front = answer.front(configs)
     best = answer.best(inp, configs)
-    contest = None
-    ranked = answer.ranked(inp, configs)
-    if inp.race_rounds and len(ranked) >= 2:
-        by_label = {p.label: p for p in planned}
-        leader, challenger = ranked[0], ranked[1]
-
-        async def race_report(share: float, message: str) -> None:
-            await ctx.progress(len(planned) + share, len(planned) + 1, message)
-
-        contest = await race.race(
-            inp,
-            (by_label[leader.label], leader),
-            (by_label[challenger.label], challenger),
-            trials,
-            budget,
-            race_report,
-        )
-        children += contest.experiment_ids
-        best = next(c for c in configs if c.label == contest.winner)
-        if contest.budget_cut:  # the race's verdict is undecided for want of time: partial
+    verdict = None
+    if contest is not None:
+        if clock.cancelled_caught and not contest.budget_cut and contest.decision is None:
+            contest.cut_mid_call(inp.race_rounds, ended)
+        verdict = race.answer(inp, contest)
+        children += verdict.experiment_ids
+        best = next(c for c in configs if c.label == verdict.winner)
+        if verdict.budget_cut:  # the race's verdict is undecided for want of time: partial
             cut = True
             note = note or (
-                f"the race was cut after {contest.rounds} of {inp.race_rounds} rounds: "
+                f"the race was cut after {verdict.rounds} of {inp.race_rounds} rounds: "
                 f"{budget.wall_spent() or 'the wall-clock budget is spent'}"
             )
     out = Output(
@@ -149,8 +149,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         remeasured_steps=trials.changed_code,
         num_configs=len(planned),
         mixed_devices=answer.devices(configs),
-        race=contest,
-        decided=contest is not None and contest.outcome == "decided",
+        race=verdict,
+        decided=verdict is not None and verdict.outcome == "decided",
         findings=answer.sweep_findings(configs) + answer.not_run(climbs, planned),
     )
     rows = answer.csv_rows(configs, {p.experiment_id for p in front})
@@ -166,6 +166,30 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         )
     out.summary = _summary(inp, out)
     return out
+
+
+def _configs(
+    inp: Input, planned: list[plan.Planned], climbs: dict[int, Climb]
+) -> tuple[list[ConfigAnswer], list[Dropped]]:
+    """The climbs so far as the answer's configs (in the plan's order, whatever finished first)
+    and the configs dropped because their engine did not start."""
+    configs, dropped = [], []
+    for i, config in enumerate(planned):
+        if i not in climbs:
+            continue
+        result = climbs[i]
+        if result.launch_error is not None:
+            dropped.append(
+                Dropped(
+                    config=config.config,
+                    label=config.label,
+                    reason=result.launch_error,
+                    experiment_id=result.launch_id,
+                )
+            )
+        else:
+            configs.append(answer.config_answer(config, result, inp.ladder.kind))
+    return configs, dropped
 
 
 def _png(steps: list[dict], front: list, load: str, limits: dict[str, float | None]) -> bytes:
@@ -237,7 +261,8 @@ TOOL = Tool(
     "two leading configs measured side by side, alternating, at the deciding load, until the "
     "paired ratio's interval excludes 1 (decided), lies within tie_margin_pct (a tie) or the "
     "rounds end (undecided). Every launch and benchmark is a child experiment; a budget ends "
-    "it with a partial answer, and resume=<id> continues without measuring a step twice.",
+    "it with a partial answer (the wall budget ends the calls still running too), and "
+    "resume=<id> continues without measuring a step twice.",
     input_model=Input,
     output_model=Output,
     run=run,

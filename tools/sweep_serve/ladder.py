@@ -43,6 +43,14 @@ class Climb:
     measured: int = 0
     reused: int = 0
     budget_cut: bool = False  # the wall budget ended the ladder before its end
+    running: str | None = None  # the child call in flight, in words, if any
+    finished: bool = False  # climb() returned (False: the wall budget ended it mid-call)
+
+    def cut_mid_call(self, why: str) -> None:
+        """The wall budget ended this climb while a child ran (`running`): that call was ended
+        (its ledger row an error), the steps measured before it stand."""
+        self.stopped = f"cut during {self.running}: {why}" if self.running else f"cut: {why}"
+        self.complete, self.budget_cut = False, True
 
 
 Report = Callable[[float, str], Awaitable[None]]  # (share of this config done 0-1, message)
@@ -53,10 +61,25 @@ async def _quiet(done: float, message: str) -> None:
 
 
 async def climb(
-    inp: Input, config: plan.Planned, trials: Trials, budget: Budget, report: Report = _quiet
+    inp: Input,
+    config: plan.Planned,
+    trials: Trials,
+    budget: Budget,
+    report: Report = _quiet,
+    out: Climb | None = None,
 ) -> Climb:
-    """`report`: a progress line per launch and per step, with the share of the ladder done."""
-    out = Climb()
+    """`report`: a progress line per launch and per step, with the share of the ladder done;
+    `out`: the Climb to fill as it goes (a climb the wall budget cancels keeps what it measured
+    there)."""
+    out = out if out is not None else Climb()
+    await _climb(inp, config, trials, budget, report, out)
+    out.finished = True
+    return out
+
+
+async def _climb(
+    inp: Input, config: plan.Planned, trials: Trials, budget: Budget, report: Report, out: Climb
+) -> Climb:
     loads = len(inp.ladder.loads)
     kind, handle = inp.ladder.kind, None
     try:
@@ -70,11 +93,13 @@ async def climb(
                 bench = plan.bench_arguments(inp, kind, load, "", plan.step_draw(index, attempt))
                 key = plan.step_key(config.key, bench)
                 if handle is None and not trials.has(key):
+                    out.running = "the engine's launch"
                     launched = await trials.ctx.call(
                         "launch_serve",
                         config.launch,
                         trial_progress(report, index / loads, "launch"),
                     )
+                    out.running = None
                     out.children.append(launched.experiment_id)
                     out.launch_id = launched.experiment_id
                     if not launched.ok and out.steps:  # resumed: earlier steps stand
@@ -87,12 +112,14 @@ async def climb(
                     handle = (launched.result or {})["handle"]
                     await report(index / loads, f"engine up ({handle})")
                 bench["handle"] = handle or "(reused)"
+                out.running = f"the serve_benchmark at {_load(kind, load)}"
                 trial = await trials.call(
                     "serve_benchmark",
                     bench,
                     key=key,
                     progress=trial_progress(report, index / loads, _load(kind, load)),
                 )
+                out.running = None
                 out.children.append(trial.outcome.experiment_id)
                 out.reused += trial.reused
                 out.measured += not trial.reused

@@ -118,8 +118,8 @@ def draw_seed(seed: int, draw: int) -> int:
 
 def bench_arguments(inp: Input, kind: str, load: float, handle: str, draw: int = 0) -> dict:
     """One step's serve_benchmark call, with prompts of draw `draw`. Its own time_budget_s (the
-    cost probe's guard) keeps its default: the sweep's wall budget is checked between steps, so a
-    step once started finishes."""
+    cost probe's guard) keeps its default: the sweep's wall budget ends a step still running when
+    it is spent (tools/common/sweep.py wall_clock)."""
     workload = inp.workload.model_dump(mode="json", exclude_defaults=True)
     if draw:
         workload["seed"] = draw_seed(inp.workload.seed, draw)

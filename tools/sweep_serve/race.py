@@ -12,8 +12,9 @@ the log ratios. From the second round on, after each round:
 
 - the interval excludes 1: decided, the better config is the best;
 - it lies wholly within tie_margin_pct of 1: a tie, named (the two are as good as each other);
-- else another round, up to race_rounds; then (or when the wall budget is spent) undecided, and
-  the best config is the ladders' pick, said to be undecided.
+- else another round, up to race_rounds; then (or when the wall budget is spent: it ends the
+  launch or round in flight, whose pairs do not count) undecided, and the best config is the
+  ladders' pick, said to be undecided.
 
 Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
 so that an A/A (two identical configs) is decided in at most 5% of sweeps.
@@ -26,6 +27,9 @@ the interval's half-width plus the mean's own noise must fit the margin: about 5
 +-5%, 140 at +-10%, 35 at +-20% (simulated from the measured pairs: 36 pairs at 20% tie 88%).
 The default race (8 pairs) would need a margin of about 60%, the most race_rounds allows (20
 pairs) about 35%: a margin that calls a 1.3x difference "as good as each other" is no tie.
+Less noisy candidates were measured side by side (bench/sweep_serve_aa.py --sizes 12,48, load
+13-15): rounds 4x longer, and the engine's own per-request time and inter-token gap from
+/metrics: sigma 0.22-0.30 for every one (contention slows the engine too), none steadier.
 So the defaults stay (4 rounds of 2 pairs, 5%), such an A/A ends undecided (rarely
 decided: 6% of 1000 simulated A/A races were, at the nominal 5%), and an undecided race says the
 margin its interval would have needed for a tie (`why`): the honest answer for the host, and
@@ -66,43 +70,63 @@ class Contest:
     children: list[str] = field(default_factory=list)
     rounds: int = 0
     budget_cut: bool = False  # the wall budget ended it before it settled or ran every round
+    decision: str | None = None  # ratio_decision's verdict at the last look, if any
+    interval: tuple[float, float] | None = None  # the ratio's interval at the last look
+    stopped: str = "not started"  # why the rounds ended, in words
+    running: str | None = None  # the child call in flight, in words, if any
+
+    def cut_mid_call(self, rounds: int, why: str) -> None:
+        """The wall budget ended the race while a child ran: that call was ended (its ledger row
+        an error), the rounds measured before it stand."""
+        during = f" during {self.running}" if self.running else ""
+        self.stopped = f"cut after {self.rounds} of {rounds} rounds{during}: {why}"
+        self.budget_cut = True
 
 
 def metric_of(inp: Input) -> str:
     return "output_throughput" if inp.objective == "output_throughput" else "goodput"
 
 
+def contest(
+    inp: Input, leader: tuple[Planned, ConfigAnswer], challenger: tuple[Planned, ConfigAnswer]
+) -> Contest:
+    """The race of the two leading configs, before it runs: at the deciding load (the higher of
+    their highest loads meeting the SLO)."""
+    load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
+    return Contest(leader[0], challenger[0], load, metric_of(inp))
+
+
 async def race(
     inp: Input,
-    leader: tuple[Planned, ConfigAnswer],
-    challenger: tuple[Planned, ConfigAnswer],
+    contest: Contest,
     trials: Trials,
     budget: Budget,
     report: Callable[[float, str], Awaitable[None]],
 ) -> Race:
-    """`report`: a progress line per launch and round, with the share of the rounds done."""
-    load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
-    contest = Contest(leader[0], challenger[0], load, metric_of(inp))
+    """Run `contest`, filling it as it goes (a race the wall budget cancels mid-call keeps its
+    rounds: answer() then says so); `report`: a progress line per launch and round, with the
+    share of the rounds done."""
     handles: dict[str, str] = {}
-    stopped = f"all {inp.race_rounds} rounds ran"
-    decision: str | None = None
-    interval: tuple[float, float] | None = None
+    contest.stopped = f"all {inp.race_rounds} rounds ran"
     try:
         for round_ in range(inp.race_rounds):
             if (why := budget.wall_spent()) is not None:
-                stopped = f"cut after {contest.rounds} of {inp.race_rounds} rounds: {why}"
+                contest.stopped = f"cut after {contest.rounds} of {inp.race_rounds} rounds: {why}"
                 contest.budget_cut = True
                 break
-            bench = plan.bench_arguments(inp, inp.ladder.kind, load, "", plan.RACE_DRAW + round_)
+            bench = plan.bench_arguments(
+                inp, inp.ladder.kind, contest.load, "", plan.RACE_DRAW + round_
+            )
             bench["repeats"] = PAIRS_PER_ROUND
             key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
             if not handles and not trials.has(key):
                 why = await _launch(contest, trials, handles, report, round_ / inp.race_rounds)
                 if why is not None:
-                    stopped = why
+                    contest.stopped = why
                     break
             bench["handle"] = handles.get("leader", "(reused)")
             bench["baseline_handle"] = handles.get("challenger", "(reused)")
+            contest.running = f"round {round_ + 1}'s serve_benchmark"
             trial = await trials.call(
                 "serve_benchmark",
                 bench,
@@ -111,30 +135,33 @@ async def race(
                     report, contest.rounds / inp.race_rounds, f"race round {round_ + 1}"
                 ),
             )
+            contest.running = None
             contest.children.append(trial.outcome.experiment_id)
             if not trial.outcome.ok:
-                stopped = f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
+                contest.stopped = (
+                    f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
+                )
                 break
             contest.ratios += paired_ratios(trial.result, contest.metric)
             contest.rounds += 1
             if contest.rounds >= MIN_ROUNDS and len(contest.ratios) >= 2:
-                interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
-                decision = ratio_decision(*interval, inp.tie_margin_pct / 100)
+                contest.interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
+                contest.decision = ratio_decision(*contest.interval, inp.tie_margin_pct / 100)
                 await report(
                     contest.rounds / inp.race_rounds,
                     f"race round {contest.rounds}: {contest.leader.label} / "
                     f"{contest.challenger.label} = {geomean(contest.ratios):.3f} "
-                    f"[{interval[0]:.3f}, {interval[1]:.3f}]",
+                    f"[{contest.interval[0]:.3f}, {contest.interval[1]:.3f}]",
                 )
-                if decision is not None:
-                    stopped = f"settled after {contest.rounds} rounds"
+                if contest.decision is not None:
+                    contest.stopped = f"settled after {contest.rounds} rounds"
                     break
     finally:
         with anyio.CancelScope(shield=True):  # also when the sweep is cancelled
             for handle in handles.values():
                 stop = await trials.ctx.call("stop_serve", {"handle": handle})
                 contest.children.append(stop.experiment_id)
-    return _answer(inp, contest, decision, interval, stopped)
+    return answer(inp, contest)
 
 
 async def _launch(
@@ -145,9 +172,11 @@ async def _launch(
     for side, planned in (("leader", contest.leader), ("challenger", contest.challenger)):
         what = f"race: starting {planned.label}"
         await report(share, what)
+        contest.running = f"{planned.label}'s launch"
         launched = await trials.ctx.call(
             "launch_serve", planned.launch, trial_progress(report, share, what)
         )
+        contest.running = None
         contest.children.append(launched.experiment_id)
         if not launched.ok:
             return f"{planned.label}'s engine did not start again: {launched.error}"
@@ -192,13 +221,9 @@ def ratio_interval(ratios: list[float], num_looks: int) -> tuple[float, float]:
     return math.exp(mean - half), math.exp(mean + half)
 
 
-def _answer(
-    inp: Input,
-    contest: Contest,
-    decision: str | None,
-    interval: tuple[float, float] | None,
-    stopped: str,
-) -> Race:
+def answer(inp: Input, contest: Contest) -> Race:
+    """The race's verdict from what `contest` measured (and why its rounds ended)."""
+    decision, interval, stopped = contest.decision, contest.interval, contest.stopped
     ratio = geomean(contest.ratios) if contest.ratios else None
     if interval is None and len(contest.ratios) >= 2:  # cut short: the interval so far, said
         interval = ratio_interval(contest.ratios, looks(inp.race_rounds))

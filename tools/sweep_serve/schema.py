@@ -120,7 +120,8 @@ class Input(ToolInput):
     budget: ServeBudget | None = Field(
         None,
         description="Wall time and most configs to try; spent, the sweep answers with what it "
-        "measured and lists the configs not tried.",
+        "measured and lists the configs not tried. The wall budget also ends the calls still "
+        "running (an engine's launch, a serve_benchmark; their engines stopped).",
     )
     resume: str | None = Field(
         None,

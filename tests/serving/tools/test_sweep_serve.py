@@ -167,13 +167,18 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
         race_rounds=0,  # the steps' reuse, counted (the race: test_sweep_serve_evidence.py)
     )
     # 1 s of wall budget: the first config's engine takes longer than that to start, so the
-    # budget is checked once before its first step (measured) and is spent before its second
+    # budget ends its launch (the engine stopped, the row an error naming the sweep's budget)
     first = await call(c, "sweep_serve", **args, budget={"wall_s": 1})
     assert first["partial"] and first["not_tried"] == [{"max_num_seqs": 4}], first["summary"]
-    assert first["configs"][0]["stopped"].startswith("cut off before concurrency 2")
-    assert first["measured_steps"] == 1
+    assert first["configs"][0]["stopped"].startswith("cut during the engine's launch: the "), first
+    assert first["measured_steps"] == 0
+    first_children = server.state.ledger.children(first["experiment_id"])
+    (launch,) = first_children
+    assert launch["tool"] == "launch_serve" and launch["status"] == "error", first_children
+    assert "ended by sweep_serve's wall budget (budget.wall_s=1 s was spent)" in launch["error"]
+    assert (await call(c, "list_serves"))["serves"] == []  # the engine it was starting: gone
     second = await call(c, "sweep_serve", **args, resume=first["experiment_id"])
-    assert not second["partial"] and second["reused_steps"] == 1 and second["measured_steps"] == 3
+    assert not second["partial"] and second["reused_steps"] == 0 and second["measured_steps"] == 4
 
     # the ledger itself: each (config, load) measured by exactly one serve_benchmark
     ledger = server.state.ledger
@@ -189,7 +194,9 @@ async def test_a_cut_sweep_resumed_measures_every_step_exactly_once(serve_client
         if r["tool"] == "serve_benchmark"
     )
     assert measured == {(2, 1): 1, (2, 2): 1, (4, 1): 1, (4, 2): 1}
-    assert sum(r["tool"] == "launch_serve" for r in rows) == 3  # config 2 relaunched for its rest
+    assert (
+        sum(r["tool"] == "launch_serve" for r in rows) == 3
+    )  # the launch the budget ended, 2 more
 
     # Config 4's steps moved to another device in the ledger, as benchmarks of an engine on
     # another cluster node record them (this host has one device): resumed again, every step is
