@@ -67,6 +67,20 @@ start) is not reproduced by the fuzzer alone; with plotting calls in the mix it 
 leak above: tests/server/test_session_memory.py (a server process, 408 calls after a warm-up,
 check_numerics and microbench in every round of 17) read 55.2 KB per call over its second half
 on 0f03b90 (351 -> 398 MB) and 7.2 on this tree (354 -> 390 MB, flat but for one 5 MB step).
+
+Per call kind (2026-12-06, each kind alone on a fresh stdio server: 20 warm-up calls, then 200,
+RSS every 20; other helpers' tests beside it, load 11-14): flat (under 2.5 KB per call) for
+list_serves, stop_serve, serve_benchmark/profile/compare_experiments on unknown handles, the odd
+`expect` strings, bad arguments, a bad check_numerics source, and launch_serve of /bin/false
+(100.5 -> 100.9 MB: the 256 stopped-engine records are small). list_kernels 9.9, describe_kernel
+10.8, device_info 6.1, list_experiments 4.0 KB per call: SQLite's page cache of the ledger
+filling (default 2000 KiB; list_kernels x800: +2.0 MB over 240 calls, then flat); capped at
+256 KiB since (server/ledger.py CACHE_KIB; list_kernels x400: 98.6 -> 98.7 MB).
+check_numerics on vector_add, x60 after 6: 350 -> 377 MB at its first calls (torch,
+matplotlib), then 377 -> 384 MB over 54 calls in 1-2 MB steps up and down (381.5, 381.1, 381.9,
+382.4, 381.4, 381.6, 384.0); microbench (two shapes, a sweep plot), x60 after 6: 335 -> 356 MB
+at its first calls, then 356 -> 361 MB over 54 (356.8 ... 359.0, 360.9 at the last mark):
+native memory in 1-2 MB steps, not yet explained (tracemalloc inside the server not yet run).
 """
 
 from __future__ import annotations

@@ -71,6 +71,12 @@ LATER_COLUMNS = {
 
 JSON_COLUMNS = ("arguments", "device", "result", "artifacts", "code", "nodes")
 
+# SQLite's page cache for the server's one connection, KiB. SQLite's default (2000 KiB) fills as
+# the ledger grows, a page per read or written page: a long session's server grew ~10 KB per
+# listing call until the 2 MB were full (issue 36, item 6). The rows a call reads are the newest
+# (an index walk) and the OS's file cache keeps the rest a read away, so a small cache is enough.
+CACHE_KIB = 256
+
 
 class Ledger:
     def __init__(self, path: Path):
@@ -89,6 +95,7 @@ class Ledger:
                 "PRAGMA synchronous=NORMAL"
             )  # WAL + NORMAL: durable at checkpoints, never corrupt
             self._conn.execute("PRAGMA busy_timeout=10000")
+            self._conn.execute(f"PRAGMA cache_size=-{CACHE_KIB}")  # negative: KiB, not pages
             self._conn.executescript(SCHEMA)
             self._add_later_columns()
         self._mark_interrupted()
