@@ -157,7 +157,11 @@ class Investigator:
             return tool_turn(("launch_serve", {"engine": "builtin", "args": args}))
         _, engine = launched[-1]
         profiled = talk.ran("profile")
-        if not profiled and isinstance(engine, dict):
+        last = profiled[-1][1] if profiled else None
+        undecided = isinstance(last, dict) and "overlap_undecided" in last["finding_codes"]
+        # no profile yet, or one that could not decide (a CPU-starved window): profile (again,
+        # with the longer window its finding asks for, at most twice more)
+        if isinstance(engine, dict) and (not profiled or (undecided and len(profiled) < 3)):
             a = re.search(r"named range (\S+)\)", talk.goal).group(1)
             b = re.search(r"named ranges (\S+)\)", talk.goal).group(1)
             load = re.search(
@@ -168,7 +172,7 @@ class Investigator:
                     "profile",
                     {
                         "handle": engine["handle"],
-                        "duration_s": 3.0,
+                        "duration_s": 3.0 * (1 + len(profiled)),
                         "load_concurrency": int(load.group(1)),
                         "load_input_len": int(load.group(2)),
                         "load_output_len": int(load.group(3)),

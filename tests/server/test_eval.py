@@ -184,19 +184,13 @@ def test_the_investigator_finds_the_gil_held_behind_the_kv_transfer(serve_policy
     (run,) = results.runs
     if not run.grade.correct:
         rows = read_only_rows(Path(run.folder) / "workspace" / ".infra-agent" / "ledger.sqlite")
-        (prof,) = [r["result"] for r in rows if r["tool"] == "profile"]
-        prefill = next(t for t in prof["threads"] if t["name"] == "prefill-worker")
-        starved = prefill["state_fractions"].get("cpu_wait", 0) > prefill["busy_fraction"]
-        if "gil_contention" not in prof["finding_codes"] and starved:
-            # measured at host load 10-16 on 2 cores (2 of 3 runs): the window CPU-starved, the
-            # running-time overlap not low enough for profile to judge the GIL evidence it holds
-            pytest.xfail(
-                f"profile found no gil_contention in a CPU-starved window (prefill-worker "
-                f"waiting for a CPU {prefill['state_fractions']['cpu_wait']:.0%} of it); GIL "
-                f"waits it measured: {prof['contention']['waits']}"
-            )
+        prof = [r["result"] for r in rows if r["tool"] == "profile"][-1]
+        if "overlap_undecided" in prof["finding_codes"]:
+            # measured at host load 10-16 on 2 cores (3 of 4 runs): every window CPU-starved;
+            # profile says so (before, it answered no finding at all and "none" followed)
+            pytest.xfail(f"every profile window was CPU-starved: {prof['findings']}")
     assert run.grade.correct, (run.grade.notes, run.submission)
-    assert run.submission["thread"] == "prefill-worker" and run.tool_calls == 3
+    assert run.submission["thread"] == "prefill-worker" and run.tool_calls in (3, 4, 5)
 
 
 @pytest.mark.slow

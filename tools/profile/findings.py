@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import intervals as iv
 from . import judge
 from .jobs import Watch
 from .judge import Evidence
@@ -18,6 +19,7 @@ GIL_BELOW_CHANCE = 0.5  # with the GIL evidence below as a second, independent w
 # through the other's ranges leaves only edge overlap: the waiter runs the moment the holder's range ends, and
 # ~1 ms host samples put part of that inside it (replay 2, 3 s windows on 2 shared cores: held GIL 16-24% of
 # chance over 4 runs, above 25% in three clones where the 0.25 gate alone missed it; released 110-118%)
+OVERLAP_GOAL = 0.5  # the overlap a pipelined pair is expected to reach (the rerun's expect below)
 BUSY_ENOUGH = (
     0.05  # each set's ranges open at least this share of the window for that to mean anything
 )
@@ -113,14 +115,11 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
     chance_ms = (
         o.a_active_ms * o.b_active_ms * 1e6 / ev.window_ns
     )  # expected both-time were they independent
-    if (
-        set(o.a_threads) & set(o.b_threads)
-        or not fractions
-        or busy < BUSY_ENOUGH
-        or min(fractions) >= NO_OVERLAP_BELOW
-        or o.both_ms >= GIL_BELOW_CHANCE * chance_ms
-    ):
+    if set(o.a_threads) & set(o.b_threads) or not fractions or busy < BUSY_ENOUGH:
         return []
+    undecided = _starved_undecided(ev, o, cont) if min(fractions) < OVERLAP_GOAL else []
+    if min(fractions) >= NO_OVERLAP_BELOW or o.both_ms >= GIL_BELOW_CHANCE * chance_ms:
+        return undecided
     waits = [
         w for w in (cont.waits if cont else []) if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}
     ]
@@ -129,7 +128,7 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
         worst is not None and worst.fraction >= GIL_WAIT_FROM and _held_the_gil(ev, o, worst)
     )
     if not gil_explains and o.both_ms >= BELOW_CHANCE * chance_ms:
-        return []
+        return undecided
     said = (
         f"`{o.b}` ({', '.join(o.b_threads)}) overlapped `{o.a}` ({', '.join(o.a_threads)}) "
         f"{100 * (o.b_overlap_fraction or 0):.1f}% of its {o.b_active_ms:.0f} ms, `{o.a}` overlapped `{o.b}` "
@@ -178,6 +177,60 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
             evidence=f"{cont.gil_sampler}; waiter blocked on a futex per /proc samples ({cont.proc_samples} "
             f"rounds); {cont.limits}",
             next_experiment=f"{fix}; then {rerun}",
+        )
+    ]
+
+
+def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[Finding]:
+    """overlap_undecided, where the threads of either range set waited for a CPU at least as
+    long as they ran: on such a window their overlap (running time) and the GIL witness (a
+    waiter queued for a CPU is not blocked on a futex) measure the host, not the code, so no
+    finding either way would be honest. Empty when the window is not starved or unsampled."""
+
+    def shares(threads: list[str]) -> tuple[float, float]:
+        tids = [int(t.rsplit("(", 1)[1].rstrip(")")) for t in threads if t.endswith(")")]
+        states = [ev.states.get(tid, {}) for tid in tids]
+        ran = sum(iv.total(st.get("running", [])) for st in states) / ev.window_ns
+        queued = sum(iv.total(st.get("cpu_wait", [])) for st in states) / ev.window_ns
+        return ran, queued
+
+    sides = {o.a: shares(o.a_threads), o.b: shares(o.b_threads)}
+    starved = {name: rq for name, rq in sides.items() if rq[1] > 0 and rq[1] >= rq[0]}
+    if not starved:
+        return []
+    said = "; ".join(
+        f"`{name}`'s threads waited for a CPU {100 * queued:.0f}% of the window and ran "
+        f"{100 * ran:.0f}%"
+        for name, (ran, queued) in starved.items()
+    )
+    worst = max(
+        (
+            w
+            for w in (cont.waits if cont else [])
+            if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}
+        ),
+        key=lambda w: w.fraction,
+        default=None,
+    )
+    gil = (
+        f"; the GIL witness: {worst.waiter} blocked on a futex {100 * worst.fraction:.0f}% of its "
+        f"`{worst.waiter_ranges}` time while {worst.holder} held the GIL "
+        f"{100 * worst.holder_gil_share:.0f}% of the window"
+        if worst
+        else ""
+    )
+    overlap = min(o.a_overlap_fraction or 0, o.b_overlap_fraction or 0)
+    return [
+        Finding(
+            code="overlap_undecided",
+            layer="host",
+            message=f"`{o.a}` and `{o.b}` overlapped {100 * overlap:.0f}% "
+            f"(the smaller side's share of its {o.basis} time), but the window was CPU-starved: "
+            f"{said}{gil}. Neither 'they run together' nor 'something keeps them apart' can be "
+            "read off this window",
+            evidence="host samples of each thread's state (running vs queued for a CPU)",
+            next_experiment="profile again on a quieter host (fewer busy processes than cores) or "
+            "with a longer window, and read overlap_fraction and the GIL waits then",
         )
     ]
 

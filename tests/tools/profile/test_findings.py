@@ -83,6 +83,32 @@ def test_weak_gil_evidence_is_not_contention():
     assert _codes(both_ms=36, cont=gil_rarely_held) == []
 
 
+def _starved_codes(both_ms: float, cont: Contention | None, queued_ms: float, ran_ms: float):
+    """As _codes, with host samples: both threads queued for a CPU queued_ms and ran ran_ms."""
+    ev = Evidence(window=(0, WINDOW_NS), ranges=[], names={8: "prefill-worker", 9: "kv-transfer"})
+    for tid in (8, 9):
+        ev.states[tid] = {
+            "running": [(0, int(ran_ms * 1e6))],
+            "cpu_wait": [(int(ran_ms * 1e6), int((ran_ms + queued_ms) * 1e6))],
+        }
+    return [f.code for f in findings._no_overlap(ev, _overlap(both_ms), cont)]
+
+
+def test_a_cpu_starved_window_is_undecided_not_silent():
+    """The eval's GIL episode at load 10-16: kv_transfer ran during dispatch 22% of its running
+    time (not "never"), the transfer blocked 63% while the prefill worker held the GIL 33%; the
+    threads waited for a CPU more than they ran. Before, profile answered no finding at all."""
+    held = _contention(blocked=0.63, holder_gil_share=0.33)
+    assert _starved_codes(66, held, queued_ms=1000, ran_ms=400) == ["overlap_undecided"]
+    assert _starved_codes(66, None, queued_ms=1000, ran_ms=400) == ["overlap_undecided"]
+    # the same numbers on a host that gave the threads a CPU: they did run together, nothing
+    assert _starved_codes(66, held, queued_ms=100, ran_ms=1200) == []
+    # starved, but the overlap reached the goal (0.5 of the smaller side): that is evidence
+    assert _starved_codes(700, held, queued_ms=1000, ran_ms=400) == []
+    # a clear GIL finding stays what it was, starved or not
+    assert _starved_codes(12, held, queued_ms=1000, ran_ms=400) == ["gil_contention"]
+
+
 # -- interpreted_triton: a share needs samples behind it ------------------------------------------
 
 INTERP_WINDOW_NS = 400_000_000  # 20 calls of vector_add in Triton's interpreter: ~0.2-0.6 s
