@@ -36,7 +36,8 @@ from .adapters import EngineAdapter, EngineArgs
 from .engine_log import first_error_line
 from .expose import ExposedPort
 from .interpreters import Interpreter
-from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult, no_gc_pauses, run_benchmark
+from .loadgen import Arrivals, BenchRequest, Endpoint, RunResult
+from .loadgen.process import run_in_process
 from .remote import RemoteService
 from .unix_http import UnixSocketTransport
 
@@ -147,12 +148,12 @@ class Engine:
     async def run_load(
         self, ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, **options
     ) -> RunResult:
-        """run_benchmark (its keyword arguments in `options`) where the engine runs: in this
-        process, or on the engine's node, so that no network hop enters a latency."""
+        """run_benchmark (its keyword arguments in `options`) where the engine runs, so that no
+        network hop enters a latency: in a process of its own on this host (the server's loop
+        only relays its progress), or on the engine's node."""
         if isinstance(self.service, RemoteService):
             return await self.service.run_load(ep, requests, arrivals, **options)
-        with no_gc_pauses():
-            return await run_benchmark(ep, requests, arrivals, **options)
+        return await run_in_process(ep, requests, arrivals, **options)
 
     def describe(self) -> dict:
         alive = self.alive

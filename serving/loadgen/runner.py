@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
 from .arrivals import Arrivals
@@ -39,6 +40,7 @@ class RunResult:
     # measured requests (the kernel's own account, /proc/thread-self/schedstat; None where the
     # kernel keeps none). Every timestamp it took late by that wait is late in the metrics.
     client_cpu_wait_s: float | None = None
+    generator_pid: int = field(default_factory=os.getpid)  # the process that sent the requests
 
 
 async def run_benchmark(
