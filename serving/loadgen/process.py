@@ -178,6 +178,9 @@ async def _child(job: LoadJob, out_fd: int) -> None:
             reply = LoadFailed(exc)
         except Exception:  # noqa: BLE001
             reply = LoadFailed(RuntimeError(f"{type(exc).__name__}: {exc}"))
+    # drain() waits only for the buffer to fall below its high-water mark: at 0 it returns once
+    # everything is in the pipe (a RunResult is larger than the pipe, and the process ends next)
+    transport.set_write_buffer_limits(high=0)
     out.write(_frame(reply))
     await out.drain()
     out.close()

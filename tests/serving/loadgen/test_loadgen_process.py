@@ -150,3 +150,22 @@ def test_a_generator_whose_parent_died_exits(scripted_server):
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     assert process_gone(child, within_s=30)
+
+
+@pytest.mark.anyio
+async def test_a_result_larger_than_the_pipe_arrives_whole_while_this_loop_is_busy(
+    scripted_server,
+):
+    """The child writes its result and ends: a RunResult of hundreds of records is larger than the
+    pipe holds, and this loop may not read it at once (here: blocked in the last progress call).
+    It once lost its end: the child's loop closed with the result still in its write buffer."""
+    ep = Endpoint(scripted_server, model="tiny")
+    n = 600
+    reqs = [BenchRequest(f"big{i}-" + "x" * 200, 5, 3) for i in range(n)]
+
+    async def progress(done, total, message):
+        if done == n:
+            time.sleep(1.0)  # the child writes its result meanwhile, then ends
+
+    result = await run_in_process(ep, reqs, Arrivals(max_concurrency=64), progress=progress)
+    assert len(result.records) == n and result.metrics.completed == n
