@@ -345,7 +345,7 @@ MAX_LOAD_PROMPT_TOKENS = (
 async def _load(engine, payload: dict) -> str | None:
     """Keep load_concurrency requests of the asked shape in flight until the window's time is up.
     Returns why the load did no work, if it did none."""
-    from ...serving.loadgen import Arrivals, Endpoint, random_requests, run_benchmark
+    from ...serving.loadgen import Arrivals, Endpoint, random_requests
 
     duration_s, concurrency = payload["duration_s"], payload["load_concurrency"]
     if concurrency == 0:
@@ -372,7 +372,7 @@ async def _load(engine, payload: dict) -> str | None:
         tokenizer=engine_tokenizer(engine),
     )
     result = await asyncio.wait_for(
-        run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency), send_for_s=duration_s),
+        engine.run_load(ep, requests, Arrivals(max_concurrency=concurrency), send_for_s=duration_s),
         timeout=duration_s + 60,
     )
     failed = [r.error or "no content received" for r in result.records if not r.ok]
