@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import call, generator_children
+from conftest import call, generator_children, process_gone
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 pytestmark = pytest.mark.slow
@@ -104,4 +104,36 @@ async def test_other_calls_answer_during_a_large_benchmark(serve_client):
     )
     # the loop only relayed: it never held the CPU for long without waiting for events
     assert max(bursts) < 0.5, sorted(bursts)[-5:]
+    await call(c, "stop_serve", handle=eng["handle"])
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_benchmark_leaves_no_load_generator(serve_client):
+    """The client cancels serve_benchmark mid-run: its load generator's process ends with it."""
+    import anyio
+
+    c = serve_client
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    seen: list[int] = []
+
+    async def on_progress(progress, total, message):
+        if (message or "").startswith("repeat 1/1:") and not seen:
+            seen.extend(generator_children(os.getpid()))
+            scope.cancel()  # the client gives up mid-run
+
+    with anyio.CancelScope() as scope:
+        await c.call_tool(
+            "serve_benchmark",
+            {
+                "handle": eng["handle"],
+                "workload": {"num_requests": 400, "input_len": 4, "output_len": 8, "warmup": 0},
+                "repeats": 1,
+                "time_budget_s": 3000,
+            },
+            progress_callback=on_progress,
+        )
+    assert seen, "no load generator ran"
+    assert all(process_gone(pid, within_s=30) for pid in seen), seen
+    assert not generator_children(os.getpid())
+    assert (await call(c, "list_serves"))["serves"][0]["alive"]  # the engine is fine
     await call(c, "stop_serve", handle=eng["handle"])
