@@ -77,8 +77,8 @@ class Workload(BaseModel):
         ge=1,
         le=MAX_IN_FLIGHT,
         description="Requests in flight at most "
-        f"(default and ceiling {MAX_IN_FLIGHT}, for safety: the load generator "
-        "shares the server's event loop; later requests wait, and their "
+        f"(default and ceiling {MAX_IN_FLIGHT}: the client's connection pool slows "
+        "with more; later requests wait, and their "
         "timers start at the scheduled time, so the wait shows in TTFT).",
     )
     seed: int = Field(
