@@ -10,15 +10,18 @@ waited up to 8 s while the generator shared the server's loop), and the server's
 (other calls, a garbage collection, a relayed progress message) no longer read as latency.
 
 The hand-off is pickled dataclasses over the child's pipes, each frame a 4-byte length and
-a pickle: the `LoadJob` goes in on stdin; `ProgressLine`s come out on stdout as requests end
-(the parent awaits `progress` for each, in order), then the `RunResult` (or `LoadFailed`),
-last. The records' times are `time.perf_counter` in the child: CLOCK_MONOTONIC, the same clock
-in every process of the host, so they compare with the parent's. `client_cpu_wait_s` is the
-child's own generator thread's wait for a CPU (run_benchmark reads /proc/thread-self).
+a pickle: the child says `Ready` on stdout once imported; the `LoadJob` goes in on stdin (a
+`LoadProcess` may be started ahead and given its job later); `ProgressLine`s come out as
+requests end (the parent awaits `progress` for each, in order), then the `RunResult` (or
+`LoadFailed`), last. The records' times are `time.perf_counter` in the child:
+CLOCK_MONOTONIC, the same clock in every process of the host, so they compare with the
+parent's. `client_cpu_wait_s` is the child's own generator thread's wait for a CPU
+(run_benchmark reads /proc/thread-self).
 
 The child never outlives its run: cancelling `run_in_process` (a cancelled tool call, a
-timeout) kills it and waits for it, and a child whose parent died reads EOF on its stdin and
-exits. Both sides run the same package, so the child is this interpreter, on this package.
+timeout) kills it and waits for it, a child started but never given a job ends with its
+`LoadProcess`, and a child whose parent died reads EOF on its stdin and exits. Both sides run
+the same package, so the child is this interpreter, on this package.
 """
 
 from __future__ import annotations
@@ -51,6 +54,11 @@ class LoadJob:
     requests: list[BenchRequest]
     arrivals: Arrivals
     options: dict[str, Any] = field(default_factory=dict)  # run_benchmark's keyword arguments
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The child's first frame: its imports are done and it waits for its job."""
 
 
 @dataclass(frozen=True)
@@ -94,20 +102,68 @@ async def run_in_process(
     """run_benchmark(ep, requests, arrivals, progress=progress, **options) in a child process
     started for this run; its progress is awaited here as it comes. Cancelled: the child is
     killed (its requests end with it)."""
-    job = _frame(LoadJob(ep, list(requests), arrivals, options))
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        __name__,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        limit=1 << 24,  # a RunResult of thousands of records is one frame
-    )
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    stderr = asyncio.ensure_future(_tail(proc.stderr))
-    try:
-        proc.stdin.write(job)  # stdin stays open: its EOF tells the child that we are gone
+    async with await LoadProcess.start() as generator:
+        return await generator.run(ep, requests, arrivals, progress=progress, **options)
+
+
+class LoadProcess:
+    """A load generator's process, started ahead of its one run: `start()` returns once its
+    interpreter and imports are ready (0.5-1 s on a 2-core host), so a run that must begin at
+    once (a profiling window's load) does not spend that time inside what it times.
+
+        async with await LoadProcess.start() as generator:
+            ...  # open the window
+            result = await generator.run(ep, requests, arrivals)
+
+    Leaving the block ends the process: waited for after its run, killed during one (a cancel)
+    or when it never ran."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, stderr: asyncio.Future[str]):
+        self._proc, self._stderr, self._ran = proc, stderr, False
+
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
+    @classmethod
+    async def start(cls) -> LoadProcess:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            __name__,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=1 << 24,  # a RunResult of thousands of records is one frame
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        generator = cls(proc, asyncio.ensure_future(_tail(proc.stderr)))
+        try:
+            if not isinstance(await _read_frame(proc.stdout), Ready):
+                raise await generator._died("before it was ready")
+        except BaseException:
+            await generator.aclose()
+            raise
+        return generator
+
+    async def run(
+        self,
+        ep: Endpoint,
+        requests: list[BenchRequest],
+        arrivals: Arrivals,
+        *,
+        progress: Progress | None = None,
+        **options: Any,
+    ) -> RunResult:
+        """run_benchmark(ep, requests, arrivals, progress=progress, **options) in this process;
+        its progress is awaited here as it comes. Once per process."""
+        if self._ran:
+            raise RuntimeError("a LoadProcess runs one benchmark; start another")
+        self._ran = True
+        proc = self._proc
+        assert proc.stdin is not None and proc.stdout is not None
+        # stdin stays open: its EOF tells the child that we are gone
+        proc.stdin.write(_frame(LoadJob(ep, list(requests), arrivals, options)))
         await proc.stdin.drain()
         while True:
             msg = await _read_frame(proc.stdout)
@@ -119,18 +175,31 @@ async def run_in_process(
             elif isinstance(msg, LoadFailed):
                 raise msg.error
             else:
-                code = await proc.wait()
-                raise LoadGeneratorError(
-                    f"the load generator's process (pid {proc.pid}) ended with exit code {code} "
-                    f"before its result; its stderr ends:\n{(await stderr)[-STDERR_TAIL_BYTES:]}"
-                )
-    finally:
+                raise await self._died("before its result")
+
+    async def _died(self, when: str) -> LoadGeneratorError:
+        code = await self._proc.wait()
+        return LoadGeneratorError(
+            f"the load generator's process (pid {self._proc.pid}) ended with exit code {code} "
+            f"{when}; its stderr ends:\n{(await self._stderr)[-STDERR_TAIL_BYTES:]}"
+        )
+
+    async def aclose(self, kill: bool = True) -> None:
+        """End the process (killed unless `kill` is False: after its run it ends by itself)."""
+        proc = self._proc
         if proc.returncode is None:
+            assert proc.stdin is not None
             proc.stdin.close()
-            if sys.exc_info()[0] is not None:  # cancelled or failed here: no request outlives it
+            if kill:  # no request outlives a cancelled or failed run, and one never run ends here
                 proc.kill()
             await asyncio.shield(proc.wait())
-        stderr.cancel()
+        self._stderr.cancel()
+
+    async def __aenter__(self) -> LoadProcess:
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> None:
+        await self.aclose(kill=exc_type is not None or not self._ran)
 
 
 async def _tail(stream: asyncio.StreamReader) -> str:
@@ -143,9 +212,12 @@ async def _tail(stream: asyncio.StreamReader) -> str:
 # --- the child -------------------------------------------------------------------------------
 
 
-def _read_job(stdin) -> LoadJob:
-    size = int.from_bytes(stdin.read(_LENGTH), "big")
-    job = pickle.loads(stdin.read(size))
+def _read_job(stdin) -> LoadJob | None:
+    """The job; None when the parent closed our stdin without one (it never ran us)."""
+    head = stdin.read(_LENGTH)
+    if len(head) < _LENGTH:
+        return None
+    job = pickle.loads(stdin.read(int.from_bytes(head, "big")))
     if not isinstance(job, LoadJob):
         raise TypeError(f"expected a LoadJob on stdin, got {type(job).__name__}")
     return job
@@ -201,7 +273,10 @@ def main() -> None:
     # The frames own the real stdout; anything else printed goes to stderr.
     out_fd = os.dup(1)
     os.dup2(2, 1)
+    os.write(out_fd, _frame(Ready()))
     job = _read_job(sys.stdin.buffer)
+    if job is None:
+        return
     with no_gc_pauses():
         asyncio.run(_child(job, out_fd))
 

@@ -26,7 +26,7 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, RequestRecord, RunResult
-from infra_agent.serving.loadgen.process import run_in_process
+from infra_agent.serving.loadgen.process import LoadProcess, run_in_process
 
 SENT: dict[str, list[float]] = {}
 HANGING: set[str] = set()  # prompts of requests whose stream never ends
@@ -125,6 +125,28 @@ async def test_cancelling_the_run_kills_its_process(scripted_server):
         await run
     assert process_gone(child, within_s=0)  # killed and reaped before the cancel returned
     assert not generator_children(os.getpid())
+
+
+@pytest.mark.anyio
+async def test_a_generator_started_ahead_sends_nothing_until_its_run(scripted_server):
+    """profile(handle=) starts its load generator before the window opens, so that the process's
+    start (0.5-1 s here) is not in the window: `start()` returns once the child is imported and
+    waiting; it has sent nothing; its run is the same run; one never given a run ends with its
+    block."""
+    ep = Endpoint(scripted_server, model="tiny")
+    async with await LoadProcess.start() as generator:
+        assert generator_children(os.getpid()) == [generator.pid]
+        await asyncio.sleep(0.2)
+        assert not [p for p in SENT if p.startswith("ahead")]  # waiting for its job
+        result = await generator.run(ep, [BenchRequest("ahead-1", 5, 3)], Arrivals())
+        with pytest.raises(RuntimeError, match="one benchmark"):
+            await generator.run(ep, [BenchRequest("ahead-2", 5, 3)], Arrivals())
+    assert result.metrics.completed == 1 and result.generator_pid == generator.pid
+    assert list(SENT["ahead-1"]) and "ahead-2" not in SENT
+    assert not generator_children(os.getpid())
+    async with await LoadProcess.start() as idle:
+        pass
+    assert process_gone(idle.pid, within_s=0)  # never run: ended, and reaped, with its block
 
 
 PARENT = """
