@@ -114,6 +114,7 @@ async def session(requests: int) -> dict:
         "big_s": big_s,
         "big_completed": big["metrics"]["completed"],
         "big_failed": big["metrics"]["failed"],
+        "big_reconnected": big["metrics"].get("reconnected"),  # None before it was counted
         "big_duration_s": big["repeats"][0]["duration_s"],
         "truth": ratios,
     }
@@ -123,7 +124,8 @@ def show(side: str, got: dict) -> None:
     print(
         f"{side}: poller idle p50 {got['control_p50'] * 1e3:.0f} ms max "
         f"{got['control_max'] * 1e3:.0f} ms; during {got['big_completed']}+{got['big_failed']} "
-        f"requests ({got['big_duration_s']:.1f} s run, {got['big_s']:.0f} s call): "
+        f"requests, {got.get('big_reconnected')} reconnected ({got['big_duration_s']:.1f} s run, "
+        f"{got['big_s']:.0f} s call): "
         f"p50 {got['during_p50'] * 1e3:.0f} ms, max {got['during_max'] * 1e3:.0f} ms, "
         f"{got['over_0_5']} of {got['polls']} polls over 0.5 s; the loop's longest CPU burst "
         f"{got['loop_burst_max'] * 1e3:.0f} ms"
