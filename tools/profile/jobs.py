@@ -172,7 +172,13 @@ async def run_serve_window(
     try:
         async with contextlib.AsyncExitStack() as stack:
             with _phase(watch, "load_setup"):  # before the window: none of it is the engine's work
-                load = await _prepare_load(engine, plan.payload)
+                try:
+                    load = await _prepare_load(engine, plan.payload)
+                except AgentError:
+                    if await engine.settled(timeout_s=0.5):
+                        raise
+                    # it died: /start_profile, next, names how (and what to do)
+                    load = _Load(plan.payload["duration_s"], 0)
                 run = (
                     await stack.enter_async_context(engine.load_generator())
                     if load.concurrency
