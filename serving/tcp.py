@@ -6,6 +6,16 @@ from __future__ import annotations
 
 import socket
 
+# How long an engine keeps an idle keep-alive connection, s (uvicorn's default, and vLLM's, is 5):
+# the built-in engine's uvicorn and vLLM's (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, adapters/vllm.py). A
+# client's own idle expiry (the load generator's KEEPALIVE_EXPIRY_S, 2 s) starts when it has read a
+# response, which on a loaded host can be seconds after the engine sent it: measured, a load
+# generator sent its next request on a connection 5.0-5.7 s after the engine's last byte on it,
+# just as uvicorn closed it, and 11 of 2,000 requests the engine never saw failed with "Server
+# disconnected without sending a response". An idle connection costs the engine one socket; the
+# client closes its pool.
+KEEP_ALIVE_S = 60
+
 
 def listen_socket(host: str, port: int, nodelay: bool = True) -> socket.socket:
     """A bound TCP socket whose accepted connections send each write at once (TCP_NODELAY).

@@ -29,6 +29,7 @@ import asyncio
 import errno
 import select
 import socket
+import ssl
 import typing
 
 import httpcore
@@ -88,7 +89,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         return None
 
 
-class _UnixBackend(httpcore.AsyncNetworkBackend):
+class UnixBackend(httpcore.AsyncNetworkBackend):
     """Every connection goes to one UNIX socket, whatever host the URL names."""
 
     def __init__(self, path: str):
@@ -146,16 +147,31 @@ async def _connect(path: str) -> socket.socket:
         wait_s = min(2 * wait_s, CONNECT_RETRY_S[1])
 
 
-class UnixSocketTransport(httpx.AsyncHTTPTransport):
-    """An httpx transport whose connections all go to the UNIX socket at `path`, pooled within `limits`."""
+class PooledTransport(httpx.AsyncHTTPTransport):
+    """An httpx transport whose connections come from `backend`, pooled within `limits` (its
+    own: see the module's docstring); https URLs verify with `ssl_context` (else httpcore's
+    default, made when one is first needed)."""
 
-    def __init__(self, path: str, limits: httpx.Limits | None = None):
+    def __init__(
+        self,
+        backend: httpcore.AsyncNetworkBackend,
+        limits: httpx.Limits | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ):
         limits = limits or httpx.Limits(max_connections=100)  # httpx's own default
         super().__init__(limits=limits)
         # httpx takes no network backend; its pool does. Replaced before any connection exists.
         self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_UnixBackend(path),
+            network_backend=backend,
         )
+
+
+class UnixSocketTransport(PooledTransport):
+    """An httpx transport whose connections all go to the UNIX socket at `path`, pooled within `limits`."""
+
+    def __init__(self, path: str, limits: httpx.Limits | None = None):
+        super().__init__(UnixBackend(path), limits)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 
+from ..tcp import KEEP_ALIVE_S
 from .base import OPENAI_SERVER_FLAGS, EngineAdapter, EngineArgs, Flag, bool_flag, supported_by
 
 GiB = 1 << 30
@@ -86,4 +87,7 @@ class VllmAdapter(EngineAdapter):
             # memory and overshoots the engine's cgroup; a quarter of the ceiling leaves room for
             # the weights, activations and its three processes.
             "VLLM_CPU_KVCACHE_SPACE": str(max(1, memory_bytes // (4 * GiB))),
+            # Its uvicorn's keep-alive, s (default 5): as long as the built-in engine's, so that a
+            # load generator read late does not reuse connections the engine is closing
+            "VLLM_HTTP_TIMEOUT_KEEP_ALIVE": str(KEEP_ALIVE_S),
         }

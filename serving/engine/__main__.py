@@ -16,16 +16,8 @@ import logging
 import os
 import sys
 
-from ..tcp import listen_socket
+from ..tcp import KEEP_ALIVE_S, listen_socket
 from .config import EngineArgs
-
-# How long the engine keeps an idle keep-alive connection, s (uvicorn's default is 5). A client's
-# own idle expiry (the load generator's KEEPALIVE_EXPIRY_S, 2 s) starts when it has read a response,
-# which on a loaded host can be seconds after the engine sent it: measured, a load generator sent
-# its next request on a connection 5.0-5.7 s after the engine's last byte on it, just as uvicorn
-# closed it, and 11 of 2,000 requests the engine never saw failed with "Server disconnected without
-# sending a response". An idle connection costs the engine one socket; the client closes its pool.
-KEEP_ALIVE_S = 60
 
 
 def _field_help() -> dict[str, str]:

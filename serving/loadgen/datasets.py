@@ -38,8 +38,12 @@ class PlainTokenizer:
     def __init__(self, checkpoint: str | Path | None):
         from ..engine.tokenizer import load_tokenizer  # the same tokenizer the built-in engine uses
 
-        self._tok = load_tokenizer(str(checkpoint) if checkpoint else None)
+        self.checkpoint = str(checkpoint) if checkpoint else None
+        self._tok = load_tokenizer(self.checkpoint)
         self.vocab_size = self._tok.vocab_size
+
+    def __reduce__(self):  # pickled as its checkpoint (to the load generator's process)
+        return PlainTokenizer, (self.checkpoint,)
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False)

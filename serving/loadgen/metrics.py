@@ -27,6 +27,9 @@ every result, so a number is never read under the wrong rule):
   the text (flagged in `output_tokens_source`).
 - **Goodput**: requests that met every given SLO (ms) per second of the run; SLO
   attainment is their share of completed requests, in percent.
+- **Reconnected**: requests sent a second time on a fresh connection because the server closed
+  the idle keep-alive connection they first went out on before answering (the engine never saw
+  that send); their latencies start at the first send.
 """
 
 from __future__ import annotations
@@ -61,6 +64,9 @@ class RequestRecord:
     no_text: bool = False  # succeeded but streamed no visible text: TTFT taken at first_choice_s
     error: str | None = None
     is_warmup: bool = False
+    # sent a second time, on a fresh connection: the server closed the reused one it first went out
+    # on before any answer (an idle keep-alive connection closed as the request arrived)
+    reconnected: bool = False
 
     @property
     def ok(self) -> bool:
@@ -163,6 +169,7 @@ class Metrics:
     no_text_requests: int = (
         0  # completed without visible text; their TTFT is at the first choices chunk
     )
+    reconnected: int = 0  # requests sent again on a fresh connection (RequestRecord.reconnected)
 
 
 def meets_slos(rec: RequestRecord, slos_ms: dict[str, float]) -> bool:
@@ -229,4 +236,5 @@ def compute(
         output_tokens_source=sources[0] if len(sources) == 1 else "mixed: " + ", ".join(sources),
         errors=errors,
         no_text_requests=sum(r.no_text for r in done),
+        reconnected=sum(r.reconnected for r in measured),
     )

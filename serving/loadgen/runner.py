@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, Callable, Sequence
 
 from .arrivals import Arrivals
@@ -22,9 +23,9 @@ from .metrics import Metrics, RequestRecord, compute
 
 Progress = Callable[[float, float | None, str], Awaitable[None]]
 SPIN_S = 0.0015  # default: spin this long before each scheduled send (asyncio timers wake up to 1 ms late)
-# Requests in flight at most, whatever the arrivals ask: the load generator shares the MCP
-# server's event loop, and httpx's pool scans every waiting request on each change, so
-# 5,000 at once kept the loop busy for 15 minutes (no other call answered; issue 27).
+# Requests in flight at most, whatever the arrivals ask: httpx's pool scans every waiting
+# request on each change, so 5,000 at once kept the loop busy for 15 minutes (issue 27; the
+# loop was then the MCP server's, and no other call answered).
 # Above the ceiling requests wait their turn, and their timers still start at the scheduled
 # time, so the queueing shows in TTFT instead of being hidden.
 MAX_IN_FLIGHT = 256
@@ -39,6 +40,7 @@ class RunResult:
     # measured requests (the kernel's own account, /proc/thread-self/schedstat; None where the
     # kernel keeps none). Every timestamp it took late by that wait is late in the metrics.
     client_cpu_wait_s: float | None = None
+    generator_pid: int = field(default_factory=os.getpid)  # the process that sent the requests
 
 
 async def run_benchmark(
@@ -195,12 +197,13 @@ async def _closed_loop(
 
 @contextlib.contextmanager
 def no_gc_pauses():
-    """Around a timed run: the load generator shares its process with the MCP server (or a Ray
-    worker), whose heap (pydantic models, the ledger, matplotlib) makes a full collection take
-    hundreds of ms: one landing mid-run stalls every request in flight and reads as engine
-    latency (measured: a 459 ms gen-2 pause in a 2 s run). So the heap as it is is frozen out of
-    collection and the collector is off while requests are timed, as timeit does; the garbage of
-    a run is collected at the start of the next one (or by the collector, back on)."""
+    """Around a timed run: a full collection of a big heap (the MCP server's, when the load
+    generator shared its process; a Ray worker's) takes hundreds of ms: one landing mid-run
+    stalls every request in flight and reads as engine latency (measured: a 459 ms gen-2 pause
+    in a 2 s run). So the heap as it is is frozen out of collection and the collector is off
+    while requests are timed, as timeit does; the garbage of a run is collected at the start of
+    the next one (or by the collector, back on). The generator's own process (process.py) runs
+    under it from start to end."""
     was_enabled = gc.isenabled()
     gc.collect()
     gc.freeze()

@@ -8,12 +8,14 @@ start the samplers (sampler.py). They stop when the job ends, however it ends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -22,6 +24,9 @@ from ..base import AgentError, ToolContext
 from .engine_window import EngineProcess, reader_for
 from .plan import Plan
 from .sampler import ProcSampler, PySpy, host_pid_of
+
+if TYPE_CHECKING:
+    from ...serving.loadgen import BenchRequest, Endpoint
 
 
 @dataclass
@@ -165,7 +170,23 @@ async def run_serve_window(
         processes = await asyncio.to_thread(_watch_engine, watch, reader, engine, sample)
     failed, stopped, opened, window = None, {}, False, [0, 0]
     try:
-        async with engine.client(timeout_s=max(1.0, deadline - time.monotonic())) as client:
+        async with contextlib.AsyncExitStack() as stack:
+            with _phase(watch, "load_setup"):  # before the window: none of it is the engine's work
+                try:
+                    load = await _prepare_load(engine, plan.payload)
+                except AgentError:
+                    if await engine.settled(timeout_s=0.5):
+                        raise
+                    # it died: /start_profile, next, names how (and what to do)
+                    load = _Load(plan.payload["duration_s"], 0)
+                run = (
+                    await stack.enter_async_context(engine.load_generator())
+                    if load.concurrency
+                    else None
+                )
+            client = await stack.enter_async_context(
+                engine.client(timeout_s=max(1.0, deadline - time.monotonic()))
+            )
             # py-spy keeps no times: its samples count from when it says it attached (the engine
             # warmed torch.profiler at launch, so opening holds the GIL for ms); started before
             # the window, as attaching once the load runs measured overlap 8-12% against 4-5% in
@@ -182,7 +203,7 @@ async def run_serve_window(
                 0.1, 1.0, f"profiling {engine.handle} for {plan.payload['duration_s']:g} s"
             )
             with _phase(watch, "load"):
-                failed = await _load(engine, plan.payload)
+                failed = await _run_load(run, load)
     finally:  # closed however the window ends (a failed load, the client's cancel): never left on.
         # anyio's cancellation is level-triggered (every await in a cancelled scope raises again):
         # only a shielded scope lets the close run after a cancel.
@@ -342,19 +363,29 @@ MAX_LOAD_PROMPT_TOKENS = (
 )  # ... within this many prompt tokens in all (building them takes ~1 s)
 
 
-async def _load(engine, payload: dict) -> str | None:
-    """Keep load_concurrency requests of the asked shape in flight until the window's time is up.
-    Returns why the load did no work, if it did none."""
-    from ...serving.loadgen import Arrivals, Endpoint, random_requests, run_benchmark
+@dataclass
+class _Load:
+    """The window's load, made before the window opens: its requests, and a load generator
+    started ahead (its process's start, 0.5-1 s, and the prompts, up to ~1 s, are not the
+    window's)."""
 
-    duration_s, concurrency = payload["duration_s"], payload["load_concurrency"]
-    if concurrency == 0:
-        await asyncio.sleep(duration_s)
-        return None
+    duration_s: float
+    concurrency: int
+    ep: Endpoint | None = None  # None without load (load_concurrency=0)
+    requests: list[BenchRequest] = field(default_factory=list)
+
+
+async def _prepare_load(engine, payload: dict) -> _Load:
+    """The load that profile's window runs under (load_concurrency requests of the asked shape)."""
+    from ...serving.loadgen import Endpoint, random_requests
+
+    load = _Load(payload["duration_s"], payload["load_concurrency"])
+    if load.concurrency == 0:
+        return load
     from ..common.engines import engine_tokenizer
     from ..serve_benchmark.jobs import served_model
 
-    ep = Endpoint(
+    load.ep = Endpoint(
         "http://engine",
         model=await served_model(engine),
         uds=engine.socket_path,
@@ -362,18 +393,37 @@ async def _load(engine, payload: dict) -> str | None:
     )
     # Distinct prompts for the whole window where it is cheap: the loop sends them in turn, and a prompt sent
     # twice is a prefix-cache hit, a shorter prefill than the shape asked for.
-    distinct = concurrency * max(4, math.ceil(duration_s * PROMPTS_PER_STREAM_S))
-    distinct = min(distinct, max(concurrency, MAX_LOAD_PROMPT_TOKENS // payload["load_input_len"]))
-    requests = random_requests(
+    distinct = load.concurrency * max(4, math.ceil(load.duration_s * PROMPTS_PER_STREAM_S))
+    distinct = min(
+        distinct, max(load.concurrency, MAX_LOAD_PROMPT_TOKENS // payload["load_input_len"])
+    )
+    load.requests = await asyncio.to_thread(
+        random_requests,
         distinct,
         input_len=payload["load_input_len"],
         output_len=payload["load_output_len"],
         seed=0,
         tokenizer=engine_tokenizer(engine),
     )
+    return load
+
+
+async def _run_load(run, load: _Load) -> str | None:
+    """Keep the load's requests in flight until the window's time is up, with `run` (a load
+    generator made ready before the window). Returns why the load did no work, if it did none."""
+    from ...serving.loadgen import Arrivals
+
+    if load.concurrency == 0:
+        await asyncio.sleep(load.duration_s)
+        return None
     result = await asyncio.wait_for(
-        run_benchmark(ep, requests, Arrivals(max_concurrency=concurrency), send_for_s=duration_s),
-        timeout=duration_s + 60,
+        run(
+            load.ep,
+            load.requests,
+            Arrivals(max_concurrency=load.concurrency),
+            send_for_s=load.duration_s,
+        ),
+        timeout=load.duration_s + 60,
     )
     failed = [r.error or "no content received" for r in result.records if not r.ok]
     if not result.records:

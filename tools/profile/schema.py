@@ -370,7 +370,8 @@ class Output(ToolOutput):
     phases_ms: dict[str, float] = Field(
         default_factory=dict,
         description="Where this call's time went, ms: "
-        "with handle attach, start_profile, load, "
+        "with handle attach, load_setup (the load's prompts and its generator's process, made "
+        "before the window opens), start_profile, load, "
         "stop_profile (of it, the engine's own engine_close: torch.profiler "
         "stopping, and engine_export: the window written out), read_window; "
         "else job (the sandbox job); judge in both.",

@@ -10,6 +10,7 @@ the baseline) -> report (summary, per-request records, latency plot).
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from ...serving.adapters import EngineArgs
@@ -40,7 +41,10 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         # an A/A on one handle: the baseline side draws prompts of its own (jobs.run_repeats)
         same = base_engine is not None and base_engine.handle == engine.handle
         sides = 1 + (base_engine is not None)
-        the_plan = plan.plan(
+        # on a thread: thousands of prompts of exact token lengths take seconds (2.7 s for 3 draws
+        # of 2,000 on this host), and the server's other calls answer meanwhile (issue 36)
+        the_plan = await asyncio.to_thread(
+            plan.plan,
             work,
             engine_tokenizer(engine),
             sharegpt,

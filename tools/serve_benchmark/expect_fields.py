@@ -23,6 +23,8 @@ CATALOGUE = Catalogue(
         },
         "completed": "requests that streamed text",
         "failed": "requests that failed",
+        "reconnected": "requests sent again on a fresh connection (the engine closed the idle one "
+        "they first went out on, unanswered)",
         "request_throughput": "completed requests/s",
         "output_throughput": "output tokens/s",
         "total_token_throughput": "prompt + output tokens/s",

@@ -1,7 +1,8 @@
 """Running the workload against an engine: repeats, each between two scrapes of /metrics.
 
-The load generator runs where the engine runs (Engine.run_load): in the server process for an
-engine on the server's host, on its node for one a cluster runs; it reaches the sandboxed engine
+The load generator runs where the engine runs (Engine.run_load): in a process of its own for an
+engine on the server's host (the server's loop relays its progress), on its node for one a
+cluster runs; it reaches the sandboxed engine
 through its bridge socket, and its records come back to the judge here. Nothing the engine says
 is trusted beyond being measured.
 """

@@ -23,6 +23,7 @@ _STAT_KEY = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 COUNTS = (
     "completed",
     "failed",
+    "reconnected",
     "request_throughput",
     "output_throughput",
     "total_token_throughput",
@@ -74,6 +75,7 @@ def repeat_metrics(result: RunResult, phases: dict[str, float | None]) -> Repeat
         failed=m.failed,
         errors=m.errors,
         no_text_requests=m.no_text_requests,
+        reconnected=m.reconnected,
         duration_s=round(m.duration_s, 4),
         request_throughput=m.request_throughput,
         output_throughput=m.output_throughput,

@@ -77,8 +77,8 @@ class Workload(BaseModel):
         ge=1,
         le=MAX_IN_FLIGHT,
         description="Requests in flight at most "
-        f"(default and ceiling {MAX_IN_FLIGHT}, for safety: the load generator "
-        "shares the server's event loop; later requests wait, and their "
+        f"(default and ceiling {MAX_IN_FLIGHT}: the client's connection pool slows "
+        "with more; later requests wait, and their "
         "timers start at the scheduled time, so the wait shows in TTFT).",
     )
     seed: int = Field(
@@ -230,6 +230,13 @@ class RepeatMetrics(BaseModel):
         description="Completed requests whose tokens decoded to no text (EOS at once, "
         "special tokens): their TTFT is at the first chunk with choices (vLLM's rule).",
     )
+    reconnected: int = Field(
+        0,
+        description="Requests sent a second time, on a fresh connection, because the engine "
+        "closed the idle keep-alive connection they first went out on before answering (it "
+        "never saw that send; the retry's wait is in their latencies). Counted whether or not "
+        "the second send succeeded.",
+    )
     duration_s: float = Field(description="First scheduled send to last chunk, s.")
     request_throughput: float = Field(description="Completed requests/s.")
     output_throughput: float = Field(description="Output tokens/s.")
@@ -306,7 +313,7 @@ class Output(ToolOutput):
     metrics: dict[str, float | None] = Field(
         description="Median over repeats: ttft_p50, ttft_p90, ttft_p99, "
         "ttft_mean, the same for tpot, itl, e2el (ms); output_throughput, "
-        "request_throughput (per s), completed, failed, goodput, "
+        "request_throughput (per s), completed, failed, reconnected, goodput, "
         "slo_attainment_pct, and the phases (queue_ms, prefill_ms, "
         "decode_ms, kv_transfer_ms, preemptions, prefix_cache_hit_rate)."
     )

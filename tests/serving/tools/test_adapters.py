@@ -10,6 +10,7 @@ import json
 import pytest
 
 from infra_agent.serving.adapters import ADAPTERS, AdapterError, EngineArgs, adapter_for
+from infra_agent.serving.tcp import KEEP_ALIVE_S
 
 VLLM_PROFILER = (
     '{"profiler": "torch", "torch_profiler_dir": "profiles", "torch_profiler_with_stack": false}'
@@ -55,6 +56,8 @@ def test_vllm_argv_and_extensions():
     # CPU build only: a quarter of the engine's memory ceiling for the KV cache, in GiB (at least 1)
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["VLLM_HOST_IP"] == "127.0.0.1"
     assert vllm.env(EngineArgs(model="m"), memory_bytes=32 << 30)["VLLM_CPU_KVCACHE_SPACE"] == "8"
+    # its uvicorn keeps idle connections as long as the built-in engine's (uvicorn's default: 5 s)
+    assert env["VLLM_HTTP_TIMEOUT_KEEP_ALIVE"] == str(KEEP_ALIVE_S) == "60"
     profiler = json.loads(cmd[cmd.index("--profiler-config") + 1])
     assert profiler == {
         "profiler": "torch",
@@ -395,3 +398,16 @@ def test_every_engine_takes_every_argument_it_renders():
     """A flag table's field outside `supported` would be refused before it could be rendered."""
     for adapter in ADAPTERS.values():
         assert {f.field for f in adapter.flags} <= adapter.supported, adapter.name
+
+
+def test_vllms_keep_alive_is_read_from_the_variable_its_adapter_sets():
+    """vLLM reads its uvicorn keep-alive from VLLM_HTTP_TIMEOUT_KEEP_ALIVE (vllm/envs.py), and its
+    API server hands that to uvicorn: the installed build's own source says so."""
+    from serve_helpers import VLLM_PYTHON, require_vllm
+
+    require_vllm()
+    (site,) = VLLM_PYTHON.parent.parent.glob("lib/python3*/site-packages")
+    envs = (site / "vllm" / "envs.py").read_text()
+    server = (site / "vllm" / "entrypoints" / "launchers" / "api_server" / "entry.py").read_text()
+    assert 'os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE"' in envs
+    assert "timeout_keep_alive=envs.VLLM_HTTP_TIMEOUT_KEEP_ALIVE" in server

@@ -5,10 +5,12 @@ histogram bucket) that the client's numbers are checked against (issue 21)."""
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
-from conftest import call
+from conftest import call, generator_children
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 from infra_agent.tools.serve_benchmark import engine_truth
@@ -77,17 +79,29 @@ async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(serve_client):
 
 
 def _stall_the_client_during(prefix: str, stall_s: float):
-    """A progress callback that blocks this process's event loop for stall_s at every request
-    finished while its message starts with `prefix`: the load generator shares the loop (an
-    in-process MCP client), so it reads the engine's output late, as a busy server would."""
+    """A progress callback that stops the load generator for stall_s at every request finished
+    while its message starts with `prefix`, so it reads the engine's output late, as a starved
+    client would. The generator is a process of its own, a child of the in-process server: it is
+    stopped (SIGSTOP) and this process's loop, which relays its progress, blocks meanwhile."""
     seen: list[str] = []
 
     async def on_progress(progress, total, message):
         seen.append(message or "")
         if (message or "").startswith(prefix):
-            time.sleep(stall_s)
+            _stop_the_generator(stall_s)
 
     return on_progress, seen
+
+
+def _stop_the_generator(stall_s: float) -> None:
+    stopped = generator_children(os.getpid())
+    for pid in stopped:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(stall_s)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
 
 
 def _the_planted_repeat_was_measured_again_and_agreed(out: dict) -> bool:
@@ -143,7 +157,7 @@ async def test_a_repeat_the_client_read_late_is_measured_again_and_a_stalled_sid
     # finding names the baseline's side
     async def baseline_only(progress, total, message):
         if "(baseline)" in (message or ""):
-            time.sleep(0.08)
+            _stop_the_generator(0.08)
 
     result = await c.call_tool(
         "serve_benchmark",
