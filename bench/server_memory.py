@@ -91,7 +91,6 @@ import gc
 import json
 import os
 import re
-import resource
 import subprocess
 import sys
 import tempfile
@@ -104,6 +103,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1] / "tests"))
 from loop_latency import _extract  # noqa: E402  (git archive REV as an importable infra_agent)
 from mcp_session import zoo_session  # noqa: E402
 from session_calls import CHEAP_CALLS  # noqa: E402  (tests/: one list for test and bench)
+from stdio_server import rss_mb  # noqa: E402
 
 # One round of calls, cheap and deterministic; each kind the fuzzer makes (answers and clean errors)
 ROUND = CHEAP_CALLS  # the memory test's session without its two plotting calls
@@ -117,12 +117,6 @@ HEAVY: list[tuple[str, dict]] = [
 
 
 FLAT_KB_PER_CALL = 1.0  # a slope under this is noise of the allocator (RSS moves in 4 KB pages)
-
-
-def rss_mb(pid: int | str = "self") -> float:
-    """A process's resident set (this one's by default), MB."""
-    with open(f"/proc/{pid}/statm") as f:
-        return int(f.read().split()[1]) * resource.getpagesize() / 2**20
 
 
 async def session(calls: int, top: int, heavy: bool) -> None:

@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import json
 import queue
+import resource
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+
+def rss_mb(pid: int | str = "self") -> float:
+    """A process's resident set (this one's by default), MB: /proc/PID/statm's second field, in
+    pages (memory tests read it: RSS sees native memory tracemalloc does not)."""
+    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    return pages * resource.getpagesize() / 2**20
 
 
 class StdioServer:
@@ -75,3 +83,15 @@ class StdioServer:
                 "params": {"name": tool, "arguments": args},
             }
         )
+
+    def rss_mb(self) -> float:
+        """The server process's resident set, MB."""
+        return rss_mb(self.proc.pid)
+
+    def close(self) -> None:
+        """Stop the server (SIGTERM; killed when it will not stop within 60 s)."""
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()

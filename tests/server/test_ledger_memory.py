@@ -10,7 +10,6 @@ import itertools
 
 import pytest
 from stdio_server import StdioServer
-from test_session_memory import rss_mb
 
 from infra_agent.server.ledger import CACHE_KIB
 
@@ -33,20 +32,16 @@ def test_a_session_of_listings_does_not_fill_a_large_ledger_cache(workspace):
     try:
         server.initialize()
         calls(WARMUP_CALLS)
-        rss0, file0 = rss_mb(server.proc.pid), ledger.stat().st_size
+        rss0, file0 = server.rss_mb(), ledger.stat().st_size
         calls(CALLS)
-        rss1 = rss_mb(server.proc.pid)
+        rss1 = server.rss_mb()
         # the second way: the file (its WAL checkpointed into it) grew past SQLite's default
         # cache, so an unbounded-to-2-MB cache would have filled
         wal = ledger.with_name(ledger.name + "-wal")
         written_kib = (ledger.stat().st_size - file0) / 1024
         written_kib += wal.stat().st_size / 1024 if wal.exists() else 0
     finally:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=60)
-        except Exception:  # noqa: BLE001 - a server that will not stop is killed
-            server.proc.kill()
+        server.close()
     assert written_kib > 2000, f"the ledger grew only {written_kib:.0f} KiB: too few calls"
     grown_kib = (rss1 - rss0) * 1024
     assert grown_kib < 2 * CACHE_KIB, (

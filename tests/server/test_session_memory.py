@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import itertools
 import statistics
-from pathlib import Path
 
 import pytest
 from session_calls import CHEAP_CALLS
@@ -39,14 +38,6 @@ ROUND: list[tuple[str, dict]] = [
     ("check_numerics", {"kernel": "vector_add"}),  # its error histogram, drawn after the reply
     ("microbench", {"kernel": "vector_add", "shapes": [{"N": 64}, {"N": 256}]}),  # a sweep plot
 ]
-
-
-def rss_mb(pid: int) -> float:
-    """A process's resident set, MB (/proc/PID/statm's second field, in pages)."""
-    import resource
-
-    pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
-    return pages * resource.getpagesize() / 2**20
 
 
 def test_a_long_mixed_session_stops_growing(workspace):
@@ -73,13 +64,9 @@ def test_a_long_mixed_session_stops_growing(workspace):
             rid = next(ids)
             server.call(rid, "list_kernels", {})
             assert "result" in server.reply(rid)
-            marks.append((r * len(ROUND), rss_mb(server.proc.pid)))
+            marks.append((r * len(ROUND), server.rss_mb()))
     finally:
-        server.proc.terminate()
-        try:
-            server.proc.wait(timeout=60)
-        except Exception:  # noqa: BLE001 - a server that will not stop is killed
-            server.proc.kill()
+        server.close()
     late = marks[len(marks) // 2 :]
     fit = statistics.linear_regression([c for c, _ in late], [r for _, r in late])
     slope_kb = fit.slope * 1024

@@ -12,12 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
-from starlette.applications import Starlette
+from scripted_http import serving
 from starlette.requests import Request
 from starlette.responses import JSONResponse, StreamingResponse
 from starlette.routing import Route
@@ -69,18 +67,8 @@ async def chat(request: Request):
 
 @pytest.fixture(scope="module")
 def scripted_server():
-    app = Starlette(routes=[Route("/v1/chat/completions", chat, methods=["POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    with serving(Route("/v1/chat/completions", chat, methods=["POST"])) as url:
+        yield url
 
 
 @pytest.mark.anyio

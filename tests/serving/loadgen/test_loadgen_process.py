@@ -11,16 +11,13 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
-import uvicorn
 from conftest import generator_children, process_gone
-from starlette.applications import Starlette
+from scripted_http import serving
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
@@ -60,18 +57,8 @@ async def completions(request: Request):
 
 @pytest.fixture(scope="module")
 def scripted_server():
-    app = Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(5)
+    with serving(Route("/v1/completions", completions, methods=["POST"])) as url:
+        yield url
 
 
 @pytest.mark.anyio
