@@ -31,7 +31,10 @@ import pytest
 from session_calls import CHEAP_CALLS
 from stdio_server import StdioServer
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.serial,
+]  # RSS grows in more allocator steps beside other tests
 
 SLOPE_BOUND_KB_PER_CALL = 20.0
 WARMUP_ROUNDS, ROUNDS = 3, 24

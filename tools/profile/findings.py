@@ -183,9 +183,11 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
 
 def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[Finding]:
     """overlap_undecided, where the threads of either range set waited for a CPU at least as
-    long as they ran: on such a window their overlap (running time) and the GIL witness (a
-    waiter queued for a CPU is not blocked on a futex) measure the host, not the code, so no
-    finding either way would be honest. Empty when the window is not starved or unsampled."""
+    long as they ran and the GIL witness does not rule the GIL out (or there is none): on such a
+    window the running-time overlap measures the host as much as the code, so neither a
+    no_overlap/gil_contention verdict nor silence would be honest. Empty when the window is not
+    starved or unsampled, or when the waiter barely blocked on the GIL or the other side barely
+    held it (the host then explains the low overlap, as before)."""
 
     def shares(threads: list[str]) -> tuple[float, float]:
         tids = [int(t.rsplit("(", 1)[1].rstrip(")")) for t in threads if t.endswith(")")]
@@ -196,13 +198,6 @@ def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) ->
 
     sides = {o.a: shares(o.a_threads), o.b: shares(o.b_threads)}
     starved = {name: rq for name, rq in sides.items() if rq[1] > 0 and rq[1] >= rq[0]}
-    if not starved:
-        return []
-    said = "; ".join(
-        f"`{name}`'s threads waited for a CPU {100 * queued:.0f}% of the window and ran "
-        f"{100 * ran:.0f}%"
-        for name, (ran, queued) in starved.items()
-    )
     worst = max(
         (
             w
@@ -211,6 +206,18 @@ def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) ->
         ),
         key=lambda w: w.fraction,
         default=None,
+    )
+    # a GIL witness that rules the GIL out (the waiter barely blocked, or the other side barely
+    # held it) leaves the host as the reason for the low overlap: nothing to add
+    ruled_out = cont is not None and (
+        worst is None or worst.fraction < GIL_WAIT_FROM or not _held_the_gil(ev, o, worst)
+    )
+    if not starved or ruled_out:
+        return []
+    said = "; ".join(
+        f"`{name}`'s threads waited for a CPU {100 * queued:.0f}% of the window and ran "
+        f"{100 * ran:.0f}%"
+        for name, (ran, queued) in starved.items()
     )
     gil = (
         f"; the GIL witness: {worst.waiter} blocked on a futex {100 * worst.fraction:.0f}% of its "

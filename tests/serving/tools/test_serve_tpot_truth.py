@@ -29,7 +29,7 @@ import pytest
 from conftest import call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # timing agreement: alone on the host
 
 N, IN, OUT = 40, 32, 32
 
