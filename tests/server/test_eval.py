@@ -190,7 +190,9 @@ def test_the_investigator_finds_the_gil_held_behind_the_kv_transfer(serve_policy
             # profile says so (before, it answered no finding at all and "none" followed)
             pytest.xfail(f"every profile window was CPU-starved: {prof['findings']}")
     assert run.grade.correct, (run.grade.notes, run.submission)
-    assert run.submission["thread"] == "prefill-worker" and run.tool_calls in (3, 4, 5)
+    # profile names an engine's threads "engine/prefill-worker"; the grade compares the last part
+    assert run.submission["thread"].rsplit("/", 1)[-1] == "prefill-worker"
+    assert run.tool_calls in (3, 4, 5)
 
 
 @pytest.mark.slow

@@ -132,17 +132,25 @@ async def test_serve_benchmark_tpot_agrees_with_the_engine_and_a_minimal_client(
         )
         await minimal_client(http, model, ["warm-up " * 8] * 4, 4)
         for i in range(2):  # alternating: load generator, minimal client, twice
-            engine, bench = await engine_means_ms(
-                http,
-                lambda i=i: call(
-                    c,
-                    "serve_benchmark",
-                    handle=eng["handle"],
-                    workload=workload | {"seed": 10 + i},
-                    repeats=1,
-                    time_budget_s=3000,
-                ),
-            )
+            # a repeat the host read late is measured again (repeat_remeasured): the scrapes
+            # around that call then hold two measurements and the kept one's numbers cannot be
+            # compared with them; such a call is made again (3 tries)
+            for attempt in range(3):
+                engine, bench = await engine_means_ms(
+                    http,
+                    lambda i=i, attempt=attempt: call(
+                        c,
+                        "serve_benchmark",
+                        handle=eng["handle"],
+                        workload=workload | {"seed": 10 + i + 100 * attempt},
+                        repeats=1,
+                        time_budget_s=3000,
+                    ),
+                )
+                if not bench["remeasured"]:
+                    break
+            else:
+                pytest.skip("the host read a repeat late in 3 calls running: no clean witness")
             m = bench["metrics"]
             assert (m["completed"], m["failed"]) == (N, 0)
             rows.append(("loadgen", m["tpot_mean"], m["ttft_mean"], engine))
