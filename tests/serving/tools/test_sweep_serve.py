@@ -65,7 +65,15 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
     assert [ch["id"] for ch in children] == out["trials"]
     tools = Counter(ch["tool"] for ch in children)
     steps = [s for cfg in out["configs"] for s in cfg["steps"]]
-    assert tools == {"launch_serve": 4, "stop_serve": 4, "serve_benchmark": len(steps)}
+    # a step the host starved is measured again: its first benchmark is a child too, named in
+    # the step's set_aside (a fresh clone's xdist pass: 9 benchmarks for 8 steps)
+    set_aside = [i for s in steps for i in s["set_aside"]]
+    assert tools == {
+        "launch_serve": 4,
+        "stop_serve": 4,
+        "serve_benchmark": len(steps) + len(set_aside),
+    }
+    assert set(set_aside) <= {ch["id"] for ch in children if ch["tool"] == "serve_benchmark"}
 
     # the numbers are the serve_benchmark children's own, read from the ledger
     for cfg in out["configs"]:
