@@ -14,6 +14,7 @@ from conftest import call, generator_children
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 from infra_agent.tools.serve_benchmark import engine_truth
+from infra_agent.tools.serve_benchmark.jobs import remeasure_limit
 from infra_agent.tools.serve_benchmark.schema import RepeatMetrics
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]  # they plant and measure late reads
@@ -78,114 +79,166 @@ async def test_fresh_prompts_per_repeat_and_cache_warm_repeats(serve_client):
     await call(c, "stop_serve", handle=eng["handle"])
 
 
-def _stall_the_client_during(prefix: str, stall_s: float):
+class _StalledClient:
     """A progress callback that stops the load generator for stall_s at every request finished
-    while its message starts with `prefix`, so it reads the engine's output late, as a starved
-    client would. The generator is a process of its own, a child of the in-process server: it is
-    stopped (SIGSTOP) and this process's loop, which relays its progress, blocks meanwhile."""
-    seen: list[str] = []
+    in a run whose messages `matches`, so it reads the engine's output late, as a starved client
+    would. The generator is a process of its own, a child of the in-process server: it is stopped
+    (SIGSTOP) and this process's loop, which relays its progress, blocks meanwhile.
 
-    async def on_progress(progress, total, message):
-        seen.append(message or "")
-        if (message or "").startswith(prefix):
-            _stop_the_generator(stall_s)
+    Progress reaches this callback late (each stall holds the messages behind it), so a run's
+    last messages can arrive while the next run, maybe the other side's, is under way: only the
+    generator that was running when its run's first message arrived is stopped (CI once saw the
+    other side's repeats stalled, and a planted run whose stalls mostly fell after it)."""
 
-    return on_progress, seen
+    def __init__(self, matches, stall_s: float = 0.08):
+        self.matches, self.stall_s = matches, stall_s
+        self.seen: list[str] = []
+        self.stopped_s: dict[str, float] = {}  # a run's label -> how long its generator was stopped
+        self._label, self._pinned = "", set[int]()
+
+    async def __call__(self, progress, total, message) -> None:
+        message = message or ""
+        self.seen.append(message)
+        if not self.matches(message):
+            return
+        label = message.split(":", 1)[0]
+        if label != self._label:
+            self._label, self._pinned = label, set(generator_children(os.getpid()))
+        running = self._pinned & set(generator_children(os.getpid()))
+        if running:
+            self.stopped_s[label] = self.stopped_s.get(label, 0.0) + _stop(running, self.stall_s)
 
 
-def _stop_the_generator(stall_s: float) -> None:
-    stopped = generator_children(os.getpid())
-    for pid in stopped:
+def _stop(pids: set[int], stall_s: float) -> float:
+    """Stop the processes for stall_s; how long they were stopped, s."""
+    start = time.monotonic()
+    for pid in pids:
         os.kill(pid, signal.SIGSTOP)
     try:
         time.sleep(stall_s)
     finally:
-        for pid in stopped:
+        for pid in pids:
             os.kill(pid, signal.SIGCONT)
+    return time.monotonic() - start
 
 
-def _the_planted_repeat_was_measured_again_and_agreed(out: dict) -> bool:
-    """Whether the stalled baseline repeat 2 was measured again and the new measurement agreed
-    with the engine. A 2-core host under other load starves the load generator now and then (CI:
-    34% of a run; idle here, 1 run in 3 at 4 in flight): with a second repeat late the harness
-    rightly measures none again (the setup, not a moment), and a re-measurement read late too is
-    kept out. Either is the host, and the test tries another seed."""
-    return any(
-        (r["side"], r["repeat"], r["agreed"]) == ("baseline", 2, True) for r in out["remeasured"]
-    )
+def _measured_again_and_agreed(out: dict, side: str, repeat: int) -> bool:
+    """Whether the planted repeat was measured again, alone on its side, and the new measurement
+    agreed with the engine."""
+    again = [r for r in out["remeasured"] if r["side"] == side]
+    return [(r["repeat"], r["agreed"]) for r in again] == [(repeat, True)]
+
+
+def _the_host_read_late_too(out: dict, side: str, repeat: int) -> str:
+    """The honest answer when the host, not only the planted stall, read measurements late (a
+    2-core host under other load starves the load generator now and then: CI saw 34% of a run;
+    two CPU hogs here, every seed): either more of the side's repeats disagreed with the engine
+    than may be measured again (the setup, not a moment: nothing is), or the new measurement was
+    read late too and the first kept its place, said in a finding. Asserted; returns why."""
+    whose = {"baseline": "the baseline's", "this engine": "this engine's"}[side]
+    repeats = out["baseline_repeats"] if side == "baseline" else out["repeats"]
+    late = [i for i, r in enumerate(repeats) if engine_truth.disagreement(RepeatMetrics(**r))]
+    again = [r for r in out["remeasured"] if r["side"] == side]
+    if not again:
+        assert len(late) > remeasure_limit(len(repeats)), (late, out["findings"])
+        return f"{len(late)} of {whose} {len(repeats)} repeats disagreed: nothing measured again"
+    (planted,) = [r for r in again if r["repeat"] == repeat]
+    if not planted["agreed"]:
+        assert any(
+            f.startswith(f"repeat_remeasured: {whose} repeat {repeat}") and "disagreed again" in f
+            for f in out["findings"]
+        ), out["findings"]
+        return f"{whose} repeat {repeat} was read late again when measured again"
+    assert len(again) > 1, again  # another repeat, read late by the host, was measured again too
+    return f"{whose} repeats {[r['repeat'] for r in again]} were measured again"
 
 
 @pytest.mark.anyio
-async def test_a_repeat_the_client_read_late_is_measured_again_and_a_stalled_side_is_named(
-    serve_client,
-):
+async def test_a_repeat_the_client_read_late_is_measured_again(serve_client):
     """CI once failed an attribution on vLLM because one of the baseline's three repeats was read
     in a burst (client TTFT 128 ms against the engine's ~15 ms): its interval swallowed a 10x
-    queue change. A repeat the client read late is measured again; a side read late throughout
-    is named, the baseline's too."""
+    queue change. A repeat the client read late is measured again."""
     c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     args = {"handle": eng["handle"], "baseline_handle": eng["handle"], "repeats": 3}
     for seed in (4, 6, 8):  # again when the host, not the stall, read another measurement late
-        on_progress, seen = _stall_the_client_during("repeat 2/3 (baseline):", 0.08)
+        stalled = _StalledClient(lambda m: m.startswith("repeat 2/3 (baseline):"))
         result = await c.call_tool(
             "serve_benchmark",
             args | {"workload": WORKLOAD | {"seed": seed, "output_len": 8}},
-            progress_callback=on_progress,
+            progress_callback=stalled,
         )
         assert not result.is_error, result.content
         out = result.structured_content
-        if _the_planted_repeat_was_measured_again_and_agreed(out):
+        if _measured_again_and_agreed(out, "baseline", 2):
             break
-    # (a repeat of the host's own may be measured again too: only the planted one must be)
-    (again,) = [r for r in out["remeasured"] if (r["side"], r["repeat"]) == ("baseline", 2)]
-    assert again["agreed"], again
-    late = again["set_aside"]  # the stalled measurement: the client's TTFT far above the engine's
-    assert (
-        late["latencies_ms"]["ttft"]["median"] > late["phases_ms"]["engine_ttft_p50_high_ms"] + 40
-    ), late
-    assert any(m.startswith("repeat 2/3 (baseline) again:") for m in seen), seen
+    else:
+        pytest.xfail(_the_host_read_late_too(out, "baseline", 2))
+    (again,) = out["remeasured"]
+    # the measurement set aside is the stalled one: its generator was stopped, and the client's
+    # own clock shows it (the slowest request waited out a stall the kept measurement did not)
+    assert stalled.stopped_s["repeat 2/3 (baseline)"] >= 0.08, stalled.stopped_s
+    late, kept = again["set_aside"], out["baseline_repeats"][1]
+    assert late["latencies_ms"]["e2el"]["p99"] > kept["latencies_ms"]["e2el"]["p99"] + 40, (
+        late,
+        kept,
+    )
+    assert any(m.startswith("repeat 2/3 (baseline) again:") for m in stalled.seen), stalled.seen
     assert any(
         f.startswith("repeat_remeasured: the baseline's repeat 2") and "it agreed" in f
         for f in out["findings"]
     ), out["findings"]
-    kept = out["baseline_repeats"][1]  # the new measurement agrees with the engine, and sent
+    # the new measurement agrees with the engine, and sent prompts no earlier repeat had
     assert engine_truth.disagreement(RepeatMetrics(**kept)) is None, kept
-    assert kept["phases_ms"]["prefix_cache_hit_rate"] < 0.1  # prompts no earlier repeat had
+    assert kept["phases_ms"]["prefix_cache_hit_rate"] < 0.1
+    await call(c, "stop_serve", handle=eng["handle"])
 
-    # every baseline repeat read late: the setup, not a moment; nothing is measured again and the
-    # finding names the baseline's side
-    async def baseline_only(progress, total, message):
-        if "(baseline)" in (message or ""):
-            _stop_the_generator(0.08)
 
+@pytest.mark.anyio
+async def test_a_side_read_late_throughout_is_named(serve_client):
+    """Every baseline repeat read late: the setup, not a moment; nothing is measured again and
+    the findings name the baseline's side."""
+    c = serve_client
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     result = await c.call_tool(
         "serve_benchmark",
-        args | {"workload": WORKLOAD | {"seed": 5, "output_len": 8}},
-        progress_callback=baseline_only,
+        {"handle": eng["handle"], "baseline_handle": eng["handle"], "repeats": 3}
+        | {"workload": WORKLOAD | {"seed": 5, "output_len": 8}},
+        progress_callback=_StalledClient(lambda m: "(baseline)" in m),
     )
     out = result.structured_content
     assert not [r for r in out["remeasured"] if r["side"] == "baseline"], out["remeasured"]
-    gaps = [f for f in out["findings"] if f.startswith("client_engine_gap")]
-    assert gaps and all(f.startswith("client_engine_gap: on the baseline engine,") for f in gaps), (
-        out["findings"]
-    )
+    named = [
+        f for f in out["findings"] if f.startswith("client_engine_gap: on the baseline engine")
+    ]
+    assert named, out["findings"]
+    others = [f for f in out["findings"] if f.startswith("client_engine_gap:") and f not in named]
+    if others:  # the host read this engine's repeats late too: said, from its own numbers
+        late = [r for r in out["repeats"] if engine_truth.disagreement(RepeatMetrics(**r))]
+        assert late, (others, out["repeats"])
+    await call(c, "stop_serve", handle=eng["handle"])
 
-    # a cache-warm run (reuse_prompts) whose first, cold repeat was read late: measured again, it
-    # is as cold as the first measurement was (CI once kept a re-measurement that found the first
-    # one's prompts in the cache: hit rate 0.67 where the first repeat's is ~0)
+
+@pytest.mark.anyio
+async def test_a_cold_repeat_measured_again_is_cold(serve_client):
+    """A cache-warm run (reuse_prompts) whose first, cold repeat was read late: measured again, it
+    is as cold as the first measurement was (CI once kept a re-measurement that found the first
+    one's prompts in the cache: hit rate 0.67 where the first repeat's is ~0)."""
+    c = serve_client
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     for seed in (7, 9):
-        on_progress, _ = _stall_the_client_during("repeat 1/3:", 0.08)
         result = await c.call_tool(
             "serve_benchmark",
             {"handle": eng["handle"], "repeats": 3}
             | {"workload": WORKLOAD | {"seed": seed, "output_len": 8, "reuse_prompts": True}},
-            progress_callback=on_progress,
+            progress_callback=_StalledClient(lambda m: m.startswith("repeat 1/3:")),
         )
         assert not result.is_error, result.content
         out = result.structured_content
         if [r["repeat"] for r in out["remeasured"]] == [1]:
-            break  # (a second repeat the host read late, and nothing is measured again)
+            break  # (kept or not: either way the re-measurement must have been cold)
+    else:
+        pytest.xfail(_the_host_read_late_too(out, "this engine", 1))
     (again,) = out["remeasured"]
     assert again["repeat"] == 1, again
     rates = out["prefix_cache_hit_rates"]  # whichever measurement was kept, it was cold
