@@ -137,6 +137,8 @@ def supports_claim(
         return _recompute_support(result)
     if tool == "profile" and claim.cause == Cause.gil_held:
         return _gil_support(result, claim.thread)
+    if tool == "microbench" and claim.cause == Cause.slow_kernel:
+        return _slower_support(result)
     if tool == "compile_kernel":
         cannot = [n for n in result.get("notes", []) if "cannot launch" in n]
         if claim.cause == Cause.unlaunchable_config:
@@ -144,6 +146,20 @@ def supports_claim(
         if claim.cause == Cause.none:
             return not cannot, "launchable on the target" if not cannot else cannot[0]
     return False, f"a {tool} answer does not bear on {claim.cause.value}"
+
+
+def _slower_support(result: dict) -> tuple[bool, str]:
+    """A microbench of the claimed impl against another that found it slower: every shape's
+    interleaved pairs, the 95% CI of the time ratio above 1."""
+    if not any(shape.get("baseline") for shape in result.get("shapes") or []):
+        return False, "a microbench without a baseline compares nothing"
+    ratios = ", ".join(
+        f"{shape['ratio']:.3g}x"
+        for shape in result.get("shapes") or []
+        if shape.get("ratio") is not None
+    )
+    ok = result.get("verdict") == "slower"
+    return ok, f"microbench verdict {result.get('verdict')} against its baseline ({ratios})"
 
 
 def _numerics_support(result: dict, cause: Cause) -> tuple[bool, str]:
@@ -270,6 +286,7 @@ SERVING_PHASES = {  # the phases each cause moves first (None: read off the pref
     Cause.queueing_max_num_seqs: ("queue",),
     Cause.small_token_budget: ("queue", "prefill"),
     Cause.prefix_caching_off: None,
+    Cause.slow_kernel: ("prefill", "decode"),  # a hot op in every step
 }
 
 

@@ -10,6 +10,9 @@ families a second key that does not matter to this traffic (a decoy):
                      is cut into many steps, and waiting requests get no budget (queue, prefill)
     prefix_caching   enable_prefix_caching off under shared-prefix traffic: every request
                      prefills the shared prefix again (the prefix-cache hit rate drops to 0)
+    slow_kernel      kernels {"rmsnorm": <fast impl>} -> {"rmsnorm": <slow impl>}: the engine's
+                     hot op (every layer's norms, every step) runs the workspace's
+                     kernels/rmsnorm impl that loops over rows one at a time (prefill, decode)
     control_config   a change this traffic cannot feel (max_num_seqs still above the requests
                      in flight, a token budget above every step's tokens, a model length above
                      every request's): nothing is wrong
@@ -17,6 +20,9 @@ families a second key that does not matter to this traffic (a decoy):
 A seed draws the values (the planted key's, the decoy, the traffic's sizes), so variants exist
 beyond these. The workspace holds the configs as files too (serve/yesterday.json,
 serve/today.json, serve/traffic.json), as a user's repository would; the question quotes them.
+The slow_kernel family's workspace also holds the kernel its engine runs (kernels/rmsnorm/: a
+spec at the engine's shapes, the reference, and both impls in plain torch), so the kernel
+tools can time the impls the engine ran.
 """
 
 from __future__ import annotations
@@ -108,6 +114,93 @@ def _prefix_caching(rng: random.Random) -> dict:
     }
 
 
+RMSNORM_SPEC = """
+from infra_agent.kernels.schema import Arg, KernelSpec, Tolerance
+
+SPEC = KernelSpec(
+    name="rmsnorm",
+    description="y = x / sqrt(mean(x^2, -1) + eps) * weight: the serving engine's norm, before "
+    "every layer's attention and MLP and before the logits (engine launch_serve kernels=)",
+    reference="reference.py:rmsnorm",
+    impls={"@FAST@": "rmsnorm_impls.py:@FAST@", "@SLOW@": "rmsnorm_impls.py:@SLOW@"},
+    args=(Arg("x", ("M", "N")), Arg("weight", ("N",), distribution="positive")),
+    # the engine's: M rows a prefill step and a decode step hand it, N the model's hidden size
+    shapes={"cpu": (@SHAPES@), "gpu": ({"M": 4096, "N": 4096},)},
+    dtypes=("float32",),
+    flops=lambda s: 4 * s["M"] * s["N"] + s["M"],
+    bytes=lambda s, itemsize: (2 * s["M"] * s["N"] + s["N"]) * itemsize,
+    tolerances={"float32": Tolerance(rel_l2=1e-5, why="fp32 sum of N squares")},
+)
+"""
+
+RMSNORM_REFERENCE = """
+import torch
+
+EPS = 1e-6  # the model's rms_norm_eps
+
+
+def rmsnorm(x, weight):  # [M, N], [N] -> [M, N]
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * weight
+"""
+
+RMSNORM_IMPLS = """
+import torch
+from reference import EPS
+
+
+def @FAST@(x, weight):  # [M, N], [N] -> [M, N]: every row at once
+    return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * weight
+
+
+def @SLOW@(x, weight):  # [M, N], [N] -> [M, N]: one row at a time, as one program per row reads
+    out = torch.empty_like(x)
+    for m in range(x.shape[0]):
+        row = x[m]
+        out[m] = row * torch.rsqrt(row.pow(2).mean() + EPS) * weight
+    return out
+"""
+
+
+def _slow_kernel(rng: random.Random) -> dict:
+    fast = rng.choice(("fused", "vectorized", "batched"))
+    slow = rng.choice(("rowwise", "per_row", "row_loop"))
+    yesterday = _yesterday(rng) | {"kernels": {"rmsnorm": fast}}
+    today = dict(yesterday, kernels={"rmsnorm": slow})
+    _decoy(rng, today)
+    traffic = _burst(rng, rng.choice((32, 48)), rng.choice((8, 12)))
+    return {
+        "config_key": "kernels",
+        "kernel": {
+            "name": "rmsnorm",
+            "fast": fast,
+            "slow": slow,
+            "shapes": [  # a prefill step's rows (every prompt at once) and a decode step's
+                {"M": traffic["num_requests"] * traffic["input_len"], "N": 64},
+                {"M": traffic["num_requests"], "N": 64},
+            ],
+        },
+        "yesterday": yesterday,
+        "today": today,
+        "traffic": traffic,
+    }
+
+
+def _write_kernel(kernel: dict, folder: Path) -> None:
+    """kernels/<name>/ as the engine and the kernel tools read it."""
+    folder.mkdir(parents=True)
+    subs = {
+        "@FAST@": kernel["fast"],
+        "@SLOW@": kernel["slow"],
+        "@SHAPES@": ", ".join(repr(s) for s in kernel["shapes"]) + ",",
+    }
+    files = {"spec.py": RMSNORM_SPEC, "reference.py": RMSNORM_REFERENCE}
+    files["rmsnorm_impls.py"] = RMSNORM_IMPLS
+    for name, template in files.items():
+        for key, value in subs.items():
+            template = template.replace(key, value)
+        (folder / name).write_text(template.lstrip())
+
+
 def _control(rng: random.Random) -> dict:
     traffic = _burst(rng, rng.choice((24, 32)), rng.choice((12, 16)))
     assert traffic["num_requests"] * traffic["input_len"] <= BUDGETS[0]  # a step's, at most
@@ -143,6 +236,12 @@ traffic: {traffic}
 """
 
 
+KERNELS_NOTE = """\
+The engine's kernels= arg picks, per hot op, an impl of the workspace's kernel of that name \
+(kernels/<op>/spec.py lists them).
+"""
+
+
 @dataclass(frozen=True)
 class ServingFamily:
     """One kind of serving task: `draw` picks a variant and its truth, `build` writes its
@@ -154,13 +253,22 @@ class ServingFamily:
     def draw(self, rng: random.Random) -> tuple[dict, Truth]:
         params = self.variant(rng)
         params["checkpoint_seed"] = rng.randrange(1000)
-        key = None if self.cause == Cause.none else params["config_key"]
-        return params, Truth(cause=self.cause, location=Location(config_key=key))
+        if self.cause == Cause.none:
+            return params, Truth(cause=self.cause, location=Location())
+        where = Location(config_key=params["config_key"])
+        if "kernel" in params:  # the kernel today's config switched to, and its slow impl
+            where = where.model_copy(
+                update={"kernel": params["kernel"]["name"], "impl": params["kernel"]["slow"]}
+            )
+        return params, Truth(cause=self.cause, location=where)
 
     def question(self, params: dict) -> str:
-        return QUESTION.format(
+        text = QUESTION.format(
             **{k: json.dumps(params[k]) for k in ("yesterday", "today", "traffic")}
         )
+        if "kernel" in params:
+            text += KERNELS_NOTE
+        return text
 
     def build(self, params: dict, root: Path) -> Path:
         try:
@@ -183,6 +291,8 @@ class ServingFamily:
         serve.mkdir()
         for name in ("yesterday", "today", "traffic"):
             (serve / f"{name}.json").write_text(json.dumps(params[name], indent=2) + "\n")
+        if "kernel" in params:
+            _write_kernel(params["kernel"], root / "kernels" / params["kernel"]["name"])
         return root
 
 
@@ -190,5 +300,6 @@ FAMILIES: dict[str, ServingFamily] = {
     "max_num_seqs": ServingFamily(Cause.queueing_max_num_seqs, _max_num_seqs),
     "token_budget": ServingFamily(Cause.small_token_budget, _token_budget),
     "prefix_caching": ServingFamily(Cause.prefix_caching_off, _prefix_caching),
+    "slow_kernel": ServingFamily(Cause.slow_kernel, _slow_kernel),
     "control_config": ServingFamily(Cause.none, _control),
 }

@@ -6,7 +6,9 @@ conversation (the task's question, the tools' answers so far) and decide the nex
                      two impls' compiles execute very different work per output element,
                      compiles the heavier against the lighter. Serving tasks: launches
                      yesterday's and today's config and benchmarks today's against yesterday's
-                     (serve_benchmark baseline_handle=, the user's traffic). Asked about a
+                     (serve_benchmark baseline_handle=, the user's traffic); where today's
+                     config switched a hot op's kernel impl and TTFT regressed, microbenches
+                     today's impl against yesterday's. Asked about a
                      deployment: launches it as the question gives it and profiles the overlap
                      the question expects
     Guesser          submits a cause drawn at random, without calling a tool to look
@@ -252,18 +254,57 @@ class Investigator:
         if isinstance(bench, str):
             return answer(f"the benchmark failed: {bench}")
         changed = sorted(k for k in {*yesterday, *today} if yesterday.get(k) != today.get(k))
-        return tool_turn(("submit_diagnosis", self.diagnose_serving(bench, changed)))
+        # a hot op switched to another impl, and a regression: time today's impl against
+        # yesterday's at the kernel's own shapes (the cheap, local check), once
+        switched = self.switched_ops(yesterday, today)
+        if switched and self.regressed_phases(bench) is not None and not talk.ran("microbench"):
+            op, before, after = switched[0]
+            return tool_turn(("microbench", {"kernel": op, "impl": after, "baseline": before}))
+        timed = [(a, r) for a, r in talk.ran("microbench") if isinstance(r, dict)]
+        return tool_turn(("submit_diagnosis", self.diagnose_serving(bench, changed, timed)))
 
-    def diagnose_serving(self, bench: dict, changed: list[str]) -> dict:
-        """Regression or not: the criterion's verdict, or the attribution's TTFT line naming a
-        phase (TTFT beyond noise) after a rise of 20% or more; then whether the prefix-cache hit
-        rate fell or which phase was named, and which changed key governs that."""
-        cite = {"experiment_ids": [bench["experiment_id"]]}
-        suspects = [k for k in changed if k in KEY_CAUSE]
+    @staticmethod
+    def switched_ops(yesterday: dict, today: dict) -> list[tuple[str, str, str]]:
+        """(op, yesterday's impl, today's impl) for each hot op the kernels= arg switched."""
+        before, after = yesterday.get("kernels") or {}, today.get("kernels") or {}
+        return [
+            (op, before.get(op, "reference"), impl)
+            for op, impl in sorted(after.items())
+            if before.get(op, "reference") != impl
+        ]
+
+    @staticmethod
+    def regressed_phases(bench: dict) -> set[str] | None:
+        """None without a regression (the criterion's verdict not contradicted and no
+        attribution line of a TTFT rise of 20% or more); else the phases those lines named."""
         named = [m for f in bench["findings"] if (m := TTFT_NAMED.match(f))]
         phases = {m.group(2) for m in named if int(m.group(1)) >= REGRESSION_PCT}
         if bench["criteria"]["answer"] != "contradicted" and not phases:
+            return None
+        return phases
+
+    def diagnose_serving(
+        self, bench: dict, changed: list[str], timed: list[tuple[dict, dict]]
+    ) -> dict:
+        """Regression or not: the criterion's verdict, or the attribution's TTFT line naming a
+        phase (TTFT beyond noise) after a rise of 20% or more; then a switched kernel impl a
+        microbench found slower, whether the prefix-cache hit rate fell, or which phase was
+        named, and which changed key governs that."""
+        cite = {"experiment_ids": [bench["experiment_id"]]}
+        suspects = [k for k in changed if k in KEY_CAUSE]
+        phases = self.regressed_phases(bench)
+        if phases is None:
             return self.nothing_found(changed, cite)  # within 1.2x, within noise, or undecided
+        slower = [(a, r) for a, r in timed if r["verdict"] == "slower"]
+        if slower:  # today's impl of a hot op, timed against yesterday's: slower
+            a, r = slower[0]
+            return {
+                "cause": "slow_kernel",
+                "config_key": "kernels",
+                "kernel": a["kernel"],
+                "impl": a["impl"],
+                "experiment_ids": [r["experiment_id"], bench["experiment_id"]],
+            }
         hit = bench["metrics"].get("prefix_cache_hit_rate")
         base_hit = (bench["baseline_metrics"] or {}).get("prefix_cache_hit_rate")
         if hit is not None and base_hit is not None and base_hit - hit > CACHE_DROP:

@@ -212,7 +212,8 @@ def test_the_investigator_finds_each_planted_serving_problem_and_clears_the_cont
 ):
     """Yesterday's and today's config launched, today's benchmarked against yesterday's with the
     user's traffic (baseline_handle=, alternating repeats): the investigator submits what the
-    criterion's verdict, the attribution's phase and the prefix-cache hit rates say."""
+    criterion's verdict, the attribution's phase and the prefix-cache hit rates say, and where
+    today's config switched a hot op's kernel impl, what a microbench of the two impls says."""
     model = serve_policy(Investigator())
     serving = [t for t in generate_tasks(0) if t.category == "serving"]
     results = _eval(model, tmp_path, [t.id for t in serving])
@@ -223,8 +224,11 @@ def test_the_investigator_finds_each_planted_serving_problem_and_clears_the_cont
     wrong = {r.task_id: r.grade.notes for r in results.runs if not r.grade.correct}
     assert not wrong, wrong
     assert results.per_category["serving"].num_runs == len(serving) >= 4
-    # 2 launches, 1 benchmark, 1 submission; the cited benchmark is the one that shows it
-    assert [r.tool_calls for r in results.runs] == [4] * len(serving)
+    # 2 launches, 1 benchmark, 1 submission (and for the kernel switched, 1 microbench); every
+    # cited experiment shows what the submission claims
+    assert [r.tool_calls for r in results.runs] == [
+        5 if r.task_id == "serving.slow_kernel" else 4 for r in results.runs
+    ]
     assert all(c.exists and c.supports for r in results.runs for c in r.grade.citations)
 
 

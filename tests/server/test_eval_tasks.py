@@ -296,7 +296,13 @@ def _changed(task) -> set[str]:
 
 def test_serving_tasks_quote_two_configs_that_differ_where_the_truth_says():
     tasks = {seed: {t.family: t for t in serving_tasks(seed)} for seed in range(6)}
-    assert set(tasks[0]) == {"max_num_seqs", "token_budget", "prefix_caching", "control_config"}
+    assert set(tasks[0]) == {
+        "max_num_seqs",
+        "token_budget",
+        "prefix_caching",
+        "slow_kernel",
+        "control_config",
+    }
     decoys = {key for key, _ in DECOYS}
     for by_family in tasks.values():
         for task in by_family.values():
@@ -349,6 +355,39 @@ def test_every_serving_task_builds_a_checkpoint_and_its_configs(tmp_path):
         for name in ("yesterday", "today"):  # launch_serve takes them as they are
             EngineArgs.model_validate(task.params[name])
         Workload.model_validate(traffic)
+
+
+def test_the_slow_kernel_task_ships_the_kernel_its_engine_runs_at_the_engines_shapes(tmp_path):
+    """Both impls compute the norm the model's reference does (the fault is speed alone); the
+    engine resolves today's and yesterday's kernels= to them; the spec's shapes are the rows a
+    prefill step (every prompt at once) and a decode step hand the op."""
+    import torch
+
+    from infra_agent.serving.engine.ops import KernelOps
+
+    for seed in range(3):
+        task = _serving_task("slow_kernel", seed)
+        root = task.build_workspace(tmp_path / str(seed))
+        kernel = task.params["kernel"]
+        spec = load_workspace(str(root)).kernels["rmsnorm"].spec
+        assert set(spec.impls) == {kernel["fast"], kernel["slow"]}
+        traffic = task.params["traffic"]
+        assert spec.shapes["cpu"] == (
+            {"M": traffic["num_requests"] * traffic["input_len"], "N": 64},
+            {"M": traffic["num_requests"], "N": 64},
+        )
+        assert task.truth.location.model_dump(exclude_none=True) == {
+            "config_key": "kernels",
+            "kernel": "rmsnorm",
+            "impl": kernel["slow"],
+        }
+        x, w = torch.randn(37, 64), torch.rand(64) + 0.5
+        want = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        for name in ("yesterday", "today"):
+            ops = KernelOps(task.params[name]["kernels"], torch.device("cpu"), str(root), 1e-6)
+            impl = task.params[name]["kernels"]["rmsnorm"]
+            assert ops.choices["rmsnorm"] == f"rmsnorm:{impl}"
+            torch.testing.assert_close(ops.rmsnorm(x, w), want)
 
 
 # ---- grading serving claims, on ledger rows as the server records them ------------------------
@@ -458,6 +497,54 @@ def test_prefix_caching_off_is_shown_by_the_hit_rate_falling_with_the_regression
     assert grade(task, claim, _bench_rows(task, slow, base, 0.05, hit=(0.0, 0.8))).correct
     warm_both = grade(task, claim, _bench_rows(task, slow, base, 0.05, hit=(0.8, 0.8)))
     assert not warm_both.evidence_ok and "hit rate 0.8 -> 0.8" in warm_both.notes[-1]
+
+
+def _microbench(eid, impl, baseline, verdict, ratio):
+    return {
+        "id": eid,
+        "tool": "microbench",
+        "status": "ok",
+        "kernel": "rmsnorm",
+        "arguments": {"kernel": "rmsnorm", "impl": impl, "baseline": baseline},
+        "result": {
+            "verdict": verdict,
+            "shapes": [{"ratio": ratio, "verdict": verdict, "baseline": {"median_ms": 0.1}}],
+        },
+    }
+
+
+def test_a_slow_kernel_claim_rests_on_a_microbench_that_found_todays_impl_slower():
+    task = _serving_task("slow_kernel")
+    slow, fast = task.params["kernel"]["slow"], task.params["kernel"]["fast"]
+    claim = Submission(
+        cause=Cause.slow_kernel,
+        config_key="kernels",
+        kernel="rmsnorm",
+        impl=slow,
+        experiment_ids=["m1"],
+    )
+    ledger = {"m1": _microbench("m1", slow, fast, "slower", 141.0)}
+    g = grade(task, claim, ledger)
+    assert g.correct and g.localized, g.notes
+    assert "141x" in g.citations[0].why
+    # faster or undecided shows nothing slow; nor does a timing of another impl, or of one alone
+    for verdict in ("faster", "inconclusive"):
+        assert not grade(
+            task, claim, {"m1": _microbench("m1", slow, fast, verdict, 1.0)}
+        ).evidence_ok
+    other = grade(task, claim, {"m1": _microbench("m1", fast, slow, "slower", 1.3)})
+    assert not other.evidence_ok and f"impl {fast}" in other.notes[-1]
+    alone = _microbench("m1", slow, None, "measured", None)
+    alone["result"]["shapes"][0]["baseline"] = None
+    assert "without a baseline" in grade(task, claim, {"m1": alone}).notes[-1]
+    # the right evidence, the wrong place: the decoy key, or the fast impl
+    (decoy,) = _changed(task) - {"kernels"}
+    assert not grade(task, claim.model_copy(update={"config_key": decoy}), ledger).localized
+    assert not grade(task, claim.model_copy(update={"impl": fast}), ledger).correct
+    # a serve_benchmark whose attribution names a step phase supports it too
+    base = {"ttft_p50": 40.0, "tpot_p50": 5.0, **QUEUE}
+    rows = _bench_rows(task, {**base, "ttft_p50": 90.0, "prefill_ms": 70.0}, base, spread=0.05)
+    assert grade(task, claim.model_copy(update={"experiment_ids": ["b1"]}), rows).evidence_ok
 
 
 # ---- the episodes' evidence -----------------------------------------------------------------------
