@@ -39,6 +39,7 @@ CHECKPOINT = "tiny"
 # the tiny checkpoint's shape (tests/serving/tools/serve_helpers.py builds the same defaults);
 # room for the shared-prefix prompts (prefix + suffix + output tokens)
 MAX_POSITIONS = 512
+HIDDEN = 64  # its hidden size (build_tiny_checkpoint's default): the norm's row length
 BUDGETS = (512, 1024, 2048)  # yesterday's max_num_batched_tokens: any fits the traffic
 # Changes no traffic of these families can feel: its requests fit any of these.
 DECOYS = (
@@ -175,8 +176,8 @@ def _slow_kernel(rng: random.Random) -> dict:
             "fast": fast,
             "slow": slow,
             "shapes": [  # a prefill step's rows (every prompt at once) and a decode step's
-                {"M": traffic["num_requests"] * traffic["input_len"], "N": 64},
-                {"M": traffic["num_requests"], "N": 64},
+                {"M": traffic["num_requests"] * traffic["input_len"], "N": HIDDEN},
+                {"M": traffic["num_requests"], "N": HIDDEN},
             ],
         },
         "yesterday": yesterday,
@@ -193,8 +194,11 @@ def _write_kernel(kernel: dict, folder: Path) -> None:
         "@SLOW@": kernel["slow"],
         "@SHAPES@": ", ".join(repr(s) for s in kernel["shapes"]) + ",",
     }
-    files = {"spec.py": RMSNORM_SPEC, "reference.py": RMSNORM_REFERENCE}
-    files["rmsnorm_impls.py"] = RMSNORM_IMPLS
+    files = {
+        "spec.py": RMSNORM_SPEC,
+        "reference.py": RMSNORM_REFERENCE,
+        "rmsnorm_impls.py": RMSNORM_IMPLS,
+    }
     for name, template in files.items():
         for key, value in subs.items():
             template = template.replace(key, value)
@@ -255,11 +259,10 @@ class ServingFamily:
         params["checkpoint_seed"] = rng.randrange(1000)
         if self.cause == Cause.none:
             return params, Truth(cause=self.cause, location=Location())
-        where = Location(config_key=params["config_key"])
-        if "kernel" in params:  # the kernel today's config switched to, and its slow impl
-            where = where.model_copy(
-                update={"kernel": params["kernel"]["name"], "impl": params["kernel"]["slow"]}
-            )
+        kernel = params.get("kernel") or {}  # the kernel today's config switched, its slow impl
+        where = Location(
+            config_key=params["config_key"], kernel=kernel.get("name"), impl=kernel.get("slow")
+        )
         return params, Truth(cause=self.cause, location=where)
 
     def question(self, params: dict) -> str:

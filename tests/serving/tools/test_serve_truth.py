@@ -174,7 +174,8 @@ async def test_a_repeat_the_client_read_late_is_measured_again(serve_client):
             break
     else:
         pytest.xfail(_the_host_read_late_too(out, "baseline", 2))
-    (again,) = out["remeasured"]
+    # (a repeat of this engine's, read late by the host, may be measured again too)
+    (again,) = [r for r in out["remeasured"] if r["side"] == "baseline"]
     # the measurement set aside is the stalled one: its generator was stopped, and the client's
     # own clock shows it (the slowest request waited out a stall the kept measurement did not)
     assert stalled.stopped_s["repeat 2/3 (baseline)"] >= 0.08, stalled.stopped_s
