@@ -40,13 +40,15 @@ class KernelFiles:
     """One kernel's workspace: spec, reference and impl templates, and how a variant fills
     their placeholders. `per_impl(params)` gives each per-impl placeholder stem its value in
     the buggy impl and in a right one ('PACKED' fills @PACKED_A@ and @PACKED_B@); `shared`
-    fills the rest (a value may itself hold a placeholder filled after it, e.g. @BLOCK@)."""
+    fills the rest (a value may itself hold a placeholder filled after it, e.g. @BLOCK@).
+    `impl_file` names the impls' file ({kernel}: the kernel's name)."""
 
     spec: str
     reference: str
     impl: str
-    per_impl: Callable[[dict], dict[str, tuple[str, str]]]
+    per_impl: Callable[[dict], dict[str, tuple[str, str]]] = lambda params: {}
     shared: Callable[[dict], dict[str, str]] = lambda params: {}
+    impl_file: str = "{kernel}_triton.py"
 
     def write(self, params: dict, folder: Path, buggy: str | None) -> None:
         a, b = params["impls"]
@@ -63,7 +65,7 @@ class KernelFiles:
         files = {
             "spec.py": self.spec,
             "reference.py": self.reference,
-            f"{params['kernel']}_triton.py": self.impl,
+            self.impl_file.format(kernel=params["kernel"]): self.impl,
         }
         for name, template in files.items():
             text = template

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .kernel_tasks import KernelFiles
 from .tasks import Cause, Location, Truth
 
 CHECKPOINT = "tiny"
@@ -123,7 +124,7 @@ SPEC = KernelSpec(
     description="y = x / sqrt(mean(x^2, -1) + eps) * weight: the serving engine's norm, before "
     "every layer's attention and MLP and before the logits (engine launch_serve kernels=)",
     reference="reference.py:rmsnorm",
-    impls={"@FAST@": "rmsnorm_impls.py:@FAST@", "@SLOW@": "rmsnorm_impls.py:@SLOW@"},
+    impls={"@IMPL_A@": "rmsnorm_impls.py:@IMPL_A@", "@IMPL_B@": "rmsnorm_impls.py:@IMPL_B@"},
     args=(Arg("x", ("M", "N")), Arg("weight", ("N",), distribution="positive")),
     # the engine's: M rows a prefill step and a decode step hand it, N the model's hidden size
     shapes={"cpu": (@SHAPES@), "gpu": ({"M": 4096, "N": 4096},)},
@@ -149,11 +150,11 @@ import torch
 from reference import EPS
 
 
-def @FAST@(x, weight):  # [M, N], [N] -> [M, N]: every row at once
+def @IMPL_A@(x, weight):  # [M, N], [N] -> [M, N]: every row at once
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS) * weight
 
 
-def @SLOW@(x, weight):  # [M, N], [N] -> [M, N]: one row at a time, as one program per row reads
+def @IMPL_B@(x, weight):  # [M, N], [N] -> [M, N]: one row at a time, as one program per row reads
     out = torch.empty_like(x)
     for m in range(x.shape[0]):
         row = x[m]
@@ -186,23 +187,17 @@ def _slow_kernel(rng: random.Random) -> dict:
     }
 
 
+# the vectorised impl is @IMPL_A@, the row-by-row one @IMPL_B@
+RMSNORM = KernelFiles(RMSNORM_SPEC, RMSNORM_REFERENCE, RMSNORM_IMPLS, impl_file="{kernel}_impls.py")
+
+
 def _write_kernel(kernel: dict, folder: Path) -> None:
     """kernels/<name>/ as the engine and the kernel tools read it."""
     folder.mkdir(parents=True)
-    subs = {
-        "@FAST@": kernel["fast"],
-        "@SLOW@": kernel["slow"],
-        "@SHAPES@": ", ".join(repr(s) for s in kernel["shapes"]) + ",",
-    }
-    files = {
-        "spec.py": RMSNORM_SPEC,
-        "reference.py": RMSNORM_REFERENCE,
-        "rmsnorm_impls.py": RMSNORM_IMPLS,
-    }
-    for name, template in files.items():
-        for key, value in subs.items():
-            template = template.replace(key, value)
-        (folder / name).write_text(template.lstrip())
+    impls = (kernel["fast"], kernel["slow"])
+    RMSNORM.write(
+        {"kernel": kernel["name"], "impls": impls, "shapes": kernel["shapes"]}, folder, None
+    )
 
 
 def _control(rng: random.Random) -> dict:
