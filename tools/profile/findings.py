@@ -6,7 +6,7 @@ from . import intervals as iv
 from . import judge
 from .jobs import Watch
 from .judge import Evidence
-from .schema import Contention, Finding, OverlapStat
+from .schema import Contention, Finding, GilWait, OverlapStat
 
 NO_OVERLAP_BELOW = (
     0.1  # overlap fraction (either side's) under which two range sets "never" ran together ...
@@ -117,16 +117,14 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
     )  # expected both-time were they independent
     if set(o.a_threads) & set(o.b_threads) or not fractions or busy < BUSY_ENOUGH:
         return []
-    undecided = _starved_undecided(ev, o, cont) if min(fractions) < OVERLAP_GOAL else []
+    worst, gil_explains = _pair_gil_wait(ev, o, cont)
+    undecided = (
+        _starved_undecided(ev, o, cont, worst, gil_explains)
+        if min(fractions) < OVERLAP_GOAL
+        else []
+    )
     if min(fractions) >= NO_OVERLAP_BELOW or o.both_ms >= GIL_BELOW_CHANCE * chance_ms:
         return undecided
-    waits = [
-        w for w in (cont.waits if cont else []) if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}
-    ]
-    worst = max(waits, key=lambda w: w.fraction, default=None)
-    gil_explains = (
-        worst is not None and worst.fraction >= GIL_WAIT_FROM and _held_the_gil(ev, o, worst)
-    )
     if not gil_explains and o.both_ms >= BELOW_CHANCE * chance_ms:
         return undecided
     said = (
@@ -181,13 +179,41 @@ def _no_overlap(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[F
     ]
 
 
-def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) -> list[Finding]:
+def _pair_gil_wait(
+    ev: Evidence, o: OverlapStat, cont: Contention | None
+) -> tuple[GilWait | None, bool]:
+    """The longest GIL wait between the two range sets (None without one), and whether it
+    explains their low overlap: the waiter blocked on the GIL at least GIL_WAIT_FROM of its time
+    while the other side held it."""
+    worst = max(
+        (
+            w
+            for w in (cont.waits if cont else [])
+            if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}
+        ),
+        key=lambda w: w.fraction,
+        default=None,
+    )
+    explains = worst is not None and worst.fraction >= GIL_WAIT_FROM and _held_the_gil(ev, o, worst)
+    return worst, explains
+
+
+def _starved_undecided(
+    ev: Evidence,
+    o: OverlapStat,
+    cont: Contention | None,
+    worst: GilWait | None,
+    gil_explains: bool,
+) -> list[Finding]:
     """overlap_undecided, where the threads of either range set waited for a CPU at least as
     long as they ran and the GIL witness does not rule the GIL out (or there is none): on such a
     window the running-time overlap measures the host as much as the code, so neither a
     no_overlap/gil_contention verdict nor silence would be honest. Empty when the window is not
     starved or unsampled, or when the waiter barely blocked on the GIL or the other side barely
-    held it (the host then explains the low overlap, as before)."""
+    held it (the host then explains the low overlap, as before). `worst`, `gil_explains`:
+    _pair_gil_wait's."""
+    if cont is not None and not gil_explains:  # the GIL witness rules the GIL out
+        return []
 
     def shares(threads: list[str]) -> tuple[float, float]:
         tids = [int(t.rsplit("(", 1)[1].rstrip(")")) for t in threads if t.endswith(")")]
@@ -198,21 +224,7 @@ def _starved_undecided(ev: Evidence, o: OverlapStat, cont: Contention | None) ->
 
     sides = {o.a: shares(o.a_threads), o.b: shares(o.b_threads)}
     starved = {name: rq for name, rq in sides.items() if rq[1] > 0 and rq[1] >= rq[0]}
-    worst = max(
-        (
-            w
-            for w in (cont.waits if cont else [])
-            if {w.waiter_ranges, w.holder_ranges} == {o.a, o.b}
-        ),
-        key=lambda w: w.fraction,
-        default=None,
-    )
-    # a GIL witness that rules the GIL out (the waiter barely blocked, or the other side barely
-    # held it) leaves the host as the reason for the low overlap: nothing to add
-    ruled_out = cont is not None and (
-        worst is None or worst.fraction < GIL_WAIT_FROM or not _held_the_gil(ev, o, worst)
-    )
-    if not starved or ruled_out:
+    if not starved:
         return []
     said = "; ".join(
         f"`{name}`'s threads waited for a CPU {100 * queued:.0f}% of the window and ran "
