@@ -158,27 +158,6 @@ def processes_working_in(folder_name: str, comm: str | None = None) -> list[int]
     return found
 
 
-def generator_children(parent: int) -> list[int]:
-    """Live load-generator processes whose parent is `parent`."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if (
-            int(fields[1]) == parent
-            and fields[0] != "Z"
-            and b"loadgen.process" in b" ".join(cmdline)
-        ):
-            found.append(int(entry.name))
-    return found
-
-
 def process_gone(pid: int, within_s: float) -> bool:
     """Whether `pid` is dead (or a zombie) now, or becomes so within `within_s` seconds."""
     deadline = time.monotonic() + within_s

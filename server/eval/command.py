@@ -124,7 +124,7 @@ def eval_command(
     api_key = os.environ.get(api_key_env) or None
     try:
         results = anyio.run(run_eval, config, api_key, _progress)
-    except ValueError as exc:  # an unknown task name
+    except ValueError as exc:  # an unknown task name, a plant this host cannot hold
         raise _fail(str(exc)) from None
     o = results.overall
     err.print(
@@ -144,7 +144,8 @@ def _progress(run) -> None:
         f"{run.task_id} run {run.run}: {'correct' if g.correct else 'wrong'} "
         f"({run.tool_calls} calls, {run.wall_s:.0f} s"
         f"{'' if run.tokens is None else f', {run.tokens} tokens'}; {run.stop_reason})"
-        + (f" - {'; '.join(g.notes)}" if g.notes else ""),
+        + (f" - {'; '.join(g.notes)}" if g.notes else "")
+        + (f" [planted: {run.planted}]" if run.planted else ""),
         highlight=False,
         soft_wrap=True,
     )

@@ -294,6 +294,8 @@ def _serving_support(row: dict, claim: Submission, ledger: dict[str, dict]) -> t
     """A regression (or, for 'none', its absence) between two different configs, the phase the
     tool's attribution named, and that the two engines it compared differ in the claimed key."""
     result = row.get("result") or {}
+    if claim.cause == Cause.starved_client:  # about the client, with or without a baseline
+        return _client_support(result)
     base, now = result.get("baseline_metrics"), result.get("metrics") or {}
     if not base or not base.get("ttft_p50") or now.get("ttft_p50") is None:
         return False, "a serve_benchmark without a baseline compares nothing"
@@ -327,6 +329,16 @@ def _serving_support(row: dict, claim: Submission, ledger: dict[str, dict]) -> t
     named = NAMED_PHASE.findall(" ".join(result.get("findings") or []))
     ok = any(p in phases for p in named)
     return ok, f"{what}; phase named: {', '.join(named) or 'none'}"
+
+
+def _client_support(result: dict) -> tuple[bool, str]:
+    """A serve_benchmark whose own check (engine_truth.py's client_starved, on either side)
+    found its load generator waiting for a CPU for much of its runs: the reading is the client's
+    wait. A client TTFT above the engine's alone is not (the engine's own HTTP layer is in it)."""
+    starved = [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
+    if not starved:
+        return False, "no client_starved finding: the load generator got its CPU"
+    return True, starved[0].split("): ", 1)[0] + ")"
 
 
 def _engine_args(row: dict, ledger: dict[str, dict], side: str) -> dict | None:

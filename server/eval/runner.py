@@ -1,11 +1,13 @@
 """`infra-agent eval`'s body: each task, in each run, gets a fresh workspace and state of its
 own (its own ledger), a server that also offers submit_diagnosis, and one agent run of the
-existing loop with the eval's budget; then its last submission is graded against the task's
-truth and ledger, and everything lands in one JSON results file.
+existing loop with the eval's budget (beside a busy neighbour, where the task plants one:
+neighbour.py); then its last submission is graded against the task's truth and ledger, and
+everything lands in one JSON results file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import secrets
 import statistics
 import time
@@ -17,6 +19,7 @@ from pydantic import BaseModel, Field
 
 from ..agent import AgentConfig, run_agent
 from .grade import TaskGrade, grade
+from .neighbour import BusyNeighbour
 from .submit import NAME as SUBMIT
 from .submit import Input as Submission
 from .submit import offer_submit_tool
@@ -74,6 +77,11 @@ class TaskRun(BaseModel):
         "runner's path for it, or '.' for a graded MCP client session (the results file's own "
         "folder)."
     )
+    planted: str | None = Field(
+        None,
+        description="What the runner planted beside the agent for this task (the starved "
+        "client's busy neighbour, and how many load generators it starved); None: nothing.",
+    )
 
 
 class Score(BaseModel):
@@ -111,6 +119,9 @@ async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None)
     seed_drawn = config.seed is None
     seed = secrets.randbelow(2**31) if config.seed is None else config.seed
     tasks = generate_tasks(seed, config.tasks)
+    for task in tasks:  # a plant this host cannot hold is refused before anything runs
+        if "neighbour" in task.params:
+            BusyNeighbour(**task.params["neighbour"])
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     config.out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[TaskRun] = []
@@ -215,9 +226,11 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         extra_body=dict(config.extra_body),
         kernel_prompt=False,  # a diagnosis, not optimize_kernel's speed-up loop
     )
+    neighbour = BusyNeighbour(**task.params["neighbour"]) if "neighbour" in task.params else None
     started = time.monotonic()
     try:
-        result = await run_agent(server, agent_config, api_key)
+        async with neighbour or contextlib.nullcontext():
+            result = await run_agent(server, agent_config, api_key)
         ledger = {row["id"]: row for row in server.state.ledger.query(limit=100_000)}
     finally:
         await server.aclose()
@@ -236,6 +249,7 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         wall_s=round(time.monotonic() - started, 3),
         agent_run_id=result.run_id,
         folder=str(folder),
+        planted=neighbour.planted().describe() if neighbour else None,
     )
 
 

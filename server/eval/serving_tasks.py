@@ -13,14 +13,21 @@ families a second key that does not matter to this traffic (a decoy):
     slow_kernel      kernels {"rmsnorm": <fast impl>} -> {"rmsnorm": <slow impl>}: the engine's
                      hot op (every layer's norms, every step) runs the workspace's
                      kernels/rmsnorm impl that loops over rows one at a time (prefill, decode)
+    starved_client   only the decoy changed, but the load test's client is starved: while the
+                     task runs, a busy neighbour holds the load generator's CPU and every load
+                     generator is pinned beside it at a lower priority (neighbour.py). The
+                     engines are as fast as yesterday; the client reads their tokens late
     control_config   a change this traffic cannot feel (max_num_seqs still above the requests
                      in flight, a token budget above every step's tokens, a model length above
                      every request's): nothing is wrong
 
-A seed draws the values (the planted key's, the decoy, the traffic's sizes), so variants exist
-beyond these. The workspace holds the configs as files too (serve/yesterday.json,
-serve/today.json, serve/traffic.json), as a user's repository would; the question quotes them.
-The slow_kernel family's workspace also holds the kernel its engine runs (kernels/rmsnorm/: a
+Every family asks the same question (the load test reads TTFT worse since the change: is the
+change to blame, in which phase, which key, or is the reading not the engine's?), so the
+question alone tells no family from another. A seed draws the values (the planted key's, the
+decoy, the traffic's sizes, the neighbour's priority), so variants exist beyond these. The
+workspace holds the configs as files too (serve/yesterday.json, serve/today.json,
+serve/traffic.json), as a user's repository would; the question quotes them. The slow_kernel
+family's workspace also holds the kernel its engine runs (kernels/rmsnorm/: a
 spec at the engine's shapes, the reference, and both impls in plain torch), so the kernel
 tools can time the impls the engine ran.
 """
@@ -200,6 +207,19 @@ def _write_kernel(kernel: dict, folder: Path) -> None:
     )
 
 
+def _starved_client(rng: random.Random) -> dict:
+    yesterday = _yesterday(rng)
+    today = dict(yesterday)
+    _decoy(rng, today)  # the only change: one this traffic cannot feel
+    return {
+        "config_key": None,  # no config is to blame: the client is
+        "yesterday": yesterday,
+        "today": today,
+        "traffic": _burst(rng, rng.choice((24, 32)), rng.choice((12, 16))),
+        "neighbour": {"nice": rng.choice((0, 3))},  # the runner plants it (neighbour.py)
+    }
+
+
 def _control(rng: random.Random) -> dict:
     traffic = _burst(rng, rng.choice((24, 32)), rng.choice((12, 16)))
     assert traffic["num_requests"] * traffic["input_len"] <= BUDGETS[0]  # a step's, at most
@@ -221,9 +241,10 @@ def _control(rng: random.Random) -> dict:
 
 
 QUESTION = """\
-Since yesterday's change to our serving engine's config, users say time to first token got \
-worse. Did the change cause a regression, and if it did, in which phase, and which change is \
-to blame? If nothing got worse beyond noise, say so.
+Since yesterday's change to our serving engine's config, our load test (the traffic below, run \
+on the engine's host) reads time to first token worse. Did the change cause a regression, and \
+if it did, in which phase, and which change is to blame? If the engine is not slower, is the \
+load test's reading the engine's at all? If nothing got worse beyond noise, say so.
 
 The engine is the built-in one (launch_serve engine="builtin"); the model is the checkpoint at \
 tiny/ in the workspace. Its launch_serve args (also in serve/yesterday.json and \
@@ -252,7 +273,7 @@ class ServingFamily:
     def draw(self, rng: random.Random) -> tuple[dict, Truth]:
         params = self.variant(rng)
         params["checkpoint_seed"] = rng.randrange(1000)
-        if self.cause == Cause.none:
+        if self.cause == Cause.none or params["config_key"] is None:  # no config is to blame
             return params, Truth(cause=self.cause, location=Location())
         kernel = params.get("kernel") or {}  # the kernel today's config switched, its slow impl
         where = Location(
@@ -299,5 +320,6 @@ FAMILIES: dict[str, ServingFamily] = {
     "token_budget": ServingFamily(Cause.small_token_budget, _token_budget),
     "prefix_caching": ServingFamily(Cause.prefix_caching_off, _prefix_caching),
     "slow_kernel": ServingFamily(Cause.slow_kernel, _slow_kernel),
+    "starved_client": ServingFamily(Cause.starved_client, _starved_client),
     "control_config": ServingFamily(Cause.none, _control),
 }

@@ -63,6 +63,12 @@ def prepare_session(task_id: str, seed: int | None, folder: Path) -> tuple[EvalS
     drawn = seed is None
     seed = secrets.randbelow(2**31) if seed is None else seed
     task = _task(task_id, seed)
+    if "neighbour" in task.params:
+        raise SessionError(
+            f"{task.id} plants a busy neighbour beside the load generator for as long as the "
+            "agent works, which only the runner can hold: run it with `infra-agent eval "
+            f"--tasks {task.id} ...` against a model's endpoint"
+        )
     folder.mkdir(parents=True, exist_ok=True)
     workspace = task.build_workspace(folder / WORKSPACE)
     session = EvalSession(

@@ -31,6 +31,7 @@ import os
 import pickle
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from .arrivals import Arrivals
@@ -279,6 +280,24 @@ def main() -> None:
         return
     with no_gc_pauses():
         asyncio.run(_child(job, out_fd))
+
+
+def generator_pids(parent: int) -> list[int]:
+    """The live load-generator processes (this module run as a child) whose parent is `parent`:
+    what a test or the eval's busy neighbour (server/eval/neighbour.py) finds to stop or pin."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == parent and state != "Z" and __name__.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
 
 
 if __name__ == "__main__":  # run as its own module, so that pickles name its classes alike

@@ -8,7 +8,9 @@ conversation (the task's question, the tools' answers so far) and decide the nex
                      yesterday's and today's config and benchmarks today's against yesterday's
                      (serve_benchmark baseline_handle=, the user's traffic); where today's
                      config switched a hot op's kernel impl and TTFT regressed, microbenches
-                     today's impl against yesterday's. Asked about a
+                     today's impl against yesterday's; where no change is to blame but the
+                     benchmark's own checks found its load generator waiting for a CPU
+                     (client_starved), blames the client. Asked about a
                      deployment: launches it as the question gives it and profiles the overlap
                      the question expects
     Guesser          submits a cause drawn at random, without calling a tool to look
@@ -286,15 +288,28 @@ class Investigator:
     def diagnose_serving(
         self, bench: dict, changed: list[str], timed: list[tuple[dict, dict]]
     ) -> dict:
+        """A change to blame if the benchmark shows one; else, where its own checks found the
+        load generator waiting for a CPU, the client; else nothing."""
+        cite = {"experiment_ids": [bench["experiment_id"]]}
+        blamed = self.change_to_blame(bench, changed, timed, cite)
+        if blamed is not None:
+            return blamed
+        if any(f.startswith("client_starved:") for f in bench["findings"]):
+            return {"cause": "starved_client", **cite}  # the reading is the client's wait
+        return self.nothing_found(changed, cite)
+
+    @classmethod
+    def change_to_blame(
+        cls, bench: dict, changed: list[str], timed: list[tuple[dict, dict]], cite: dict
+    ) -> dict | None:
         """Regression or not: the criterion's verdict, or the attribution's TTFT line naming a
         phase (TTFT beyond noise) after a rise of 20% or more; then a switched kernel impl a
         microbench found slower, whether the prefix-cache hit rate fell, or which phase was
-        named, and which changed key governs that."""
-        cite = {"experiment_ids": [bench["experiment_id"]]}
+        named, and which changed key governs that. None: no change the answers point at."""
         suspects = [k for k in changed if k in KEY_CAUSE]
-        phases = self.regressed_phases(bench)
+        phases = cls.regressed_phases(bench)
         if phases is None:
-            return self.nothing_found(changed, cite)  # within 1.2x, within noise, or undecided
+            return None  # within 1.2x, within noise, or undecided
         slower = [(a, r) for a, r in timed if r["verdict"] == "slower"]
         if slower:  # today's impl of a hot op, timed against yesterday's: slower
             a, r = slower[0]
@@ -313,7 +328,7 @@ class Investigator:
             keys = [k for k in suspects if k != "enable_prefix_caching"]
             keys = keys if {"queue", "prefill"} & phases else []
         if len(keys) != 1:  # the tools' answers point at no single change
-            return self.nothing_found(changed, cite)
+            return None
         return {"cause": KEY_CAUSE[keys[0]], "config_key": keys[0], **cite}
 
     def nothing_found(self, changed: list[str], cite: dict) -> dict:

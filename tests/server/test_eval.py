@@ -213,7 +213,9 @@ def test_the_investigator_finds_each_planted_serving_problem_and_clears_the_cont
     """Yesterday's and today's config launched, today's benchmarked against yesterday's with the
     user's traffic (baseline_handle=, alternating repeats): the investigator submits what the
     criterion's verdict, the attribution's phase and the prefix-cache hit rates say, and where
-    today's config switched a hot op's kernel impl, what a microbench of the two impls says."""
+    today's config switched a hot op's kernel impl, what a microbench of the two impls says;
+    beside the runner's busy neighbour (the starved client), what the benchmark's own
+    client_starved check says, while the control, on the same host without it, has none."""
     model = serve_policy(Investigator())
     serving = [t for t in generate_tasks(0) if t.category == "serving"]
     results = _eval(model, tmp_path, [t.id for t in serving])

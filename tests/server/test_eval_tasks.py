@@ -301,6 +301,7 @@ def test_serving_tasks_quote_two_configs_that_differ_where_the_truth_says():
         "token_budget",
         "prefix_caching",
         "slow_kernel",
+        "starved_client",
         "control_config",
     }
     decoys = {key for key, _ in DECOYS}
@@ -315,6 +316,10 @@ def test_serving_tasks_quote_two_configs_that_differ_where_the_truth_says():
                 assert task.truth.cause == Cause.none and not task.truth.location.model_dump(
                     exclude_none=True
                 )
+            elif task.family == "starved_client":  # no config to blame: only a decoy changed
+                assert key is None and not task.truth.location.model_dump(exclude_none=True)
+                assert len(_changed(task)) == 1 and _changed(task) <= decoys, task.params
+                assert task.params["neighbour"]["nice"] >= 0  # what the runner plants
             else:  # the planted key, and a decoy this traffic cannot feel
                 assert key in _changed(task) and len(_changed(task) - {key}) == 1
                 assert (_changed(task) - {key}) <= decoys, task.params
@@ -545,6 +550,45 @@ def test_a_slow_kernel_claim_rests_on_a_microbench_that_found_todays_impl_slower
     base = {"ttft_p50": 40.0, "tpot_p50": 5.0, **QUEUE}
     rows = _bench_rows(task, {**base, "ttft_p50": 90.0, "prefill_ms": 70.0}, base, spread=0.05)
     assert grade(task, claim.model_copy(update={"experiment_ids": ["b1"]}), rows).evidence_ok
+
+
+def _starved_rows(task, findings: list[str]) -> dict[str, dict]:
+    base = {"ttft_p50": 50.0, "tpot_p50": 5.0, **QUEUE}
+    rows = _bench_rows(task, {**base, "ttft_p50": 52.0}, base, spread=0.2)
+    rows["b1"]["result"]["findings"] += findings
+    return rows
+
+
+STARVED = (
+    "client_starved: the load generator waited 205 ms for a CPU during a 435 ms run (47%, "
+    "median repeat of 3): it read the engine's output late"
+)
+GAP = (
+    "client_engine_gap: the client's TTFT p50 315.6 ms lies 215.6 ms above the engine's own "
+    "(p50 92.5 ms, in its histogram bucket 80-100 ms; median repeat of 5): the time is spent ..."
+)
+
+
+def test_a_starved_client_claim_rests_on_the_benchmarks_own_client_starved_finding():
+    """The claim: the load generator, not the engine, set the reading. Its evidence is the
+    benchmark's own account of the generator waiting for a CPU, on either side; a client TTFT
+    above the engine's alone is not (the engine's own HTTP layer lies in that gap too)."""
+    task = _serving_task("starved_client")
+    claim = Submission(cause=Cause.starved_client, experiment_ids=["b1"])
+    g = grade(task, claim, _starved_rows(task, [STARVED]))
+    assert g.correct and g.localized and g.evidence_ok, g.notes
+    assert "waited 205 ms for a CPU during a 435 ms run (47%" in g.citations[0].why
+    on_baseline = STARVED.replace(": ", ": on the baseline engine, ", 1)
+    assert grade(task, claim, _starved_rows(task, [on_baseline])).evidence_ok
+    gap_only = grade(task, claim, _starved_rows(task, [GAP]))
+    assert not gap_only.evidence_ok and "no client_starved finding" in gap_only.notes[-1]
+    # the same benchmark shows no regression, so it clears the config; "none" is still wrong
+    none = grade(task, Submission(cause=Cause.none, experiment_ids=["b1"]), _starved_rows(task, []))
+    assert none.evidence_ok and not none.identified and not none.correct
+    # blaming the decoy: wrong cause, and the benchmark shows no regression from it
+    (decoy,) = _changed(task)
+    blamed = Submission(cause=Cause.queueing_max_num_seqs, config_key=decoy, experiment_ids=["b1"])
+    assert not grade(task, blamed, _starved_rows(task, [STARVED])).correct
 
 
 # ---- the episodes' evidence -----------------------------------------------------------------------

@@ -16,14 +16,14 @@ import sys
 import time
 
 import pytest
-from conftest import generator_children, process_gone
+from conftest import process_gone
 from scripted_http import serving
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint, RequestRecord, RunResult
-from infra_agent.serving.loadgen.process import LoadProcess, run_in_process
+from infra_agent.serving.loadgen.process import LoadProcess, generator_pids, run_in_process
 
 SENT: dict[str, list[float]] = {}
 HANGING: set[str] = set()  # prompts of requests whose stream never ends
@@ -86,7 +86,7 @@ async def test_the_child_runs_the_same_generator_and_hands_back_typed_records(sc
         assert (rec.text, rec.output_tokens, rec.output_tokens_source) == ("abc", 3, "usage")
     # the kernel's account of the child's own thread, not of this one (None without schedstat)
     assert result.client_cpu_wait_s is None or result.client_cpu_wait_s >= 0
-    assert not generator_children(os.getpid())
+    assert not generator_pids(os.getpid())
 
 
 @pytest.mark.anyio
@@ -94,7 +94,7 @@ async def test_the_generators_errors_are_raised_here(scripted_server):
     ep = Endpoint(scripted_server, model="tiny")
     with pytest.raises(ValueError, match="closed loop"):
         await run_in_process(ep, [BenchRequest("e", 5, 3)], Arrivals(rate=5.0), send_for_s=0.3)
-    assert not generator_children(os.getpid())
+    assert not generator_pids(os.getpid())
 
 
 @pytest.mark.anyio
@@ -106,12 +106,12 @@ async def test_cancelling_the_run_kills_its_process(scripted_server):
     while "hang-cancel" not in HANGING and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     assert "hang-cancel" in HANGING, "the request never reached the server"
-    (child,) = generator_children(os.getpid())
+    (child,) = generator_pids(os.getpid())
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
         await run
     assert process_gone(child, within_s=0)  # killed and reaped before the cancel returned
-    assert not generator_children(os.getpid())
+    assert not generator_pids(os.getpid())
 
 
 @pytest.mark.anyio
@@ -122,7 +122,7 @@ async def test_a_generator_started_ahead_sends_nothing_until_its_run(scripted_se
     block."""
     ep = Endpoint(scripted_server, model="tiny")
     async with await LoadProcess.start() as generator:
-        assert generator_children(os.getpid()) == [generator.pid]
+        assert generator_pids(os.getpid()) == [generator.pid]
         await asyncio.sleep(0.2)
         assert not [p for p in SENT if p.startswith("ahead")]  # waiting for its job
         result = await generator.run(ep, [BenchRequest("ahead-1", 5, 3)], Arrivals())
@@ -130,7 +130,7 @@ async def test_a_generator_started_ahead_sends_nothing_until_its_run(scripted_se
             await generator.run(ep, [BenchRequest("ahead-2", 5, 3)], Arrivals())
     assert result.metrics.completed == 1 and result.generator_pid == generator.pid
     assert list(SENT["ahead-1"]) and "ahead-2" not in SENT
-    assert not generator_children(os.getpid())
+    assert not generator_pids(os.getpid())
     async with await LoadProcess.start() as idle:
         pass
     assert process_gone(idle.pid, within_s=0)  # never run: ended, and reaped, with its block
@@ -154,7 +154,7 @@ def test_a_generator_whose_parent_died_exits(scripted_server):
         while "hang-orphan" not in HANGING and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "hang-orphan" in HANGING, "the request never reached the server"
-        (child,) = generator_children(parent.pid)
+        (child,) = generator_pids(parent.pid)
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()

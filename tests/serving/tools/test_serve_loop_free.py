@@ -20,8 +20,10 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import call, generator_children, process_gone
+from conftest import call, process_gone
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
+
+from infra_agent.serving.loadgen.process import generator_pids
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +71,7 @@ async def test_other_calls_answer_during_a_large_benchmark(serve_client):
 
     async def watch() -> None:
         while not bench.done():
-            for pid in generator_children(os.getpid()):
+            for pid in generator_pids(os.getpid()):
                 if (used := cpu_s(pid)) is not None:
                     generators[pid] = used
             await asyncio.sleep(0.02)
@@ -118,7 +120,7 @@ async def test_a_cancelled_benchmark_leaves_no_load_generator(serve_client):
 
     async def on_progress(progress, total, message):
         if (message or "").startswith("repeat 1/1:") and not seen:
-            seen.extend(generator_children(os.getpid()))
+            seen.extend(generator_pids(os.getpid()))
             scope.cancel()  # the client gives up mid-run
 
     with anyio.CancelScope() as scope:
@@ -134,6 +136,6 @@ async def test_a_cancelled_benchmark_leaves_no_load_generator(serve_client):
         )
     assert seen, "no load generator ran"
     assert all(process_gone(pid, within_s=30) for pid in seen), seen
-    assert not generator_children(os.getpid())
+    assert not generator_pids(os.getpid())
     assert (await call(c, "list_serves"))["serves"][0]["alive"]  # the engine is fine
     await call(c, "stop_serve", handle=eng["handle"])

@@ -10,9 +10,10 @@ import signal
 import time
 
 import pytest
-from conftest import call, generator_children
+from conftest import call
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
+from infra_agent.serving.loadgen.process import generator_pids
 from infra_agent.tools.serve_benchmark import engine_truth
 from infra_agent.tools.serve_benchmark.jobs import remeasure_limit
 from infra_agent.tools.serve_benchmark.schema import RepeatMetrics
@@ -103,8 +104,8 @@ class _StalledClient:
             return
         label = message.split(":", 1)[0]
         if label != self._label:
-            self._label, self._pinned = label, set(generator_children(os.getpid()))
-        running = self._pinned & set(generator_children(os.getpid()))
+            self._label, self._pinned = label, set(generator_pids(os.getpid()))
+        running = self._pinned & set(generator_pids(os.getpid()))
         if running:
             self.stopped_s[label] = self.stopped_s.get(label, 0.0) + _stop(running, self.stall_s)
 
