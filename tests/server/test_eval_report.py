@@ -62,7 +62,14 @@ def guesses(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def browser(finds, guesses):  # after the evals: they run their own event loops first
+def starved_guess(tmp_path_factory) -> Path:
+    """The guesser on the starved-client task: the runner plants its busy neighbour for the
+    run, whose load generators (none: the guesser runs no benchmark) the page reports."""
+    return _eval(Guesser(), tmp_path_factory.mktemp("starved"), ["serving.starved_client"])
+
+
+@pytest.fixture(scope="module")
+def browser(finds, guesses, starved_guess):  # after the evals: they run their own event loops
     yield from launched_chromium()
 
 
@@ -171,6 +178,22 @@ def test_a_right_answer_says_so(browser, finds):
         assert float(number) == run["submission"]["number"]
         assert page.locator("#tokens").inner_text() == str(run["tokens"])
         assert page.locator("#crit-number").inner_text() == "yes"
+
+
+def test_what_the_runner_planted_beside_the_agent_is_on_the_run_page(
+    browser, starved_guess, guesses
+):
+    (run,) = json.loads((starved_guess / "results.json").read_text())["runs"]
+    assert run["planted"].startswith("a busy neighbour on CPU ")
+    assert "starved 0 load-generator process(es)" in run["planted"]  # it ran no benchmark
+    site = report(starved_guess)
+    with tab(browser, site) as page:
+        page.goto((site / "runs" / "run0-serving.starved_client.html").as_uri())
+        assert run["planted"] in page.locator("#planted").inner_text()
+    site = report(guesses)  # a task with nothing planted has no such line
+    with tab(browser, site) as page:
+        page.goto((site / "runs" / f"run0-{BUG}.html").as_uri())
+        assert page.locator("#planted").count() == 0
 
 
 def test_the_spread_over_runs_and_a_guess_without_evidence(browser, guesses):
