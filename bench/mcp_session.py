@@ -9,6 +9,7 @@ import contextlib
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 from mcp import Client
 
@@ -18,14 +19,18 @@ from infra_agent.serving.engine.tiny_checkpoint import build_tiny_checkpoint
 
 
 @contextlib.asynccontextmanager
-async def zoo_session(prefix: str, *, tiny_checkpoint: bool = False):
-    """An in-memory MCP client on a temporary copy of the zoo; the server (and every engine it
-    started) closes after, and the copy is removed."""
+async def zoo_session(
+    prefix: str, *, tiny_checkpoint: bool = False, prepare: Callable[[Path], None] | None = None
+):
+    """An in-memory MCP client on a temporary copy of the zoo (`prepare(workspace)` may add to
+    it first); the server (and every engine it started) closes after, and the copy is removed."""
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         ws = Path(tmp) / "ws"
         shutil.copytree(EMBEDDED_ROOT, ws, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         if tiny_checkpoint:
             build_tiny_checkpoint(ws / "tiny")
+        if prepare is not None:
+            prepare(ws)
         server = build_server(ws)
         try:
             async with Client(server) as client:

@@ -129,10 +129,11 @@ def _neighbour(parent: int, cpu: int, nice: int) -> None:
         for pid in generator_pids(parent):
             if pid in pinned:
                 continue
-            try:
-                os.sched_setaffinity(pid, {cpu})
-                os.setpriority(os.PRIO_PROCESS, pid, nice)
-            except ProcessLookupError:
+            try:  # every thread it has (Linux pins and renices threads); later ones inherit
+                for thread in os.listdir(f"/proc/{pid}/task"):
+                    os.sched_setaffinity(int(thread), {cpu})
+                    os.setpriority(os.PRIO_PROCESS, int(thread), nice)
+            except (ProcessLookupError, FileNotFoundError):
                 continue  # ended before it could be pinned
             pinned.add(pid)
             print(pid, flush=True)
