@@ -34,7 +34,7 @@ COMMON = {
 }
 BASE_ARGS = {
     "builtin": {"model": "tiny"},
-    "vllm": {"model": "tiny32", "extra_args": "--enforce-eager"},
+    "vllm": {"model": "tiny32", "extra_args": ["--enforce-eager"]},
 }
 
 
