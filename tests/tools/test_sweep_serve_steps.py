@@ -147,3 +147,63 @@ def test_the_plot_shows_every_slo_metric_not_only_the_first():
     assert point["latency"] == {"ttft_p99": 100.0, "tpot_p99": 31.0}
     png = serve_sweep_png([point], [], "requests in flight", {"ttft_p99": 500, "tpot_p99": 20})
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _output(configs, best=None):
+    from infra_agent.tools.sweep_serve.schema import Output
+
+    return Output(
+        load_kind="concurrency",
+        configs=configs,
+        front=[],
+        best=best,
+        best_config=None,
+        best_value=None,
+        dropped=[],
+        not_tried=[],
+        partial=False,
+        budget_note=None,
+        slo_judged={},
+        interval_note="",
+        trials=[],
+        measured_steps=sum(len(c.steps) for c in configs),
+        reused_steps=0,
+        num_configs=len(configs),
+        findings=[],
+    )
+
+
+def test_a_config_alone_in_being_judged_is_not_called_best_without_undecided():
+    """vLLM on a loaded host (issue 35's rerun check): every step of max_num_seqs=8 had a
+    starved load generator and was kept out, so max_num_seqs=1 was the only config judged and
+    no race ran; the summary called it best as if it had won. Nothing was compared with it."""
+    from infra_agent.tools.sweep_serve import _summary
+
+    starved = ["client_starved: the load generator waited 885 ms of 1187 ms (75%)"]
+    one = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
+    eight = Planned({"max_num_seqs": 8}, "max_num_seqs=8", {})
+    judged = answer.config_answer(
+        one, Climb(steps=[steps.build(INP, 1, "e1", False, _result())]), "concurrency"
+    )
+    never = answer.config_answer(
+        eight,
+        Climb(
+            steps=[steps.build(INP, c, f"e{c}", False, _result(findings=starved)) for c in (1, 4)]
+        ),
+        "concurrency",
+    )
+    assert judged.highest_load == 1 and never.highest_load is None
+    summary = _summary(INP, _output([judged, never], best="max_num_seqs=1"))
+    assert "best by goodput: max_num_seqs=1" in summary
+    assert "undecided: max_num_seqs=8 had no step that counts" in summary, summary
+    assert "not a winner" in summary
+    # a config judged and failing the SLO at every step is beaten, not unjudged
+    slow = answer.config_answer(
+        eight, Climb(steps=[steps.build(INP, 1, "e1", False, _result(ttft=900.0))]), "concurrency"
+    )
+    assert slow.highest_load is None and slow.steps[0].counts
+    assert "undecided" not in _summary(INP, _output([judged, slow], best="max_num_seqs=1"))
+    # nothing judged anywhere: said as such, not as "no config met the SLO"
+    none = _summary(INP, _output([never]))
+    assert "no config judged: every step measured was kept out" in none
+    assert "no config met the SLO" not in none

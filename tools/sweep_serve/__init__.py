@@ -207,6 +207,11 @@ def _summary(inp: Input, out: Output) -> str:
     if out.best is None and not measured and out.configs:
         why = "; ".join(f"{c.label}: {c.stopped}" for c in out.configs)
         head += f"; no step ran ({why})"
+    elif out.best is None and not any(s.counts for c in out.configs for s in c.steps):
+        head += (
+            "; no config judged: every step measured was kept out of the SLO verdicts (what it "
+            "measured was the host, not the engine: findings say why)"
+        )
     elif out.best is None:
         head += "; no config met the SLO at any step that counts"
     else:
@@ -216,10 +221,17 @@ def _summary(inp: Input, out: Output) -> str:
             f"the SLO, goodput {best.goodput or 0:.2f} req/s, {best.output_throughput or 0:.0f} "
             f"output tokens/s); front of {len(out.front)} points"
         )
+        unjudged = [c.label for c in out.configs if c.steps and not any(s.counts for s in c.steps)]
         if out.race is not None:
             head += f"; race against the runner-up {out.race.runner_up}: {out.race.why}"
         elif len([c for c in out.configs if c.highest_load is not None]) >= 2:
             head += "; undecided: no race (race_rounds=0), the ladders' pick"
+        elif unjudged:  # the others were never judged, so nothing beat them: not a winner
+            head += (
+                f"; undecided: {', '.join(unjudged)} had no step that counts (every step kept "
+                f"out of the SLO verdicts), so no config was compared with {out.best}: it is "
+                "the only one judged, not a winner. Measure again on a quieter host"
+            )
     carried = Counter(
         steps.code(f) for c in out.configs for s in c.steps for f in dict.fromkeys(s.findings)
     )
