@@ -54,7 +54,23 @@ async def test_a_sweep_answers_a_front_and_a_best_config_from_its_children(serve
         race_rounds=0,  # the ladders' pick (the race: test_sweep_serve_evidence.py)
         expect=["best_value > 0", "front_size >= 1", "highest_load >= 1"],
     )
-    assert out["hypothesis_answer"]["answer"] == "supported", out["hypothesis_answer"]
+    hypothesis = out["hypothesis_answer"]
+    if hypothesis["answer"] != "supported":
+        # honest on a host that starved every step of some config (two CPU hogs did): its
+        # highest load is unknown, so only that config's comparisons may be left open
+        unjudged = {
+            cfg["label"]
+            for cfg in out["configs"]
+            if not any(s["excluded"] is None and not s["over_saturated"] for s in cfg["steps"])
+        }
+        left_open = [
+            cmp["scope"]
+            for cond in hypothesis["conditions"]
+            for cmp in cond["comparisons"]
+            if cmp["answer"] != "supported"
+        ]
+        assert hypothesis["answer"] == "inconclusive" and unjudged, hypothesis
+        assert set(left_open) <= unjudged, (left_open, unjudged)
     assert len(out["configs"]) == 4 and not out["dropped"] and not out["partial"], out["summary"]
     assert out["front"] and out["best"] in {cfg["label"] for cfg in out["configs"]}
     assert out["mixed_devices"] is None  # one device
@@ -355,13 +371,17 @@ async def test_a_sweep_whose_server_shut_down_resumes_measuring_each_step_once(t
             (cut,) = srv.state.ledger.query(tool="sweep_serve")
             assert cut["status"] == "interrupted", cut["status"]
             out = await call(c, "sweep_serve", **args, resume=cut["id"])
-            rows = srv.state.ledger.children(cut["id"]) + srv.state.ledger.children(
-                out["experiment_id"]
-            )
+            now = srv.state.ledger.children(out["experiment_id"])
+            rows = srv.state.ledger.children(cut["id"]) + now
     finally:
         await srv.aclose()
-    assert not out["partial"] and out["reused_steps"] == before, out["summary"]
+    assert not out["partial"] and out["reused_steps"] >= 1, out["summary"]
     assert out["reused_steps"] + out["measured_steps"] == 6
+    # every benchmark the cut sweep made is used again (a step's, or one a starved step set
+    # aside and measured again: the replay makes the same calls), only the rest is measured now
+    made_now = [r for r in now if r["tool"] == "serve_benchmark" and r["status"] == "ok"]
+    used = sum(1 + len(step["set_aside"]) for cfg in out["configs"] for step in cfg["steps"])
+    assert before + len(made_now) == used, (before, len(made_now), out["summary"])
     measured = _benchmarks_per_step([r for r in rows if r["status"] == "ok"], out)
     assert measured == {(s, c): 1 for s in (2, 4) for c in (1, 2, 4)}, measured
 
