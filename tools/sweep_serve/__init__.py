@@ -207,7 +207,7 @@ def _summary(inp: Input, out: Output) -> str:
     if out.best is None and not measured and out.configs:
         why = "; ".join(f"{c.label}: {c.stopped}" for c in out.configs)
         head += f"; no step ran ({why})"
-    elif out.best is None and not any(s.counts for c in out.configs for s in c.steps):
+    elif out.best is None and measured and not any(s.counts for c in out.configs for s in c.steps):
         head += (
             "; no config judged: every step measured was kept out of the SLO verdicts (what it "
             "measured was the host, not the engine: findings say why)"
