@@ -98,32 +98,14 @@ def test_the_race_ratio_and_interval_against_a_plain_computation():
 
 def test_a_sweep_whose_steps_never_ran_says_why():
     from infra_agent.tools.sweep_serve import _summary
-    from infra_agent.tools.sweep_serve.schema import Output
 
     why = "concurrency 1: serve_benchmark failed: the cost probe estimates 812 s, over 300 s"
     planned = Planned({"max_num_seqs": 1}, "max_num_seqs=1", {})
     cfg = answer.config_answer(planned, Climb(stopped=why, complete=False), "concurrency")
     findings = answer.not_run({0: Climb(stopped=why, complete=False)}, [planned])
     assert findings == [f"steps_not_run: max_num_seqs=1: {why}"]
-    out = Output(
-        load_kind="concurrency",
-        configs=[cfg],
-        front=[],
-        best=None,
-        best_config=None,
-        best_value=None,
-        dropped=[],
-        not_tried=[],
-        partial=False,
-        budget_note=None,
-        slo_judged={},
-        interval_note="",
-        trials=[],
-        measured_steps=0,
-        reused_steps=0,
-        num_configs=1,
-        findings=findings,
-    )
+    out = _output([cfg])
+    out.findings = findings
     summary = _summary(INP, out)
     assert "no step ran" in summary and why in summary, summary
     assert "no config met the SLO" not in summary
