@@ -120,8 +120,7 @@ async def run_eval(config: EvalConfig, api_key: str | None = None, on_task=None)
     seed = secrets.randbelow(2**31) if config.seed is None else config.seed
     tasks = generate_tasks(seed, config.tasks)
     for task in tasks:  # a plant this host cannot hold is refused before anything runs
-        if "neighbour" in task.params:
-            BusyNeighbour(**task.params["neighbour"])
+        _neighbour(task)
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     config.out_dir.mkdir(parents=True, exist_ok=True)
     runs: list[TaskRun] = []
@@ -226,7 +225,7 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         extra_body=dict(config.extra_body),
         kernel_prompt=False,  # a diagnosis, not optimize_kernel's speed-up loop
     )
-    neighbour = BusyNeighbour(**task.params["neighbour"]) if "neighbour" in task.params else None
+    neighbour = _neighbour(task)
     started = time.monotonic()
     try:
         async with neighbour or contextlib.nullcontext():
@@ -251,6 +250,11 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         folder=str(folder),
         planted=neighbour.planted().describe() if neighbour else None,
     )
+
+
+def _neighbour(task: EvalTask) -> BusyNeighbour | None:
+    """The busy neighbour the task plants, if any (NeighbourError where this host cannot)."""
+    return BusyNeighbour(**task.params["neighbour"]) if "neighbour" in task.params else None
 
 
 def last_submission(
