@@ -262,8 +262,9 @@ class RepeatMetrics(BaseModel):
         "request in this run: queue, prefill, decode, kv_transfer, "
         "engine_ttft (ms); preemptions (count), prefix_cache_hit_rate "
         "(0-1); engine_ttft_p50_ms (from the engine's TTFT histogram, "
-        "with engine_ttft_p50_low_ms/high_ms: the bucket it lies in) and "
-        "engine_itl_mean_ms (its mean inter-token gap), which the "
+        "with engine_ttft_p50_low_ms/high_ms: the bucket it lies in), "
+        "engine_itl_mean_ms (its mean inter-token gap) and "
+        "engine_itl_p50_high_ms (the top of its inter-token p50's bucket), which the "
         "client's numbers are checked against.",
     )
 

@@ -98,6 +98,40 @@ def test_findings_name_the_stall_of_issue_21_and_stay_quiet_without_it():
     assert [engine_truth.disagreement(r) for r in fixed] == [None] * 3
 
 
+def test_an_engine_whose_rare_long_steps_lift_its_mean_gap_is_no_burst():
+    """A 2 s prefill chunk stalls every stream in flight: a few gaps that long lift the engine's
+    mean gap far above its typical one. The client that read each token as it came has an ITL p50
+    near the engine's own p50 (its bucket), not near the mean: no burst. A client whose p50 lies
+    far below both is one. Checked against the engine's own histogram of the gaps."""
+    registry = CollectorRegistry()
+    hist = Histogram(  # the engine's own name (serving/engine/metrics.py)
+        engine_truth.ITL_HISTOGRAM,
+        "itl",
+        ["model_name"],
+        registry=registry,
+        buckets=LATENCY_BUCKETS,
+    )
+    before = _scrape(registry)
+    # measured: --prefill-delay-ms 2000, 8 requests of 32 -> 8 tokens at 2 in flight
+    gaps = [0.0025] * 50 + [2.0] * 6
+    for g in gaps:
+        hist.labels("m").observe(g)
+    engine = engine_truth.engine_side(before, _scrape(registry))
+    assert engine["engine_itl_mean_ms"] == pytest.approx(1e3 * sum(gaps) / len(gaps))
+    assert engine["engine_itl_p50_high_ms"] == 5.0  # the bucket 1-5 ms holds the median
+    read_as_made = RepeatMetrics(
+        **_repeat(5.0, 2.5, 10, 0.0, 0.0).model_dump(exclude={"phases_ms"}),
+        phases_ms=engine,
+    )
+    assert engine["engine_itl_mean_ms"] > 200 and not engine_truth.is_burst(2.5, engine)
+    assert engine_truth.disagreement(read_as_made) is None
+    assert engine_truth.findings([read_as_made] * 3, reuse_prompts=False) == []
+    # the same engine read in bursts (issue 21's 0.03 ms chunks): named
+    assert engine_truth.is_burst(0.03, engine)
+    # a row recorded before the p50 bucket was scraped: the mean alone decides, as it did
+    assert engine_truth.is_burst(2.5, {"engine_itl_mean_ms": engine["engine_itl_mean_ms"]})
+
+
 def test_a_starved_load_generator_is_named_before_the_gap_it_causes():
     # measured against a sandboxed vLLM sharing the CPU equally with the server: 560-950 ms of
     # run-queue wait in 1 s runs, every response read in one burst, TTFT ~240 ms against 15 ms
