@@ -111,28 +111,6 @@ async def test_an_ordinary_session_has_no_submit_tool(client):
     assert SUBMIT not in {t.name for t in (await client.list_tools()).tools}
 
 
-def test_the_investigator_finds_a_planted_tail_bug_and_clears_a_control(serve_policy, tmp_path):
-    model = serve_policy(Investigator())
-    results = _eval(model, tmp_path, ["kernel.tail_mask", "kernel.control_elementwise"])
-    for run in results.runs:
-        assert run.grade.correct, (run.task_id, run.grade.notes)
-        assert all(c.exists and c.supports for c in run.grade.citations[:1])
-    bug = next(r for r in results.runs if r.task_id == "kernel.tail_mask")
-    (truth,) = [t.truth for t in results.tasks if t.id == "kernel.tail_mask"]
-    assert (
-        bug.submission["number"] == truth.number and bug.submission["impl"] == truth.location.impl
-    )
-    assert results.overall.correct == 1.0 and results.per_category["kernel"].num_runs == 2
-    assert [r.tool_calls for r in results.runs] == [5, 5]  # 2 checks, 2 compiles, 1 submission
-
-
-def test_always_finding_something_fails_a_control(serve_policy, tmp_path):
-    model = serve_policy(AlwaysFinds())
-    (run,) = _eval(model, tmp_path, ["kernel.control_elementwise"]).runs
-    assert run.control and not run.grade.correct and not run.grade.identified
-    assert not run.grade.evidence_ok  # its cited checks pass: they show no bug
-
-
 def _report(results) -> None:
     for r in results.runs:  # pytest -s: what docs/eval.md's table is made of
         print(r.task_id, "correct" if r.grade.correct else r.grade.notes, r.tool_calls, r.wall_s)
@@ -146,6 +124,17 @@ def test_the_investigator_scores_at_least_90_percent_on_every_kernel_task(serve_
     _report(results)
     wrong = {r.task_id: r.grade.notes for r in results.runs if not r.grade.correct}
     assert results.overall.correct >= 0.9, wrong
+    assert results.per_category["kernel"].num_runs == len(KERNEL_FAMILIES)
+    # the tail bug: the block size it is lost at, and the impl, read off the checks it cites
+    by_id = {r.task_id: r for r in results.runs}
+    bug, control = by_id["kernel.tail_mask"], by_id["kernel.control_elementwise"]
+    (truth,) = [t.truth for t in results.tasks if t.id == "kernel.tail_mask"]
+    assert bug.grade.correct and control.grade.correct, (bug.grade.notes, control.grade.notes)
+    assert (
+        bug.submission["number"] == truth.number and bug.submission["impl"] == truth.location.impl
+    )
+    assert all(c.exists and c.supports for c in bug.grade.citations[:1])
+    assert (bug.tool_calls, control.tool_calls) == (5, 5)  # 2 checks, 2 compiles, 1 submission
 
 
 @pytest.mark.slow
@@ -155,10 +144,12 @@ def test_the_investigator_finds_the_kernel_episodes_and_clears_their_controls(
 ):
     """TF32 shards (check_numerics' partition report), a V-tiled decode redoing the head's
     normalisation per tile (compile_kernel's executed work per output, against the other impl),
-    and both episodes' controls. Seed 0: 4 ranks, BLOCK_V 32, the first impl planted in the
-    decode kernel; seed 5: 2 ranks, BLOCK_V 16 (8 V tiles at V = 128), the second."""
+    and (seed 0) both episodes' controls. Seed 0: 4 ranks, BLOCK_V 32, the first impl planted
+    in the decode kernel; seed 5: 2 ranks, BLOCK_V 16 (8 V tiles at V = 128), the second."""
     model = serve_policy(Investigator())
     kernel_episodes = [t for t in families() if t.startswith("episode.") and "gil" not in t]
+    if seed:  # the planted two only: their controls, cleared at seed 0, differ only in numbers
+        kernel_episodes = [t for t in kernel_episodes if ".control_" not in t]
     results = _eval(model, tmp_path, kernel_episodes, seed=seed)
     _report(results)
     assert [r.task_id for r in results.runs] == kernel_episodes
@@ -197,12 +188,20 @@ def test_the_investigator_finds_the_gil_held_behind_the_kv_transfer(serve_policy
 
 @pytest.mark.slow
 def test_always_finding_something_fails_every_control(serve_policy, tmp_path):
-    """The controls only: on a planted bug this policy is the investigator (its tasks above)."""
+    """The kernel and episode controls only: on a planted bug this policy is the investigator
+    (its tasks above); the serving control, which times two engines, runs alone below."""
     model = serve_policy(AlwaysFinds())
-    controls = [t for t in families() if t.split(".", 1)[1].startswith("control_")]
+    controls = [
+        t
+        for t in families()
+        if t.split(".", 1)[1].startswith("control_") and not t.startswith("serving.")
+    ]
     results = _eval(model, tmp_path, controls)
     assert len(results.runs) == len(controls) >= 5, results.runs
-    assert not any(r.grade.correct for r in results.runs)
+    for run in results.runs:
+        assert run.control and not run.grade.correct and not run.grade.identified, run.task_id
+    elementwise = next(r for r in results.runs if r.task_id == "kernel.control_elementwise")
+    assert not elementwise.grade.evidence_ok  # its cited checks pass: they show no bug
 
 
 @pytest.mark.slow

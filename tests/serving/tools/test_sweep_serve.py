@@ -445,8 +445,10 @@ async def test_the_same_sweep_runs_on_transformers_serve(serve_client, server):
         ladder={"concurrencies": [1, 4]},
         slo={"ttft_p99_ms": 60000},
         repeats=1,
+        race_rounds=2,  # its first look (two rounds): two transformers engines side by side
     )
     assert len(out["configs"]) == 2 and not out["dropped"], out["summary"]
+    assert out["race"] is not None and out["race"]["rounds"] == 2, out["summary"]
     assert out["best"] in {cfg["label"] for cfg in out["configs"]} and out["front"]
     for cfg in out["configs"]:
         launch = server.state.ledger.get(cfg["launch_id"])

@@ -154,13 +154,13 @@ async def test_a_sweep_given_ready_timeout_s_resumes_with_the_same_arguments(ser
 async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answer(
     serve_client, server
 ):
-    """The ladders first (race_rounds=0), then resumed with a race and a 45 s wall budget. Both
+    """The ladders first (race_rounds=0), then resumed with a race and a 25 s wall budget. Both
     engines are planted slow (2 s per prefill chunk), so the race's first round (2 pairs of 8
-    requests, A B B A) runs far past the budget: the budget ends the child still running (an
-    engine's launch or that round's serve_benchmark: its ledger row an error naming the sweep's
-    budget, every engine stopped) and the sweep answers, partial, with the ladders' steps kept,
-    the race undecided after 0 rounds, saying what it ended. Launch progress comes through as
-    the race's own."""
+    requests, A B B A: at least 4 x 4 prefill waves of 2 s) runs far past the budget: the budget
+    ends the child still running (an engine's launch or that round's serve_benchmark: its ledger
+    row an error naming the sweep's budget, every engine stopped) and the sweep answers,
+    partial, with the ladders' steps kept, the race undecided after 0 rounds, saying what it
+    ended. Launch progress comes through as the race's own."""
     args = dict(
         base_args={**BASE, "extra_args": ["--prefill-delay-ms", "2000"]},
         configs=[{"max_num_seqs": 2}, {"max_num_seqs": 4}],
@@ -178,7 +178,7 @@ async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answ
 
     result = await serve_client.call_tool(
         "sweep_serve",
-        {**args, "race_rounds": 3, "resume": first["experiment_id"], "budget": {"wall_s": 45}},
+        {**args, "race_rounds": 3, "resume": first["experiment_id"], "budget": {"wall_s": 25}},
         progress_callback=on_progress,
     )
     out = result.structured_content
@@ -199,7 +199,7 @@ async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answ
         c
         for c in children
         if c["status"] == "error"
-        and "ended by sweep_serve's wall budget (budget.wall_s=45 s was spent)"
+        and "ended by sweep_serve's wall budget (budget.wall_s=25 s was spent)"
         in (c["error"] or "")
     ]
     assert len(ended) == 1 and ended[0]["tool"] in ("launch_serve", "serve_benchmark"), [

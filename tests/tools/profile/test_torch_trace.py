@@ -1,5 +1,5 @@
 """An engine's torch trace is untrusted input: read within caps, paths kept inside its folder,
-self times that add up (the real vLLM trace: tests/serving/tools/test_profile_vllm.py)."""
+self times that add up (the real vLLM trace: tests/serving/tools/test_serve_vllm.py)."""
 
 from __future__ import annotations
 
