@@ -137,15 +137,16 @@ async def test_a_window_too_short_for_one_sample_is_refused_with_the_minimum(pro
 async def test_interpreted_triton_time_is_named_and_shown_as_python_stacks(profile_client):
     # py-spy attaches 0.2-0.55 s before the window here (the job waits 0.6 s); one that attached
     # late on a busy host sampled too little of it: the finding comes from the op table alone and
-    # says so, and the stacks are asked of another try
+    # says so, and the stacks are asked of another try. 60 calls at 500 Hz: 20 calls at 200 Hz
+    # took 27 ms on a fast host, room for 5 samples where the share needs 10, every try
     for _ in range(3):
         out = await call(
             profile_client,
             "profile",
             kernel="vector_add",
             impl="triton",
-            calls=20,
-            gil_sample_hz=200,
+            calls=60,
+            gil_sample_hz=500,
         )
         (finding,) = [f for f in out["findings"] if f["code"] == "interpreted_triton"]
         assert (
