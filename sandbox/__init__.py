@@ -30,7 +30,7 @@ from .isolation import Isolation
 from .job import Job, JobKind, JobResult, JobStatus
 from .policy import Limits
 from .runner import Sandbox, SandboxError, free_port
-from .service import Service, owned_by_live_server
+from .service import CpuAccount, Service, owned_by_live_server
 from .service_spec import Mount, ServiceSite, ServiceSpec
 from .triton_cache import TRUSTED_ZOO
 
@@ -60,6 +60,7 @@ __all__ = [
     "Mount",
     "Sandbox",
     "SandboxError",
+    "CpuAccount",
     "Service",
     "ServiceSite",
     "ServiceSpec",

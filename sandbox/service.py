@@ -24,6 +24,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .cgroups import CgroupError, CgroupManager, JobCgroup
@@ -40,6 +41,48 @@ LOG_FILE = "engine.log"  # the service's output (worker/engine_host.py writes it
 EXIT_FILE = "exit.json"  # written by the host the moment the service exits
 CHECK_EVERY_S = 2.0  # how often the disk cap is checked
 _UDS_MAX = 100  # sun_path holds 108 bytes; longer host paths go through a short symlink
+
+
+@dataclass(frozen=True)
+class CpuAccount:
+    """The kernel's account of a process tree's live threads (/proc/<pid>/task/<tid>/schedstat):
+    time on a CPU and time runnable but waiting in a run queue for one, s (summed over
+    threads); and the host's 1-minute load average. A service that waited for a CPU longer than
+    it ran was starved by the host, whatever its own code does."""
+
+    ran_s: float
+    waited_s: float
+    load_1m: float
+
+    def starved(self, wall_s: float) -> bool:
+        """Over `wall_s` of its life: it waited for a CPU longer than it ran, and for at least
+        half of that time (a process that mostly slept is not starved by a short wait)."""
+        return self.waited_s > self.ran_s and self.waited_s >= 0.5 * wall_s
+
+    def words(self) -> str:
+        return (
+            f"its processes ran {self.ran_s:.1f} s on a CPU and waited {self.waited_s:.1f} s "
+            f"for one (the kernel's schedstat, host load {self.load_1m:.1f} on "
+            f"{os.cpu_count()} CPUs)"
+        )
+
+    @classmethod
+    def of(cls, pids: set[int]) -> CpuAccount | None:
+        ran = waited = 0
+        seen = False
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except OSError:
+                continue  # exited meanwhile
+            for tid in tids:
+                try:
+                    with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                        on_cpu, in_queue = f.read().split()[:2]
+                except (OSError, ValueError):
+                    continue
+                ran, waited, seen = ran + int(on_cpu), waited + int(in_queue), True
+        return cls(ran / 1e9, waited / 1e9, os.getloadavg()[0]) if seen else None
 
 
 def start(
@@ -187,6 +230,10 @@ class Service:
         """Host pids of every process it runs (bwrap, its host, the service and children);
         empty without cgroups."""
         return self._cgroup.procs() if self._cgroup is not None else set()
+
+    def cpu_account(self) -> CpuAccount | None:
+        """What the kernel says its live threads got so far (None without cgroups or schedstats)."""
+        return CpuAccount.of(self.pids())
 
     def kill(self) -> None:
         """Kill it and all it started now (its folder outgrew the cap); `stop` tidies up."""

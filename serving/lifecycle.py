@@ -383,7 +383,7 @@ class Engines:
                 if waited > timeout_s:
                     raise EngineError(
                         f"the {eng.adapter.name} engine did not answer {path} within "
-                        f"{timeout_s:g} s (raise ready_timeout_s for a large model); "
+                        f"{timeout_s:g} s ({_starved_words(eng, waited)}); "
                         f"{eng.log_excerpt(START_LOG_BYTES)}"
                     )
                 if progress is not None:
@@ -433,6 +433,22 @@ class Engines:
     async def aclose(self) -> None:
         for handle in list(self._engines):
             await self.stop(handle, how="when the server shut down")
+
+
+def _starved_words(eng: Engine, waited_s: float) -> str:
+    """What to do about a start that ran out of time: the kernel's account of the engine's
+    threads says whether the host's CPUs (it waited for one longer than it ran) or the model's
+    size is the cause."""
+    account = eng.service.cpu_account()
+    if account is None:
+        return "raise ready_timeout_s for a large model"
+    where = f"its node {eng.node}" if eng.node else "this host"
+    if account.starved(waited_s):
+        return (
+            f"{account.words()}: {where} starved it of CPU, whatever the model; free CPUs "
+            "there (stop other engines or jobs) and launch it again, or raise ready_timeout_s"
+        )
+    return f"{account.words()}; raise ready_timeout_s for a large model"
 
 
 def _package_root() -> Path:

@@ -37,7 +37,7 @@ from typing import Any, AsyncIterator, Callable
 
 import httpx
 
-from ..sandbox import Mount, SandboxError, ServiceSite, ServiceSpec
+from ..sandbox import CpuAccount, Mount, SandboxError, ServiceSite, ServiceSpec
 from ..sandbox.cluster import first_line, relay, resource_words
 from ..sandbox.job import Placement
 from ..sandbox.node import NodeProgress
@@ -136,6 +136,9 @@ class EngineNode:
 
     async def first_error(self) -> tuple[int, str] | None:
         return first_error_line(self.service.log_path)
+
+    async def cpu_account(self) -> CpuAccount | None:
+        return self.service.cpu_account()
 
     async def run_load(
         self, ep: Endpoint, requests: list[BenchRequest], arrivals: Arrivals, options: dict
@@ -281,6 +284,10 @@ class RemoteService:
 
     def pids(self) -> set[int]:
         return set()  # pids of another host mean nothing here
+
+    def cpu_account(self) -> CpuAccount | None:
+        """Its node's kernel's account (None once the node is lost or silent)."""
+        return self._call("cpu_account")
 
     async def stop(self) -> str:
         """Stop the engine on its node and end the actor (its resources return to the node)."""

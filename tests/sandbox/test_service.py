@@ -260,3 +260,33 @@ def test_a_missing_executable_is_refused_before_anything_starts(tmp_path):
     with pytest.raises(SandboxError, match="no-such-compiler-x"):
         asyncio.run(sb.start_service(spec))
     assert not (tmp_path / "state/jobs/svc-x").exists()
+
+
+def test_the_cpu_account_says_who_waited_for_a_cpu_as_the_kernel_counts_it():
+    """CpuAccount, on two real busy loops pinned to one CPU: one at nice 0, one at nice 19
+    (weights 1024 and 15: the second gets ~1.4% of the CPU). The second waited for the CPU far
+    longer than it ran; what it ran agrees with the kernel's other account of its CPU time
+    (utime + stime in /proc/<pid>/stat, in clock ticks)."""
+    import subprocess
+    import time
+
+    from infra_agent.sandbox import CpuAccount
+
+    loop = "import os; os.sched_setaffinity(0, {0}); os.nice(%d)\nwhile True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", loop % nice]) for nice in (0, 19)]
+    try:
+        time.sleep(2.0)
+        busy, starved = (CpuAccount.of({p.pid}) for p in procs)
+        fields = Path(f"/proc/{procs[1].pid}/stat").read_text().rsplit(")", 1)[1].split()
+        ticks_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    assert busy is not None and starved is not None
+    assert (
+        starved.starved(2.0) and not busy.starved(2.0) and starved.ran_s < 0.25 * starved.waited_s
+    ), starved
+    assert busy.ran_s > starved.ran_s, (busy, starved)
+    assert abs(starved.ran_s - ticks_s) <= 0.05 + 0.2 * ticks_s, (starved, ticks_s)
+    assert "waited" in starved.words() and starved.load_1m >= 0

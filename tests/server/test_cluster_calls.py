@@ -20,6 +20,8 @@ from conftest import ToolCallError, call, copy_zoo
 from ray_cluster import SLOT, TYPE_A, TYPE_B, start_two_nodes
 from stdio_server import StdioServer
 
+from infra_agent.sandbox import ServiceSpec
+
 pytestmark = pytest.mark.anyio
 
 SWEEP = {
@@ -225,15 +227,23 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     srv = build_server(ws)
     try:
         async with Client(srv) as client:
-            eng = await call(
-                client,
-                "launch_serve",
-                engine="builtin",
-                args={"model": "tiny"},
-                resources={TYPE_B: 0.001},
-            )
+            try:
+                eng = await call(
+                    client,
+                    "launch_serve",
+                    engine="builtin",
+                    args={"model": "tiny"},
+                    resources={TYPE_B: 0.001},
+                )
+            except ToolCallError as exc:
+                # beside two CPU hogs and two nodes' Ray processes on 2 cores, the engine's session
+                # (nice 5) got 1-20% of a CPU and no answer in 300 s: the kernel's account says so
+                if "starved it of CPU" not in str(exc):
+                    raise
+                pytest.skip(f"the host starved the engine: {exc}")
             actor = _engine_actor()
             children = _child_commands(actor["pid"])
+            priorities = _descendant_nices(actor["pid"])
             with pytest.raises(ToolCallError, match="no live node of the cluster has"):
                 await call(  # Ray would leave it pending: refused, with what the nodes have
                     client, "launch_serve", engine="builtin", resources={"accelerator_type:B200": 1}
@@ -258,6 +268,8 @@ async def test_an_engine_placed_on_node_b_runs_there_with_its_load_generator(two
     assert eng["node"] == f"127.0.0.1 ({two_nodes.id_b[:12]})", eng
     assert actor["node_id"] == two_nodes.id_b
     assert "bwrap" in children, children  # the engine's sandbox, started by that actor
+    # the engine runs at the priority a local one does, not at the Ray worker's nice 15
+    assert priorities and {n for _, n in priorities} == {ServiceSpec.nice}, priorities
     assert f"on node 127.0.0.1 ({two_nodes.id_b[:12]})" in eng["summary"]
     m = bench["metrics"]
     assert (m["completed"], m["failed"]) == (16, 0), bench["summary"]
@@ -371,6 +383,22 @@ async def _task_nodes(name: str, ids: bool = False) -> list:
     if ids:
         return [(e.task_id.hex(), node) for e, node in zip(events, nodes)]
     return nodes
+
+
+def _descendant_nices(pid: int) -> list[tuple[str, int]]:
+    """(command, nice) of every process below `pid` but the sandbox's bwrap, by ps."""
+    rows = subprocess.run(
+        ["ps", "-e", "-o", "pid=,ppid=,ni=,comm="], capture_output=True, text=True
+    ).stdout.split("\n")
+    procs = [r.split(None, 3) for r in rows if r.strip()]
+    below, out = {pid}, []
+    for _ in range(8):  # actor -> bwrap -> bwrap -> engine host -> engine
+        for p, ppid, ni, comm in procs:
+            if int(ppid) in below and int(p) not in below:
+                below.add(int(p))
+                if comm != "bwrap":
+                    out.append((comm, int(ni)))
+    return out
 
 
 def _child_commands(pid: int) -> list[str]:
