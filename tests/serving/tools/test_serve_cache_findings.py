@@ -23,24 +23,37 @@ WORKLOAD = {"num_requests": 48, "input_len": 48, "output_len": 2, "max_concurren
 PROBE_SHARE = 5 / 53
 
 
-async def _engine_hit_rate(c, engine: dict, **args) -> tuple[dict, float]:
-    """One serve_benchmark call on a launched engine (launch_serve's answer) and the prefix-cache
-    hit rate the engine's own counters say it saw over the call (hits / queries, prompt tokens).
+async def _engine_hit_rate(
+    c, engine: dict, seed: int, *, resend: bool = False, **args
+) -> tuple[dict, float, int]:
+    """One serve_benchmark call on a launched engine (launch_serve's answer) with WORKLOAD's
+    prompts of `seed`, the prefix-cache hit rate the engine's own counters say it saw over the
+    call (hits / queries, prompt tokens), and the seed the kept call sent.
 
     A repeat the host read late is measured again on a prompt set of its own (repeat_remeasured),
     so that call's counters mix two measurements, one of them not the asked-for prompts: the
     engine's rate must then be the mean of the kept and the set-aside measurement's (same
-    request count and lengths), and the call is made again, up to 3 times, for the scenario."""
+    request count and lengths), and the call is made again, up to 3 times, for the scenario.
+    Made again with the same seed, its prompts would be cached by the call before (a clone read
+    0.67, a warm rate, for a "cold" run so): a call meant cold (not `resend`) takes a new seed."""
     handle = engine["handle"]
-    for _ in range(3):
+    for attempt in range(3):
+        sent = seed if resend else seed + 1000 * attempt
         async with httpx.AsyncClient(transport=UnixSocketTransport(engine["socket"])) as http:
             before = parse((await http.get("http://engine/metrics")).text)
-            out = await call(c, "serve_benchmark", handle=handle, repeats=1, **args)
+            out = await call(
+                c,
+                "serve_benchmark",
+                handle=handle,
+                repeats=1,
+                workload=WORKLOAD | {"seed": sent},
+                **args,
+            )
             after = parse((await http.get("http://engine/metrics")).text)
         hits = after[PREFIX_HITS + "_total"] - before.get(PREFIX_HITS + "_total", 0.0)
         queries = after[PREFIX_QUERIES + "_total"] - before.get(PREFIX_QUERIES + "_total", 0.0)
         if not out["remeasured"]:
-            return out, hits / queries
+            return out, hits / queries, sent
         rates = [out["metrics"]["prefix_cache_hit_rate"]] + [
             r["set_aside"]["phases_ms"]["prefix_cache_hit_rate"] for r in out["remeasured"]
         ]
@@ -56,9 +69,9 @@ def _codes(out: dict) -> list[str]:
 async def test_a_warm_baseline_against_a_cold_run_is_named_with_the_engines_own_rates(serve_client):
     c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
-    cold, engine_cold = await _engine_hit_rate(c, eng, workload=WORKLOAD | {"seed": 5})
+    cold, engine_cold, seed = await _engine_hit_rate(c, eng, 5)
     # the same seed again on the same engine: a sweep step's situation, every prompt cached
-    warm, engine_warm = await _engine_hit_rate(c, eng, workload=WORKLOAD | {"seed": 5})
+    warm, engine_warm, _ = await _engine_hit_rate(c, eng, seed, resend=True)
     rate_cold, rate_warm = (
         cold["metrics"]["prefix_cache_hit_rate"],
         warm["metrics"]["prefix_cache_hit_rate"],
@@ -67,22 +80,18 @@ async def test_a_warm_baseline_against_a_cold_run_is_named_with_the_engines_own_
     assert abs(rate_warm - engine_warm) <= PROBE_SHARE, (rate_warm, engine_warm)
     assert rate_cold < 0.1 and rate_warm > 0.5 and engine_warm > 0.5, (rate_cold, rate_warm)
     # a cold run (a seed this engine has not seen) against the warm experiment: named, with both rates
-    run, engine_run = await _engine_hit_rate(
-        c, eng, workload=WORKLOAD | {"seed": 6}, baseline=warm["experiment_id"]
-    )
+    run, engine_run, _ = await _engine_hit_rate(c, eng, 6, baseline=warm["experiment_id"])
     assert engine_run < 0.1 + PROBE_SHARE, engine_run
     (finding,) = [f for f in run["findings"] if f.startswith("baseline_cache_warm:")]
     assert f"{100 * rate_warm:.0f}%" in finding and "the baseline measured a warm cache" in finding
     assert "Next:" in finding
     # both sides cold: nothing to name; and 48 requests at 4 in flight are many waves
-    control, _ = await _engine_hit_rate(
-        c, eng, workload=WORKLOAD | {"seed": 7}, baseline=cold["experiment_id"]
-    )
+    control, _, seed = await _engine_hit_rate(c, eng, 7, baseline=cold["experiment_id"])
     assert "baseline_cache_warm" not in _codes(control) + _codes(cold), control["findings"]
     assert "single_wave" not in _codes(control) + _codes(cold)
     # the other way round (this run warm: the seed just sent, the baseline cold) is named too
-    rerun, engine_rerun = await _engine_hit_rate(
-        c, eng, workload=WORKLOAD | {"seed": 7}, baseline=cold["experiment_id"]
+    rerun, engine_rerun, _ = await _engine_hit_rate(
+        c, eng, seed, resend=True, baseline=cold["experiment_id"]
     )
     assert engine_rerun > 0.5 - PROBE_SHARE, engine_rerun
     (finding,) = [f for f in rerun["findings"] if f.startswith("baseline_cache_warm:")]
