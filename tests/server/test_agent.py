@@ -344,19 +344,21 @@ async def test_a_conversation_too_long_truncates_older_tool_results(server, scri
 
 @pytest.mark.anyio
 async def test_the_time_budget_cancels_a_long_tool_call(server, scripted):
-    # Each call sleeps 2 s: 5 timed calls (microbench's minimum) cannot fit in the 3 s budget, however
+    # Each call sleeps 4 s: 5 timed calls (microbench's minimum) cannot fit in the 8 s budget, however
     # fast the host (a plain torch.add converged to its target error in under 3 s on a quiet one).
+    # The budget counts from the run's start: listing the tools and the first turn come out of it
+    # too (beside three other xdist workers they once took over 3 s), so it leaves room for them.
     slow = {
         "kernel": "vector_add",
         "source": "import time\nimport torch\n\ndef vector_add(x, y):\n"
-        "    time.sleep(2.0)\n    return torch.add(x, y)\n",
+        "    time.sleep(4.0)\n    return torch.add(x, y)\n",
         "entry": "vector_add",
         "shapes": [{"N": 1000}],
         "budget_ms": 60_000,
     }
     model = scripted([tool_turn(("microbench", slow)), answer("never reached")])
     result = await run_agent(
-        server, AgentConfig(base_url=model.url, model="m", goal="g", max_time_s=3)
+        server, AgentConfig(base_url=model.url, model="m", goal="g", max_time_s=8)
     )
     assert result.stop_reason == "max_time_s" and len(model.requests) == 1
     assert [c.status for c in result.totals.calls] == ["cancelled"]
