@@ -174,6 +174,7 @@ async def sweeps(client, n: int) -> Counter:
                     "ratio": race.get("ratio"),
                     "interval": race.get("interval"),
                     "pairs": race.get("pairs"),
+                    "repeat_requests": race.get("repeat_requests"),
                     "rounds": race.get("rounds"),
                 }
             ),
@@ -215,7 +216,7 @@ async def main(args) -> None:
                 out5 = sum(abs(x) > math.log(1.05) for x in xs) / len(xs)
                 out10 = sum(abs(x) > math.log(1.10) for x in xs) / len(xs)
                 print(
-                    f"  {n} requests ({statistics.median(durations[n]):.1f} s a repeat) x {m}: "
+                    f"  {n} requests ({statistics.median(durations[n]):.2f} s a repeat) x {m}: "
                     f"{len(xs)} pairs, mean {statistics.fmean(xs):+.4f}, sigma {sd:.4f} "
                     f"({100 * (math.exp(sd) - 1):.1f}%); outside 5%: {out5:.0%}, outside 10%: "
                     f"{out10:.0%}; a 9/10 tie needs ~{pairs_for_tie(sd, 5, looks)} pairs at 5%, "
@@ -249,7 +250,7 @@ async def main(args) -> None:
             counts = await sweeps(client, args.sweeps)
             print(
                 f"A/A sweeps with the default race ({defaults[0]} pairs x {defaults[1]} rounds, "
-                f"{defaults[2]:g}%): "
+                f"{defaults[2]:g}%, {DEFAULTS['race_repeat_s'].default:g} s repeats): "
                 + ", ".join(f"{k} {v} of {args.sweeps}" for k, v in counts.items())
             )
 

@@ -1,8 +1,9 @@
 """What sweep_serve's race costs: the same sweep (same space, ladder, workload) on the built-in
 engine with race_rounds=0 (the ladders alone, the best config their pick, as sweep_serve chose
-before the race) and with the race (race_rounds=4, the default), in one run, alternating
-(ladders, race, ladders, race, ...) on one server. Per sweep: wall time (time.perf_counter around
-the call), its children by tool, and what it answered (best, race outcome, ratio [interval]).
+before the race) and with the default race (race_rounds and race_repeat_s as an agent gets
+them), in one run, alternating (ladders, race, ladders, race, ...) on one server. Per sweep:
+wall time (time.perf_counter around the call), its children by tool, and what it answered
+(best, race outcome, ratio [interval], pairs, requests a repeat).
 Prints each sweep and the ratio of the medians' wall times (race / ladders).
 
     .venv/bin/python bench/sweep_serve_race.py [--rounds 1]
@@ -19,6 +20,8 @@ from collections import Counter
 import anyio
 from mcp_session import call, zoo_session
 
+from infra_agent.tools.sweep_serve.schema import Input
+
 ARGS = {
     "base_args": {"model": "tiny", "max_num_seqs": 4},
     "configs": [
@@ -31,6 +34,7 @@ ARGS = {
     "slo": {"ttft_p99_ms": 2000},
     "repeats": 2,
 }
+RACE = Input.model_fields["race_rounds"].default  # the default race
 
 
 async def one(client, race_rounds: int) -> dict:
@@ -49,19 +53,21 @@ async def one(client, race_rounds: int) -> dict:
         "ratio": race.get("ratio"),
         "interval": race.get("interval"),
         "runner_up": race.get("runner_up"),
+        "pairs": race.get("pairs"),
+        "repeat_requests": race.get("repeat_requests"),
     }
 
 
 async def main(rounds: int) -> None:
-    rows: dict[int, list[dict]] = {0: [], 4: []}
+    rows: dict[int, list[dict]] = {0: [], RACE: []}
     async with zoo_session("sweep-serve-race-", tiny_checkpoint=True) as client:
         for i in range(rounds):
-            for race_rounds in (0, 4) if i % 2 == 0 else (4, 0):
+            for race_rounds in (0, RACE) if i % 2 == 0 else (RACE, 0):
                 row = await one(client, race_rounds)
                 rows[race_rounds].append(row)
                 print(json.dumps(row), flush=True)
     ladders = statistics.median(r["wall_s"] for r in rows[0])
-    raced = statistics.median(r["wall_s"] for r in rows[4])
+    raced = statistics.median(r["wall_s"] for r in rows[RACE])
     print(
         f"wall time, median of {rounds}: ladders alone {ladders:.1f} s, with the race "
         f"{raced:.1f} s: race / ladders = {raced / ladders:.2f}"

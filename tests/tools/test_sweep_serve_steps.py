@@ -96,6 +96,39 @@ def test_the_race_ratio_and_interval_against_a_plain_computation():
     assert race.paired_ratios(plain, "goodput") == [0.75]
 
 
+def test_the_race_sizes_its_repeats_to_last_race_repeat_s_at_the_deciding_load():
+    """Short repeats measure the host's scheduling (race.py): each race repeat sends enough
+    requests to last race_repeat_s at the slower of the two configs' request throughput at the
+    deciding load, as their ladder steps measured it; never fewer than the workload's own."""
+
+    def config(label: str, rates: dict[int, float]):
+        made = []
+        for load, rate in rates.items():
+            result = _result()
+            result["metrics"]["request_throughput"] = rate
+            made.append(steps.build(INP, load, f"{label}{load}", False, result))
+        planned = Planned({"max_num_seqs": 1}, label, {})
+        return planned, answer.config_answer(planned, Climb(steps=made), "concurrency")
+
+    fast, slow = config("a", {1: 90.0, 4: 410.0}), config("b", {1: 80.0, 4: 333.3})
+    assert fast[1].highest_load == slow[1].highest_load == 4
+    contest = race.contest(INP, fast, slow)
+    assert contest.load == 4
+    assert contest.repeat_requests == 334  # 1.0 s x 333.3 req/s, the slower side, rounded up
+    longer = INP.model_copy(update={"race_repeat_s": 2.5})
+    assert race.contest(longer, fast, slow).repeat_requests == 834
+    off = INP.model_copy(update={"race_repeat_s": 0.0})
+    assert race.contest(off, fast, slow).repeat_requests == INP.workload.num_requests == 8
+    trickle = config("c", {1: 2.0, 4: 3.0})  # 3 req/s: 1 s is fewer than the workload's 8
+    assert race.contest(INP, fast, trickle).repeat_requests == 8
+    flood = INP.model_copy(
+        update={"race_repeat_s": 60.0}
+    )  # 60 s x 333 req/s: serve_benchmark's cap
+    assert race.contest(flood, fast, slow).repeat_requests == race.MAX_REPEAT_REQUESTS == 5000
+    # the step's own request throughput is what the sweep answer carries
+    assert slow[1].steps[1].request_throughput == 333.3
+
+
 def test_a_sweep_whose_steps_never_ran_says_why():
     from infra_agent.tools.sweep_serve import _summary
 

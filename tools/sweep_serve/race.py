@@ -19,22 +19,24 @@ the log ratios. From the second round on, after each round:
 Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
 so that an A/A (two identical configs) is decided in at most 5% of sweeps.
 
-What a tie takes, measured (bench/sweep_serve_aa.py, docs/measured.md): on this 2-core host
-under other work, two identical built-in engines alternating (12 requests of 8 tokens at 4 in
-flight, ~3 s a repeat) give per-pair log ratios with sigma 0.28 (a pair differs by 32% at one
-sigma): the host's contention, not the engines. For a tie in 9 of 10 such A/A races
-the interval's half-width plus the mean's own noise must fit the margin: about 500 pairs at
-+-5%, 140 at +-10%, 35 at +-20% (simulated from the measured pairs: 36 pairs at 20% tie 88%).
-The default race (8 pairs) would need a margin of about 60%, the most race_rounds allows (20
-pairs) about 35%: a margin that calls a 1.3x difference "as good as each other" is no tie.
-Less noisy candidates were measured side by side (bench/sweep_serve_aa.py --sizes 12,48, load
-13-15): rounds 4x longer, and the engine's own per-request time and inter-token gap from
-/metrics: sigma 0.22-0.30 for every one (contention slows the engine too), none steadier.
-So the defaults stay (4 rounds of 2 pairs, 5%), such an A/A ends undecided (rarely
-decided: 6% of 1000 simulated A/A races were, at the nominal 5%), and an undecided race says the
+Each repeat lasts about race_repeat_s (1 s by default): the race sends max(num_requests,
+race_repeat_s x the request throughput the ladders measured at the deciding load) requests a
+repeat, because short repeats measure the host's scheduling more than the engines. Measured
+(bench/sweep_serve_aa.py, docs/measured.md), two identical built-in engines alternating on a
+quiet 2-core host: the per-pair log ratio of request throughput spreads with sigma 0.13 at 12
+requests a repeat (~0.03 s), 0.08 at 48 (0.1 s), 0.05 at 192 (0.5 s), 0.04 at 384 and 768 (1
+and 2 s: the host's floor). With 1 s repeats, the race's rule over 1000 simulated A/A races
+ties 45% within 4 rounds and 95-97% within 10, and decides a planted 1.3x in every race with
+the slower config never crowned. Real A/A sweeps spread wider (~7% at one sigma): with 10 rounds
+3 of 6 tied, with 20 rounds 10 of 10 (after 6-13 rounds, 48-96 s a sweep). So 20 is the
+default: a clear difference settles at the first look, only near-equal configs run long.
+
+Under other work the host's contention dominates whatever the length: two engines' pairs spread
+with sigma 0.22-0.30 at load 3-15, 4x longer repeats no steadier, and neither were the engine's
+own per-request time and inter-token gap from /metrics (contention slows the engine itself). A
+tie in 9 of 10 A/As there would take ~500 pairs at +-5%; such a race ends undecided and says the
 margin its interval would have needed for a tie (`why`): the honest answer for the host, and
-what to raise (tie_margin_pct, race_rounds, longer runs: num_requests) to get one. On a quiet
-host or an engine whose repeats are steadier the same defaults settle ties.
+what to raise (tie_margin_pct, race_rounds, race_repeat_s) to get one.
 """
 
 from __future__ import annotations
@@ -66,6 +68,7 @@ class Contest:
     challenger: Planned
     load: float
     metric: str
+    repeat_requests: int  # requests per repeat, sized to last race_repeat_s at the deciding load
     ratios: list[float] = field(default_factory=list)  # leader / challenger per pair
     children: list[str] = field(default_factory=list)
     rounds: int = 0
@@ -93,7 +96,23 @@ def contest(
     """The race of the two leading configs, before it runs: at the deciding load (the higher of
     their highest loads meeting the SLO)."""
     load = max(leader[1].highest_load or 0.0, challenger[1].highest_load or 0.0)
-    return Contest(leader[0], challenger[0], load, metric_of(inp))
+    rates = [
+        s.request_throughput
+        for _, answered in (leader, challenger)
+        for s in answered.steps
+        if s.load == load and s.request_throughput
+    ]
+    return Contest(leader[0], challenger[0], load, metric_of(inp), repeat_requests(inp, rates))
+
+
+MAX_REPEAT_REQUESTS = 5000  # serve_benchmark's num_requests bound
+
+
+def repeat_requests(inp: Input, rates: list[float]) -> int:
+    """Requests per race repeat: enough for race_repeat_s at the slower of `rates` (requests/s
+    measured at the deciding load), never fewer than the workload's own num_requests."""
+    wanted = math.ceil(inp.race_repeat_s * min(rates)) if rates else 0
+    return max(inp.workload.num_requests, min(wanted, MAX_REPEAT_REQUESTS))
 
 
 async def race(
@@ -118,6 +137,7 @@ async def race(
                 inp, inp.ladder.kind, contest.load, "", plan.RACE_DRAW + round_
             )
             bench["repeats"] = PAIRS_PER_ROUND
+            bench["workload"]["num_requests"] = contest.repeat_requests
             key = plan.race_key(contest.leader.key, contest.challenger.key, bench)
             if not handles and not trials.has(key):
                 why = await _launch(contest, trials, handles, report, round_ / inp.race_rounds)
@@ -248,7 +268,7 @@ def answer(inp: Input, contest: Contest) -> Race:
     else:
         needed = (
             f" (a tie needs tie_margin_pct >= {math.ceil(100 * (max(interval[1], 1 / interval[0]) - 1))}"
-            " for this interval; more pairs narrow it: race_rounds, num_requests)"
+            " for this interval; more and longer pairs narrow it: race_rounds, race_repeat_s)"
             if interval is not None
             else ""
         )
@@ -265,6 +285,7 @@ def answer(inp: Input, contest: Contest) -> Race:
         ratio=ratio,
         interval=list(interval) if interval is not None else None,
         pairs=len(contest.ratios),
+        repeat_requests=contest.repeat_requests,
         rounds=contest.rounds,
         tie_margin_pct=inp.tie_margin_pct,
         budget_cut=contest.budget_cut,

@@ -134,14 +134,25 @@ class Input(ToolInput):
     )
     resources: dict[str, float] | None = resources_field("each config's engine")
     race_rounds: int = Field(
-        4,
+        20,
         ge=0,
-        le=10,
+        le=40,
         description="After the ladders, the two leading configs race side by side (both "
         "engines up, serve_benchmark alternating A B B A at the deciding load, fresh prompts "
         "each round) until the paired ratio's 95% interval excludes 1 (decided), lies within "
-        "tie_margin_pct of 1 (a tie) or this many rounds ran (undecided). 0: no race (the best "
+        "tie_margin_pct of 1 (a tie) or this many rounds ran (undecided). A clear difference "
+        "settles at round 2; two equal configs take the most rounds. 0: no race (the best "
         "config is the ladders' pick, undecided).",
+    )
+    race_repeat_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="Each race repeat sends enough requests to last about this long at the "
+        "deciding load (from the request throughput the ladders measured there; never fewer "
+        "than workload.num_requests, at most 5000), s. Shorter repeats are noisier: on a quiet "
+        "2-core host a pair of 12-request repeats (~0.03 s) spread 13% at one sigma, of 1 s "
+        "repeats 4% (bench/sweep_serve_aa.py). 0: workload.num_requests as given.",
     )
     tie_margin_pct: float = Field(
         5.0,
@@ -182,6 +193,9 @@ class Step(BaseModel):
     broke: list[str] = Field(description="Each SLO missed, with its value and limit, ms.")
     goodput: float | None = Field(description="Requests/s meeting every SLO (median).")
     goodput_interval: list[float] | None = Field(description="[min, max] over repeats, req/s.")
+    request_throughput: float | None = Field(
+        None, description="Requests/s, every request counted (median over repeats)."
+    )
     output_throughput: float | None = Field(description="Output tokens/s, all users (median).")
     output_throughput_interval: list[float] | None = Field(
         description="[min, max] over repeats, tokens/s."
@@ -311,6 +325,9 @@ class Race(BaseModel):
         description="The ratio's 95% confidence interval (Student t over the log ratios)."
     )
     pairs: int = Field(description="Paired measurements, one repeat of each config per pair.")
+    repeat_requests: int = Field(
+        description="Requests per repeat in the race's rounds (sized by race_repeat_s)."
+    )
     rounds: int = Field(description="serve_benchmark calls (each alternating A B B A).")
     tie_margin_pct: float = Field(description="The tie margin used, %.")
     budget_cut: bool = Field(

@@ -58,6 +58,7 @@ def build(inp: Input, load: float, experiment_id: str, reused: bool, result: dic
         broke=broke,
         goodput=goodput,
         goodput_interval=spread.get("goodput") or spread.get("request_throughput"),
+        request_throughput=metrics.get("request_throughput"),
         output_throughput=total,
         output_throughput_interval=spread.get("output_throughput"),
         output_throughput_per_user=_per_user(inp.ladder.kind, load, metrics),

@@ -446,6 +446,7 @@ async def test_the_same_sweep_runs_on_transformers_serve(serve_client, server):
         slo={"ttft_p99_ms": 60000},
         repeats=1,
         race_rounds=2,  # its first look (two rounds): two transformers engines side by side
+        race_repeat_s=0,  # the workload's 8 requests a repeat (the sizing: the evidence tests)
     )
     assert len(out["configs"]) == 2 and not out["dropped"], out["summary"]
     assert out["race"] is not None and out["race"]["rounds"] == 2, out["summary"]

@@ -84,15 +84,16 @@ async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(se
         ladder={"concurrencies": [2, 4]},
         repeats=1,
         race_rounds=3,
+        race_repeat_s=0.5,
     )
     race = out["race"]
     assert race is not None, out["summary"]
     assert out["best_config"] != planted and race["winner"] != "extra_args=--prefill-delay-ms 150"
     pair = {race["winner"], race["runner_up"]}
     if pair == {"extra_args=", "extra_args=--prefill-delay-ms 0"}:  # identical engines: an A/A
-        # never decided; on this 2-core host under other work its pairs spread too widely for a
-        # +-5% tie within the default rounds (sigma 0.28 of the log ratios: race.py, docs/
-        # measured.md), so it is a tie only on a quiet host: undecided says what a tie needs
+        # never decided; in 3 rounds its pairs spread too widely for a +-5% tie (a quiet host
+        # needs ~10 rounds of 1 s repeats, a busy one hundreds: race.py, docs/measured.md), so
+        # it may end undecided, saying what a tie needs
         assert race["outcome"] in ("tie", "undecided") and not out["decided"], race
         if race["outcome"] == "undecided":
             assert "a tie needs tie_margin_pct >= " in race["why"], race["why"]
@@ -108,6 +109,20 @@ async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(se
         if ledger.get(e)["tool"] == "serve_benchmark"
     ]
     assert len(rounds) == race["rounds"] >= 2
+    # each race repeat sized to last race_repeat_s: from the ladder children's own request
+    # throughput at the deciding load (the slower config's), as the ledger recorded them
+    by_label = {c["label"]: c for c in out["configs"]}
+    rates = [
+        ledger.get(s["experiment_id"])["result"]["metrics"]["request_throughput"]
+        for label in (race["winner"], race["runner_up"])
+        for s in by_label[label]["steps"]
+        if s["load"] == race["load"]
+    ]
+    assert race["repeat_requests"] == max(12, math.ceil(0.5 * min(rates))), (rates, race)
+    for e in race["experiment_ids"]:
+        if ledger.get(e)["tool"] == "serve_benchmark":
+            sent = ledger.get(e)["arguments"]["workload"]["num_requests"]
+            assert sent == race["repeat_requests"], (sent, race)
     ratios = [r for result in rounds for r in _paired(result)]
     mine = math.exp(statistics.fmean(math.log(r) for r in ratios))
     assert race["pairs"] == len(ratios)
@@ -220,12 +235,14 @@ async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answ
 
 
 async def test_an_undecided_race_says_the_margin_a_tie_would_need():
-    """An A/A's pairs as spread as this host's (sigma ~0.28 of the log ratios): undecided at
+    """An A/A's pairs as spread as a busy host's (sigma ~0.28 of the log ratios): undecided at
     5%, and the margin its why names is one that ratio_decision (the rule both races share)
     reads as a tie for the same interval, while one point less is not."""
     inp = Input(ladder={"concurrencies": [4]})
     a, b = (Planned({"extra_args": x}, f"extra_args={x}", {}) for x in ("", "--seed 1"))
-    contest = race_rule.Contest(a, b, 4.0, "goodput", rounds=4, stopped="all 4 rounds ran")
+    contest = race_rule.Contest(
+        a, b, 4.0, "goodput", repeat_requests=12, rounds=4, stopped="all 4 rounds ran"
+    )
     contest.ratios = [math.exp(x) for x in (-0.3, 0.25, 0.1, -0.2, 0.35, -0.15, 0.05, -0.1)]
     interval = race_rule.ratio_interval(contest.ratios, race_rule.looks(inp.race_rounds))
     contest.interval = interval
