@@ -50,6 +50,7 @@ import anyio
 
 from ...sandbox.worker.shared import ratio_decision
 from ..common.sweep import Budget, Trials
+from ..serve_benchmark.schema import Workload
 from . import plan
 from .ladder import trial_progress
 from .plan import Planned
@@ -105,7 +106,10 @@ def contest(
     return Contest(leader[0], challenger[0], load, metric_of(inp), repeat_requests(inp, rates))
 
 
-MAX_REPEAT_REQUESTS = 5000  # serve_benchmark's num_requests bound
+# serve_benchmark's own bound on num_requests, read from its schema so the two cannot drift
+MAX_REPEAT_REQUESTS = next(
+    int(m.le) for m in Workload.model_fields["num_requests"].metadata if hasattr(m, "le")
+)
 
 
 def repeat_requests(inp: Input, rates: list[float]) -> int:
