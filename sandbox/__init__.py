@@ -51,6 +51,7 @@ PUBLIC_MODULES = (
 )
 
 __all__ = [
+    "CpuAccount",
     "Isolation",
     "Job",
     "JobKind",
@@ -60,7 +61,6 @@ __all__ = [
     "Mount",
     "Sandbox",
     "SandboxError",
-    "CpuAccount",
     "Service",
     "ServiceSite",
     "ServiceSpec",

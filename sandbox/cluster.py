@@ -364,7 +364,7 @@ def _errors_to_stderr(ray: Any) -> None:
 
 # Ray starts its workers at nice 15 unless told otherwise, and everything a worker starts inherits
 # it: an engine on a node ran at nice 15 (its sandbox only ever lowers priority), and beside two
-# busy processes on 2 cores it got ~3% of a CPU and never answered /health in 300 s. Node workers
+# busy processes on 2 cores it got ~2% of a CPU and never answered /health in 300 s. Node workers
 # run at the raylet's own priority, as Ray's job supervisor asks for itself; the sandbox then lowers
 # an engine's to ServiceSpec.nice, as it does on the server's host.
 _WORKER_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}

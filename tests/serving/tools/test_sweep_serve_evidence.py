@@ -4,9 +4,10 @@
   serve_benchmark children's per-repeat scrapes) is ~0 at every step and repeat; a one-wave step
   is kept out of the verdicts; every child's finding is in the config's answer;
 - the best config is decided by a race of the two leaders, side by side: two identical configs
-  (an A/A) are never "decided", a planted slow config (serving/engine/planted.py) never wins, and
-  the test's own alternating serve_benchmark pair confirms the planted one is slower; the race's
-  ratio is recomputed here from its children's paired repeats;
+  (an A/A) are not "decided" twice running (the rule allows 5% once), a planted slow config
+  (serving/engine/planted.py) never wins, and the test's own alternating serve_benchmark pair
+  confirms the planted one is slower; the race's ratio is recomputed here from its children's
+  paired repeats;
 - a sweep given ready_timeout_s resumes with the same arguments;
 - the wall budget ends the child still running (a launch or a race round: its ledger row an
   error naming the budget, its engines stopped), and the answer is partial with what was
@@ -75,26 +76,36 @@ def _paired(result: dict) -> list[float]:
 
 async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(serve_client, server):
     planted = {"extra_args": "--prefill-delay-ms 150"}
-    out = await call(
-        serve_client,
-        "sweep_serve",
-        base_args=BASE,
-        configs=[planted, {"extra_args": ""}, {"extra_args": "--prefill-delay-ms 0"}],
-        workload={**WORKLOAD, "num_requests": 12},
-        ladder={"concurrencies": [2, 4]},
-        repeats=1,
-        race_rounds=3,
-        race_repeat_s=0.5,
-    )
-    race = out["race"]
-    assert race is not None, out["summary"]
-    assert out["best_config"] != planted and race["winner"] != "extra_args=--prefill-delay-ms 150"
-    pair = {race["winner"], race["runner_up"]}
-    if pair == {"extra_args=", "extra_args=--prefill-delay-ms 0"}:  # identical engines: an A/A
-        # never decided; in 3 rounds its pairs spread too widely for a +-5% tie (a quiet host
-        # needs ~10 rounds of 1 s repeats, a busy one hundreds: race.py, docs/measured.md), so
-        # it may end undecided, saying what a tie needs
-        assert race["outcome"] in ("tie", "undecided") and not out["decided"], race
+    a_a = {"extra_args=", "extra_args=--prefill-delay-ms 0"}  # identical engines
+    # The rule decides an A/A in at most 5% of races (race.py: Bonferroni over its looks), so one
+    # decided A/A is within its allowance and the sweep runs again on fresh prompts; two in a row
+    # is a biased race. Seen once, with three xdist workers on 2 cores: 1.79 [1.01, 3.18], all six
+    # pairs one way, no host finding in two of its three rounds.
+    decided_a_a: list[str] = []
+    for seed in (5, 6):
+        out = await call(
+            serve_client,
+            "sweep_serve",
+            base_args=BASE,
+            configs=[planted, {"extra_args": ""}, {"extra_args": "--prefill-delay-ms 0"}],
+            workload={**WORKLOAD, "num_requests": 12, "seed": seed},
+            ladder={"concurrencies": [2, 4]},
+            repeats=1,
+            race_rounds=3,
+            race_repeat_s=0.5,
+        )
+        race = out["race"]
+        assert race is not None, out["summary"]
+        assert out["best_config"] != planted, out["summary"]
+        assert race["winner"] != "extra_args=--prefill-delay-ms 150", race
+        pair = {race["winner"], race["runner_up"]}
+        if pair != a_a or race["outcome"] != "decided":
+            break
+        decided_a_a.append(race["why"])
+    if pair == a_a:  # never decided twice; in 3 rounds its pairs spread too widely for a +-5%
+        # tie (a quiet host needs ~10 rounds of 1 s repeats, a busy one hundreds: race.py,
+        # docs/measured.md), so it may end undecided, saying what a tie needs
+        assert race["outcome"] in ("tie", "undecided") and not out["decided"], (decided_a_a, race)
         if race["outcome"] == "undecided":
             assert "a tie needs tie_margin_pct >= " in race["why"], race["why"]
     else:  # the planted config reached the race: it must have lost it
@@ -169,15 +180,16 @@ async def test_a_sweep_given_ready_timeout_s_resumes_with_the_same_arguments(ser
 async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answer(
     serve_client, server
 ):
-    """The ladders first (race_rounds=0), then resumed with a race and a 25 s wall budget. Both
-    engines are planted slow (2 s per prefill chunk), so the race's first round (2 pairs of 8
-    requests, A B B A: at least 4 x 4 prefill waves of 2 s) runs far past the budget: the budget
+    """The ladders first (race_rounds=0), then resumed with a race and a 12 s wall budget. Both
+    engines are planted slow (0.5 s per prefill chunk: a ladder step of 8 requests ~6 s), so the
+    race's first round (two launches, then 2 pairs of 8 requests, A B B A: ~4 x 6 s) runs far
+    past the budget: the budget
     ends the child still running (an engine's launch or that round's serve_benchmark: its ledger
     row an error naming the sweep's budget, every engine stopped) and the sweep answers,
     partial, with the ladders' steps kept, the race undecided after 0 rounds, saying what it
     ended. Launch progress comes through as the race's own."""
     args = dict(
-        base_args={**BASE, "extra_args": ["--prefill-delay-ms", "2000"]},
+        base_args={**BASE, "extra_args": ["--prefill-delay-ms", "500"]},
         configs=[{"max_num_seqs": 2}, {"max_num_seqs": 4}],
         workload=WORKLOAD,
         ladder={"concurrencies": [2]},
@@ -193,7 +205,7 @@ async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answ
 
     result = await serve_client.call_tool(
         "sweep_serve",
-        {**args, "race_rounds": 3, "resume": first["experiment_id"], "budget": {"wall_s": 25}},
+        {**args, "race_rounds": 3, "resume": first["experiment_id"], "budget": {"wall_s": 12}},
         progress_callback=on_progress,
     )
     out = result.structured_content
@@ -214,7 +226,7 @@ async def test_the_wall_budget_ends_the_race_s_running_child_with_a_partial_answ
         c
         for c in children
         if c["status"] == "error"
-        and "ended by sweep_serve's wall budget (budget.wall_s=25 s was spent)"
+        and "ended by sweep_serve's wall budget (budget.wall_s=12 s was spent)"
         in (c["error"] or "")
     ]
     assert len(ended) == 1 and ended[0]["tool"] in ("launch_serve", "serve_benchmark"), [
