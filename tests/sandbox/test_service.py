@@ -284,9 +284,9 @@ def test_the_cpu_account_says_who_waited_for_a_cpu_as_the_kernel_counts_it():
             p.kill()
             p.wait()
     assert busy is not None and starved is not None
-    assert (
-        starved.starved(2.0) and not busy.starved(2.0) and starved.ran_s < 0.25 * starved.waited_s
-    ), starved
-    assert busy.ran_s > starved.ran_s, (busy, starved)
+    # the nice 19 loop starved; the nice 0 one ran far more and waited less (not nothing: beside
+    # two CPU hogs CPU 0 is shared three ways, and it waited as long as it ran)
+    assert starved.starved(2.0) and starved.ran_s < 0.25 * starved.waited_s, starved
+    assert busy.ran_s > 4 * starved.ran_s and busy.waited_s < starved.waited_s, (busy, starved)
     assert abs(starved.ran_s - ticks_s) <= 0.05 + 0.2 * ticks_s, (starved, ticks_s)
     assert "waited" in starved.words() and starved.load_1m >= 0

@@ -53,13 +53,27 @@ def prompt_draws(repeats: int, sides: int, same: bool) -> int:
     return repeats * (1 + same) + remeasure_limit(repeats) * sides
 
 
+# How long an engine may take to answer /v1/models: a busy one answers late, not never (a
+# cancelled profile window's export held the built-in engine's GIL past 10 s beside two CPU hogs,
+# and the next call read that as "no model listed")
+MODELS_TIMEOUT_S = 120.0
+
+
 async def served_model(engine: Engine) -> str:
     if engine.args.served_model_name:
         return engine.args.served_model_name
-    async with engine.client(timeout_s=10) as client:
+    async with engine.client(timeout_s=MODELS_TIMEOUT_S) as client:
         try:
             data = (await client.get("/v1/models")).json()
             return data["data"][0]["id"]
+        except httpx.TimeoutException:
+            state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
+            raise AgentError(
+                f"the {engine.adapter.name} engine did not answer /v1/models within "
+                f"{MODELS_TIMEOUT_S:g} s (it is {state}: busy or stalled, e.g. exporting a "
+                "profile's trace); try again when it is idle, or pass args.served_model_name; "
+                f"{engine.log_excerpt(1500)}"
+            ) from None
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
             raise AgentError(
                 f"the {engine.adapter.name} engine did not list its model at /v1/models; pass "

@@ -35,6 +35,7 @@ import time
 import httpx
 import pytest
 
+from infra_agent.sandbox import CpuAccount
 from infra_agent.serving.loadgen import (
     Arrivals,
     Endpoint,
@@ -180,6 +181,7 @@ def test_the_default_engine_streams_text_token_by_token(temperature):
             "stream_options": {"include_usage": True},
         }
         chunks, usage, text = 0, None, ""
+        before, started = CpuAccount.of({proc.pid}), time.monotonic()
         with (
             httpx.Client(base_url=url, timeout=120) as http,
             http.stream("POST", "/v1/completions", json=body) as response,
@@ -192,9 +194,18 @@ def test_the_default_engine_streams_text_token_by_token(temperature):
                 for choice in event["choices"]:
                     chunks += bool(choice["text"])
                     text += choice["text"]
+        after, wall_s = CpuAccount.of({proc.pid}), time.monotonic() - started
     finally:
         proc.terminate()
         proc.wait(timeout=10)
     assert usage["completion_tokens"] == 32
-    assert chunks >= 16, (chunks, text)
     assert "\ufffd" not in text and text.isascii()
+    assert before is not None and after is not None
+    waited_s = after.waited_s - before.waited_s
+    if waited_s > 0.25 * wall_s:
+        # The engine's threads waited for a CPU (two hogs beside the suite: 11 chunks of 32
+        # tokens): tokens made while its HTTP loop waited go out merged, as vLLM merges them. The
+        # bug this guards (one chunk a request) still shows: the text must come in pieces.
+        assert chunks >= 2, (chunks, text, after.words())
+    else:
+        assert chunks >= 16, (chunks, text, f"waited for a CPU {waited_s:.2f} s of {wall_s:.2f} s")
