@@ -59,6 +59,11 @@ def prompt_draws(repeats: int, sides: int, same: bool) -> int:
 MODELS_TIMEOUT_S = 120.0
 
 
+def _liveness(engine: Engine) -> str:
+    """The engine's state in words, for an error that waited on it."""
+    return "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
+
+
 async def served_model(engine: Engine) -> str:
     if engine.args.served_model_name:
         return engine.args.served_model_name
@@ -67,7 +72,7 @@ async def served_model(engine: Engine) -> str:
             data = (await client.get("/v1/models")).json()
             return data["data"][0]["id"]
         except httpx.TimeoutException:
-            state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
+            state = _liveness(engine)
             raise AgentError(
                 f"the {engine.adapter.name} engine did not answer /v1/models within "
                 f"{MODELS_TIMEOUT_S:g} s (it is {state}: busy or stalled, e.g. exporting a "
@@ -240,7 +245,7 @@ async def _one_repeat(
             timeout_s,
         )
     except asyncio.TimeoutError:
-        state = "alive" if engine.alive else f"no longer running ({engine.death_cause()})"
+        state = _liveness(engine)
         raise AgentError(
             f"{label} on {engine.handle} did not finish within timeout_s={timeout_s:g} s: "
             f"{finished[0]} of {n} measured requests had ended (after {len(warmup)} warm-up); the rest "
