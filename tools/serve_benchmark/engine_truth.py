@@ -52,6 +52,14 @@ MIN_ENGINE_ITL_MS = 0.5  # below this the engine's gaps are too short to tell a 
 # different lengths weigh TPOT's per-request mean and the engine's per-token mean differently,
 # hence the margin.
 TPOT_LOW_RATIO = 0.85
+# ... and a client that read late reads TPOT low too: a first chunk read late is read together with
+# the tokens that came after it, so the request's span shrinks while its token count does not.
+# Below this fraction of the engine's mean gap, where the load generator's own CPU wait could have
+# held the first chunks back by the whole shortfall, the TPOT measured the host. Measured beside two
+# CPU hogs (tests/serving/tools/test_serve_tpot_truth.py, 1 in flight, engine gaps 0.6-1.4 ms): the
+# load generator waited 12-14% of its runs and read 0.91-1.01x the engine's mean, a minimal client
+# 0.91-0.99x; on an idle host both read 0.94-1.10x.
+TPOT_LATE_RATIO = 0.93
 # The load generator waiting for a CPU this share of a run's duration (the kernel's account of
 # its thread) is starved: every timestamp it takes can be that late. Measured on 2 cores against
 # a sandboxed vLLM (4 in flight, 1 s runs): 1-3% on an idle host and 3-13% with the suite's
@@ -151,11 +159,18 @@ LAYERS = (
 
 def disagreement(r) -> str | None:
     """Why one repeat's (RepeatMetrics) client numbers are not the engine's, in words: the load
-    generator starved of a CPU, the client's TTFT far above the engine's own, or tokens arriving in
-    a burst; None when they agree or the engine keeps no histograms to check against."""
+    generator starved of a CPU, its TPOT read low by as much as its CPU wait could take off, the
+    client's TTFT far above the engine's own, or tokens arriving in a burst; None when they agree or
+    the engine keeps no histograms to check against."""
     share = _starved_share(r)
     if share is not None and share > STARVED_SHARE:
         return f"the load generator waited {100 * share:.0f}% of the run for a CPU"
+    late = _late_tpot_row(r)
+    if late is not None:
+        return (
+            f"TPOT mean {late.client_ms:.3g} ms, {late.client_ms / late.engine_ms:.2f}x the engine's "
+            f"mean gap, while the load generator waited {late.wait_ms:.0f} ms for a CPU"
+        )
     gap = _ttft_gap_row(r)
     if gap is not None and ttft_gap_is_large(gap[1], gap[2]):
         client, gap_ms, engine = gap
@@ -200,7 +215,7 @@ def findings(
         _starved(repeats),
         _ttft_gap(repeats),
         _burst(repeats),
-        _tpot_low(repeats),
+        _late_tpot(repeats) or _tpot_low(repeats),
         _cache_warm(repeats, reuse_prompts),
         _cache_warm_from_before(repeats, reuse_prompts, dataset),
     )
@@ -284,6 +299,55 @@ def _tpot_row(r) -> tuple[float, float] | None:
     if client is None or engine is None or engine < MIN_ENGINE_ITL_MS:
         return None
     return client, engine
+
+
+@dataclass(frozen=True)
+class LateTpot:
+    """A repeat whose client TPOT mean lies below TPOT_LATE_RATIO of the engine's mean gap, by no
+    more than the load generator's CPU wait could take off its requests' spans (ms)."""
+
+    client_ms: float  # the client's TPOT mean
+    engine_ms: float  # the engine's mean inter-token gap
+    shortfall_ms: float  # (engine - client) x the tokens after each request's first chunk, summed
+    wait_ms: float  # the load generator's CPU wait over the run
+    in_flight: float  # requests in flight on average (Little: request rate x mean E2EL)
+
+
+def _late_tpot_row(r) -> LateTpot | None:
+    """Each ms the load generator waits for a CPU can hold back the reads of every request in
+    flight, so its wait x the requests in flight bounds how much its late first reads took off the
+    requests' spans. A TPOT read low by no more than that measured the host's contention."""
+    row = _tpot_row(r)
+    e2el = r.latencies_ms.get("e2el", {}).get("mean")
+    if row is None or r.client_cpu_wait_ms is None or e2el is None:
+        return None
+    client, engine = row
+    if client >= TPOT_LATE_RATIO * engine:
+        return None
+    tokens_after_first = r.output_throughput * r.duration_s - r.completed
+    shortfall = (engine - client) * tokens_after_first
+    in_flight = max(1.0, r.request_throughput * e2el / 1e3)
+    if r.client_cpu_wait_ms * in_flight < shortfall:
+        return None
+    return LateTpot(client, engine, shortfall, r.client_cpu_wait_ms, in_flight)
+
+
+def _late_tpot(repeats: list) -> str | None:
+    rows = [row for r in repeats if (row := _late_tpot_row(r)) is not None]
+    if not _majority([_late_tpot_row(r) is not None for r in repeats]):
+        return None
+    late = sorted(rows, key=lambda row: row.client_ms / row.engine_ms)[len(rows) // 2]
+    return (
+        f"client_engine_gap: the client's TPOT mean {late.client_ms:.3g} ms is "
+        f"{late.client_ms / late.engine_ms:.2f}x the engine's own mean inter-token gap "
+        f"{late.engine_ms:.3g} ms (median of {len(rows)} repeats reading low), and the load "
+        f"generator waited {late.wait_ms:.0f} ms for a CPU during the run with "
+        f"{late.in_flight:.1f} requests in flight, enough to account for the whole shortfall "
+        f"({late.shortfall_ms:.0f} ms of the requests' spans): a first chunk read late is read "
+        "together with the tokens after it, so the span shrinks and TPOT reads low. It measured "
+        "this host's contention, not the decode: judge decode speed by the engine's histogram "
+        "(phases_ms.engine_itl_mean_ms), or lower the other load on this host"
+    )
 
 
 def _tpot_low(repeats: list) -> str | None:

@@ -269,3 +269,56 @@ def test_a_tpot_below_the_engines_own_gaps_is_named_and_counted_chunks_fix_it():
     assert engine_truth.findings([counted] * 3, reuse_prompts=False) == []
     # one low repeat of three is a moment, not a finding
     assert engine_truth.findings([uncounted, counted, counted], reuse_prompts=False) == []
+
+
+def _read_late_stream(n: int, gap_ms: float, late_ms: float) -> RequestRecord:
+    """One request whose engine made `n` tokens `gap_ms` apart, each sent in a chunk of its own
+    (counted: per-chunk usage), read by a client that waited `late_ms` for a CPU just as the first
+    arrived: it reads the first chunk late, together with every chunk that came meanwhile."""
+    made_s = [0.05 + i * gap_ms / 1e3 for i in range(n)]
+    read_s = [max(t, made_s[0] + late_ms / 1e3) for t in made_s]
+    rec = RequestRecord(index=0, scheduled_s=0.0, sent_s=0.0)
+    rec.content_times_s = read_s
+    rec.content_tokens = [1] * n
+    rec.last_chunk_s = read_s[-1]
+    rec.output_tokens = n
+    return rec
+
+
+def test_a_tpot_read_low_by_the_clients_own_cpu_wait_is_named_as_the_hosts():
+    """The witness is the engine's timeline again: 32 tokens made 1 ms apart. A client that waited
+    3 ms for a CPU as each request's first token came reads it with the two after it: every span
+    loses 3 ms, TPOT reads 0.90x, counted correctly (no count error: above TPOT_LOW_RATIO). Its own
+    CPU account (schedstat: 140 ms over 40 requests, 1 in flight) can make up that shortfall, so the
+    harness names the host; the same TPOT with a wait too short to explain it is not blamed on it."""
+    n, requests = 32, 40
+    recs = [_read_late_stream(n, 1.0, 3.0) for _ in range(requests)]
+    tpot = compute(recs, duration_s=1.0).tpot_ms
+    assert tpot is not None and tpot.mean == pytest.approx((n - 1 - 3) / (n - 1))
+    duration_s = requests * 0.04  # one request after another: 40 ms each
+
+    def repeat(wait_ms: float) -> RepeatMetrics:
+        rep = _repeat(9.0, 1.0, 10, 1.0, 0.0, cpu_wait_ms=wait_ms)
+        return rep.model_copy(
+            update={
+                "duration_s": duration_s,
+                "completed": requests,
+                "request_throughput": requests / duration_s,
+                "output_throughput": requests * n / duration_s,
+                "latencies_ms": {
+                    **rep.latencies_ms,
+                    "tpot": {"mean": tpot.mean},
+                    "e2el": {"mean": 40.0},
+                },
+            }
+        )
+
+    late = repeat(wait_ms=requests * 3.5)  # the 3 ms as each first token came, and more besides
+    found = engine_truth.findings([late] * 3, reuse_prompts=False)
+    assert [f.split(":")[0] for f in found] == ["client_engine_gap"], found
+    assert "0.90x the engine's own mean inter-token gap 1 ms" in found[0]
+    assert "waited 140 ms for a CPU" in found[0] and "(120 ms of the requests' spans)" in found[0]
+    assert "0.90x the engine's mean gap" in engine_truth.disagreement(late)
+    short = repeat(wait_ms=requests * 1.0)  # 40 ms cannot take 120 ms off the spans
+    assert engine_truth.findings([short] * 3, reuse_prompts=False) == []
+    assert engine_truth.disagreement(short) is None
