@@ -128,7 +128,9 @@ def eval_command(
         raise _fail(str(exc)) from None
     o = results.overall
     err.print(
-        f"overall ({o.num_runs} task runs, seed {results.seed}{' drawn' if results.seed_drawn else ''}): "
+        f"overall ({o.num_runs} task runs"
+        f"{f', {o.void_runs} void: they measured the host' if o.void_runs else ''}, "
+        f"seed {results.seed}{' drawn' if results.seed_drawn else ''}): "
         f"correct {o.correct:.0%}, identified {o.identified:.0%}, evidence {o.evidence_ok:.0%}, "
         f"per run {o.correct_per_run}",
         highlight=False,
@@ -145,7 +147,12 @@ def _progress(run) -> None:
         f"({run.tool_calls} calls, {run.wall_s:.0f} s"
         f"{'' if run.tokens is None else f', {run.tokens} tokens'}; {run.stop_reason})"
         + (f" - {'; '.join(g.notes)}" if g.notes else "")
-        + (f" [planted: {run.planted}]" if run.planted else ""),
+        + (f" [planted: {run.planted}]" if run.planted else "")
+        + (
+            f" [void, left out of the scores: it measured the host: {run.host_measured}]"
+            if run.host_measured
+            else ""
+        ),
         highlight=False,
         soft_wrap=True,
     )

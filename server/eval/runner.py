@@ -18,7 +18,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from ..agent import AgentConfig, run_agent
-from .grade import TaskGrade, grade
+from .grade import TaskGrade, grade, host_measured
 from .neighbour import BusyNeighbour
 from .submit import NAME as SUBMIT
 from .submit import Input as Submission
@@ -82,10 +82,23 @@ class TaskRun(BaseModel):
         description="What the runner planted beside the agent for this task (the starved "
         "client's busy neighbour, and how many load generators it starved); None: nothing.",
     )
+    host_measured: str | None = Field(
+        None,
+        description="Why this run measured the host, not its task (grade.host_measured): with "
+        "nothing planted beside it, a serve_benchmark the agent ran said its load generator read "
+        "the engine late (client_starved, client_engine_gap; the experiment id first). Such a run "
+        "is graded but left out of the scores, right or wrong (Score.void_runs counts it): run "
+        "the task again on a quieter host. None: every benchmark agreed with its engine.",
+    )
 
 
 class Score(BaseModel):
-    num_runs: int
+    num_runs: int = Field(description="Task runs scored (void runs left out).")
+    void_runs: int = Field(
+        0,
+        description="Task runs left out of the scores because they measured the host, not "
+        "their task (TaskRun.host_measured).",
+    )
     correct: float = Field(description="Fraction of task runs graded correct (all criteria).")
     identified: float = Field(description="Fraction with the right cause.")
     localized: float | None = Field(description="Fraction localized, of those with a location.")
@@ -249,6 +262,7 @@ async def run_task(task: EvalTask, repeat: int, config: EvalConfig, api_key: str
         agent_run_id=result.run_id,
         folder=str(folder),
         planted=neighbour.planted().describe() if neighbour else None,
+        host_measured=host_measured(task, ledger),
     )
 
 
@@ -273,14 +287,18 @@ def last_submission(
     return Submission.model_validate(raw), raw  # the tool accepted these arguments already
 
 
-def score(runs: list[TaskRun]) -> Score:
+def score(all_runs: list[TaskRun]) -> Score:
+    """The scores over the runs that measured their task (a void run counts in void_runs only)."""
+
     def rate(values: list[bool | None]) -> float | None:
         known = [v for v in values if v is not None]
         return round(sum(known) / len(known), 4) if known else None
 
+    runs = [r for r in all_runs if r.host_measured is None]
     per_run = sorted({r.run for r in runs})
     return Score(
         num_runs=len(runs),
+        void_runs=len(all_runs) - len(runs),
         correct=rate([r.grade.correct for r in runs]) or 0.0,
         identified=rate([r.grade.identified for r in runs]) or 0.0,
         localized=rate([r.grade.localized for r in runs]),

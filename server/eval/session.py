@@ -24,7 +24,7 @@ from pydantic import BaseModel, Field
 
 from ..clients import launch_command
 from ..ledger import read_only_rows
-from .grade import grade
+from .grade import grade, host_measured
 from .runner import (
     ANSWER_FORM,
     EvalResults,
@@ -112,6 +112,7 @@ def grade_session(folder: Path, client: str = "an MCP client") -> tuple[EvalResu
         wall_s=round(max(ends) - min(r["started_at"] for r in calls), 3) if calls else 0.0,
         agent_run_id="",
         folder=".",
+        host_measured=host_measured(task, ledger),
     )
     results = collect(
         model=client,

@@ -244,19 +244,21 @@ def test_the_investigator_finds_each_planted_serving_problem_and_clears_the_cont
         print(
             run.task_id, run.grade.correct, run.tool_calls, f"{run.wall_s:.0f} s", run.grade.notes
         )
-    # a wrong answer on a benchmark that named the host as what it measured is the host's
-    voided = {
-        r.task_id: (r.grade.notes, why)
-        for r in results.runs
-        if not r.grade.correct and (why := _measured_the_host(r))
+    # a run whose benchmark named the host as what it measured is void, right or wrong: the
+    # runner's verdict, checked against this test's own read of each run's ledger file
+    assert {r.task_id: bool(r.host_measured) for r in results.runs} == {
+        r.task_id: bool(_measured_the_host(r)) for r in results.runs
     }
+    voided = {r.task_id: (r.grade.notes, r.host_measured) for r in results.runs if r.host_measured}
     wrong = {
         r.task_id: r.grade.notes
         for r in results.runs
         if not r.grade.correct and r.task_id not in voided
     }
     assert not wrong, wrong
-    assert results.per_category["serving"].num_runs == len(serving) >= 4
+    scored = results.per_category["serving"]
+    assert (scored.num_runs, scored.void_runs) == (len(serving) - len(voided), len(voided))
+    assert len(serving) >= 4
     # 2 launches, 1 benchmark, 1 submission (and for the kernel switched, 1 microbench); every
     # cited experiment shows what the submission claims
     graded = [r for r in results.runs if r.task_id not in voided]
@@ -277,7 +279,9 @@ def test_always_finding_something_fails_the_serving_control(serve_policy, tmp_pa
     (run,) = _eval(model, tmp_path, ["serving.control_config"]).runs
     assert run.control and run.submission["cause"] != "none"
     assert not run.grade.correct and not run.grade.identified
-    # a benchmark that said the host starved the client supports a claim about the client
-    if run.grade.evidence_ok and (why := _measured_the_host(run)):
-        pytest.skip(f"the host, not the control, was measured: {why}")
+    # a benchmark that said the host starved the client supports a claim about the client: the
+    # run is void (this test's own read of its ledger file agrees with the runner's)
+    assert bool(run.host_measured) == bool(_measured_the_host(run)), run.host_measured
+    if run.grade.evidence_ok and run.host_measured:
+        pytest.skip(f"the host, not the control, was measured: {run.host_measured}")
     assert not run.grade.evidence_ok, run.grade.citations

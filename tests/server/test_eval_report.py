@@ -11,6 +11,7 @@ pages' own code."""
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 from pathlib import Path
 from urllib.parse import urljoin, urlparse
@@ -24,7 +25,13 @@ from test_report import launched_chromium, tab
 from typer.testing import CliRunner
 
 from infra_agent.server.cli import app
-from infra_agent.server.eval.runner import EvalConfig, run_eval
+from infra_agent.server.eval.runner import (
+    EvalConfig,
+    collect,
+    read_results,
+    run_eval,
+    write_results,
+)
 
 BUG, CONTROL = "kernel.tail_mask", "kernel.control_elementwise"
 runner = CliRunner()
@@ -214,4 +221,35 @@ def test_the_spread_over_runs_and_a_guess_without_evidence(browser, guesses):
         assert page.locator("#path tr.call").count() == 1  # the submission, nothing looked at
         assert page.locator("#path tr.call td.verdict").inner_text() == "submitted"
         assert "model: guessed" in page.locator("#path tr.said").inner_text()
+        links_resolve(page)
+
+
+def test_a_void_run_is_marked_and_left_out_of_the_scores(browser, guesses, tmp_path):
+    """The guesser's four runs, one of them marked as having measured the host (the runner does
+    so from the run's own benchmarks: test_eval_tasks.py): its page says why, the tables mark it,
+    and the scores shown are those of the other three, counted here from results.json."""
+    copy = tmp_path / "guesses"
+    shutil.copytree(guesses, copy, ignore=shutil.ignore_patterns("report"))
+    results = read_results(copy)
+    void = results.runs[1]
+    void.host_measured = "b1: client_starved: the load generator waited 205 ms for a CPU"
+    rescored = collect(
+        **results.model_dump(exclude={"tasks", "runs", "per_task", "per_category", "overall"}),
+        tasks=results.tasks,
+        runs=results.runs,
+    )
+    write_results(rescored, copy)
+    scored = json.loads((copy / "results.json").read_text())["runs"]
+    kept = [r for r in scored if not r["host_measured"]]
+    assert len(kept) == 3
+    site = report(copy)
+    with tab(browser, site) as page:
+        page.goto((site / "index.html").as_uri())
+        assert page.locator("#card-correct b").inner_text() == pct(kept)
+        assert "3 task run(s) scored, 1 void" in page.locator("#setup").inner_text()
+        assert page.locator("#categories td.runs").inner_text() == "3"
+        row = page.locator(f"#runs tr[data-run='{void.run}'][data-task='{void.task_id}']")
+        assert "void: measured the host" in row.locator("td.grade").inner_text()
+        page.goto((site / "runs" / f"run{void.run}-{void.task_id}.html").as_uri())
+        assert void.host_measured in page.locator("#void").inner_text()
         links_resolve(page)

@@ -11,8 +11,9 @@ import pytest
 
 from infra_agent.kernels.workspace import load_workspace
 from infra_agent.server.eval.episode_tasks import DEPLOY_FILE, KDA_GPU_V, PREFILL_THREAD
-from infra_agent.server.eval.grade import grade
+from infra_agent.server.eval.grade import grade, host_measured
 from infra_agent.server.eval.kernel_tasks import FAMILIES
+from infra_agent.server.eval.runner import TaskRun, score
 from infra_agent.server.eval.serving_tasks import DECOYS, MAX_POSITIONS
 from infra_agent.server.eval.submit import Input as Submission
 from infra_agent.server.eval.tasks import Cause, families, generate_tasks
@@ -589,6 +590,54 @@ def test_a_starved_client_claim_rests_on_the_benchmarks_own_client_starved_findi
     (decoy,) = _changed(task)
     blamed = Submission(cause=Cause.queueing_max_num_seqs, config_key=decoy, experiment_ids=["b1"])
     assert not grade(task, blamed, _starved_rows(task, [STARVED])).correct
+
+
+def test_a_run_whose_benchmark_measured_the_host_is_void_and_left_out_of_the_scores():
+    """With nothing planted beside the agent, a benchmark that said its own client read the
+    engine late (client_starved, client_engine_gap) measured the host, not the task: the run is
+    graded, then left out of every score, right or wrong (leaving out only the wrong ones would
+    lift a score by the host's noise). Where the task plants the busy neighbour, that is the fault
+    to find, never a reason to void."""
+    task = _serving_task("max_num_seqs")
+    assert host_measured(task, _starved_rows(task, [])) is None
+    assert host_measured(task, _starved_rows(task, [STARVED])).startswith("b1: client_starved:")
+    assert host_measured(task, _starved_rows(task, [GAP])).startswith("b1: client_engine_gap:")
+    starved_task = _serving_task("starved_client")
+    assert host_measured(starved_task, _starved_rows(starved_task, [STARVED])) is None
+
+    claim = Submission(cause=Cause.none, experiment_ids=["b1"])
+
+    def run(number: int, findings: list[str]) -> TaskRun:
+        ledger = _starved_rows(task, findings)
+        return TaskRun(
+            task_id=task.id,
+            category=task.category,
+            control=task.control,
+            run=number,
+            grade=grade(task, claim, ledger),
+            submission=claim.model_dump(),
+            stop_reason="answered",
+            tool_calls=3,
+            model_turns=4,
+            tokens=None,
+            wall_s=10.0 * (number + 1),
+            agent_run_id="r",
+            folder=".",
+            host_measured=host_measured(task, ledger),
+        )
+
+    quiet, host = run(0, []), run(1, [STARVED])
+    assert not quiet.grade.correct and not host.grade.correct  # "none" is the wrong cause here
+    both = score([quiet, host])
+    assert (both.num_runs, both.void_runs, both.correct_per_run) == (1, 1, [0.0])
+    assert both.mean_wall_s == 10.0  # the void run's cost is not in the means either
+    alone = score([host])
+    assert (alone.num_runs, alone.void_runs, alone.correct, alone.correct_per_run) == (
+        0,
+        1,
+        0.0,
+        [],
+    )
 
 
 # ---- the episodes' evidence -----------------------------------------------------------------------

@@ -50,11 +50,10 @@ import anyio
 
 from ...sandbox.worker.shared import ratio_decision
 from ..common.sweep import Budget, Trials
-from ..serve_benchmark.schema import Workload
 from . import plan
 from .ladder import trial_progress
 from .plan import Planned
-from .schema import ConfigAnswer, Input, Race
+from .schema import MAX_REPEAT_REQUESTS, ConfigAnswer, Input, Race
 
 PAIRS_PER_ROUND = 2  # serve_benchmark repeats per round: A B B A
 MIN_ROUNDS = 2  # the first look: two rounds, four pairs
@@ -104,12 +103,6 @@ def contest(
         if s.load == load and s.request_throughput
     ]
     return Contest(leader[0], challenger[0], load, metric_of(inp), repeat_requests(inp, rates))
-
-
-# serve_benchmark's own bound on num_requests, read from its schema so the two cannot drift
-MAX_REPEAT_REQUESTS = next(
-    int(m.le) for m in Workload.model_fields["num_requests"].metadata if hasattr(m, "le")
-)
 
 
 def repeat_requests(inp: Input, rates: list[float]) -> int:

@@ -13,6 +13,11 @@ from ..common.engines import resources_field
 from ..common.sweep import SPACE_DESCRIPTION, BudgetInput, Range, Scalar
 from ..serve_benchmark.schema import LATENCIES, STATS, Workload
 
+# serve_benchmark's own bound on num_requests, read from its schema so the two cannot drift
+MAX_REPEAT_REQUESTS = next(
+    int(m.le) for m in Workload.model_fields["num_requests"].metadata if hasattr(m, "le")
+)
+
 MAX_STEPS = 16  # ladder steps per config: each is a serve_benchmark call
 SLO_KEYS = tuple(f"{lat}_{s}_ms" for lat in LATENCIES for s in STATS)  # ttft_p99_ms, ...
 
@@ -150,7 +155,7 @@ class Input(ToolInput):
         le=60,
         description="Each race repeat sends enough requests to last about this long at the "
         "deciding load (from the request throughput the ladders measured there; never fewer "
-        "than workload.num_requests, at most 5000), s. Shorter repeats are noisier: on a quiet "
+        f"than workload.num_requests, at most {MAX_REPEAT_REQUESTS}), s. Shorter repeats are noisier: on a quiet "
         "2-core host a pair of 12-request repeats (~0.03 s) spread 13% at one sigma, of 1 s "
         "repeats 4% (bench/sweep_serve_aa.py). 0: workload.num_requests as given.",
     )
