@@ -16,6 +16,14 @@ the log ratios. From the second round on, after each round:
   launch or round in flight, whose pairs do not count) undecided, and the best config is the
   ladders' pick, said to be undecided.
 
+A round whose serve_benchmark says it measured the host (client_starved: the load generator
+waited for a CPU for much of its runs, as a ladder step that does is kept out of the SLO verdicts)
+is run but kept out of the ratio, and named in `kept_out`: beside two CPU hogs the pairs of one
+round share the host's state (which engine the scheduler favours for those seconds), two
+identical engines read 8-20% apart call by call, and with those rounds counted the race decided
+an A/A twice in a row (1.197 [1.048, 1.367] after 2 rounds). A race whose every round measured
+the host ends undecided and says so.
+
 Each look holds its interval at 1 - 0.05 / looks (Bonferroni over the rounds that may decide),
 so that an A/A (two identical configs) is decided in at most 5% of sweeps.
 
@@ -54,6 +62,7 @@ from . import plan
 from .ladder import trial_progress
 from .plan import Planned
 from .schema import MAX_REPEAT_REQUESTS, ConfigAnswer, Input, Race
+from .steps import HOST_BOUND, code
 
 PAIRS_PER_ROUND = 2  # serve_benchmark repeats per round: A B B A
 MIN_ROUNDS = 2  # the first look: two rounds, four pairs
@@ -71,7 +80,8 @@ class Contest:
     repeat_requests: int  # requests per repeat, sized to last race_repeat_s at the deciding load
     ratios: list[float] = field(default_factory=list)  # leader / challenger per pair
     children: list[str] = field(default_factory=list)
-    rounds: int = 0
+    rounds: int = 0  # rounds run, kept out ones included
+    kept_out: list[str] = field(default_factory=list)  # rounds that measured the host, why
     budget_cut: bool = False  # the wall budget ended it before it settled or ran every round
     decision: str | None = None  # ratio_decision's verdict at the last look, if any
     interval: tuple[float, float] | None = None  # the ratio's interval at the last look
@@ -159,9 +169,18 @@ async def race(
                     f"round {round_ + 1}'s serve_benchmark failed: {trial.outcome.error}"
                 )
                 break
-            contest.ratios += paired_ratios(trial.result, contest.metric)
             contest.rounds += 1
-            if contest.rounds >= MIN_ROUNDS and len(contest.ratios) >= 2:
+            host = [f for f in trial.result.get("findings") or [] if code(f) in HOST_BOUND]
+            if host:  # its pairs measured the host, not the configs: no verdict rests on them
+                contest.kept_out.append(f"round {round_ + 1}: {host[0][:200]}")
+                await report(
+                    contest.rounds / inp.race_rounds,
+                    f"race round {contest.rounds}: kept out, it measured the host ({code(host[0])})",
+                )
+                continue
+            contest.ratios += paired_ratios(trial.result, contest.metric)
+            counted = contest.rounds - len(contest.kept_out)
+            if counted >= MIN_ROUNDS and len(contest.ratios) >= 2:
                 contest.interval = ratio_interval(contest.ratios, looks(inp.race_rounds))
                 contest.decision = ratio_decision(*contest.interval, inp.tie_margin_pct / 100)
                 await report(
@@ -262,6 +281,12 @@ def answer(inp: Input, contest: Contest) -> Race:
             f"a tie: {winner} / {runner_up} = {shown}, within {inp.tie_margin_pct:g}% of 1; "
             f"{stopped}"
         )
+    elif not contest.ratios and contest.kept_out:
+        why = (
+            f"undecided: every round that ran measured the host ({len(contest.kept_out)} kept "
+            f"out, first {contest.kept_out[0]}); {stopped}; {winner} stays the ladders' pick. "
+            "Run the sweep again on a quieter host"
+        )
     else:
         needed = (
             f" (a tie needs tie_margin_pct >= {math.ceil(100 * (max(interval[1], 1 / interval[0]) - 1))}"
@@ -272,6 +297,11 @@ def answer(inp: Input, contest: Contest) -> Race:
         why = (
             f"undecided: {winner} / {runner_up} = {shown} neither excludes 1 nor lies within "
             f"{inp.tie_margin_pct:g}% of it{needed}; {stopped}; {winner} stays the ladders' pick"
+        )
+    if contest.kept_out and contest.ratios:
+        why += (
+            f"; {len(contest.kept_out)} of {contest.rounds} rounds kept out: they measured the "
+            f"host (first {contest.kept_out[0]})"
         )
     return Race(
         outcome=outcome or "undecided",
@@ -284,6 +314,7 @@ def answer(inp: Input, contest: Contest) -> Race:
         pairs=len(contest.ratios),
         repeat_requests=contest.repeat_requests,
         rounds=contest.rounds,
+        kept_out=contest.kept_out,
         tie_margin_pct=inp.tie_margin_pct,
         budget_cut=contest.budget_cut,
         why=why,

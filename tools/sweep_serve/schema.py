@@ -334,6 +334,13 @@ class Race(BaseModel):
         description="Requests per repeat in the race's rounds (sized by race_repeat_s)."
     )
     rounds: int = Field(description="serve_benchmark calls (each alternating A B B A).")
+    kept_out: list[str] = Field(
+        default_factory=list,
+        description="Rounds run but left out of the ratio because their serve_benchmark said it "
+        "measured the host (client_starved: the load generator waited for a CPU), each with "
+        "that finding: on a busy host the pairs of one round share its state, and two identical "
+        "engines read 8-20% apart round by round. 'pairs' counts only the rounds kept.",
+    )
     tie_margin_pct: float = Field(description="The tie margin used, %.")
     budget_cut: bool = Field(
         False,

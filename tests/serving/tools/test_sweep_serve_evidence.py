@@ -106,9 +106,11 @@ async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(se
         # tie (a quiet host needs ~10 rounds of 1 s repeats, a busy one hundreds: race.py,
         # docs/measured.md), so it may end undecided, saying what a tie needs
         assert race["outcome"] in ("tie", "undecided") and not out["decided"], (decided_a_a, race)
-        if race["outcome"] == "undecided":
+        if race["outcome"] == "undecided" and race["pairs"]:
             assert "a tie needs tie_margin_pct >= " in race["why"], race["why"]
-    else:  # the planted config reached the race: it must have lost it
+        elif race["outcome"] == "undecided":  # beside two CPU hogs every round can be kept out
+            assert "every round that ran measured the host" in race["why"], race["why"]
+    elif not race["kept_out"]:  # the planted config reached the race: it must have lost it
         assert race["outcome"] == "decided" and out["decided"], race
     assert race["runner_up"] in out["summary"] and race["why"] in out["summary"]
 
@@ -134,10 +136,14 @@ async def test_the_race_never_crowns_a_planted_slow_config_nor_decides_an_a_a(se
         if ledger.get(e)["tool"] == "serve_benchmark":
             sent = ledger.get(e)["arguments"]["workload"]["num_requests"]
             assert sent == race["repeat_requests"], (sent, race)
-    ratios = [r for result in rounds for r in _paired(result)]
-    mine = math.exp(statistics.fmean(math.log(r) for r in ratios))
+    # a round whose benchmark said it measured the host (client_starved) is kept out, named
+    host = [any(f.startswith("client_starved") for f in result["findings"]) for result in rounds]
+    assert len(race["kept_out"]) == sum(host), (race["kept_out"], host)
+    ratios = [r for result, kept_out in zip(rounds, host) if not kept_out for r in _paired(result)]
     assert race["pairs"] == len(ratios)
-    assert mine == pytest.approx(race["ratio"]) or 1 / mine == pytest.approx(race["ratio"])
+    if ratios:
+        mine = math.exp(statistics.fmean(math.log(r) for r in ratios))
+        assert mine == pytest.approx(race["ratio"]) or 1 / mine == pytest.approx(race["ratio"])
 
     # an independent alternating measurement of the planted slowdown: this test's own pair
     fast = await call(serve_client, "launch_serve", engine="builtin", args=BASE)
@@ -264,3 +270,30 @@ async def test_an_undecided_race_says_the_margin_a_tie_would_need():
     low, high = interval
     assert ratio_decision(low, high, needed / 100) == "tie"
     assert ratio_decision(low, high, (needed - 1) / 100) is None
+
+
+def test_a_race_whose_rounds_all_measured_the_host_is_undecided_and_says_so():
+    """Every round's benchmark said client_starved (beside two CPU hogs every call did): no pair
+    counts, so no ratio; undecided, naming the rounds kept out. With some rounds kept, the verdict
+    rests on the others and the answer counts the ones left out."""
+    inp = Input(ladder={"concurrencies": [4]})
+    a, b = (Planned({"extra_args": x}, f"extra_args={x}", {}) for x in ("", "--seed 1"))
+    starved = "client_starved: the load generator waited 430 ms for a CPU during a 900 ms run"
+    contest = race_rule.Contest(
+        a, b, 4.0, "goodput", repeat_requests=12, rounds=3, stopped="all 3 rounds ran"
+    )
+    contest.kept_out = [f"round {i}: {starved}" for i in (1, 2, 3)]
+    answer = race_rule.answer(inp, contest)
+    assert answer.outcome == "undecided" and answer.pairs == 0 and answer.ratio is None, answer
+    assert "every round that ran measured the host (3 kept out, first round 1: client_starved" in (
+        answer.why
+    )
+    contest.kept_out = contest.kept_out[:1]
+    contest.ratios = [1.6, 1.7, 1.65, 1.62]
+    contest.interval = race_rule.ratio_interval(contest.ratios, race_rule.looks(inp.race_rounds))
+    contest.decision = ratio_decision(*contest.interval, inp.tie_margin_pct / 100)
+    answer = race_rule.answer(inp, contest)
+    assert answer.outcome == "decided" and answer.kept_out == contest.kept_out, answer
+    assert "; 1 of 3 rounds kept out: they measured the host (first round 1: client_starved" in (
+        answer.why
+    )
