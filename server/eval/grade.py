@@ -331,24 +331,22 @@ def _serving_support(row: dict, claim: Submission, ledger: dict[str, dict]) -> t
     return ok, f"{what}; phase named: {', '.join(named) or 'none'}"
 
 
-# serve_benchmark's own checks that its client's numbers are not the engine's (engine_truth.py): the
-# load generator starved of a CPU, or its readings far from the engine's own histograms
-HOST_FINDINGS = ("client_starved", "client_engine_gap")
-
-
 def host_measured(task: EvalTask, ledger: dict[str, dict]) -> str | None:
     """Why a task run measured the host, not its task: nothing was planted beside the agent's
-    load generator, yet a serve_benchmark it ran said its client read the engine late (starved of
-    a CPU, or its numbers far from the engine's own). Beside two CPU hogs that happened in 3 of 6
-    serving tasks, and the agents' answers followed those numbers. None where the task plants the
-    neighbour (the starved client is then the fault to find) or every benchmark agreed."""
+    load generator, yet a serve_benchmark it ran said the generator waited for a CPU for much of
+    its runs (client_starved, either side). Beside two CPU hogs that happened in serving tasks,
+    and the answers followed those numbers. A client TTFT above the engine's own alone
+    (client_engine_gap) is not enough: on an idle host 5 of 6 serving tasks had one (the engine's
+    own HTTP thread lies in that gap), as for the starved-client claim's evidence. None where the
+    task plants the neighbour (the starved client is then the fault to find) or no benchmark
+    said so."""
     if "neighbour" in task.params:
         return None
     for row in ledger.values():
         result = row.get("result")
         if row.get("tool") != "serve_benchmark" or not isinstance(result, dict):
             continue
-        said = [f for f in result.get("findings") or [] if f.startswith(HOST_FINDINGS)]
+        said = [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
         if said:
             return f"{row['id']}: {said[0][:240]}"
     return None

@@ -85,10 +85,10 @@ class TaskRun(BaseModel):
     host_measured: str | None = Field(
         None,
         description="Why this run measured the host, not its task (grade.host_measured): with "
-        "nothing planted beside it, a serve_benchmark the agent ran said its load generator read "
-        "the engine late (client_starved, client_engine_gap; the experiment id first). Such a run "
+        "nothing planted beside it, a serve_benchmark the agent ran said its load generator "
+        "waited for a CPU for much of its runs (client_starved; the experiment id first). Such a run "
         "is graded but left out of the scores, right or wrong (Score.void_runs counts it): run "
-        "the task again on a quieter host. None: every benchmark agreed with its engine.",
+        "the task again on a quieter host. None: no benchmark said so.",
     )
 
 
