@@ -51,6 +51,11 @@ class ExposedPort:
             exposed._relays.add(task)
             try:
                 await _relay(reader, writer, socket_path, token)
+            except asyncio.CancelledError:
+                # aclose() cut it: end quietly. Python 3.11's stream callback reads a cancelled
+                # handler task's exception and logged each one as an ERROR with its traceback
+                # (~3 KB of stderr per open connection at Ctrl-C)
+                pass
             finally:
                 exposed._relays.discard(task)
 

@@ -106,20 +106,37 @@ async def test_a_busy_port_is_an_error_and_leaves_no_engine(serve_client):
     assert (await call(c, "list_serves"))["serves"] == []
 
 
-def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace):
+def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace, tmp_path):
     """`infra-agent open-engine builtin model=tiny`: the URL on stdout, the engine answering there
     until SIGINT, then the port closed and the command ended."""
     cli = Path(sys.executable).parent / "infra-agent"
     argv = [str(cli), "open-engine", "builtin", "model=tiny", "--workspace", str(tiny_workspace)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # stderr to a file, not a pipe nobody reads: a pipe that fills (64 KB of log) blocks the
+    # command's next write, and it never exits (a fresh clone's suite once waited 240 s here)
+    log = tmp_path / "open-engine.stderr"
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
     try:
         url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:"), (url, proc.poll())
+        assert url.startswith("http://127.0.0.1:"), (url, proc.poll(), log.read_text()[-2000:])
         assert httpx.get(f"{url}/v1/models", timeout=60).status_code == 200
         proc.send_signal(signal.SIGINT)
         # the engine's grace and the server's close; a fresh clone's suite beside another xdist
-        # worker once took over 60 s here (a hang still fails, at 240 s)
-        assert proc.wait(timeout=240) == 0, proc.stderr.read()[-2000:]
+        # worker once took over 60 s here (a hang still fails, at 240 s, with where it hung)
+        try:
+            code = proc.wait(timeout=240)
+        except subprocess.TimeoutExpired:
+            stacks = subprocess.run(
+                [str(cli.parent / "py-spy"), "dump", "--pid", str(proc.pid)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            pytest.fail(
+                f"open-engine still running 240 s after Ctrl-C; its stacks:\n{stacks.stdout}"
+                f"{stacks.stderr}\nits stderr:\n{log.read_text()[-3000:]}"
+            )
+        assert code == 0, log.read_text()[-2000:]
         assert refused(url)
     finally:
         if proc.poll() is None:
