@@ -111,11 +111,19 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace, tmp_path):
     until SIGINT, then the port closed and the command ended."""
     cli = Path(sys.executable).parent / "infra-agent"
     argv = [str(cli), "open-engine", "builtin", "model=tiny", "--workspace", str(tiny_workspace)]
-    # stderr to a file, not a pipe nobody reads: a pipe that fills (64 KB of log) blocks the
-    # command's next write, and it never exits (a fresh clone's suite once waited 240 s here)
+    # stderr to a file, not a pipe nobody reads (a pipe that fills blocks the command's writes)
     log = tmp_path / "open-engine.stderr"
+    # SIGINT as a terminal gives it: a suite started in the background of a non-interactive
+    # shell (`make test &`) hands its children SIGINT ignored, and Ctrl-C then never arrived
+    # (the fresh clones' runs that waited 240 s here: /proc/PID/status SigIgn had SIGINT set)
     with log.open("w") as stderr:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=stderr, text=True)
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
     try:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), (url, proc.poll(), log.read_text()[-2000:])
