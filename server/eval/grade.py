@@ -346,17 +346,22 @@ def host_measured(task: EvalTask, ledger: dict[str, dict]) -> str | None:
         result = row.get("result")
         if row.get("tool") != "serve_benchmark" or not isinstance(result, dict):
             continue
-        said = [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
+        said = _starved_findings(result)
         if said:
             return f"{row['id']}: {said[0][:240]}"
     return None
+
+
+def _starved_findings(result: dict) -> list[str]:
+    """A serve_benchmark result's client_starved findings (engine_truth.py), either side."""
+    return [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
 
 
 def _client_support(result: dict) -> tuple[bool, str]:
     """A serve_benchmark whose own check (engine_truth.py's client_starved, on either side)
     found its load generator waiting for a CPU for much of its runs: the reading is the client's
     wait. A client TTFT above the engine's alone is not (the engine's own HTTP layer is in it)."""
-    starved = [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
+    starved = _starved_findings(result)
     if not starved:
         return False, "no client_starved finding: the load generator got its CPU"
     return True, starved[0].split("): ", 1)[0] + ")"
