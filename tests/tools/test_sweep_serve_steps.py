@@ -50,6 +50,11 @@ def test_a_starved_step_is_measured_again_and_one_wave_is_kept_out():
     assert gap.counts and not steps.measure_again(gap)  # carried, not excluded
     wave = steps.build(INP, 8, "e8", False, _result())  # num_requests 8 <= 8 in flight
     assert wave.excluded.startswith("single_wave: ") and not steps.measure_again(wave)
+    # one wave by the plan and starved too (beside two CPU hogs): no new measurement can make it
+    # a verdict, so it is not measured again; the starved finding is carried as every finding is
+    starved_wave = steps.build(INP, 8, "e8", False, _result(findings=["client_starved: 63 ms"]))
+    assert starved_wave.excluded.startswith("single_wave: ")
+    assert not steps.measure_again(starved_wave) and starved_wave.findings
 
 
 def test_every_child_finding_reaches_the_config_and_the_sweep_and_kept_out_steps_never_count():

@@ -152,7 +152,8 @@ def is_burst(client_itl_p50_ms: float, engine: dict[str, float | None]) -> bool:
 LAYERS = (
     "a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
     "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
-    "the GIL or a CPU while its engine steps (a loaded host), the client (a busy process, a new "
+    "the GIL or a CPU while its engine steps (a loaded host, or many requests parsed and tokenised "
+    "at once), the client (a busy process, a new "
     "connection per request), or the sandbox bridge"
 )
 
@@ -274,7 +275,8 @@ def _ttft_gap(repeats: list) -> str | None:
         f"client_engine_gap: the client's TTFT p50 {client:.1f} ms lies {gap:.1f} ms above the engine's own "
         f"(p50 {engine['engine_ttft_p50_ms']:.1f} ms, in its histogram bucket "
         f"{engine['engine_ttft_p50_low_ms']:g}-{engine['engine_ttft_p50_high_ms']:g} ms; median repeat of "
-        f"{len(rows)}): the time is spent between the engine's first token and the client: {LAYERS}. "
+        f"{len(rows)}): the time is spent outside the engine's own count, before its arrival stamp (the HTTP "
+        f"front end parsing and tokenising the request) or between its first token and the client: {LAYERS}. "
         "Next: compare with a client on the engine's host, or check the server's socket options"
     )
 

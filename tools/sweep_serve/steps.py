@@ -91,16 +91,18 @@ def excluded(inp: Input, step: Step) -> str | None:
             f"rates {rates} by its own counter, over {WARM_HIT_RATE:g}): a warm measurement "
             "hides prefill; kept out of the SLO verdicts"
         )
-    codes = {code(f): f for f in step.findings}
-    for host in HOST_BOUND:
-        if host in codes:
-            return f"{codes[host]} (measured again and still so: kept out of the SLO verdicts)"
+    # the plan's one wave first: no measurement can make it a verdict, so a starved client in it
+    # is carried (in the step's findings) but never measured again
     if inp.ladder.kind == "concurrency" and work.num_requests <= step.load:
         return (
             f"single_wave: num_requests {work.num_requests} <= concurrency {step.load:g}: every "
             "request is sent at once, one wave with no steady state; kept out of the SLO verdicts "
             "(raise workload.num_requests to several times the highest concurrency)"
         )
+    codes = {code(f): f for f in step.findings}
+    for host in HOST_BOUND:
+        if host in codes:
+            return f"{codes[host]} (measured again and still so: kept out of the SLO verdicts)"
     if "single_wave" in codes:
         return f"{codes['single_wave']} (kept out of the SLO verdicts)"
     return None
