@@ -61,7 +61,14 @@ async def test_every_step_is_cold_and_its_findings_reach_the_answer(serve_client
     assert len(set(seeds)) == 3  # each step its own prompts
     one_wave = cfg["steps"][2]
     assert one_wave["excluded"].startswith("single_wave: "), one_wave
-    assert cfg["highest_load"] == 2  # the one-wave step is no verdict
+    two = cfg["steps"][1]
+    if two["excluded"] is None and not two["over_saturated"]:
+        assert cfg["highest_load"] == 2, cfg  # the one-wave step is no verdict
+    else:  # beside two CPU hogs (1 in 9 runs): step 2 measured the host again, or read flat
+        # against step 1; either way it is no verdict, said in the step, and 1 is the highest
+        # (unless step 1 measured the host too)
+        assert two["over_saturated"] or two["excluded"].startswith("client_starved: "), two
+        assert cfg["highest_load"] == (1 if cfg["steps"][0]["excluded"] is None else None), cfg
     assert any(f.startswith("kept_out: 1 step(s)") for f in out["findings"]), out["findings"]
 
 
