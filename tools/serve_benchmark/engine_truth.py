@@ -201,8 +201,9 @@ def remeasured_finding(r) -> str:
         )
     return (
         f"{head}; measured again, it disagreed again ({disagreement(r.set_aside)}): the first "
-        "measurement kept its place, so this side's interval holds a measurement of the client, "
-        f"not the engine. Next: look for other load on this host: {LAYERS}"
+        "measurement kept its place, so this side's interval holds time the engine's own count "
+        "does not see (the client, the path between, or the engine's own HTTP front end), not the "
+        f"engine's work alone. Next: look for other load on this host, then the layers: {LAYERS}"
     )
 
 
