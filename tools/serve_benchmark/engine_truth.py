@@ -153,8 +153,7 @@ LAYERS = (
     "a server socket without TCP_NODELAY (Nagle holds each small write until the client's delayed "
     "ACK, ~40 ms), streaming or detokenisation holding text back, the engine's HTTP thread waiting for "
     "the GIL or a CPU while its engine steps (a loaded host, or many requests parsed and tokenised "
-    "at once), the client (a busy process, a new "
-    "connection per request), or the sandbox bridge"
+    "at once), the client (a busy process, a new connection per request), or the sandbox bridge"
 )
 
 
