@@ -11,7 +11,8 @@ and inside it `ia_worker.engine_host` confines itself (Landlock, seccomp, rlimit
 it relays a UNIX socket in the service's folder to the service's port and starts it.
 bwrap's --die-with-parent ends it when the server dies, even by SIGKILL. Its folder is
 capped like a job's (`DiskCap`) and removed at stop; `sweep_stale` removes what a previous
-server's services left (they died with it).
+server's services left (they died with it): their folders, and the short links to their sockets
+in the temp folder (`ia-eng-<server pid>-*`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ LOG_FILE = "engine.log"  # the service's output (worker/engine_host.py writes it
 EXIT_FILE = "exit.json"  # written by the host the moment the service exits
 CHECK_EVERY_S = 2.0  # how often the disk cap is checked
 _UDS_MAX = 100  # sun_path holds 108 bytes; longer host paths go through a short symlink
+LINK_PREFIX = "ia-eng-"  # the short link's folder in the temp folder: ia-eng-<server pid>-<random>
 
 
 @dataclass(frozen=True)
@@ -310,13 +312,18 @@ def claim(folder: Path) -> None:
 
 
 def sweep_stale(jobs_dir: Path) -> int:
-    """Remove service folders whose server is gone (a live server's are kept); how many."""
+    """Remove service folders whose server is gone (a live server's are kept), and the socket
+    links such servers left in the temp folder (any workspace's); how many service folders."""
     removed = 0
     for marker in jobs_dir.glob(f"*/{OWNER_FILE}"):
         if owned_by_live_server(marker.parent):
             continue
         shutil.rmtree(marker.parent, ignore_errors=True)
         removed += 1
+    for link_dir in Path(tempfile.gettempdir()).glob(f"{LINK_PREFIX}*-*"):
+        owner = link_dir.name[len(LINK_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(link_dir, ignore_errors=True)
     return removed
 
 
@@ -354,8 +361,10 @@ def _signal(pid: int, sig: int) -> None:
 
 
 def _short_socket_path(path: Path) -> str:
+    """`path`, or a symlink to it in a folder of the temp folder named for this server (its pid:
+    `stop` removes it, `sweep_stale` does once this server is gone, e.g. SIGKILLed)."""
     if len(str(path)) <= _UDS_MAX:
         return str(path)
-    link = Path(tempfile.mkdtemp(prefix="ia-eng-")) / "s"
+    link = Path(tempfile.mkdtemp(prefix=f"{LINK_PREFIX}{os.getpid()}-")) / "s"
     link.symlink_to(path)
     return str(link)

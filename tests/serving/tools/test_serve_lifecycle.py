@@ -204,9 +204,16 @@ asyncio.run(main())
 
 
 def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
+    """Its engines die with it; what they left on disk (their folders in the workspace, the
+    short links to their sockets in the temp folder, named for the dead server's pid) is removed
+    when the next server on the workspace first manages engines."""
     import signal
     import subprocess
+    import tempfile
     import time
+
+    from infra_agent.sandbox.service import LINK_PREFIX
+    from infra_agent.server.app import build_server
 
     script = tmp_path / "serve_then_wait.py"
     script.write_text(KILLED_SERVER)
@@ -223,6 +230,14 @@ def test_no_engine_outlives_a_sigkilled_server(echo_workspace, tmp_path):
     while engine_processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert engine_processes() == []
+    jobs = echo_workspace / ".infra-agent" / "jobs"
+    left = [*jobs.glob("engine-*")]
+    links = [*Path(tempfile.gettempdir()).glob(f"{LINK_PREFIX}{proc.pid}-*")]
+    assert left, "the killed server's engine folder was expected on disk"
+    # a socket path past sun_path's limit goes through a link (this test's is)
+    assert links or all(len(str(f / "engine.sock")) <= 100 for f in left), left
+    engines = build_server(echo_workspace).state.engines  # the next server manages engines
+    assert engines.list() == [] and [f for f in left + links if f.exists()] == []
 
 
 @pytest.mark.anyio
