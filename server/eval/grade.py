@@ -15,7 +15,7 @@ import re
 
 from pydantic import BaseModel, Field
 
-from ...tools.serve_benchmark.engine_truth import CACHE_SPREAD
+from ...tools.serve_benchmark.engine_truth import CACHE_SPREAD, CLIENT_STARVED
 from ...tools.serve_benchmark.judge import beyond_noise
 from .submit import Input as Submission
 from .tasks import Cause, EvalTask
@@ -354,7 +354,7 @@ def host_measured(task: EvalTask, ledger: dict[str, dict]) -> str | None:
 
 def _starved_findings(result: dict) -> list[str]:
     """A serve_benchmark result's client_starved findings (engine_truth.py), either side."""
-    return [f for f in result.get("findings") or [] if f.startswith("client_starved:")]
+    return [f for f in result.get("findings") or [] if f.startswith(f"{CLIENT_STARVED}:")]
 
 
 def _client_support(result: dict) -> tuple[bool, str]:

@@ -66,6 +66,7 @@ TPOT_LATE_RATIO = 0.93
 # other work; 30-95% when the engine's session shared the CPU equally with the server's, and
 # then every response arrived in one burst (TTFT ~240 ms against vLLM's own 15 ms).
 STARVED_SHARE = 0.25
+CLIENT_STARVED = "client_starved"  # its finding code: read by the eval's void rule, sweep_serve
 CACHE_SPREAD = 0.1  # prefix-cache hit rates of repeats this far apart (absolute, 0-1) differ
 
 
@@ -257,7 +258,7 @@ def _starved(repeats: list) -> str | None:
         return None
     share, r = sorted(rows, key=lambda row: row[0])[len(rows) // 2]
     return (
-        f"client_starved: the load generator waited {r.client_cpu_wait_ms:.0f} ms for a CPU during "
+        f"{CLIENT_STARVED}: the load generator waited {r.client_cpu_wait_ms:.0f} ms for a CPU during "
         f"a {1e3 * r.duration_s:.0f} ms run ({100 * share:.0f}%, median repeat of {len(rows)}): it "
         "read the engine's output late, so TTFT, TPOT and ITL include that wait (responses read in "
         "bursts) and measure this host's contention, not the engine. Next: lower the other load "

@@ -14,10 +14,11 @@ something else than a cold engine under load:
 
 from __future__ import annotations
 
+from ..serve_benchmark.engine_truth import CLIENT_STARVED
 from .schema import Input, Step
 
 WARM_HIT_RATE = 0.05  # a repeat finding more of its prompt tokens cached than this is warm
-HOST_BOUND = ("client_starved",)  # child finding codes whose step is measured again
+HOST_BOUND = (CLIENT_STARVED,)  # child finding codes whose step is measured again
 COLD_DATASETS = ("random", "sharegpt")  # shared_prefix hits the cache within a run, by design
 
 
