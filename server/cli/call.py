@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from typing import Annotated, Optional
 
@@ -143,7 +144,7 @@ def open_engine(
     allow_unsandboxed: AllowUnsandboxedOpt = False,
 ) -> None:
     """Start an engine (launch_serve with expose) and keep it open on 127.0.0.1 for your own
-    clients (curl, vllm bench serve, guidellm) until Ctrl-C; it prints the URL first."""
+    clients (curl, vllm bench serve, guidellm) until Ctrl-C or SIGTERM; it prints the URL first."""
     try:
         engine_args = call_args.parse_arguments(args or [])
     except ValueError as exc:
@@ -168,8 +169,15 @@ async def _hold_open(server, arguments: dict) -> None:
                 raise fail(text, code=call_args.EXIT_TOOL_ERROR)
             data = result.structured_content or {}
             print(data["url"], flush=True)  # stdout: the URL alone, for scripts
-            err.print(f"{data['summary']}; Ctrl-C stops it", soft_wrap=True, highlight=False)
-            await anyio.sleep_forever()
+            err.print(
+                f"{data['summary']}; Ctrl-C or SIGTERM stops it", soft_wrap=True, highlight=False
+            )
+            # SIGTERM (a process manager, `kill`, `docker stop`) stops it as Ctrl-C does: the
+            # engine stopped and its folder removed, not left for the next server to sweep
+            with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+                async for _ in signals:
+                    err.print("SIGTERM: stopping the engine", highlight=False)
+                    return
     finally:
         with anyio.CancelScope(shield=True):
             await server.aclose()

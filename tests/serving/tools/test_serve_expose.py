@@ -28,6 +28,8 @@ from serve_helpers import (  # noqa: F401  (the fixtures)
     tiny_workspace,
 )
 
+from infra_agent.sandbox.service import OWNER_FILE
+
 pytestmark = pytest.mark.slow
 
 TOKEN = EXPOSE_TOKEN
@@ -106,9 +108,12 @@ async def test_a_busy_port_is_an_error_and_leaves_no_engine(serve_client):
     assert (await call(c, "list_serves"))["serves"] == []
 
 
-def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace, tmp_path):
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["ctrl_c", "sigterm"])
+def test_the_cli_holds_an_engine_open_until_ctrl_c_or_sigterm(stop, tiny_workspace, tmp_path):
     """`infra-agent open-engine builtin model=tiny`: the URL on stdout, the engine answering there
-    until SIGINT, then the port closed and the command ended."""
+    until SIGINT (Ctrl-C) or SIGTERM (a process manager's stop), then the engine stopped as
+    stop_serve stops it (its folder removed: a SIGTERM that killed the command outright left it,
+    with exit status -15), the port closed and the command ended with status 0."""
     cli = Path(sys.executable).parent / "infra-agent"
     argv = [str(cli), "open-engine", "builtin", "model=tiny", "--workspace", str(tiny_workspace)]
     # stderr to a file, not a pipe nobody reads (a pipe that fills blocks the command's writes)
@@ -128,7 +133,9 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace, tmp_path):
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:"), (url, proc.poll(), log.read_text()[-2000:])
         assert httpx.get(f"{url}/v1/models", timeout=60).status_code == 200
-        proc.send_signal(signal.SIGINT)
+        jobs = tiny_workspace / ".infra-agent" / "jobs"
+        (folder,) = [f for f in jobs.glob("engine-*") if _owner(f) == proc.pid]
+        proc.send_signal(stop)
         # the engine's grace and the server's close; a fresh clone's suite beside another xdist
         # worker once took over 60 s here (a hang still fails, at 240 s, with where it hung)
         try:
@@ -141,15 +148,23 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c(tiny_workspace, tmp_path):
                 timeout=60,
             )
             pytest.fail(
-                f"open-engine still running 240 s after Ctrl-C; its stacks:\n{stacks.stdout}"
+                f"open-engine still running 240 s after {stop.name}; its stacks:\n{stacks.stdout}"
                 f"{stacks.stderr}\nits stderr:\n{log.read_text()[-3000:]}"
             )
         assert code == 0, log.read_text()[-2000:]
-        assert refused(url)
+        assert refused(url) and not folder.exists()
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def _owner(folder: Path) -> int | None:
+    """The pid of the server that started the engine in `folder` (sandbox/service.py's claim)."""
+    try:
+        return int((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
 
 
 # --- vllm bench serve and serve_benchmark on one exposed engine, alternating -------------------
