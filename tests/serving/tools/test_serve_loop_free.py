@@ -9,11 +9,19 @@ by child processes of the server, and the server's loop never ran for long witho
 wait for events. That is measured in CPU time, which a starved process does not accumulate: a
 heartbeat task on the loop reads this thread's CPU clock at every beat; the most CPU between two
 beats is the longest any other call could have waited for the loop on a host with a CPU free
-for it. It must stay under the 0.5 s the issue allows (before the fix: seconds)."""
+for it. It must stay under the 0.5 s the issue allows (before the fix: seconds).
+
+The server here is new, but its process is a test worker that may have run hundreds of tests,
+and a full garbage collection on the loop's thread scans all they left. The one failure here
+read 0.64 s of CPU between two beats, beside two CPU hogs, late in an xdist worker (idle and
+alone the longest is ~0.03 s); such a collection is the suspect, not proven. So what the worker
+holds is frozen before the benchmark (gc.freeze: a collection then scans only what came after,
+as in a server process of its own), and the collections during it are named in the message."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import statistics
 import time
@@ -51,8 +59,31 @@ async def poll(c, until: asyncio.Future | None, count: int = 0) -> list[float]:
     return out
 
 
+@pytest.fixture
+def frozen_heap():
+    """What the test worker held before this test, out of the garbage collector's reach; the
+    collections that ran meanwhile: (generation, CPU s of this thread)."""
+    collections: list[tuple[int, float]] = []
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            started[0] = time.thread_time()
+        else:
+            collections.append((info["generation"], time.thread_time() - started[0]))
+
+    gc.collect()
+    gc.freeze()
+    gc.callbacks.append(on_gc)
+    try:
+        yield collections
+    finally:
+        gc.callbacks.remove(on_gc)
+        gc.unfreeze()
+
+
 @pytest.mark.anyio
-async def test_other_calls_answer_during_a_large_benchmark(serve_client):
+async def test_other_calls_answer_during_a_large_benchmark(frozen_heap, serve_client):
     c = serve_client
     eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
     control = await poll(c, None, count=40)
@@ -105,7 +136,8 @@ async def test_other_calls_answer_during_a_large_benchmark(serve_client):
         f"CPU {sum(generators.values()):.2f} s"
     )
     # the loop only relayed: it never held the CPU for long without waiting for events
-    assert max(bursts) < 0.5, sorted(bursts)[-5:]
+    slowest_gc = sorted(frozen_heap, key=lambda g: g[1])[-3:]
+    assert max(bursts) < 0.5, (sorted(bursts)[-5:], f"slowest collections {slowest_gc}")
     await call(c, "stop_serve", handle=eng["handle"])
 
 
