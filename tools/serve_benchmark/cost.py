@@ -10,7 +10,11 @@ W(b) = t1 + (b - 1) * (tk - t1) / (k - 1): flat for an engine that batches well,
 one that serves requests one after another (an interpreted kernel runs each sequence's
 program in turn). A repeat of N requests at concurrency c (max_concurrency, else all N)
 then takes at least N * W(c) / c, and at least N / rate with a rate; warm-up requests go
-one at a time (t1 each). The call's estimate sums its repeats on every engine measured.
+one at a time (t1 each). Every repeat also pays its load generator's own cost outside the
+engine's time (its process started and ended: 0.5-1 s here), as each probe did: the smaller of
+the probes' is added per repeat. Without it a short run read 3x its estimate (0.7 s estimated,
+2.1 s taken, on the planted slow engine). The call's estimate sums its repeats on every engine
+measured.
 When the single request already puts the floor past the budget (ceil(N / c) * t1 a repeat:
 perfect batching), the call is refused without the second probe.
 """
@@ -38,9 +42,10 @@ class CostEstimate:
     single_s: float  # one request of the workload's median shape, alone, s
     batch: int  # requests sent together in the second probe (1: not sent)
     batch_s: float  # those requests, s (= single_s when batch is 1)
-    repeat_s: float  # one repeat, warm-up included, s
+    repeat_s: float  # one repeat, warm-up and per_run_s included, s
     lower_bound: bool = False  # repeat_s is a floor (one request alone already passed the budget)
     failed: int = 0  # probe requests that failed (the engine may have died: the caller checks)
+    per_run_s: float = 0.0  # a load run's wall time outside the engine's (its generator), s
 
     def describe(self) -> str:
         alone = f"one request alone took {self.single_s:.2f} s"
@@ -82,18 +87,21 @@ async def probe(
         f"estimating the cost on {engine.handle}: one request of {input_len} "
         f"-> {output_len} tokens{then}",
     )
-    single, failed = await _timed(engine, ep, requests[:1], deadline, budget_s, "one request")
-    paced = n / work.rate if work.rate else 0.0
-    floor = max(single * math.ceil(n / concurrency), paced) + work.warmup * single
-    if batch == 1 or failed or repeats * floor > budget_s:
-        return CostEstimate(
-            single, 1, single, floor, lower_bound=batch > 1 and not failed, failed=failed
-        )
-    together, failed = await _timed(engine, ep, requests, deadline, budget_s, f"{batch} requests")
-    steady = n * _wave_s(single, batch, together, concurrency) / concurrency
-    return CostEstimate(
-        single, batch, together, max(steady, paced) + work.warmup * single, failed=failed
+    single, failed, per_run = await _timed(
+        engine, ep, requests[:1], deadline, budget_s, "one request"
     )
+    paced = n / work.rate if work.rate else 0.0
+    floor = max(single * math.ceil(n / concurrency), paced) + work.warmup * single + per_run
+    if batch == 1 or failed or repeats * floor > budget_s:
+        lower_bound = batch > 1 and not failed
+        return CostEstimate(single, 1, single, floor, lower_bound, failed, per_run)
+    together, failed, batch_per_run = await _timed(
+        engine, ep, requests, deadline, budget_s, f"{batch} requests"
+    )
+    per_run = min(per_run, batch_per_run)
+    steady = n * _wave_s(single, batch, together, concurrency) / concurrency
+    repeat_s = max(steady, paced) + work.warmup * single + per_run
+    return CostEstimate(single, batch, together, repeat_s, failed=failed, per_run_s=per_run)
 
 
 def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
@@ -105,10 +113,12 @@ def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:
 
 async def _timed(
     engine: Engine, ep: Endpoint, requests, deadline: float, budget_s: float, what: str
-) -> tuple[float, int]:
-    """(wall time of `requests` sent together, s; how many failed). The time is the load
-    generator's own, first send to last chunk: its process's start is not the engine's."""
-    left = deadline - time.monotonic()
+) -> tuple[float, int, float]:
+    """(wall time of `requests` sent together, s; how many failed; the run's wall time outside
+    it, s). The first is the load generator's own, first send to last chunk; the last is its
+    process's start and end, not the engine's, which every repeat pays again."""
+    started = time.monotonic()
+    left = deadline - started
     try:
         result = await asyncio.wait_for(
             engine.run_load(ep, requests, Arrivals(), timeout_s=max(left, 1.0)),
@@ -122,7 +132,8 @@ async def _timed(
             "engine faster first (its kernels, dtype) or the workload smaller "
             "(input_len, output_len)"
         ) from None
-    return result.duration_s, sum(not r.ok for r in result.records)
+    outside_s = max(0.0, time.monotonic() - started - result.duration_s)
+    return result.duration_s, sum(not r.ok for r in result.records), outside_s
 
 
 def check(
