@@ -327,13 +327,18 @@ def sweep_stale(jobs_dir: Path) -> int:
     return removed
 
 
+def owner(folder: Path) -> int | None:
+    """The pid of the server that claimed the service folder `folder`; None if unclaimed."""
+    try:
+        return int((folder / OWNER_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def owned_by_live_server(folder: Path) -> bool:
     """Whether `folder` is a service folder (claim()) of a server that is still alive."""
-    try:
-        owner = int((folder / OWNER_FILE).read_text())
-    except (OSError, ValueError):
-        return False
-    return owner == os.getpid() or _alive(owner)
+    pid = owner(folder)
+    return pid is not None and (pid == os.getpid() or _alive(pid))
 
 
 def _alive(pid: int) -> bool:

@@ -42,10 +42,9 @@ class CostEstimate:
     single_s: float  # one request of the workload's median shape, alone, s
     batch: int  # requests sent together in the second probe (1: not sent)
     batch_s: float  # those requests, s (= single_s when batch is 1)
-    repeat_s: float  # one repeat, warm-up and per_run_s included, s
+    repeat_s: float  # one repeat, warm-up and its load generator's own cost included, s
     lower_bound: bool = False  # repeat_s is a floor (one request alone already passed the budget)
     failed: int = 0  # probe requests that failed (the engine may have died: the caller checks)
-    per_run_s: float = 0.0  # a load run's wall time outside the engine's (its generator), s
 
     def describe(self) -> str:
         alone = f"one request alone took {self.single_s:.2f} s"
@@ -94,14 +93,14 @@ async def probe(
     floor = max(single * math.ceil(n / concurrency), paced) + work.warmup * single + per_run
     if batch == 1 or failed or repeats * floor > budget_s:
         lower_bound = batch > 1 and not failed
-        return CostEstimate(single, 1, single, floor, lower_bound, failed, per_run)
+        return CostEstimate(single, 1, single, floor, lower_bound, failed)
     together, failed, batch_per_run = await _timed(
         engine, ep, requests, deadline, budget_s, f"{batch} requests"
     )
     per_run = min(per_run, batch_per_run)
     steady = n * _wave_s(single, batch, together, concurrency) / concurrency
     repeat_s = max(steady, paced) + work.warmup * single + per_run
-    return CostEstimate(single, batch, together, repeat_s, failed=failed, per_run_s=per_run)
+    return CostEstimate(single, batch, together, repeat_s, failed=failed)
 
 
 def _wave_s(single_s: float, batch: int, batch_s: float, size: int) -> float:

@@ -28,7 +28,7 @@ from serve_helpers import (  # noqa: F401  (the fixtures)
     tiny_workspace,
 )
 
-from infra_agent.sandbox.service import OWNER_FILE
+from infra_agent.sandbox.service import owner
 
 pytestmark = pytest.mark.slow
 
@@ -134,7 +134,7 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c_or_sigterm(stop, tiny_workspa
         assert url.startswith("http://127.0.0.1:"), (url, proc.poll(), log.read_text()[-2000:])
         assert httpx.get(f"{url}/v1/models", timeout=60).status_code == 200
         jobs = tiny_workspace / ".infra-agent" / "jobs"
-        (folder,) = [f for f in jobs.glob("engine-*") if _owner(f) == proc.pid]
+        (folder,) = [f for f in jobs.glob("engine-*") if owner(f) == proc.pid]
         proc.send_signal(stop)
         # the engine's grace and the server's close; a fresh clone's suite beside another xdist
         # worker once took over 60 s here (a hang still fails, at 240 s, with where it hung)
@@ -157,14 +157,6 @@ def test_the_cli_holds_an_engine_open_until_ctrl_c_or_sigterm(stop, tiny_workspa
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-def _owner(folder: Path) -> int | None:
-    """The pid of the server that started the engine in `folder` (sandbox/service.py's claim)."""
-    try:
-        return int((folder / OWNER_FILE).read_text())
-    except (OSError, ValueError):
-        return None
 
 
 # --- vllm bench serve and serve_benchmark on one exposed engine, alternating -------------------
