@@ -107,11 +107,13 @@ def _warm_imports() -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
-    # Tracing on the meta device (the reference's native output dtypes) and the first
-    # TorchDispatchMode dispatch import dynamo lazily: 2-3 s in every forked job, once here.
+    # Tracing on the meta device (the reference's native output dtypes) runs torch's Python
+    # refs, wrapped in dynamo.disable, whose first call imports torch._dynamo (~900 modules):
+    # ~1 s in every reference job, once here.
     import torch._dynamo  # noqa: F401
     import triton  # noqa: F401
     import triton.language  # noqa: F401
+    import triton.runtime.interpreter  # noqa: F401 - TRITON_INTERPRET jobs (the CPU hosts)
 
     from . import context, loader, ops, tensors  # noqa: F401
 
@@ -120,6 +122,21 @@ def _warm_imports() -> None:
             importlib.import_module(f"{ops.__name__}.{module.name}")
         except Exception:  # noqa: BLE001 - a broken op fails its own jobs, not the zygote
             traceback.print_exc()
+    _warm_triton_launch()
+
+
+def _warm_triton_launch() -> None:
+    """The first launch of any @triton.jit kernel specialises its arguments, and that imports
+    Triton's code generator and Gluon's descriptor types (~50 modules): ~0.1 s of CPU in every
+    forked job (a check_numerics call forks a dozen), once here (bench/zygote_first_launch.py).
+    A CPU tensor: no CUDA."""
+    try:
+        import torch
+        from triton.runtime.jit import mangle_type
+
+        mangle_type(torch.empty(1))
+    except Exception:  # noqa: BLE001 - a warm-up only saves time; jobs import what they need
+        traceback.print_exc()
 
 
 def _spawn(
