@@ -36,6 +36,8 @@ def compiler(tmp_path_factory):
         mp.delenv("TRITON_INTERPRET", raising=False)
         mp.setenv("TRITON_CACHE_DIR", str(tmp_path_factory.mktemp("triton-cache")))
         mp.setenv("TRITON_HOME", str(tmp_path_factory.mktemp("triton-home")))
+        # as a job's own tmp/: nvcc's cicc leaves a 0-byte candidate-*.lgenfe.bc in TMPDIR
+        mp.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmp")))
 
         def compile_(payload: dict, op: str = "compile") -> tuple[dict, Path]:
             key = repr((op, sorted(payload.items(), key=str)))
