@@ -28,6 +28,7 @@ outside sandbox/ reaches further, by import or by attribute (tests/sandbox/test_
 from .cgroups import remove_stale_cgroups
 from .isolation import Isolation
 from .job import Job, JobKind, JobResult, JobStatus
+from .owned import make_owned, sweep_dead_owners
 from .policy import Limits
 from .runner import Sandbox, SandboxError, free_port
 from .service import CpuAccount, Service, owned_by_live_server
@@ -66,6 +67,8 @@ __all__ = [
     "ServiceSpec",
     "TRUSTED_ZOO",
     "free_port",
+    "make_owned",
     "owned_by_live_server",
     "remove_stale_cgroups",
+    "sweep_dead_owners",
 ]

@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import subprocess
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from pathlib import Path
 from .cgroups import CgroupError, CgroupManager, JobCgroup
 from .errors import SandboxError
 from .isolation import Isolation
+from .owned import alive, make_owned, sweep_dead_owners
 from .policy import Limits, SandboxView
 from .service_spec import ServiceSpec
 from .streams import DiskWatch
@@ -320,10 +320,7 @@ def sweep_stale(jobs_dir: Path) -> int:
             continue
         shutil.rmtree(marker.parent, ignore_errors=True)
         removed += 1
-    for link_dir in Path(tempfile.gettempdir()).glob(f"{LINK_PREFIX}*-*"):
-        owner = link_dir.name[len(LINK_PREFIX) :].split("-", 1)[0]
-        if owner.isdigit() and not _alive(int(owner)):
-            shutil.rmtree(link_dir, ignore_errors=True)
+    sweep_dead_owners(LINK_PREFIX)
     return removed
 
 
@@ -338,17 +335,7 @@ def owner(folder: Path) -> int | None:
 def owned_by_live_server(folder: Path) -> bool:
     """Whether `folder` is a service folder (claim()) of a server that is still alive."""
     pid = owner(folder)
-    return pid is not None and (pid == os.getpid() or _alive(pid))
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return pid is not None and (pid == os.getpid() or alive(pid))
 
 
 def _comm(pid: int) -> str:
@@ -370,6 +357,6 @@ def _short_socket_path(path: Path) -> str:
     `stop` removes it, `sweep_stale` does once this server is gone, e.g. SIGKILLed)."""
     if len(str(path)) <= _UDS_MAX:
         return str(path)
-    link = Path(tempfile.mkdtemp(prefix=f"{LINK_PREFIX}{os.getpid()}-")) / "s"
+    link = make_owned(LINK_PREFIX) / "s"
     link.symlink_to(path)
     return str(link)

@@ -10,15 +10,16 @@ worst cases, error histogram).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import tempfile
+import shutil
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterator
 
 import anyio
 
-from ...sandbox import TRUSTED_ZOO
+from ...sandbox import TRUSTED_ZOO, make_owned, sweep_dead_owners
 from ..base import Tool, ToolContext
 from ..common.launch_config import LaunchConfigApplied
 from ..common.seeds import trial_seed
@@ -53,10 +54,8 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
     ref = await jobs.run_reference(sandbox, plan, inp.timeout_s)
     findings = lock_findings(plan.notes)
     reports, series, partition_rows = [], {}, {}
-    with tempfile.TemporaryDirectory(prefix="check-numerics-") as keep:
-        ref_dir = jobs.keep_reference_files(
-            ref.out_dir, plan, Path(keep)
-        )  # job folders are pruned as jobs start
+    with _kept_references(ctx) as keep:
+        ref_dir = jobs.keep_reference_files(ref.out_dir, plan, keep)
         judged, compiles, applied = await _run_cases(
             ctx, plan, ref_dir, ref.facts, enabled, inp.timeout_s, total
         )
@@ -101,6 +100,23 @@ async def run(inp: Input, ctx: ToolContext) -> Output:
         layout_notes=plan.layout_notes,
         summary=summary(plan.what_ran, verdict, reports, findings),
     )
+
+
+# The reference job's files, kept while the cases run (job folders are pruned as jobs start), in
+# <workspace state>/check-numerics/: named for this server, so that the next call removes what a
+# server killed mid-call left (reference tensors can be hundreds of MB).
+KEEP_PARENT, KEEP_PREFIX = "check-numerics", "references-"
+
+
+@contextlib.contextmanager
+def _kept_references(ctx: ToolContext) -> Iterator[Path]:
+    parent = ctx.workspace.state_dir / KEEP_PARENT
+    sweep_dead_owners(KEEP_PREFIX, parent)
+    keep = make_owned(KEEP_PREFIX, parent)
+    try:
+        yield keep
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
 
 
 async def _run_cases(
@@ -165,8 +181,8 @@ async def _probe_layouts(
     done, total = total, total + len(probes) + 1
     await ctx.progress(done, total, "a layout failed: re-laying its arguments one at a time")
     ref = await jobs.run_reference(ctx.sandbox, sub, timeout_s)
-    with tempfile.TemporaryDirectory(prefix="check-numerics-probes-") as keep:
-        ref_dir = jobs.keep_reference_files(ref.out_dir, sub, Path(keep))
+    with _kept_references(ctx) as keep:
+        ref_dir = jobs.keep_reference_files(ref.out_dir, sub, keep)
         judged, compiles, _ = await _run_cases(
             ctx, sub, ref_dir, ref.facts, enabled, timeout_s, total, done
         )
