@@ -73,7 +73,9 @@ def main() -> None:
             per_child[side] += json.loads(out.stdout.splitlines()[-1])
     cold, warm = (statistics.median(per_child[s]) * 1e3 for s in ("cold", "warm"))
     n = args.rounds * args.children
-    print(f"first Triton launch in a forked job, CPU per child (median of {n}, load {os.getloadavg()[0]:.1f}):")
+    print(
+        f"first Triton launch in a forked job, CPU per child (median of {n}, load {os.getloadavg()[0]:.1f}):"
+    )
     print(f"  zygote without the launch warm-up: {cold:7.1f} ms")
     print(f"  zygote with it (as shipped):       {warm:7.1f} ms")
     print(f"  ratio: {cold / warm:.2f}x less CPU per job")
