@@ -40,6 +40,10 @@ from .datasets import BenchRequest
 from .runner import Progress, RunResult, no_gc_pauses, run_benchmark
 
 _LENGTH = 4  # bytes of a frame's length, big-endian
+# What the child's environment adds to ours. Its numpy (percentiles, arrival draws) needs no BLAS
+# thread pool, whose threads spin up beside the engine the run measures on a small host: ~0.1 s
+# of CPU per start (bench/loadgen_start.py).
+CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 STDERR_TAIL_BYTES = 4000  # of the child's stderr, kept for the error when it dies
 
 
@@ -135,6 +139,7 @@ class LoadProcess:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, **CHILD_ENV},
             limit=1 << 24,  # a RunResult of thousands of records is one frame
         )
         assert proc.stdout is not None and proc.stderr is not None

@@ -136,6 +136,17 @@ async def test_a_generator_started_ahead_sends_nothing_until_its_run(scripted_se
     assert process_gone(idle.pid, within_s=0)  # never run: ended, and reaped, with its block
 
 
+@pytest.mark.anyio
+async def test_a_ready_generator_runs_no_thread_pool_beside_the_engine():
+    """Once imported and waiting, the child is one thread: numpy's OpenBLAS would start a pool
+    of one per core (its spin at start is ~0.1 s of CPU per repeat: bench/loadgen_start.py) on
+    the cores the engine under test runs on."""
+    async with await LoadProcess.start() as generator:
+        threads = os.listdir(f"/proc/{generator.pid}/task")
+        names = [open(f"/proc/{generator.pid}/task/{t}/comm").read().strip() for t in threads]
+        assert len(threads) == 1, names
+
+
 PARENT = """
 import asyncio, sys
 from infra_agent.serving.loadgen import Arrivals, BenchRequest, Endpoint
