@@ -31,7 +31,15 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import anyio
 import httpx
 
-from ..sandbox import Mount, SandboxError, Service, ServiceSite, ServiceSpec, free_port
+from ..sandbox import (
+    CpuAccount,
+    Mount,
+    SandboxError,
+    Service,
+    ServiceSite,
+    ServiceSpec,
+    free_port,
+)
 from ..sandbox.job import Placement
 from .adapters import EngineAdapter, EngineArgs
 from .engine_log import first_error_line
@@ -127,6 +135,11 @@ class Engine:
     def death_cause(self) -> str:
         """Why it is not running, in words: the disk or memory limit, a signal, or its exit code."""
         return self.service.death_cause()
+
+    async def cpu_account(self) -> CpuAccount | None:
+        """The kernel's account of the engine's processes now (its node's, for one a cluster
+        runs; None where it cannot be read), off this loop: a node's answer is a round trip."""
+        return await asyncio.to_thread(self.service.cpu_account)
 
     async def settled(self, timeout_s: float = 2.0) -> bool:
         """Whether it is still alive once a moment has passed (after failed requests: did it

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from ...sandbox import CpuAccount
 from ...serving.lifecycle import Engine
 from ...serving.loadgen import Endpoint, RunResult
 from ..base import AgentError
@@ -23,7 +24,7 @@ from .engine_truth import disagreement, engine_side
 from .judge import repeat_metrics
 from .phases import FINISHED, parse, window
 from .plan import Plan
-from .schema import RemeasuredRepeat, RepeatMetrics, Workload
+from .schema import EngineCpu, RemeasuredRepeat, RepeatMetrics, Workload
 
 
 @dataclass
@@ -229,6 +230,7 @@ async def _one_repeat(
         finished[0] = sent
         await progress(done * n + sent, total * n, f"{label}: {message}")
 
+    cpu_before = await _cpu_read(engine)
     before = await _scrape(engine)
     try:
         result = await asyncio.wait_for(
@@ -258,12 +260,37 @@ async def _one_repeat(
             f"{engine.death_cause()}); {engine.log_excerpt(2500)}"
         )
     after = await _settled_scrape(engine, before, len(warmup) + result.metrics.completed)
+    engine_cpu = _engine_cpu(cpu_before, await _cpu_read(engine))
     phases = (
         {}
         if before is None or after is None
         else window(before, after) | engine_side(before, after)
     )
-    return Repeat(result, repeat_metrics(result, phases))
+    return Repeat(result, repeat_metrics(result, phases, engine_cpu))
+
+
+async def _cpu_read(engine: Engine) -> tuple[CpuAccount | None, float]:
+    """The kernel's account of the engine's processes, and when it was read (monotonic, s)."""
+    return await engine.cpu_account(), time.monotonic()
+
+
+def _engine_cpu(
+    before: tuple[CpuAccount | None, float], after: tuple[CpuAccount | None, float]
+) -> EngineCpu | None:
+    """What the engine's processes did with the CPUs between two reads; None where either read
+    failed, or a thread that ended between them took its share of the account with it."""
+    (first, t0), (last, t1) = before, after
+    if first is None or last is None:
+        return None
+    ran, waited = last.ran_s - first.ran_s, last.waited_s - first.waited_s
+    if ran < 0 or waited < 0:
+        return None
+    return EngineCpu(
+        ran_ms=round(1e3 * ran, 1),
+        waited_ms=round(1e3 * waited, 1),
+        window_ms=round(1e3 * (t1 - t0), 1),
+        load_1m=round(last.load_1m, 2),
+    )
 
 
 SETTLE_S = 5.0  # how long an engine's own counts may lag the last response the client read

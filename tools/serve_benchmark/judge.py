@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 from ...serving.loadgen import RunResult
 from .phases import PHASE_METRIC
-from .schema import LATENCIES, STATS, LatencyRow, PhaseChange, RepeatMetrics
+from .schema import LATENCIES, STATS, EngineCpu, LatencyRow, PhaseChange, RepeatMetrics
 
 _STAT_KEY = {"mean": "mean", "p50": "median", "p90": "p90", "p99": "p99"}
 COUNTS = (
@@ -57,8 +57,11 @@ NEXT_STEP = {
 }
 
 
-def repeat_metrics(result: RunResult, phases: dict[str, float | None]) -> RepeatMetrics:
-    """One run's numbers: the client's (the load generator's) and the engine's own (`phases`)."""
+def repeat_metrics(
+    result: RunResult, phases: dict[str, float | None], engine_cpu: EngineCpu | None = None
+) -> RepeatMetrics:
+    """One run's numbers: the client's (the load generator's) and the engine's own (`phases`,
+    and the kernel's account of its processes' CPU, `engine_cpu`)."""
     m = result.metrics
     lat = {}
     for name, dist in (
@@ -87,6 +90,7 @@ def repeat_metrics(result: RunResult, phases: dict[str, float | None]) -> Repeat
         client_cpu_wait_ms=None
         if result.client_cpu_wait_s is None
         else round(1e3 * result.client_cpu_wait_s, 1),
+        engine_cpu=engine_cpu,
     )
 
 

@@ -216,6 +216,16 @@ class LatencyRow(BaseModel):
     p50_range: list[float] | None = Field(description="[min, max] of p50 over repeats, ms.")
 
 
+class EngineCpu(BaseModel):
+    """The kernel's account of the engine's processes over one repeat (from the scrape before it
+    to the one after), summed over their threads (/proc/<pid>/task/<tid>/schedstat)."""
+
+    ran_ms: float = Field(description="Time on a CPU, ms.")
+    waited_ms: float = Field(description="Time ready to run but waiting for a CPU, ms.")
+    window_ms: float = Field(description="Wall time between the two reads, ms.")
+    load_1m: float = Field(description="The host's 1-minute load average at the second read.")
+
+
 class RepeatMetrics(BaseModel):
     """One run of the workload (every latency in ms, throughputs per second)."""
 
@@ -250,6 +260,13 @@ class RepeatMetrics(BaseModel):
         description="How long the load generator was ready to run but waited for a CPU during "
         "this run, ms (the kernel's account of its thread; None where the kernel keeps none): "
         "its timestamps are late by up to this much (finding client_starved).",
+    )
+    engine_cpu: EngineCpu | None = Field(
+        None,
+        description="The engine's processes over this run: time on a CPU and time ready to run "
+        "but waiting for one (None where the kernel's account cannot be read, e.g. a lost node). "
+        "Beside client_cpu_wait_ms it says which side of the run the host kept waiting: the "
+        "engine's latencies hold its waits, the client's timestamps the load generator's.",
     )
     latencies_ms: dict[str, dict[str, float]] = Field(
         description="ttft/tpot/itl/e2el (and itl_per_token when the "

@@ -9,10 +9,12 @@ What a person should look at: the `findings` of the regressed run ("TTFT p50 +N%
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+from pathlib import Path
 
 import pytest
-from conftest import OTHER_DEVICE, ToolCallError, call, record_on_node
+from conftest import OTHER_DEVICE, ToolCallError, call, processes_working_in, record_on_node
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 from infra_agent.tools.common import provenance
@@ -206,4 +208,41 @@ async def test_profile_a_running_engine_under_load(serve_client):
         ranges=["prefill"],
     )
     assert prefill_heavy["ranges"][0]["count"] > 0
+    await call(c, "stop_serve", handle=eng["handle"])
+
+
+def _process_cpu_ms(pids: list[int]) -> float:
+    """utime + stime of `pids` from /proc/<pid>/stat (each process's own count, not the threads'
+    schedstat the tool reads), ms."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return 1e3 * total / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.anyio
+async def test_each_repeat_carries_the_engine_s_own_cpu_account(serve_client):
+    """engine_cpu: the kernel's account of the engine's processes over each repeat (time on a CPU,
+    time waiting for one), checked against another count of the kernel's, the processes' own CPU
+    time (/proc/<pid>/stat), read around the whole call: the repeats' time on a CPU lies inside
+    it, and is most of it (the rest: the cost probe and the warm-up requests)."""
+    c = serve_client
+    eng = await call(c, "launch_serve", engine="builtin", args={"model": "tiny"})
+    pids = processes_working_in(Path(eng["socket"]).resolve().parent.name)
+    assert pids, eng
+    workload = {"num_requests": 16, "input_len": 24, "output_len": 64, "max_concurrency": 4}
+    before = _process_cpu_ms(pids)
+    out = await call(
+        c, "serve_benchmark", handle=eng["handle"], workload=workload | {"seed": 11}, repeats=3
+    )
+    spent = _process_cpu_ms(pids) - before
+    accounts = [r["engine_cpu"] for r in out["repeats"]]
+    print("engine CPU per repeat", accounts, "its processes' CPU over the call", spent)
+    assert all(a and a["ran_ms"] > 0 and a["window_ms"] > 0 for a in accounts), accounts
+    ran = sum(a["ran_ms"] for a in accounts)
+    assert 0.5 * spent <= ran <= 1.1 * spent + 50, (accounts, spent)
     await call(c, "stop_serve", handle=eng["handle"])
