@@ -28,7 +28,7 @@ outside sandbox/ reaches further, by import or by attribute (tests/sandbox/test_
 from .cgroups import remove_stale_cgroups
 from .isolation import Isolation
 from .job import Job, JobKind, JobResult, JobStatus
-from .owned import make_owned, sweep_dead_owners
+from .owned import make_owned, pid_alive, sweep_dead_owners
 from .policy import Limits
 from .runner import Sandbox, SandboxError, free_port
 from .service import CpuAccount, Service, owned_by_live_server
@@ -68,6 +68,7 @@ __all__ = [
     "TRUSTED_ZOO",
     "free_port",
     "make_owned",
+    "pid_alive",
     "owned_by_live_server",
     "remove_stale_cgroups",
     "sweep_dead_owners",

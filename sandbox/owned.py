@@ -31,13 +31,13 @@ def sweep_dead_owners(prefix: str, parent: Path | None = None) -> int:
     root = parent if parent is not None else Path(tempfile.gettempdir())
     for folder in root.glob(f"{prefix}*-*"):
         pid = folder.name[len(prefix) :].split("-", 1)[0]
-        if pid.isdigit() and not alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(folder, ignore_errors=True)
             removed += 1
     return removed
 
 
-def alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """Whether a process `pid` exists (one of another user's counts)."""
     try:
         os.kill(pid, 0)

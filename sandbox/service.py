@@ -30,7 +30,7 @@ from pathlib import Path
 from .cgroups import CgroupError, CgroupManager, JobCgroup
 from .errors import SandboxError
 from .isolation import Isolation
-from .owned import alive, make_owned, sweep_dead_owners
+from .owned import make_owned, pid_alive, sweep_dead_owners
 from .policy import Limits, SandboxView
 from .service_spec import ServiceSpec
 from .streams import DiskWatch
@@ -335,7 +335,7 @@ def owner(folder: Path) -> int | None:
 def owned_by_live_server(folder: Path) -> bool:
     """Whether `folder` is a service folder (claim()) of a server that is still alive."""
     pid = owner(folder)
-    return pid is not None and (pid == os.getpid() or alive(pid))
+    return pid is not None and pid_alive(pid)
 
 
 def _comm(pid: int) -> str:

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..sandbox import pid_alive
 from .limits import utf8_text
 
 SCHEMA = """
@@ -127,7 +128,7 @@ class Ledger:
 
     def _mark_interrupted(self) -> None:
         rows = self._read("SELECT seq, pid FROM experiments WHERE status = 'running'")
-        dead = [r["seq"] for r in rows if r["pid"] is None or not _pid_alive(r["pid"])]
+        dead = [r["seq"] for r in rows if r["pid"] is None or not pid_alive(r["pid"])]
         for seq in dead:
             self._write(
                 "UPDATE experiments SET status='interrupted', error='the server stopped before this call finished' "
@@ -380,15 +381,3 @@ def _row(row: sqlite3.Row) -> dict[str, Any]:
         if data.get(col) is not None:
             data[col] = json.loads(data[col])
     return data
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
