@@ -158,6 +158,13 @@ def processes_working_in(folder_name: str, comm: str | None = None) -> list[int]
     return found
 
 
+def process_cpu_s(pid: int) -> float:
+    """utime + stime of `pid` from /proc/<pid>/stat (the kernel's per-process count, in clock
+    ticks), s."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def process_gone(pid: int, within_s: float) -> bool:
     """Whether `pid` is dead (or a zombie) now, or becomes so within `within_s` seconds."""
     deadline = time.monotonic() + within_s

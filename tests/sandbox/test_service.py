@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import process_cpu_s
 
 from infra_agent.sandbox import Limits, Mount, Sandbox, SandboxError, ServiceSpec
 from infra_agent.sandbox.policy import Layout, SandboxView
@@ -277,8 +278,7 @@ def test_the_cpu_account_says_who_waited_for_a_cpu_as_the_kernel_counts_it():
     try:
         time.sleep(2.0)
         busy, starved = (CpuAccount.of({p.pid}) for p in procs)
-        fields = Path(f"/proc/{procs[1].pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks_s = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        ticks_s = process_cpu_s(procs[1].pid)
     finally:
         for p in procs:
             p.kill()

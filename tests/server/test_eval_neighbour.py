@@ -11,7 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
-from conftest import process_gone
+from conftest import process_cpu_s, process_gone
 from typer.testing import CliRunner
 
 from infra_agent.server.cli import app
@@ -31,11 +31,6 @@ def allowed_cpus(pid: int) -> str:
     )
 
 
-def cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="the neighbour needs 2 CPUs")
 async def test_the_neighbour_pins_the_load_generators_beside_it_and_ends_with_the_task():
     ours = allowed_cpus(os.getpid())
@@ -50,9 +45,9 @@ async def test_the_neighbour_pins_the_load_generators_beside_it_and_ends_with_th
             assert os.getpriority(os.PRIO_PROCESS, generator.pid) == 3
             assert allowed_cpus(neighbour.pid) == str(neighbour.cpu)
             # busy: it burns its CPU whether or not anything else runs there
-            before, start = cpu_s(neighbour.pid), time.monotonic()
+            before, start = process_cpu_s(neighbour.pid), time.monotonic()
             await anyio.sleep(1.0)
-            assert cpu_s(neighbour.pid) - before > 0.2 * (time.monotonic() - start)
+            assert process_cpu_s(neighbour.pid) - before > 0.2 * (time.monotonic() - start)
         finally:
             await generator.aclose()
         # this process and its other children (the engines, in a task) are left where they were

@@ -9,12 +9,18 @@ What a person should look at: the `findings` of the regressed run ("TTFT p50 +N%
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from pathlib import Path
 
 import pytest
-from conftest import OTHER_DEVICE, ToolCallError, call, processes_working_in, record_on_node
+from conftest import (
+    OTHER_DEVICE,
+    ToolCallError,
+    call,
+    process_cpu_s,
+    processes_working_in,
+    record_on_node,
+)
 from serve_helpers import serve_client, tiny_workspace  # noqa: F401  (the fixtures)
 
 from infra_agent.tools.common import provenance
@@ -211,19 +217,6 @@ async def test_profile_a_running_engine_under_load(serve_client):
     await call(c, "stop_serve", handle=eng["handle"])
 
 
-def _process_cpu_ms(pids: list[int]) -> float:
-    """utime + stime of `pids` from /proc/<pid>/stat (each process's own count, not the threads'
-    schedstat the tool reads), ms."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])
-    return 1e3 * total / os.sysconf("SC_CLK_TCK")
-
-
 @pytest.mark.anyio
 async def test_each_repeat_carries_the_engine_s_own_cpu_account(serve_client):
     """engine_cpu: the kernel's account of the engine's processes over each repeat (time on a CPU,
@@ -235,11 +228,11 @@ async def test_each_repeat_carries_the_engine_s_own_cpu_account(serve_client):
     pids = processes_working_in(Path(eng["socket"]).resolve().parent.name)
     assert pids, eng
     workload = {"num_requests": 16, "input_len": 24, "output_len": 64, "max_concurrency": 4}
-    before = _process_cpu_ms(pids)
+    before = sum(process_cpu_s(p) for p in pids)
     out = await call(
         c, "serve_benchmark", handle=eng["handle"], workload=workload | {"seed": 11}, repeats=3
     )
-    spent = _process_cpu_ms(pids) - before
+    spent = 1e3 * (sum(process_cpu_s(p) for p in pids) - before)  # ms
     accounts = [r["engine_cpu"] for r in out["repeats"]]
     print("engine CPU per repeat", accounts, "its processes' CPU over the call", spent)
     assert all(a and a["ran_ms"] > 0 and a["window_ms"] > 0 for a in accounts), accounts
